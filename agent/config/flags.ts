@@ -1,0 +1,91 @@
+/**
+ * Command-line flags of `agentd`. Flags are the last config layer; the named
+ * ones are shorthands for config keys, `--set key=value` reaches any key.
+ */
+import { parseArgs } from 'node:util'
+import { AgentError } from '../errors.ts'
+import { closestName } from './schema-walk.ts'
+import { setFlagAssignment, type ConfigAssignment } from './load.ts'
+
+/** Flags that are shorthands for one config key. */
+const keyFlags = {
+  'state-dir': ['node', 'stateDir'],
+  'node-name': ['node', 'name'],
+  socket: ['api', 'socketPath'],
+  'log-level': ['log', 'level'],
+} as const
+
+const options = {
+  config: { type: 'string' },
+  dev: { type: 'boolean' },
+  'state-dir': { type: 'string' },
+  'node-name': { type: 'string' },
+  socket: { type: 'string' },
+  'log-level': { type: 'string' },
+  set: { type: 'string', multiple: true },
+  'print-config': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean' },
+} as const
+
+export const agentdUsage = `usage: agentd [--config FILE] [--dev --state-dir DIR] [options]
+
+  --config FILE       TOML config file (default /etc/agentd/agentd.toml; env AGENTD_CONFIG)
+  --dev               single-node development agent: every path under --state-dir,
+                      socket DIR/agentd.sock, loopback only, no config file unless --config
+  --state-dir DIR     node.stateDir
+  --node-name NAME    node.name
+  --socket PATH       api.socketPath
+  --log-level LEVEL   log.level
+  --set KEY=VALUE     any config key, e.g. --set api.bodyLimitBytes=2097152 (repeatable)
+  --print-config      print the effective configuration as JSON and exit
+  --version           print the version and exit
+  -h, --help          this text
+
+Precedence: defaults < config file < AGENTD_* environment < flags.`
+
+export interface AgentdArgs {
+  action: 'run' | 'help' | 'version' | 'print-config'
+  dev: boolean
+  devStateDir?: string
+  configFile?: string
+  assignments: ConfigAssignment[]
+}
+
+export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): AgentdArgs {
+  let values: Record<string, unknown>
+  try {
+    values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values
+  } catch (cause) {
+    throw new AgentError('ERR_CONFIG_INVALID', flagErrorMessage(cause as Error), { cause })
+  }
+  const dev = values.dev === true
+  const action = values.help === true
+    ? 'help'
+    : values.version === true ? 'version' : values['print-config'] === true ? 'print-config' : 'run'
+  const assignments: ConfigAssignment[] = []
+  for (const [flag, path] of Object.entries(keyFlags)) {
+    const value = values[flag]
+    if (typeof value === 'string') assignments.push({ path: [...path], value, origin: `flag --${flag}` })
+  }
+  for (const expr of (values.set as string[] | undefined) ?? []) assignments.push(setFlagAssignment(expr))
+
+  const stateDir = values['state-dir'] as string | undefined
+  if (dev && stateDir === undefined && action === 'run') {
+    throw new AgentError('ERR_CONFIG_INVALID', '--dev needs --state-dir DIR (every path of the dev agent lives under it)')
+  }
+  const configFile = (values.config as string | undefined) ?? env.AGENTD_CONFIG
+  const args: AgentdArgs = { action, dev, assignments }
+  if (dev && stateDir !== undefined) args.devStateDir = stateDir
+  if (configFile !== undefined) args.configFile = configFile
+  return args
+}
+
+function flagErrorMessage (err: Error): string {
+  const unknown = /Unknown option '(-{1,2}[^']+)'/.exec(err.message)
+  if (unknown !== null) {
+    const hint = closestName(unknown[1]!.replace(/^-+/, ''), Object.keys(options))
+    return `unknown flag ${unknown[1]}${hint !== undefined ? `; did you mean --${hint}?` : ''} (see agentd --help)`
+  }
+  return `${err.message} (see agentd --help)`
+}

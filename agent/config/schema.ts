@@ -1,0 +1,107 @@
+/**
+ * The agent's configuration schema: one TypeBox object per subsystem, units in
+ * the key names, every field documented with its default. This file is the
+ * single source of truth: validation, defaults, env-variable names, the
+ * `--print-config` output and the README's config reference are derived from it.
+ *
+ * Later subsystems add their section here and to `configSchema` below.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+
+export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
+
+export const NodeSection = Type.Object({
+  name: Type.String({
+    minLength: 1,
+    maxLength: 253,
+    pattern: '^[A-Za-z0-9][A-Za-z0-9._-]*$',
+    description: 'Node name shown in the mesh and by agentctl. Default: the host name.',
+  }),
+  stateDir: Type.String({
+    minLength: 1,
+    description: 'Directory for persistent agent state (node identity, journals). Default: /var/lib/agentd.',
+  }),
+}, { additionalProperties: false })
+
+export const ApiSection = Type.Object({
+  socketPath: Type.String({
+    minLength: 1,
+    maxLength: 107,
+    description: 'Unix socket of the local HTTP/JSON API (at most 107 bytes, the sun_path limit). Default: /run/agentd/agentd.sock.',
+  }),
+  socketMode: Type.String({
+    pattern: '^0?[0-7]{3}$',
+    description: 'Octal file mode of the socket. Default: "0660" (owner and group).',
+  }),
+  socketGroup: Type.String({
+    description: 'Group that owns the socket, so its members may call the agent; "" keeps the process group. Default: "agentd".',
+  }),
+  bodyLimitBytes: Type.Integer({
+    minimum: 1024,
+    maximum: 64 * 1024 * 1024,
+    description: 'Largest request body accepted, in bytes; larger bodies get 413. Default: 1048576 (1 MiB).',
+  }),
+}, { additionalProperties: false })
+
+export const LogSection = Type.Object({
+  level: Type.Union(logLevels.map(l => Type.Literal(l)), {
+    description: `Log level of the JSON logs on stdout: ${logLevels.join(', ')}. Default: "info".`,
+  }),
+}, { additionalProperties: false })
+
+export const GpuOverride = Type.Object({
+  model: Type.String({ minLength: 1 }),
+  memoryBytes: Type.Integer({ minimum: 0 }),
+  uuid: Type.String(),
+  pciBus: Type.String(),
+}, { additionalProperties: false })
+
+export const InventorySection = Type.Object({
+  gpus: Type.Optional(Type.Array(GpuOverride, {
+    description: 'When set, replaces GPU detection: a list of { model, memoryBytes, uuid, pciBus }. Default: unset (detect).',
+  })),
+}, { additionalProperties: false })
+
+export const ShutdownSection = Type.Object({
+  graceMs: Type.Integer({
+    minimum: 100,
+    maximum: 600_000,
+    description: 'How long a graceful stop (SIGTERM/SIGINT) may take before the agent forces exit, in milliseconds. Default: 10000.',
+  }),
+}, { additionalProperties: false })
+
+export const configSchema = Type.Object({
+  node: NodeSection,
+  api: ApiSection,
+  log: LogSection,
+  inventory: InventorySection,
+  shutdown: ShutdownSection,
+}, { additionalProperties: false })
+
+export type AgentConfig = Static<typeof configSchema>
+export type GpuOverrideConfig = Static<typeof GpuOverride>
+
+/** Production defaults, for an agent installed with systemd. */
+export function defaultConfig (hostname: string): AgentConfig {
+  return {
+    node: { name: hostname, stateDir: '/var/lib/agentd' },
+    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024 },
+    log: { level: 'info' },
+    inventory: {},
+    shutdown: { graceMs: 10_000 },
+  }
+}
+
+/**
+ * Defaults of `--dev --state-dir DIR`: a single-node agent with every path
+ * under DIR, the socket owned by the caller's group, loopback only.
+ */
+export function devConfig (hostname: string, stateDir: string): AgentConfig {
+  const base = defaultConfig(hostname)
+  return {
+    ...base,
+    node: { ...base.node, stateDir },
+    api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '' },
+    shutdown: { graceMs: 5_000 },
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * Errors with stable codes. Every error the agent reports to a client is an
+ * AgentError; the API maps `code` to an HTTP status and the client maps the
+ * JSON body back, so `agentctl` prints exactly what the daemon raised.
+ */
+
+/** Stable error codes and the HTTP status each maps to. */
+export const errorStatus = {
+  ERR_BAD_REQUEST: 400,
+  ERR_CONFIG_INVALID: 400,
+  ERR_NOT_FOUND: 404,
+  ERR_METHOD_NOT_ALLOWED: 405,
+  ERR_BODY_TOO_LARGE: 413,
+  ERR_UNSUPPORTED_MEDIA_TYPE: 415,
+  ERR_SOCKET_IN_USE: 409,
+  ERR_UNAVAILABLE: 503,
+  ERR_AGENT_UNREACHABLE: 503,
+  ERR_INTERNAL: 500,
+} as const
+
+export type ErrorCode = keyof typeof errorStatus
+
+export class AgentError extends Error {
+  readonly code: ErrorCode
+  /** Optional structured detail (e.g. the list of invalid config keys). */
+  readonly details: unknown
+
+  constructor (code: ErrorCode, message: string, options: { cause?: unknown, details?: unknown } = {}) {
+    super(message, { cause: options.cause })
+    this.name = 'AgentError'
+    this.code = code
+    this.details = options.details
+  }
+
+  get httpStatus (): number {
+    return errorStatus[this.code]
+  }
+}
+
+export function isErrorCode (value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.hasOwn(errorStatus, value)
+}
+
+/** The JSON body every error response carries. */
+export interface ErrorBody {
+  error: { code: ErrorCode, message: string, details?: unknown }
+}
+
+export function toErrorBody (err: AgentError): ErrorBody {
+  const body: ErrorBody = { error: { code: err.code, message: err.message } }
+  if (err.details !== undefined) body.error.details = err.details
+  return body
+}
