@@ -104,7 +104,7 @@ export async function probeInventory (options: InventoryOptions): Promise<NodeIn
       ipv4: n.ip4 !== '' ? [n.ip4] : [],
       ipv6: n.ip6 !== '' ? [n.ip6] : [],
       mtu: n.mtu ?? null,
-      speedMbps: n.speed ?? null,
+      speedMbps: n.speed !== null && n.speed > 0 ? n.speed : null,
       virtual: n.internal || n.virtual || isVirtualInterfaceName(n.iface),
       up: n.operstate === 'up' || n.internal,
     })),

@@ -1,0 +1,24 @@
+/** GET /v1/node: the node inventory. 503 when the inventory subsystem is not ok. */
+import type { FastifyInstance } from 'fastify'
+import { Type } from '@sinclair/typebox'
+import { AgentError } from '../../errors.ts'
+import type { NodeInventory } from '../../inventory/inventory.ts'
+import { errorResponses } from '../schemas.ts'
+
+export interface InventorySource {
+  /** The latest inventory, or undefined when it could not be taken. */
+  inventory(): NodeInventory | undefined
+}
+
+export function registerNodeRoutes (app: FastifyInstance, source: InventorySource): void {
+  app.get('/v1/node', {
+    schema: {
+      summary: 'Node inventory: CPUs, memory, disks, filesystems, network interfaces, GPUs',
+      response: { 200: Type.Object({}, { additionalProperties: true }), ...errorResponses },
+    },
+  }, async () => {
+    const inventory = source.inventory()
+    if (inventory === undefined) throw new AgentError('ERR_UNAVAILABLE', 'node inventory is not available (see `agentctl status` for the inventory subsystem)')
+    return inventory
+  })
+}

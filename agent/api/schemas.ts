@@ -1,0 +1,36 @@
+/** Schemas shared by every route: the error body and the status section types. */
+import { Type, type Static } from '@sinclair/typebox'
+
+export const ErrorBodySchema = Type.Object({
+  error: Type.Object({
+    code: Type.String({ description: 'Stable error code, e.g. ERR_BAD_REQUEST' }),
+    message: Type.String(),
+    details: Type.Optional(Type.Unknown()),
+  }),
+}, { $id: 'ErrorBody', description: 'Every error response' })
+
+/** Error responses every route may return. */
+export const errorResponses = {
+  400: Type.Ref('ErrorBody'),
+  404: Type.Ref('ErrorBody'),
+  413: Type.Ref('ErrorBody'),
+  500: Type.Ref('ErrorBody'),
+  503: Type.Ref('ErrorBody'),
+}
+
+export const SubsystemRecordSchema = Type.Object({
+  id: Type.String(),
+  state: Type.Union([Type.Literal('pending'), Type.Literal('ok'), Type.Literal('skipped'), Type.Literal('failed'), Type.Literal('stopped')]),
+  reason: Type.Optional(Type.String()),
+  startMs: Type.Optional(Type.Integer({ description: 'create + start time, ms' })),
+})
+
+export const StatusSchema = Type.Object({
+  node: Type.Object({ id: Type.String(), name: Type.String() }),
+  version: Type.String(),
+  uptimeS: Type.Number({ description: 'seconds since the agent started' }),
+  dev: Type.Boolean({ description: 'true for a --dev agent' }),
+  subsystems: Type.Array(SubsystemRecordSchema),
+}, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
+
+export type StatusBody = Static<typeof StatusSchema>

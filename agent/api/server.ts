@@ -1,0 +1,91 @@
+/**
+ * The local API: HTTP/1.1 + JSON on a unix socket (Docker-socket style, so
+ * `curl --unix-socket` and any HTTP client work). Routes are thin adapters
+ * over the services; schemas declared once give validation and the OpenAPI
+ * document at /v1/openapi.json.
+ */
+import { lstat, unlink } from 'node:fs/promises'
+import Fastify, { type FastifyInstance } from 'fastify'
+import swagger from '@fastify/swagger'
+import type { Logger } from 'pino'
+import type { Subsystem } from '../subsystems.ts'
+import { ErrorBodySchema } from './schemas.ts'
+import { createErrorHandler, notFoundHandler } from './error-mapping.ts'
+import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
+import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
+import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
+
+export interface ApiServerOptions {
+  /** Unix socket path (at most 107 bytes). */
+  socketPath: string
+  /** Octal mode of the socket file, e.g. "0660". */
+  socketMode: string
+  /** Group owning the socket; "" keeps the process group. */
+  socketGroup: string
+  /** Largest accepted request body, bytes. */
+  bodyLimitBytes: number
+  version: string
+}
+
+export interface ApiServerComponents {
+  logger: Logger
+  status: StatusSource
+  inventory: InventorySource
+}
+
+export interface ApiServer extends Subsystem {
+  start(): Promise<void>
+  stop(): Promise<void>
+  /** The fastify instance, for `inject()` in tests and for later route modules. */
+  readonly app: FastifyInstance
+}
+
+export async function createApiServer (options: ApiServerOptions, components: ApiServerComponents): Promise<ApiServer> {
+  const app = await buildApiApp(options, components)
+  let stopped: Promise<void> | undefined
+  let listening = false
+  let socketIno: number | undefined
+
+  return {
+    app,
+    async start () {
+      await claimSocketPath(options.socketPath)
+      await app.listen({ path: options.socketPath })
+      listening = true
+      socketIno = (await lstat(options.socketPath)).ino
+      await setSocketPermissions(options.socketPath, options.socketMode, options.socketGroup)
+      components.logger.info({ socket: options.socketPath }, 'local API listening')
+    },
+    stop () {
+      stopped ??= (async () => {
+        await app.close()
+        // Remove the socket only if it is still ours (not one a newer agent created).
+        if (listening) {
+          const current = await lstat(options.socketPath).catch(() => undefined)
+          if (current !== undefined && current.ino === socketIno) await unlink(options.socketPath).catch(() => {})
+        }
+      })()
+      return stopped
+    },
+  }
+}
+
+/** The fastify app with every route, not yet listening (tests use `inject`). */
+export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version'>, components: ApiServerComponents): Promise<FastifyInstance> {
+  const app = Fastify({ logger: false, bodyLimit: options.bodyLimitBytes, forceCloseConnections: true, return503OnClosing: true })
+  app.addSchema(ErrorBodySchema)
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'agentd local API', version: options.version, description: 'HTTP/JSON on the agent\'s unix socket' },
+    },
+  })
+  app.setErrorHandler(createErrorHandler(components.logger))
+  app.setNotFoundHandler(notFoundHandler)
+
+  registerStatusRoutes(app, components.status)
+  registerNodeRoutes(app, components.inventory)
+  app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  await app.ready()
+  return app
+}

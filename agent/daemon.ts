@@ -1,0 +1,87 @@
+/**
+ * The composition root. It only wires: the ordered list of subsystems
+ * `{ id, requires, create }`, started in order and stopped in reverse by the
+ * runner, and the status every client sees. No subsystem starts itself.
+ */
+import type { Logger } from 'pino'
+import type { AgentConfig } from './config/schema.ts'
+import { createSubsystemRunner, type SubsystemRecord, type SubsystemSpec } from './subsystems.ts'
+import { loadOrCreateNodeId } from './node-identity.ts'
+import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
+import { createApiServer } from './api/server.ts'
+import type { StatusBody } from './api/schemas.ts'
+import { agentVersion } from './version.ts'
+
+export interface DaemonOptions {
+  config: AgentConfig
+  dev: boolean
+}
+
+export interface DaemonComponents {
+  logger: Logger
+}
+
+export interface Daemon {
+  /** Starts every subsystem; rejects when a critical one fails (after stopping the rest). */
+  start(): Promise<void>
+  /** Stops in reverse order; idempotent. */
+  stop(): Promise<void>
+  status(): StatusBody
+  subsystems(): SubsystemRecord[]
+}
+
+export function createDaemon (options: DaemonOptions, components: DaemonComponents): Daemon {
+  const { config, dev } = options
+  const startedAt = performance.now()
+  let nodeId = ''
+  let inventory: NodeInventory | undefined
+
+  const status = (): StatusBody => ({
+    node: { id: nodeId, name: config.node.name },
+    version: agentVersion,
+    uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
+    dev,
+    subsystems: runner.records(),
+  })
+
+  const specs: SubsystemSpec[] = [
+    {
+      id: 'identity',
+      requires: [],
+      critical: true,
+      async create () {
+        nodeId = await loadOrCreateNodeId(config.node.stateDir)
+        return { stop: async () => {} }
+      },
+    },
+    {
+      id: 'inventory',
+      requires: [],
+      async create () {
+        const probe = { hostname: config.node.name, ...(config.inventory.gpus !== undefined ? { gpuOverride: config.inventory.gpus } : {}) }
+        inventory = await probeInventory(probe)
+        return { stop: async () => {} }
+      },
+    },
+    {
+      id: 'api',
+      requires: ['identity'],
+      critical: true,
+      async create (context) {
+        return createApiServer({ ...config.api, version: agentVersion }, {
+          logger: context.logger,
+          status: { status },
+          inventory: { inventory: () => inventory },
+        })
+      },
+    },
+  ]
+  const runner = createSubsystemRunner(specs, { logger: components.logger })
+
+  return {
+    start: () => runner.startAll(),
+    stop: () => runner.stopAll(),
+    status,
+    subsystems: () => runner.records(),
+  }
+}

@@ -1,0 +1,17 @@
+/**
+ * sd_notify(3): tells systemd (Type=notify) that the agent is ready or
+ * stopping. Harmless when not under systemd: without NOTIFY_SOCKET nothing is
+ * sent. Node cannot send unix datagrams, so the native addon sends them.
+ */
+import type { Logger } from 'pino'
+
+export async function notifySystemd (message: string, logger: Logger): Promise<boolean> {
+  if (process.env.NOTIFY_SOCKET === undefined) return false
+  try {
+    const native = await import('../native/index.ts')
+    return native.notifySystemd(message)
+  } catch (err) {
+    logger.error({ err, message }, 'cannot notify systemd')
+    return false
+  }
+}
