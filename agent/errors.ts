@@ -16,6 +16,20 @@ export const errorStatus = {
   ERR_UNAVAILABLE: 503,
   ERR_AGENT_UNREACHABLE: 503,
   ERR_INTERNAL: 500,
+  // native addon (native/index.ts)
+  ERR_ARG_INVALID: 400,
+  ERR_OUT_OF_RANGE: 400,
+  ERR_EXTENT_INVALID: 400,
+  ERR_SHM_NOT_FOUND: 404,
+  ERR_SHM_TOO_SMALL: 400,
+  ERR_RESOURCE_CLOSED: 409,
+  ERR_POOL_FULL: 507,
+  ERR_MEMLOCK_LIMIT: 503,
+  ERR_NATIVE_UNAVAILABLE: 503,
+  ERR_CUDA_UNAVAILABLE: 503,
+  ERR_CUDA: 500,
+  ERR_IO: 500,
+  ERR_SYSTEM: 500,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus

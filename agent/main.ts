@@ -9,6 +9,7 @@ import './runtime-check.ts'
 import { hostname } from 'node:os'
 import { parseAgentdArgs, agentdUsage } from './config/flags.ts'
 import { loadConfig } from './config/load.ts'
+import { renderConfigReference } from './config/reference.ts'
 import { createRootLogger } from './logger.ts'
 import { createDaemon } from './daemon.ts'
 import { notifySystemd } from './systemd-notify.ts'
@@ -25,6 +26,7 @@ async function main (): Promise<number> {
     action = args.action
     if (action === 'help') { process.stdout.write(agentdUsage + '\n'); return 0 }
     if (action === 'version') { process.stdout.write(`agentd ${agentVersion}\n`); return 0 }
+    if (action === 'config-reference') { process.stdout.write(renderConfigReference() + '\n'); return 0 }
     loaded = loadConfig({
       hostname: hostname(),
       ...(args.devStateDir !== undefined ? { devStateDir: args.devStateDir } : {}),

@@ -24,6 +24,7 @@ const options = {
   'log-level': { type: 'string' },
   set: { type: 'string', multiple: true },
   'print-config': { type: 'boolean' },
+  'config-reference': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 } as const
@@ -39,13 +40,14 @@ export const agentdUsage = `usage: agentd [--config FILE] [--dev --state-dir DIR
   --log-level LEVEL   log.level
   --set KEY=VALUE     any config key, e.g. --set api.bodyLimitBytes=2097152 (repeatable)
   --print-config      print the effective configuration as JSON and exit
+  --config-reference  print the reference of every config key (Markdown) and exit
   --version           print the version and exit
   -h, --help          this text
 
 Precedence: defaults < config file < AGENTD_* environment < flags.`
 
 export interface AgentdArgs {
-  action: 'run' | 'help' | 'version' | 'print-config'
+  action: 'run' | 'help' | 'version' | 'print-config' | 'config-reference'
   dev: boolean
   devStateDir?: string
   configFile?: string
@@ -60,9 +62,13 @@ export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): Agentd
     throw new AgentError('ERR_CONFIG_INVALID', flagErrorMessage(cause as Error), { cause })
   }
   const dev = values.dev === true
-  const action = values.help === true
+  const action: AgentdArgs['action'] = values.help === true
     ? 'help'
-    : values.version === true ? 'version' : values['print-config'] === true ? 'print-config' : 'run'
+    : values.version === true
+      ? 'version'
+      : values['config-reference'] === true
+        ? 'config-reference'
+        : values['print-config'] === true ? 'print-config' : 'run'
   const assignments: ConfigAssignment[] = []
   for (const [flag, path] of Object.entries(keyFlags)) {
     const value = values[flag]

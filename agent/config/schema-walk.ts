@@ -93,7 +93,9 @@ export function closestName (name: string, candidates: Iterable<string>): string
   let best: string | undefined
   let bestDistance = Infinity
   for (const c of candidates) {
-    const d = editDistance(name.toLowerCase(), c.toLowerCase())
+    const [a, b] = [name.toLowerCase(), c.toLowerCase()]
+    // A truncated or over-long name ("bodyLimit" for "bodyLimitBytes") is as good as one typo.
+    const d = a.startsWith(b) || b.startsWith(a) ? 1 : editDistance(a, b)
     if (d < bestDistance) { best = c; bestDistance = d }
   }
   return bestDistance <= Math.max(2, Math.floor(name.length / 3)) ? best : undefined

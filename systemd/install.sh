@@ -1,0 +1,89 @@
+#!/bin/sh
+# Installs a built agentd tree (npm install has run: dist/ and node_modules/
+# exist) into a prefix, with its systemd unit, config and system user.
+#
+#   systemd/install.sh [--prefix DIR] [--dry-run]
+#
+# PREFIX   install location (default /opt/agentd; also --prefix)
+# DESTDIR  staging root prepended to every path (packaging, tests); with
+#          DESTDIR set, no user is created and systemd is not reloaded
+#          (the sysusers.d file creates the user on the target system).
+# --dry-run  print what would be done, change nothing.
+#
+# An existing /etc/agentd/agentd.toml is never overwritten.
+set -eu
+
+prefix=/opt/agentd
+dry_run=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) [ $# -ge 2 ] || { echo "install.sh: --prefix needs a directory" >&2; exit 2; }; prefix=$2; shift 2 ;;
+    --prefix=*) prefix=${1#--prefix=}; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$prefix" in /*) ;; *) echo "install.sh: --prefix must be an absolute path, got $prefix" >&2; exit 2 ;; esac
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+destdir=${DESTDIR:-}
+root="$destdir$prefix"
+
+for required in dist/agent/main.js dist/cli/agentctl.js node_modules/.bin/node package.json; do
+  [ -e "$src/$required" ] || { echo "install.sh: $src/$required is missing; run 'npm install' (which builds) first" >&2; exit 1; }
+done
+
+run() {
+  if [ "$dry_run" -eq 1 ]; then echo "would run: $*"; else "$@"; fi
+}
+write_file() { # write_file PATH MODE < content
+  if [ "$dry_run" -eq 1 ]; then echo "would write: $1 (mode $2)"; cat >/dev/null; return; fi
+  mkdir -p "$(dirname "$1")"
+  cat >"$1.tmp.$$"
+  chmod "$2" "$1.tmp.$$"
+  mv -f "$1.tmp.$$" "$1"
+}
+
+echo "installing agentd from $src into $root"
+run mkdir -p "$root" "$root/bin"
+for part in dist node_modules package.json README.md; do
+  [ -e "$src/$part" ] || continue
+  run rm -rf "$root/$part"
+  run cp -a "$src/$part" "$root/$part"
+done
+if [ -d "$src/native/build" ]; then
+  run mkdir -p "$root/native"
+  run rm -rf "$root/native/build"
+  run cp -a "$src/native/build" "$root/native/build"
+fi
+
+# Entry points that run the bundled Node.js, whatever node is on PATH.
+for bin in agentd:dist/agent/main.js agentctl:dist/cli/agentctl.js; do
+  name=${bin%%:*}; entry=${bin#*:}
+  printf '#!/bin/sh\nexec %s/node_modules/.bin/node %s/%s "$@"\n' "$prefix" "$prefix" "$entry" | write_file "$root/bin/$name" 0755
+done
+run mkdir -p "$destdir/usr/local/bin"
+run ln -sfn "$prefix/bin/agentctl" "$destdir/usr/local/bin/agentctl"
+
+sed "s#/opt/agentd#$prefix#g" "$src/systemd/agentd.service" | write_file "$destdir/etc/systemd/system/agentd.service" 0644
+write_file "$destdir/usr/lib/sysusers.d/agentd.conf" 0644 <"$src/systemd/sysusers.conf"
+if [ -e "$destdir/etc/agentd/agentd.toml" ]; then
+  echo "keeping existing $destdir/etc/agentd/agentd.toml"
+else
+  write_file "$destdir/etc/agentd/agentd.toml" 0640 <"$src/systemd/agentd.toml"
+fi
+
+if [ -z "$destdir" ]; then
+  if command -v systemd-sysusers >/dev/null 2>&1; then
+    run systemd-sysusers /usr/lib/sysusers.d/agentd.conf
+  else
+    getent group agentd >/dev/null || run groupadd --system agentd
+    getent passwd agentd >/dev/null || run useradd --system --gid agentd --home-dir /var/lib/agentd --shell /usr/sbin/nologin agentd
+  fi
+  run chgrp agentd /etc/agentd/agentd.toml
+  if [ -d /run/systemd/system ]; then
+    run systemctl daemon-reload
+  fi
+fi
+echo "done. Start it with: systemctl enable --now agentd; then: agentctl status"

@@ -1,0 +1,82 @@
+// The daemon as a process: start-up, socket ownership, shutdown, exit codes.
+import t from 'tap'
+import { existsSync, lstatSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { agentMain, runNode, spawnAgent, tempDir } from '../helpers/agent-process.ts'
+
+t.test('a dev agent starts, reports its subsystems and owns a 0660 socket', async t => {
+  const agent = await spawnAgent(t)
+  const status = await agent.client.status()
+  t.equal(status.dev, true)
+  t.same(status.subsystems.map(s => [s.id, s.state]), [['identity', 'ok'], ['inventory', 'ok'], ['api', 'ok']])
+  t.equal(lstatSync(agent.socketPath).mode & 0o777, 0o660)
+  t.match(agent.output(), /"msg":"agentd ready"/, 'logs are pino JSON lines')
+})
+
+t.test('SIGTERM stops gracefully: exit 0, no socket left behind; the node id survives a restart', async t => {
+  const stateDir = tempDir(t)
+  const first = await spawnAgent(t, { stateDir })
+  const id = (await first.client.status()).node.id
+  first.proc.kill('SIGTERM')
+  t.same(await first.exited, { code: 0, signal: null })
+  t.notOk(existsSync(first.socketPath), 'socket removed')
+  t.match(first.output(), /"msg":"stopping"/)
+  const second = await spawnAgent(t, { stateDir })
+  t.equal((await second.client.status()).node.id, id, 'same node id after restart')
+  second.proc.kill('SIGINT')
+  t.equal((await second.exited).code, 0)
+})
+
+t.test('a second signal forces exit', async t => {
+  const agent = await spawnAgent(t)
+  agent.proc.kill('SIGINT')
+  agent.proc.kill('SIGTERM')
+  t.equal((await agent.exited).code, 130)
+})
+
+t.test('two agents on one socket: the second refuses to start, the first keeps serving', async t => {
+  const stateDir = tempDir(t)
+  const first = await spawnAgent(t, { stateDir })
+  const second = await spawnAgent(t, { stateDir, waitReady: false })
+  t.equal((await second.exited).code, 1)
+  t.match(second.output(), /ERR_SOCKET_IN_USE|another agent is already listening/)
+  t.equal((await first.client.status()).dev, true, 'first agent unaffected')
+})
+
+t.test('a stale socket from a killed agent is replaced; a non-socket file is never removed', async t => {
+  const stateDir = tempDir(t)
+  const killed = await spawnAgent(t, { stateDir })
+  killed.proc.kill('SIGKILL')
+  await killed.exited
+  t.ok(existsSync(killed.socketPath), 'SIGKILL leaves the socket file')
+  const next = await spawnAgent(t, { stateDir })
+  t.equal((await next.client.status()).dev, true, 'new agent took over the stale socket')
+
+  const otherDir = tempDir(t)
+  writeFileSync(join(otherDir, 'agentd.sock'), 'precious')
+  const refused = await spawnAgent(t, { stateDir: otherDir, waitReady: false })
+  t.equal((await refused.exited).code, 1)
+  t.match(refused.output(), /is not a socket; refusing to replace it/)
+  t.equal(readFileSync(join(otherDir, 'agentd.sock'), 'utf8'), 'precious')
+})
+
+t.test('bad configuration exits 78 and names the key', async t => {
+  const dir = tempDir(t)
+  const res = await runNode(agentMain, ['--dev', '--state-dir', dir], { AGENTD_API_BODY_LIMIT_BYTES: 'big' })
+  t.equal(res.code, 78)
+  t.match(res.stderr, /api\.bodyLimitBytes \(env AGENTD_API_BODY_LIMIT_BYTES\): expected an integer/)
+  const flag = await runNode(agentMain, ['--dev', '--state-dir', dir, '--bogus'])
+  t.equal(flag.code, 78)
+  t.match(flag.stderr, /unknown flag --bogus/)
+  t.notOk(existsSync(join(dir, 'agentd.sock')), 'nothing was started')
+})
+
+t.test('--print-config shows the merged configuration; --version and --help exit 0', async t => {
+  const res = await runNode(agentMain, ['--dev', '--state-dir', '/srv/x', '--print-config', '--log-level', 'warn'])
+  t.equal(res.code, 0)
+  const config = JSON.parse(res.stdout)
+  t.equal(config.api.socketPath, '/srv/x/agentd.sock')
+  t.equal(config.log.level, 'warn')
+  t.match((await runNode(agentMain, ['--version'])).stdout, /^agentd \d+\.\d+\.\d+/)
+  t.match((await runNode(agentMain, ['--help'])).stdout, /usage: agentd/)
+})

@@ -1,0 +1,101 @@
+/**
+ * Spawns real `agentd` processes (from source, on the project's Node) with a
+ * temp state dir, for tests that need the daemon as users run it. Every agent
+ * is killed in the test's teardown.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createAgentClient, type AgentClient } from '../../agent/client/client.ts'
+
+export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
+export const agentMain = join(repoRoot, 'agent/main.ts')
+export const agentctlMain = join(repoRoot, 'cli/agentctl.ts')
+
+interface Teardown { teardown(fn: () => unknown): void }
+
+export interface AgentProcess {
+  proc: ChildProcess
+  stateDir: string
+  socketPath: string
+  client: AgentClient
+  /** stdout + stderr so far (pino JSON lines). */
+  output(): string
+  /** Resolves with the exit code / signal. */
+  exited: Promise<{ code: number | null, signal: NodeJS.Signals | null }>
+}
+
+/** A fresh temp dir removed at teardown. Short, so socket paths fit in 107 bytes. */
+export function tempDir (t: Teardown, prefix = 'agentd-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+export interface SpawnOptions {
+  args?: string[]
+  env?: NodeJS.ProcessEnv
+  stateDir?: string
+  /** Wait until the API answers (default true). */
+  waitReady?: boolean
+}
+
+export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Promise<AgentProcess> {
+  const stateDir = options.stateDir ?? tempDir(t)
+  const socketPath = join(stateDir, 'agentd.sock')
+  const args = options.args ?? ['--dev', '--state-dir', stateDir]
+  const env = { ...withoutAgentdEnv(process.env), ...options.env }
+  const proc = spawn(process.execPath, [agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
+  proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
+  const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>(resolve => {
+    proc.once('exit', (code, signal) => resolve({ code, signal }))
+  })
+  t.teardown(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL')
+      await exited
+    }
+  })
+  const agent: AgentProcess = { proc, stateDir, socketPath, client: createAgentClient({ socketPath, timeoutMs: 5000 }), output: () => output, exited }
+  if (options.waitReady !== false) await waitReady(agent)
+  return agent
+}
+
+/** Polls /healthz until the agent answers; throws with its output if it exits or takes > 20 s. */
+export async function waitReady (agent: AgentProcess, timeoutMs = 20_000): Promise<void> {
+  const began = Date.now()
+  for (;;) {
+    if (agent.proc.exitCode !== null || agent.proc.signalCode !== null) {
+      throw new Error(`agentd exited before it was ready:\n${agent.output()}`)
+    }
+    try {
+      await agent.client.health()
+      return
+    } catch {
+      if (Date.now() - began > timeoutMs) throw new Error(`agentd not ready after ${timeoutMs} ms:\n${agent.output()}`)
+      await sleep(25)
+    }
+  }
+}
+
+/** The environment without AGENTD_* variables of the developer's shell. */
+export function withoutAgentdEnv (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([k]) => !k.startsWith('AGENTD_')))
+}
+
+/** Runs a node entry point to completion: exit code, stdout, stderr. */
+export function runNode (entry: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null, stdout: string, stderr: string }> {
+  return new Promise(resolve => {
+    const proc = spawn(process.execPath, [entry, ...args], { env: { ...withoutAgentdEnv(process.env), ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    proc.stdout.on('data', (c: Buffer) => { stdout += c.toString() })
+    proc.stderr.on('data', (c: Buffer) => { stderr += c.toString() })
+    proc.once('exit', code => resolve({ code, stdout, stderr }))
+  })
+}
