@@ -1,0 +1,95 @@
+// systemd/install.sh into a temporary root, then `systemd-analyze verify` on the unit as installed.
+import t from 'tap'
+import { execFile } from 'node:child_process'
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync, chmodSync } from 'node:fs'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { repoRoot, tempDir } from '../helpers/agent-process.ts'
+
+const run = promisify(execFile)
+const installScript = join(repoRoot, 'systemd/install.sh')
+const built = existsSync(join(repoRoot, 'dist/agent/main.js'))
+
+async function install (args: string[], destdir: string): Promise<{ code: number, stdout: string, stderr: string }> {
+  try {
+    const { stdout, stderr } = await run('sh', [installScript, ...args], { env: { ...process.env, DESTDIR: destdir } })
+    return { code: 0, stdout, stderr }
+  } catch (err) {
+    const e = err as { code: number, stdout: string, stderr: string }
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr }
+  }
+}
+
+async function hasSystemdAnalyze (): Promise<boolean> {
+  try { await run('systemd-analyze', ['--version']); return true } catch { return false }
+}
+
+t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: built ? false : 'needs a build: run npm run build first' }, async t => {
+  const root = tempDir(t)
+  const res = await install(['--prefix', '/opt/agentd'], root)
+  t.equal(res.code, 0, res.stderr)
+  const prefix = join(root, 'opt/agentd')
+  for (const path of ['dist/agent/main.js', 'dist/cli/agentctl.js', 'node_modules/.bin/node', 'package.json']) {
+    t.ok(existsSync(join(prefix, path)), `${path} installed`)
+  }
+  const wrapper = readFileSync(join(prefix, 'bin/agentd'), 'utf8')
+  t.match(wrapper, 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/agent/main.js "$@"', 'runs the bundled Node.js')
+  t.equal(statSync(join(prefix, 'bin/agentctl')).mode & 0o111, 0o111, 'wrappers are executable')
+  const unit = readFileSync(join(root, 'etc/systemd/system/agentd.service'), 'utf8')
+  t.match(unit, /^ExecStart=\/opt\/agentd\/bin\/agentd --config \/etc\/agentd\/agentd\.toml$/m)
+  t.match(unit, /^Type=notify$/m)
+  t.match(unit, /^LimitMEMLOCK=infinity$/m)
+  t.equal(readFileSync(join(root, 'etc/agentd/agentd.toml'), 'utf8'), readFileSync(join(repoRoot, 'systemd/agentd.toml'), 'utf8'))
+  t.match(readFileSync(join(root, 'usr/lib/sysusers.d/agentd.conf'), 'utf8'), /^u agentd /m)
+
+  const { stdout } = await run(join(prefix, 'node_modules/.bin/node'), [join(prefix, 'dist/agent/main.js'), '--version'])
+  t.match(stdout, /^agentd \d/, 'the installed tree runs')
+})
+
+t.test('an existing config is kept; a custom prefix is written into the unit', { skip: built ? false : 'needs a build' }, async t => {
+  const root = tempDir(t)
+  mkdirSync(join(root, 'etc/agentd'), { recursive: true })
+  writeFileSync(join(root, 'etc/agentd/agentd.toml'), '[log]\nlevel = "debug"\n')
+  const res = await install(['--prefix=/usr/lib/agentd'], root)
+  t.equal(res.code, 0, res.stderr)
+  t.match(res.stdout, /keeping existing/)
+  t.equal(readFileSync(join(root, 'etc/agentd/agentd.toml'), 'utf8'), '[log]\nlevel = "debug"\n', 'operator config untouched')
+  t.match(readFileSync(join(root, 'etc/systemd/system/agentd.service'), 'utf8'), /^ExecStart=\/usr\/lib\/agentd\/bin\/agentd /m)
+})
+
+t.test('--dry-run changes nothing; bad arguments are refused', { skip: built ? false : 'needs a build' }, async t => {
+  const root = tempDir(t)
+  const res = await install(['--dry-run'], root)
+  t.equal(res.code, 0, res.stderr)
+  t.match(res.stdout, /would write: .*agentd\.service/)
+  t.same(readdirSync(root), [], 'nothing written')
+  t.equal((await install(['--prefix', 'relative/path'], root)).code, 2)
+  t.equal((await install(['--frobnicate'], root)).code, 2)
+})
+
+t.test('systemd-analyze verify accepts the installed unit and catches a broken one', async t => {
+  if (!built) return t.skip('needs a build: run npm run build first')
+  if (!await hasSystemdAnalyze()) return t.skip('systemd-analyze not installed (apt-get install systemd)')
+  const root = tempDir(t)
+  t.equal((await install([], root)).code, 0)
+  // verify --root resolves the unit's dependencies (sysinit.target, ...) inside the root.
+  mkdirSync(join(root, 'usr/lib/systemd'), { recursive: true })
+  cpSync('/usr/lib/systemd/system', join(root, 'usr/lib/systemd/system'), { recursive: true })
+  const unit = join(root, 'etc/systemd/system/agentd.service')
+  const verify = async (): Promise<{ code: number, stderr: string }> => {
+    try {
+      const { stderr } = await run('systemd-analyze', ['verify', `--root=${root}`, unit])
+      return { code: 0, stderr }
+    } catch (err) {
+      return { code: (err as { code: number }).code, stderr: (err as { stderr: string }).stderr }
+    }
+  }
+  const ok = await verify()
+  t.equal(ok.code, 0, ok.stderr)
+  t.equal(ok.stderr.trim(), '', 'no warnings either')
+
+  writeFileSync(unit, readFileSync(unit, 'utf8').replace('Type=notify', 'Type=notifyy'))
+  t.match((await verify()).stderr, /Failed to parse service type/, 'a typo is reported')
+  chmodSync(join(root, 'opt/agentd/bin/agentd'), 0o644)
+  t.not((await verify()).code, 0, 'a missing executable fails verification')
+})
