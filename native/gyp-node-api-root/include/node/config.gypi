@@ -1,0 +1,3 @@
+# Read by node-gyp when --nodedir is given; the Node-API-only build needs no
+# settings from Node's own build.
+{ 'variables': {} }
