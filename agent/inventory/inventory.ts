@@ -10,68 +10,9 @@ import { existsSync } from 'node:fs'
 import { promisify } from 'node:util'
 import si from 'systeminformation'
 import type { GpuOverrideConfig } from '../config/schema.ts'
+import type { GpuInventory, NodeInventory } from './schema.ts'
 
-export interface GpuDevice {
-  index: number
-  model: string
-  memoryBytes: number
-  /** "GPU-…" from the driver; "" when the driver does not report it. */
-  uuid: string
-  /** PCI bus id, e.g. "00000000:17:00.0". */
-  pciBus: string
-}
-
-export interface GpuInventory {
-  /** True when at least one GPU is known (detected or configured). */
-  detected: boolean
-  source: 'detected' | 'config'
-  /** Why no GPU was detected; absent when detected. */
-  reason?: string
-  devices: GpuDevice[]
-}
-
-export interface DiskInventory {
-  name: string
-  device: string
-  model: string
-  sizeBytes: number
-  nvme: boolean
-  rotational: boolean
-  /** Mount points of the disk and its partitions. */
-  mountPoints: string[]
-}
-
-export interface FilesystemInventory {
-  mountPoint: string
-  fsType: string
-  device: string
-  sizeBytes: number
-  availableBytes: number
-}
-
-export interface NetworkInterfaceInventory {
-  name: string
-  mac: string
-  ipv4: string[]
-  ipv6: string[]
-  mtu: number | null
-  speedMbps: number | null
-  /** Loopback, bridges, veth, docker: never announced to the mesh. */
-  virtual: boolean
-  up: boolean
-}
-
-export interface NodeInventory {
-  hostname: string
-  cpu: { model: string, cores: number, physicalCores: number, sockets: number }
-  memory: { totalBytes: number, availableBytes: number }
-  disks: DiskInventory[]
-  filesystems: FilesystemInventory[]
-  network: NetworkInterfaceInventory[]
-  gpus: GpuInventory
-  /** When this inventory was taken, ms since the epoch. */
-  probedAtMs: number
-}
+export type { NodeInventory } from './schema.ts'
 
 export interface InventoryOptions {
   hostname: string

@@ -1,8 +1,7 @@
 /** GET /v1/node: the node inventory. 503 when the inventory subsystem is not ok. */
 import type { FastifyInstance } from 'fastify'
-import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../errors.ts'
-import type { NodeInventory } from '../../inventory/inventory.ts'
+import { NodeInventorySchema, type NodeInventory } from '../../inventory/schema.ts'
 import { errorResponses } from '../schemas.ts'
 
 export interface InventorySource {
@@ -14,7 +13,7 @@ export function registerNodeRoutes (app: FastifyInstance, source: InventorySourc
   app.get('/v1/node', {
     schema: {
       summary: 'Node inventory: CPUs, memory, disks, filesystems, network interfaces, GPUs',
-      response: { 200: Type.Object({}, { additionalProperties: true }), ...errorResponses },
+      response: { 200: NodeInventorySchema, ...errorResponses },
     },
   }, async () => {
     const inventory = source.inventory()
