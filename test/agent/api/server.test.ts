@@ -31,7 +31,16 @@ t.test('GET /v1/node: 503 with a code while no inventory, 200 after', async t =>
   const missing = await a.inject({ url: '/v1/node' })
   t.equal(missing.statusCode, 503)
   t.equal(missing.json().error.code, 'ERR_UNAVAILABLE')
-  inventory = { hostname: 'n1', gpus: { detected: false, reason: 'none', devices: [] } }
+  inventory = {
+    hostname: 'n1',
+    cpu: { model: 'x', cores: 2, physicalCores: 2, sockets: 1 },
+    memory: { totalBytes: 1024, availableBytes: 512 },
+    disks: [],
+    filesystems: [],
+    network: [],
+    gpus: { detected: false, source: 'detected', reason: 'none', devices: [] },
+    probedAtMs: 1,
+  }
   t.same((await a.inject({ url: '/v1/node' })).json(), inventory)
 })
 
