@@ -39,6 +39,8 @@ export interface OpenFileOptions {
   write?: boolean
   /** Create when missing (implies write). Default false. */
   create?: boolean
+  /** Try O_DIRECT; false forces buffered I/O (configuration beats detection). Default true. */
+  directIo?: boolean
 }
 
 const defaultQueueDepth = 8
@@ -93,6 +95,7 @@ export function openDirectFile (binding: NativeBinding, path: string, options: O
     throw new AgentError('ERR_ARG_INVALID', `invalid file path ${JSON.stringify(path)}`)
   }
   const create = options.create ?? false
-  const file = callNative(() => binding.openFile(path, (options.write ?? false) || create, create))
+  const file = callNative(() => binding.openFile(path, (options.write ?? false) || create, create,
+    options.directIo ?? true))
   return new NativeDirectFile(path, file)
 }

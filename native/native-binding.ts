@@ -104,7 +104,7 @@ export interface NativeBinding {
   /** CRC-32C (unsigned). threads: 0 = the whole CPU pool. */
   checksumRegion (region: NativeRegion, offset: number, length: number, threads: number): Promise<number>
   checksumBuffer (bytes: Uint8Array): Promise<number>
-  openFile (path: string, writable: boolean, create: boolean): NativeFile
+  openFile (path: string, writable: boolean, create: boolean, tryDirect: boolean): NativeFile
   probeDirectIo (probePath: string): Omit<NativeFileInfo, 'path' | 'sizeBytes'>
   peerCredentials (fd: number): { pid: number, uid: number, gid: number }
   sendUnixDatagram (path: string, message: Uint8Array): void

@@ -80,12 +80,15 @@ void DetectAlignment(FileHandle& file) {
   file.alignmentSource = "blockSize";
 }
 
-std::shared_ptr<FileHandle> OpenFile(const std::string& path, bool writable, bool create) {
+// `tryDirect` false: buffered I/O by configuration.
+std::shared_ptr<FileHandle> OpenFile(const std::string& path, bool writable, bool create, bool tryDirect) {
   auto file = std::make_shared<FileHandle>();
   file->path = path;
   int flags = O_CLOEXEC | (writable ? O_RDWR : O_RDONLY) | (create ? O_CREAT : 0);
-  file->fd = open(path.c_str(), flags | O_DIRECT, 0644);
-  if (file->fd >= 0) {
+  if (!tryDirect) {
+    file->directReason = "O_DIRECT disabled by configuration; using buffered I/O with fdatasync";
+    file->fd = open(path.c_str(), flags, 0644);
+  } else if ((file->fd = open(path.c_str(), flags | O_DIRECT, 0644)) >= 0) {
     file->direct = true;
   } else if (errno == EINVAL) {
     file->directReason = "the filesystem does not support O_DIRECT (open returned EINVAL); "
@@ -347,12 +350,12 @@ class NativeFile : public Napi::ObjectWrap<NativeFile> {
   std::shared_ptr<FileHandle> file_;
 };
 
-// openFile(path, writable, create): NativeFile
+// openFile(path, writable, create, tryDirect): NativeFile
 Napi::Value OpenFileJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return GuardedCall(env, [&]() -> Napi::Value {
     std::string path = info[0].As<Napi::String>().Utf8Value();
-    return NativeFile::Wrap(env, OpenFile(path, info[1].ToBoolean(), info[2].ToBoolean()));
+    return NativeFile::Wrap(env, OpenFile(path, info[1].ToBoolean(), info[2].ToBoolean(), info[3].ToBoolean()));
   });
 }
 
@@ -362,7 +365,7 @@ Napi::Value ProbeDirectIoJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return GuardedCall(env, [&]() -> Napi::Value {
     std::string path = info[0].As<Napi::String>().Utf8Value();
-    std::shared_ptr<FileHandle> file = OpenFile(path, true, true);
+    std::shared_ptr<FileHandle> file = OpenFile(path, true, true, true);
     unlink(path.c_str());
     Napi::Object result = Describe(env, *file);
     result.Delete("path");
