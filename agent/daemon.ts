@@ -11,6 +11,8 @@ import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
 import { createApiServer } from './api/server.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
+import { AgentError } from './errors.ts'
+import { capabilities } from '../native/index.ts'
 
 export interface DaemonOptions {
   config: AgentConfig
@@ -42,6 +44,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
     dev,
     subsystems: runner.records(),
+    native: capabilities,
   })
 
   const specs: SubsystemSpec[] = [
@@ -51,6 +54,15 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       critical: true,
       async create () {
         nodeId = await loadOrCreateNodeId(config.node.stateDir)
+        return { stop: async () => {} }
+      },
+    },
+    {
+      // The addon moves bulk data for the StateManager and weights; without it they cannot run.
+      id: 'native',
+      requires: [],
+      async create () {
+        if (!capabilities.addon.loaded) throw new AgentError('ERR_NATIVE_UNAVAILABLE', capabilities.addon.error ?? 'native addon not loaded')
         return { stop: async () => {} }
       },
     },

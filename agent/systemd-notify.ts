@@ -4,12 +4,12 @@
  * sent. Node cannot send unix datagrams, so the native addon sends them.
  */
 import type { Logger } from 'pino'
+import { notifySystemd as sendNotification } from '../native/index.ts'
 
 export async function notifySystemd (message: string, logger: Logger): Promise<boolean> {
   if (process.env.NOTIFY_SOCKET === undefined) return false
   try {
-    const native = await import('../native/index.ts')
-    return native.notifySystemd(message)
+    return sendNotification(message)
   } catch (err) {
     logger.error({ err, message }, 'cannot notify systemd')
     return false

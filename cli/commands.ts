@@ -5,6 +5,7 @@
 import type { AgentClient } from '../agent/client/client.ts'
 import type { StatusBody } from '../agent/api/schemas.ts'
 import type { NodeInventory } from '../agent/inventory/inventory.ts'
+import type { Capabilities } from '../native/index.ts'
 import { agentVersion } from '../agent/version.ts'
 import { formatBytes, formatDuration, formatTable } from './table.ts'
 
@@ -55,6 +56,14 @@ export function renderStatus (status: StatusBody): string {
     `version  ${status.version}${status.dev ? '  (dev mode)' : ''}`,
     `uptime   ${formatDuration(status.uptimeS)}`,
   ]
+  const native = status.native as Capabilities | undefined
+  if (native !== undefined) {
+    head.push(native.addon.loaded
+      ? `native   cuda ${native.cuda.available ? `${native.cuda.devices.length} device(s)` : `unavailable (${native.cuda.reason ?? 'unknown'})`}, ` +
+        `memlock ${native.memlockLimitBytes === null || native.memlockLimitBytes === Infinity ? 'unlimited' : formatBytes(native.memlockLimitBytes)}, ` +
+        `crc32c ${native.crc32c ?? '-'}`
+      : `native   not loaded: ${native.addon.error ?? 'unknown'}`)
+  }
   const rows = status.subsystems.map(s => [s.id, s.state, s.startMs !== undefined ? `${s.startMs}ms` : '-', s.reason ?? ''])
   return `${head.join('\n')}\n\n${formatTable(['SUBSYSTEM', 'STATE', 'START', 'REASON'], rows)}`
 }

@@ -31,6 +31,7 @@ export const StatusSchema = Type.Object({
   uptimeS: Type.Number({ description: 'seconds since the agent started' }),
   dev: Type.Boolean({ description: 'true for a --dev agent' }),
   subsystems: Type.Array(SubsystemRecordSchema),
+  native: Type.Optional(Type.Unknown({ description: 'capabilities of the native addon: cuda, directIo, hugePages, memlockLimitBytes, ...' })),
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 
 export type StatusBody = Static<typeof StatusSchema>

@@ -9,11 +9,20 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import type { Logger } from 'pino'
 import type { Subsystem } from '../subsystems.ts'
+import type { PeerCredentials } from '../../native/index.ts'
 import { ErrorBodySchema } from './schemas.ts'
 import { createErrorHandler, notFoundHandler } from './error-mapping.ts'
 import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
+import { callerOf } from './caller.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
 import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The calling process (SO_PEERCRED); null when unknown. */
+    caller: PeerCredentials | null
+  }
+}
 
 export interface ApiServerOptions {
   /** Unix socket path (at most 107 bytes). */
@@ -79,6 +88,11 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
       openapi: '3.1.0',
       info: { title: 'agentd local API', version: options.version, description: 'HTTP/JSON on the agent\'s unix socket' },
     },
+  })
+  app.decorateRequest('caller', null)
+  app.addHook('onRequest', async request => {
+    request.caller = callerOf(request.raw.socket)
+    components.logger.debug({ method: request.method, url: request.url, callerPid: request.caller?.pid, callerUid: request.caller?.uid }, 'request')
   })
   app.setErrorHandler(createErrorHandler(components.logger))
   app.setNotFoundHandler(notFoundHandler)

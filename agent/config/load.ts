@@ -18,7 +18,7 @@ import {
 export const defaultConfigFile = '/etc/agentd/agentd.toml'
 
 /** Env variables with the AGENTD_ prefix that are not config keys. */
-export const nonConfigEnv = new Set(['AGENTD_CONFIG', 'AGENTD_SOCKET'])
+export const nonConfigEnv = new Set(['AGENTD_CONFIG', 'AGENTD_SOCKET', 'AGENTD_NATIVE_ADDON'])
 
 export interface ConfigIssue {
   /** Dotted key, e.g. "api.bodyLimitBytes". */

@@ -8,9 +8,23 @@ t.test('a dev agent starts, reports its subsystems and owns a 0660 socket', asyn
   const agent = await spawnAgent(t)
   const status = await agent.client.status()
   t.equal(status.dev, true)
-  t.same(status.subsystems.map(s => [s.id, s.state]), [['identity', 'ok'], ['inventory', 'ok'], ['api', 'ok']])
+  t.same(status.subsystems.map(s => [s.id, s.state]), [['identity', 'ok'], ['native', 'ok'], ['inventory', 'ok'], ['api', 'ok']])
   t.equal(lstatSync(agent.socketPath).mode & 0o777, 0o660)
   t.match(agent.output(), /"msg":"agentd ready"/, 'logs are pino JSON lines')
+})
+
+t.test('a missing native addon is a failed subsystem with the fix, not a crash', async t => {
+  const agent = await spawnAgent(t, { env: { AGENTD_NATIVE_ADDON: '/nonexistent/agentd_native.node' } })
+  const status = await agent.client.status()
+  t.match(status.subsystems.find(s => s.id === 'native'), { state: 'failed', reason: /not built .*npm run build:native/ })
+  t.ok(status.subsystems.filter(s => s.id !== 'native').every(s => s.state === 'ok'), 'everything else runs')
+})
+
+t.test('requests are attributed to the calling process (SO_PEERCRED)', async t => {
+  const dir = tempDir(t)
+  const agent = await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--log-level', 'debug'] })
+  await agent.client.status()
+  t.match(agent.output(), new RegExp(`"url":"/v1/status","callerPid":${process.pid},"callerUid":${process.getuid!()}`))
 })
 
 t.test('SIGTERM stops gracefully: exit 0, no socket left behind; the node id survives a restart', async t => {
