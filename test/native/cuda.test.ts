@@ -32,7 +32,7 @@ t.test('IPC handle formats', (t) => {
 t.test('without a usable GPU, device calls fail with the reason', { skip: capabilities.cuda.available && 'a GPU is present' }, (t) => {
   t.throws(() => openDeviceMemory({ device: 0, handle: handle64 }), {
     code: 'ERR_CUDA_UNAVAILABLE',
-    message: new RegExp(capabilities.cuda.reason!.split(':')[0]!),
+    message: new RegExp(capabilities.cuda.reason!.split(':')[0]!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')),
   })
   t.end()
 })
