@@ -47,11 +47,17 @@ write_file() { # write_file PATH MODE < content
 
 echo "installing agentd from $src into $root"
 run mkdir -p "$root" "$root/bin"
-for part in dist node_modules package.json README.md; do
+for part in dist node_modules package.json package-lock.json README.md; do
   [ -e "$src/$part" ] || continue
   run rm -rf "$root/$part"
   run cp -a "$src/$part" "$root/$part"
 done
+# Build-time packages (TypeScript, tap, node-gyp) are not needed to run.
+if command -v npm >/dev/null 2>&1; then
+  run npm prune --omit=dev --no-audit --no-fund --prefix "$root" --loglevel=error
+else
+  echo "npm not found: keeping development dependencies in $root/node_modules"
+fi
 if [ -d "$src/native/build" ]; then
   run mkdir -p "$root/native"
   run rm -rf "$root/native/build"
