@@ -69,6 +69,12 @@ export interface DeviceRange {
 export interface DeviceCopyOptions {
   /** Bytes per cudaMemcpyAsync. Default 64 MiB. */
   chunkBytes?: number
+  /**
+   * A 64-byte cudaIpcEventHandle_t the producer recorded after writing (PyTorch's
+   * `_share_cuda_()` event handle when event_sync_required is true); the agent's
+   * stream waits for it before copying.
+   */
+  waitEvent?: Uint8Array
 }
 
 /** Why CUDA cannot be used, or null when it can. */
@@ -108,8 +114,12 @@ async function copyDevice (binding: NativeBinding, unavailable: CudaUnavailableR
     throw new AgentError('ERR_ARG_INVALID', `device length ${device.length} differs from host length ${host.length}`)
   }
   const chunkBytes = checkBytes(options.chunkBytes ?? 64 * 2 ** 20, 'chunkBytes', 4096)
+  const { waitEvent } = options
+  if (waitEvent !== undefined && (!(waitEvent instanceof Uint8Array) || waitEvent.length !== 64)) {
+    throw new AgentError('ERR_ARG_INVALID', 'waitEvent must be a 64-byte cudaIpcEventHandle_t')
+  }
   await awaitNative(() => copy(toDevice, device.memory.mapping, device.offset, host.memory.region, host.offset,
-    host.length, chunkBytes))
+    host.length, chunkBytes, waitEvent))
 }
 
 /** Copies device bytes into a host range; settles after the agent's stream completed. */

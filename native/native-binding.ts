@@ -111,5 +111,6 @@ export interface NativeBinding {
   /** Present only in a build with CUDA. */
   cudaOpenIpcHandle?: (device: number, handle: Uint8Array) => NativeDeviceMapping
   cudaCopy?: (toDevice: boolean, mapping: NativeDeviceMapping, deviceOffset: number,
-    region: NativeRegion, regionOffset: number, length: number, chunkBytes: number) => Promise<void>
+    region: NativeRegion, regionOffset: number, length: number, chunkBytes: number,
+    waitEvent: Uint8Array | undefined) => Promise<void>
 }

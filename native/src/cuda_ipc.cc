@@ -248,8 +248,11 @@ class NativeDeviceMapping : public Napi::ObjectWrap<NativeDeviceMapping> {
 // boundary, on one agent-owned stream; settles after the stream completed.
 class DeviceCopyWorker final : public PromiseWorker {
  public:
+  // `waitEvent`: a cudaIpcEventHandle_t the producer recorded after its last
+  // write (PyTorch's event_sync_required); the copy waits for it. May be null.
   DeviceCopyWorker(Napi::Env env, bool toDevice, std::shared_ptr<DeviceMapping> mapping, size_t deviceOffset,
-                   std::shared_ptr<HostRegion> region, size_t regionOffset, size_t length, size_t chunkBytes)
+                   std::shared_ptr<HostRegion> region, size_t regionOffset, size_t length, size_t chunkBytes,
+                   const uint8_t* waitEvent)
       : PromiseWorker(env, toDevice ? "agentd:copyToDevice" : "agentd:copyFromDevice"),
         toDevice_(toDevice),
         mapping_(std::move(mapping)),
@@ -257,7 +260,9 @@ class DeviceCopyWorker final : public PromiseWorker {
         deviceOffset_(deviceOffset),
         regionOffset_(regionOffset),
         length_(length),
-        chunkBytes_(std::max<size_t>(1, chunkBytes)) {
+        chunkBytes_(std::max<size_t>(1, chunkBytes)),
+        hasWaitEvent_(waitEvent != nullptr) {
+    if (hasWaitEvent_) std::memcpy(&waitEvent_, waitEvent, sizeof waitEvent_);
     region_->Span(regionOffset, length);
     if (mapping_->bytes != 0 && (deviceOffset > mapping_->bytes || length > mapping_->bytes - deviceOffset)) {
       throw NativeError("ERR_OUT_OF_RANGE", "device range [" + std::to_string(deviceOffset) + ", +" +
@@ -270,9 +275,15 @@ class DeviceCopyWorker final : public PromiseWorker {
   void Run() override {
     int device = mapping_->key.first;
     CudaCheck(cudaSetDevice(device), "cudaSetDevice");
+    cudaEvent_t producerDone = nullptr;
+    if (hasWaitEvent_) CudaCheck(cudaIpcOpenEventHandle(&producerDone, waitEvent_), "cudaIpcOpenEventHandle");
     cudaStream_t stream = Streams().Acquire(device);
     cudaError_t failure = cudaSuccess;
     const char* failedCall = "";
+    if (producerDone != nullptr) {
+      failure = cudaStreamWaitEvent(stream, producerDone, 0);
+      failedCall = "cudaStreamWaitEvent";
+    }
     uint8_t* deviceBase = static_cast<uint8_t*>(mapping_->base) + deviceOffset_;
     for (size_t done = 0; done < length_ && failure == cudaSuccess;) {
       size_t hostOffset = regionOffset_ + done;
@@ -285,6 +296,7 @@ class DeviceCopyWorker final : public PromiseWorker {
     }
     cudaError_t synced = cudaStreamSynchronize(stream);  // also after a failed enqueue
     Streams().Release(device, stream);
+    if (producerDone != nullptr) cudaEventDestroy(producerDone);
     if (failure != cudaSuccess) throw CudaError(failure, failedCall);
     if (synced != cudaSuccess) throw CudaError(synced, "cudaStreamSynchronize");
   }
@@ -297,6 +309,8 @@ class DeviceCopyWorker final : public PromiseWorker {
   size_t regionOffset_;
   size_t length_;
   size_t chunkBytes_;
+  bool hasWaitEvent_;
+  cudaIpcEventHandle_t waitEvent_;
 };
 
 Napi::Object DescribeDevice(Napi::Env env, int index) {
@@ -331,14 +345,23 @@ Napi::Value OpenIpcHandleJs(const Napi::CallbackInfo& info) {
   });
 }
 
-// cudaCopy(toDevice, mapping, deviceOffset, region, regionOffset, length, chunkBytes): Promise<void>
+// cudaCopy(toDevice, mapping, deviceOffset, region, regionOffset, length, chunkBytes,
+//          waitEvent: 64-byte Uint8Array | undefined): Promise<void>
 Napi::Value CudaCopyJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return GuardedCall(env, [&]() -> Napi::Value {
+    const uint8_t* waitEvent = nullptr;
+    if (info[7].IsTypedArray()) {
+      Napi::Uint8Array event = info[7].As<Napi::Uint8Array>();
+      if (event.ByteLength() != sizeof(cudaIpcEventHandle_t)) {
+        throw NativeError("ERR_ARG_INVALID", "an IPC event handle must be 64 bytes");
+      }
+      waitEvent = event.Data();  // copied by the worker's constructor
+    }
     auto* worker = new DeviceCopyWorker(env, info[0].ToBoolean(), NativeDeviceMapping::From(info[1]),
                                         ToSize(info[2], "deviceOffset"), NativeRegion::From(info[3]),
                                         ToSize(info[4], "regionOffset"), ToSize(info[5], "length"),
-                                        ToSize(info[6], "chunkBytes"));
+                                        ToSize(info[6], "chunkBytes"), waitEvent);
     return worker->Start();
   });
 }

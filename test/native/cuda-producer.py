@@ -2,7 +2,7 @@
 
 Usage: python3 cuda-producer.py torch|raw SIZE
 Allocates SIZE bytes on device 0 filled with i % 251, prints one JSON line
-{handle (hex), offset, size}, then waits for a line on stdin and prints
+{handle (hex), offset, size, event (hex or null)}, then waits for a line on stdin and prints
 "ok" when the device bytes equal 255 - (i % 251) (what the test writes back),
 else "mismatch".
 """
@@ -20,9 +20,11 @@ if mode == "torch":
     torch.cuda.synchronize()
     storage = tensor.untyped_storage()
     shared = storage._share_cuda_()
-    # (device, handle, storage_size_bytes, storage_offset_bytes, ...)
+    # (device, handle, storage_size_bytes, storage_offset_bytes, ref_counter_handle,
+    #  ref_counter_offset, event_handle, event_sync_required)
     offset = shared[3] + tensor.storage_offset()
-    print(json.dumps({"handle": shared[1].hex(), "offset": offset, "size": size}), flush=True)
+    event = shared[6].hex() if shared[7] else None
+    print(json.dumps({"handle": shared[1].hex(), "offset": offset, "size": size, "event": event}), flush=True)
     sys.stdin.readline()
     expected = (255 - (torch.arange(size, device="cuda:0") % 251)).to(torch.uint8)
     print("ok" if torch.equal(tensor, expected) else "mismatch", flush=True)
@@ -45,7 +47,7 @@ else:
     assert cudart.cudaMemcpy(ptr, host, ctypes.c_size_t(size), 1) == 0  # HostToDevice
     handle = (ctypes.c_uint8 * 64)()
     assert cudart.cudaIpcGetMemHandle(handle, ptr) == 0
-    print(json.dumps({"handle": bytes(handle).hex(), "offset": 0, "size": size}), flush=True)
+    print(json.dumps({"handle": bytes(handle).hex(), "offset": 0, "size": size, "event": None}), flush=True)
     sys.stdin.readline()
     assert cudart.cudaMemcpy(host, ptr, ctypes.c_size_t(size), 2) == 0  # DeviceToHost
     ok = all(host[i] == 255 - (i % 251) for i in range(size))

@@ -49,7 +49,9 @@ async function roundTrip (t: Test, mode: 'torch' | 'raw'): Promise<void> {
     { stdio: ['pipe', 'pipe', 'inherit'] })
   t.teardown(() => producer.kill())
   const lines = createInterface({ input: producer.stdout })[Symbol.asyncIterator]()
-  const exported = JSON.parse((await lines.next()).value as string) as { handle: string, offset: number, size: number }
+  const exported = JSON.parse((await lines.next()).value as string) as
+    { handle: string, offset: number, size: number, event: string | null }
+  const waitEvent = exported.event === null ? undefined : Buffer.from(exported.event, 'hex')
   const handle = Buffer.from(exported.handle, 'hex')
   t.equal(handle.length, mode === 'torch' ? 66 : 64)
   const device = openDeviceMemory({ device: 0, handle })
@@ -59,7 +61,8 @@ async function roundTrip (t: Test, mode: 'torch' | 'raw'): Promise<void> {
   const pool = await createHostPool({ sizeBytes: 32 * 2 ** 20 })
   t.teardown(() => { device.close(); pool.close() })
   const extent = pool.allocate(size)
-  await copyDeviceToHost({ memory: device, offset: exported.offset, length: size }, pool.range(extent, 0, size), { chunkBytes: 2 ** 20 })
+  await copyDeviceToHost({ memory: device, offset: exported.offset, length: size }, pool.range(extent, 0, size),
+    { chunkBytes: 2 ** 20, waitEvent })
   const expected = Buffer.from(Array.from({ length: size }, (_, i) => i % 251))
   t.equal(await checksum(pool.range(extent, 0, size)), await checksumBytes(expected), 'device -> pool')
   const view = pool.view(extent)
