@@ -11,7 +11,7 @@ import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient } from '../agent/client/client.ts'
-import { commands } from './commands.ts'
+import { commands } from './commands/index.ts'
 
 const stateDir = resolve('.agentd-dev')
 const socketPath = `${stateDir}/agentd.sock`
@@ -53,7 +53,7 @@ for (;;) {
   }
 }
 if (!exited) {
-  const status = await commands.status!.run(client, { signal: AbortSignal.timeout(5000) })
+  const status = await commands.status!.run({ client, values: {}, positionals: [], json: false, signal: AbortSignal.timeout(5000) })
   process.stdout.write(`agentd ${agent.pid} is running in dev mode (ready in ${Math.round(performance.now() - began)} ms)\n` +
     `state and logs in ${stateDir}\n\n$ agentctl --socket ${socketPath} status\n${status.human}\n\n` +
     `Try: npx agentctl --socket ${socketPath} node\n     curl -s --unix-socket ${socketPath} http://agent/v1/status\n` +

@@ -1,0 +1,14 @@
+/**
+ * Every agentctl command, by its words ("status", "sim reward", "inspect
+ * residency"). Adding a command = one module in this folder + one line here.
+ */
+import type { Command } from '../command.ts'
+import { nodeCommand } from './node.ts'
+import { statusCommand } from './status.ts'
+import { versionCommand } from './version.ts'
+
+export const commands: Record<string, Command> = {
+  status: statusCommand,
+  node: nodeCommand,
+  version: versionCommand,
+}

@@ -1,0 +1,30 @@
+/** agentctl status: node, version, uptime, native capabilities and every subsystem. */
+import type { StatusBody } from '../../agent/api/schemas.ts'
+import type { Capabilities } from '../../native/index.ts'
+import type { Command } from '../command.ts'
+import { formatBytes, formatDuration, formatTable } from '../table.ts'
+
+export const statusCommand: Command = {
+  summary: 'agent status: node, version, uptime and every subsystem (ok / skipped / failed)',
+  async run ({ client, signal }) {
+    const status = await client.status({ signal })
+    return { json: status, human: renderStatus(status) }
+  },
+}
+
+export function renderStatus (status: StatusBody): string {
+  const head = [
+    `node     ${status.node.name} (${status.node.id})`,
+    `version  ${status.version}${status.dev ? '  (dev mode)' : ''}`,
+    `uptime   ${formatDuration(status.uptimeS)}`,
+  ]
+  const native = status.native as Capabilities | undefined
+  if (native !== undefined) {
+    const memlock = native.memlockLimitBytes === null || native.memlockLimitBytes === Infinity ? 'unlimited' : formatBytes(native.memlockLimitBytes)
+    head.push(native.addon.loaded
+      ? `native   cuda ${native.cuda.available ? `${native.cuda.devices.length} device(s)` : `unavailable (${native.cuda.reason ?? 'unknown'})`}, memlock ${memlock}, crc32c ${native.crc32c ?? '-'}`
+      : `native   not loaded: ${native.addon.error ?? 'unknown'}`)
+  }
+  const rows = status.subsystems.map(s => [s.id, s.state, s.startMs !== undefined ? `${s.startMs}ms` : '-', s.reason ?? ''])
+  return `${head.join('\n')}\n\n${formatTable(['SUBSYSTEM', 'STATE', 'START', 'REASON'], rows)}`
+}

@@ -1,0 +1,18 @@
+/** agentctl version: versions of agentctl and of the agent at the socket (exit 0 even when none answers). */
+import { agentVersion } from '../../agent/version.ts'
+import type { Command } from '../command.ts'
+
+export const versionCommand: Command = {
+  summary: 'versions of agentctl and of the agent answering at the socket',
+  async run ({ client, signal }) {
+    let agent: string | null = null
+    let agentError = ''
+    try {
+      agent = (await client.status({ signal })).version
+    } catch (err) {
+      agentError = (err as Error).message
+    }
+    const human = `agentctl ${agentVersion}\nagentd   ${agent ?? `unknown (${agentError})`}`
+    return { json: { agentctl: agentVersion, agentd: agent }, human }
+  },
+}
