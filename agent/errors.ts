@@ -30,6 +30,14 @@ export const errorStatus = {
   ERR_CUDA: 500,
   ERR_IO: 500,
   ERR_SYSTEM: 500,
+  // StateManager (agent/state/)
+  ERR_KEY_INVALID: 400,
+  ERR_KEY_NOT_FOUND: 404,
+  ERR_SIZE_MISMATCH: 400,
+  ERR_SOURCE_NOT_FOUND: 404,
+  ERR_TIER_FULL: 507,
+  ERR_QUOTA_EXCEEDED: 507,
+  ERR_DATA_CORRUPT: 500,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus
