@@ -7,6 +7,7 @@
 
 #include "addon_data.h"
 #include "capabilities.h"
+#include "checksum.h"
 #include "cuda_runtime.h"
 #include "direct_file.h"
 #include "host_copy.h"

@@ -1,9 +1,10 @@
 // CRC-32C over region ranges and JavaScript buffers, on native threads.
+#include "checksum.h"
+
 #include <vector>
 
 #include "addon_data.h"
 #include "crc32c.h"
-#include "host_copy.h"
 #include "host_region.h"
 #include "promise_worker.h"
 #include "task_pool.h"

@@ -4,7 +4,7 @@
 
 namespace agentd {
 
+// copyHost: host-to-host bulk copies between regions (host_copy.cc).
 void RegisterHostCopy(Napi::Env env, Napi::Object exports);
-void RegisterChecksum(Napi::Env env, Napi::Object exports);
 
 }  // namespace agentd
