@@ -1,6 +1,7 @@
 /**
- * Finds the command named by argv and parses its flags. Command words come
- * first among the positionals ("sim reward --trace F"); global flags may
+ * Finds the command named by argv and parses its flags. Command words (one to
+ * three, the longest known name wins) come first among the positionals
+ * ("sim reward --trace F", "sim trace reward --tasks 6"); global flags may
  * stand anywhere. Throws UsageError with a hint on anything it cannot parse.
  */
 import { parseArgs } from 'node:util'
@@ -42,9 +43,10 @@ export function dispatch (argv: string[], commands: Record<string, Command>): Di
   const loose = parseArgs({ args: argv, options: globalOptions, strict: false, allowPositionals: true })
   const words = loose.positionals
   if (words.length === 0) return undefined
-  const name = [words.slice(0, 2).join(' '), words[0]!].find(n => commands[n] !== undefined)
+  const candidates = [words.slice(0, 3).join(' '), words.slice(0, 2).join(' '), words[0]!]
+  const name = candidates.find(n => commands[n] !== undefined)
   if (name === undefined) {
-    const hint = closestName(words.slice(0, 2).join(' '), Object.keys(commands)) ?? closestName(words[0]!, Object.keys(commands))
+    const hint = candidates.map(n => closestName(n, Object.keys(commands))).find(h => h !== undefined)
     throw new UsageError(`unknown command "${words[0]}"${hint !== undefined ? `; did you mean "${hint}"?` : ''}`)
   }
   const command = commands[name]!

@@ -11,6 +11,7 @@ const commands: Record<string, Command> = {
     options: { trace: { type: 'string' }, policy: { type: 'string' } },
     run: noop,
   },
+  'sim trace reward': { summary: 'reward trace', options: { tasks: { type: 'string' } }, run: noop },
   'inspect residency': { summary: 'residency', options: { prefix: { type: 'string' } }, maxPositionals: 1, run: noop },
 }
 
@@ -20,6 +21,11 @@ t.test('one- and two-word commands with their flags; global flags anywhere', asy
   t.match(sim, { name: 'sim reward', socket: '/s.sock', json: true, values: { trace: 'f.json' } })
   t.same(dispatch(['inspect', 'residency', 'job1', '--prefix', 'p'], commands)?.positionals, ['job1'])
   t.equal(dispatch([], commands), undefined, 'no command: usage')
+})
+
+t.test('three-word commands: the longest known name wins', async t => {
+  t.match(dispatch(['sim', 'trace', 'reward', '--tasks', '6'], commands), { name: 'sim trace reward', values: { tasks: '6' }, positionals: [] })
+  t.throws(() => dispatch(['sim', 'trace', 'rewrd'], commands), /did you mean "sim trace reward"\?/)
 })
 
 t.test('usage errors carry hints', async t => {
