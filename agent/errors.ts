@@ -38,6 +38,9 @@ export const errorStatus = {
   ERR_TIER_FULL: 507,
   ERR_QUOTA_EXCEEDED: 507,
   ERR_DATA_CORRUPT: 500,
+  // device lock (agent/state/device-lock.ts)
+  ERR_LOCK_TIMEOUT: 423,
+  ERR_LOCK_NOT_HELD: 409,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus
