@@ -41,6 +41,8 @@ export const errorStatus = {
   // device lock (agent/state/device-lock.ts)
   ERR_LOCK_TIMEOUT: 423,
   ERR_LOCK_NOT_HELD: 409,
+  // simulators (mesh/sim/)
+  ERR_TRACE_INVALID: 400,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus
