@@ -4,9 +4,10 @@
  * back on every later start, so a node keeps its id across restarts.
  */
 import { randomUUID } from 'node:crypto'
-import { mkdir, open, readFile, rename } from 'node:fs/promises'
+import { mkdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AgentError } from './errors.ts'
+import { writeFileDurably } from './durable-file.ts'
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -23,14 +24,6 @@ export async function loadOrCreateNodeId (stateDir: string): Promise<string> {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
   }
   const id = randomUUID()
-  const tmp = `${file}.${process.pid}.tmp`
-  const handle = await open(tmp, 'w', 0o640)
-  try {
-    await handle.writeFile(`${id}\n`)
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
-  await rename(tmp, file)
+  await writeFileDurably(file, `${id}\n`, 0o640)
   return id
 }
