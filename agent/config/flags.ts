@@ -13,6 +13,13 @@ const keyFlags = {
   'node-name': ['node', 'name'],
   socket: ['api', 'socketPath'],
   'log-level': ['log', 'level'],
+  'cluster-key': ['mesh', 'clusterKeyFile'],
+} as const
+
+/** Repeatable flags whose values together replace one list-valued config key. */
+const listFlags = {
+  join: ['mesh', 'join'],
+  'mesh-listen': ['mesh', 'listen'],
 } as const
 
 const options = {
@@ -22,6 +29,9 @@ const options = {
   'node-name': { type: 'string' },
   socket: { type: 'string' },
   'log-level': { type: 'string' },
+  'cluster-key': { type: 'string' },
+  join: { type: 'string', multiple: true },
+  'mesh-listen': { type: 'string', multiple: true },
   set: { type: 'string', multiple: true },
   'print-config': { type: 'boolean' },
   'config-reference': { type: 'boolean' },
@@ -38,6 +48,9 @@ export const agentdUsage = `usage: agentd [--config FILE] [--dev --state-dir DIR
   --node-name NAME    node.name
   --socket PATH       api.socketPath
   --log-level LEVEL   log.level
+  --join MULTIADDR    mesh.join: a seed agent to join, e.g. /ip4/10.0.0.5/tcp/7460 (repeatable)
+  --mesh-listen MA    mesh.listen: a TCP multiaddr the mesh listens on (repeatable)
+  --cluster-key FILE  mesh.clusterKeyFile: the cluster's pre-shared key (agentctl keygen)
   --set KEY=VALUE     any config key, e.g. --set api.bodyLimitBytes=2097152 (repeatable)
   --print-config      print the effective configuration as JSON and exit
   --config-reference  print the reference of every config key (Markdown) and exit
@@ -73,6 +86,10 @@ export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): Agentd
   for (const [flag, path] of Object.entries(keyFlags)) {
     const value = values[flag]
     if (typeof value === 'string') assignments.push({ path: [...path], value, origin: `flag --${flag}` })
+  }
+  for (const [flag, path] of Object.entries(listFlags)) {
+    const value = values[flag]
+    if (Array.isArray(value)) assignments.push({ path: [...path], value, origin: `flag --${flag}` })
   }
   for (const expr of (values.set as string[] | undefined) ?? []) assignments.push(setFlagAssignment(expr))
 
