@@ -1,0 +1,78 @@
+/** /v1/state/*: thin adapters over the StateManager (validation by schema, errors by code). */
+import type { FastifyInstance } from 'fastify'
+import { Type, type Static } from '@sinclair/typebox'
+import type { StateManager } from '../../state/state-manager.ts'
+import { errorResponses } from '../schemas.ts'
+
+const uint = Type.Integer({ minimum: 0 })
+export const MemorySpecSchema = Type.Union([
+  Type.Object({ kind: Type.Literal('shm'), name: Type.String({ minLength: 1, maxLength: 255 }), offset: uint }, { additionalProperties: false }),
+  Type.Object({
+    kind: Type.Literal('cuda-ipc'),
+    device: uint,
+    handle: Type.String({ description: 'base64 of the 64-byte cudaIpcMemHandle_t or PyTorch\'s 66-byte form', maxLength: 128 }),
+    offset: uint,
+    event: Type.Optional(Type.String({ description: 'base64 cudaIpcEventHandle_t the producer recorded after writing', maxLength: 128 })),
+  }, { additionalProperties: false }),
+])
+const KeyText = Type.String({ minLength: 1, maxLength: 1024, description: 'canonical state key' })
+const OffloadBody = Type.Object({
+  tensors: Type.Array(Type.Object({ key: KeyText, source: MemorySpecSchema, verify: Type.Optional(Type.Boolean()) }, { additionalProperties: false }), { minItems: 1, maxItems: 65536 }),
+  durability: Type.Optional(Type.Union([Type.Literal('memory'), Type.Literal('nvme')])),
+}, { additionalProperties: false })
+const OnloadBody = Type.Object({
+  tensors: Type.Array(Type.Object({ key: KeyText, target: MemorySpecSchema }, { additionalProperties: false }), { minItems: 1, maxItems: 65536 }),
+}, { additionalProperties: false })
+const Selector = Type.Object({
+  keys: Type.Optional(Type.Array(KeyText, { maxItems: 65536 })),
+  prefix: Type.Optional(Type.String({ maxLength: 1024 })),
+}, { additionalProperties: false })
+const PrefetchBody = Type.Intersect([Selector, Type.Object({ tier: Type.Optional(Type.Literal('host')) })])
+const HintsBody = Type.Object({
+  next: Type.Array(Type.Object({ prefix: Type.String({ maxLength: 1024 }), inMs: uint }, { additionalProperties: false }), { maxItems: 4096 }),
+}, { additionalProperties: false })
+const Tier = Type.Union([Type.Literal('host'), Type.Literal('nvme')])
+const TierUsage = Type.Object({ capacityBytes: uint, usedBytes: uint })
+export const ResidencySchema = Type.Object({
+  tiers: Type.Object({ device: TierUsage, host: TierUsage, nvme: TierUsage }),
+  logicalBytes: uint,
+  storedBytes: uint,
+  namespaces: Type.Array(Type.Object({ namespace: Type.String(), keys: uint, logicalBytes: uint, storedBytes: uint, quotaBytes: Type.Union([uint, Type.Null()]) })),
+  hostPool: Type.Object({ freeBytes: uint, largestFreeBytes: uint, fragmentation: Type.Number() }),
+  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint }),
+  keys: Type.Array(Type.Object({ key: Type.String(), bytes: uint, tier: Tier, replicas: uint, lastUseMs: uint, durable: Type.Boolean() })),
+})
+
+export function registerStateRoutes (app: FastifyInstance, state: StateManager): void {
+  app.post<{ Body: Static<typeof OffloadBody> }>('/v1/state/offload', {
+    schema: {
+      summary: 'Copy tensors from client memory into the agent; answers after every copy (and, with durability "nvme", the fsync) is complete',
+      body: OffloadBody,
+      response: { 200: Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), tier: Tier, deduplicated: Type.Boolean(), durable: Type.Boolean(), verified: Type.Optional(Type.Boolean()) })) }), ...errorResponses },
+    },
+  }, async request => ({ results: await state.offload(request.body.tensors, request.body.durability) }))
+
+  app.post<{ Body: Static<typeof OnloadBody> }>('/v1/state/onload', {
+    schema: {
+      summary: 'Copy stored tensors into client memory; answers after the bytes are there',
+      body: OnloadBody,
+      response: { 200: Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), fromTier: Tier })) }), ...errorResponses },
+    },
+  }, async request => ({ results: await state.onload(request.body.tensors) }))
+
+  app.post<{ Body: Static<typeof PrefetchBody> }>('/v1/state/prefetch', {
+    schema: { summary: 'Promote NVMe keys to host in the background (returns at once)', body: PrefetchBody, response: { 200: Type.Object({ scheduled: uint }), ...errorResponses } },
+  }, async request => ({ scheduled: state.prefetch(request.body) }))
+
+  app.post<{ Body: Static<typeof Selector> }>('/v1/state/drop', {
+    schema: { summary: 'Remove keys from every tier', body: Selector, response: { 200: Type.Object({ dropped: uint }), ...errorResponses } },
+  }, async request => ({ dropped: await state.drop(request.body) }))
+
+  app.post<{ Body: Static<typeof HintsBody> }>('/v1/state/hints', {
+    schema: { summary: 'Scheduler hints: what is needed next and when (drives spilling and prefetch); replaces earlier hints', body: HintsBody, response: { 200: Type.Object({ ok: Type.Literal(true) }), ...errorResponses } },
+  }, async request => { state.setHints(request.body.next); return { ok: true as const } })
+
+  app.get<{ Querystring: { prefix?: string } }>('/v1/state/residency', {
+    schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) }), response: { 200: ResidencySchema, ...errorResponses } },
+  }, async request => state.residency(request.query.prefix))
+}

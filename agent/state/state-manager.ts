@@ -1,0 +1,520 @@
+/**
+ * The StateManager (PlexRL §4.5, §5.3): tensors offloaded by clients live in
+ * the pinned host pool or on NVMe, indexed by canonical keys so replicas are
+ * stored once.
+ *
+ * Contracts:
+ * - offload/onload resolve only when every copy is complete (synchronous
+ *   client semantics); `durability: "nvme"` also waits for NVMe + fsync.
+ * - A batch either completes or changes nothing: everything is validated and
+ *   host space reserved before the first copy, and a failure rolls back what
+ *   the batch created.
+ * - The first writer of a key stores it; a writer arriving while that copy is
+ *   in flight waits for it and is counted as a replica (no second copy).
+ * - The host pool spills to NVMe in the background above the high watermark
+ *   (victims by scheduler hints, then LRU); an offload that finds the pool
+ *   full waits for just enough spilling. ERR_TIER_FULL only when host and
+ *   NVMe are both full.
+ * - NVMe keys survive a restart (journal); host-only keys do not, and
+ *   `residency()` says which is which (`durable`).
+ * All bookkeeping runs on the event loop; bytes move on native threads.
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import { checksum, createHostPool, type Extent, type HostPool, type HostRange } from '../../native/index.ts'
+import { parseKey, type StateKey } from './keys.ts'
+import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
+import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
+import { nextUseOf, spillOrder, type UseHint } from './spill-order.ts'
+
+export type { MemorySpec } from './client-memory.ts'
+
+export interface StateManagerOptions {
+  /** Bytes of the pinned host pool. */
+  hostPoolBytes: number
+  /** mlock the pool (needs RLIMIT_MEMLOCK; systemd LimitMEMLOCK=infinity). */
+  lockHostPool: boolean
+  /** Directory of the NVMe tier. */
+  nvmeDir: string
+  /** Bytes the NVMe tier may hold. */
+  nvmeCapacityBytes: number
+  /** Use O_DIRECT on the NVMe tier where the filesystem supports it. */
+  directIo: boolean
+  /** Fraction of the pool above which background spilling starts (0..1). */
+  spillHighWatermark: number
+  /** Fraction of the pool background spilling brings usage down to (0..1). */
+  spillLowWatermark: number
+  /** Byte quota per namespace (exact namespace match); absent = unlimited. */
+  namespaceQuotaBytes: Record<string, number>
+  /** Hinted keys needed within this many ms are prefetched to host. */
+  prefetchHorizonMs: number
+}
+
+export interface StateManagerComponents {
+  logger: Logger
+  /** Clock, ms since the epoch (tests pass their own). Default Date.now. */
+  now?: () => number
+}
+
+export type StoredTier = 'host' | 'nvme'
+
+export interface OffloadItem { key: string, source: MemorySpec, verify?: boolean }
+export interface OffloadResult {
+  key: string
+  tier: StoredTier
+  deduplicated: boolean
+  /** On NVMe (survives a restart). */
+  durable: boolean
+  /** With `verify`: whether this replica's bytes matched the stored copy. */
+  verified?: boolean
+}
+export interface OnloadItem { key: string, target: MemorySpec }
+export interface OnloadResult { key: string, fromTier: StoredTier }
+export interface KeySelector { keys?: string[], prefix?: string }
+
+export interface ResidencyKey {
+  key: string
+  bytes: number
+  tier: StoredTier
+  replicas: number
+  lastUseMs: number
+  durable: boolean
+}
+
+export interface Residency {
+  tiers: Record<'device' | 'host' | 'nvme', { capacityBytes: number, usedBytes: number }>
+  logicalBytes: number
+  storedBytes: number
+  namespaces: Array<{ namespace: string, keys: number, logicalBytes: number, storedBytes: number, quotaBytes: number | null }>
+  hostPool: { freeBytes: number, largestFreeBytes: number, fragmentation: number }
+  counters: StateCounters
+  keys: ResidencyKey[]
+}
+
+/** Totals since start. */
+export interface StateCounters {
+  /** Client → pool copies actually performed (first writers). */
+  offloadCopies: number
+  /** Offloads answered by an existing or in-flight copy. */
+  deduplicated: number
+  /** Keys moved host → NVMe by spilling. */
+  spilled: number
+  /** Keys read NVMe → host (onload, prefetch). */
+  promoted: number
+  /** Pool → client copies (onload). */
+  onloadCopies: number
+}
+
+export interface StateManager {
+  start(): Promise<void>
+  stop(): Promise<void>
+  offload(items: OffloadItem[], durability?: 'memory' | 'nvme'): Promise<OffloadResult[]>
+  onload(items: OnloadItem[]): Promise<OnloadResult[]>
+  /** Promotes NVMe-only keys to host in the background; returns how many were scheduled. */
+  prefetch(selector: KeySelector): number
+  /** Removes keys from every tier; returns how many. */
+  drop(selector: KeySelector): Promise<number>
+  /** Scheduler hints: keys under each prefix are needed in `inMs`. Replaces earlier hints. */
+  setHints(hints: Array<{ prefix: string, inMs: number }>): void
+  residency(prefix?: string): Residency
+  /** What NVMe recovery found at start. */
+  recovery(): NvmeRecovery | undefined
+}
+
+interface Entry {
+  key: StateKey
+  host: Extent | undefined
+  onNvme: boolean
+  replicas: number
+  lastUseMs: number
+  checksum: number
+  /** Operations reading the entry's host extent; spill/drop wait for 0. */
+  pins: number
+  unpinned: Array<() => void>
+}
+
+export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
+  const { logger } = components
+  const now = components.now ?? Date.now
+  const entries = new Map<string, Entry>()
+  /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
+  const inflight = new Map<string, Promise<boolean>>()
+  let pool: HostPool | undefined
+  let nvme: NvmeTier | undefined
+  let recovered: NvmeRecovery | undefined
+  let hints: UseHint[] = []
+  let spilling: Promise<void> | undefined
+  const background = new Set<Promise<unknown>>()
+  const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0 }
+
+  const hostPool = (): HostPool => {
+    if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
+    return pool
+  }
+  /** The key's bytes in its host extent (extents are rounded up to the pool alignment). */
+  const keyRange = (extent: Extent, k: StateKey): HostRange => hostPool().range(extent, 0, k.bytes)
+  const hostUsed = (): number => hostPool().sizeBytes - hostPool().fragmentation().freeBytes
+  const track = <T>(p: Promise<T>): void => {
+    const tracked = p.then(() => {}, err => logger.error({ err }, 'background state operation failed'))
+    background.add(tracked)
+    void tracked.finally(() => background.delete(tracked))
+  }
+
+  function pin (entry: Entry): () => void {
+    entry.pins++
+    return () => {
+      if (--entry.pins === 0) for (const wake of entry.unpinned.splice(0)) wake()
+    }
+  }
+  const whenUnpinned = (entry: Entry): Promise<void> =>
+    entry.pins === 0 ? Promise.resolve() : new Promise(resolve => entry.unpinned.push(resolve))
+
+  /** Allocates host space, spilling victims if needed; ERR_TIER_FULL when nothing can be spilled. */
+  async function allocateHost (bytes: number, keep: ReadonlySet<string>): Promise<Extent> {
+    for (;;) {
+      try {
+        return hostPool().allocate(bytes)
+      } catch (err) {
+        if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
+      }
+      const freed = await spill(bytes, keep)
+      if (freed === 0) {
+        throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: the host pool is full and nothing more can spill to NVMe ` +
+          `(NVMe ${nvme!.usedBytes()} of ${nvme!.capacityBytes} bytes used)`)
+      }
+    }
+  }
+
+  /**
+   * Moves host-resident keys to NVMe until `wantBytes` are freed (or the pool
+   * is under the low watermark when wantBytes is 0). Returns bytes freed.
+   */
+  async function spill (wantBytes: number, keep: ReadonlySet<string> = new Set()): Promise<number> {
+    const candidates = [...entries.values()]
+      .filter(e => e.host !== undefined && e.pins === 0 && !keep.has(e.key.text))
+      .map(e => ({ entry: e, key: e.key.text, lastUseMs: e.lastUseMs, nextUseMs: nextUseOf(e.key.text, hints) }))
+    const target = wantBytes > 0 ? wantBytes : hostUsed() - options.spillLowWatermark * hostPool().sizeBytes
+    let freed = 0
+    for (const { entry } of spillOrder(candidates)) {
+      if (freed >= target) break
+      if (entry.host === undefined || entry.pins > 0 || entries.get(entry.key.text) !== entry) continue
+      const unpin = pin(entry)
+      try {
+        if (!entry.onNvme) {
+          await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), entry.checksum)
+          entry.onNvme = true
+        }
+      } catch (err) {
+        if ((err as AgentError).code === 'ERR_TIER_FULL') break
+        throw err
+      } finally {
+        unpin()
+      }
+      await whenUnpinned(entry)
+      if (entry.host !== undefined && entries.get(entry.key.text) === entry) {
+        hostPool().free(entry.host)
+        entry.host = undefined
+        freed += entry.key.bytes
+        counters.spilled++
+      }
+    }
+    if (freed > 0) logger.debug({ freedBytes: freed }, 'spilled to NVMe')
+    return freed
+  }
+
+  /** Starts background spilling when the pool is above the high watermark. */
+  function maybeSpill (): void {
+    if (spilling !== undefined || pool === undefined) return
+    if (hostUsed() <= options.spillHighWatermark * hostPool().sizeBytes) return
+    spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
+    track(spilling)
+  }
+
+  /** Reads an NVMe-only key into a new host extent (verifying its checksum) and keeps it resident. */
+  async function promote (entry: Entry, keep: ReadonlySet<string>): Promise<void> {
+    if (entry.host !== undefined) return
+    const extent = await allocateHost(entry.key.bytes, keep)
+    const range = keyRange(extent, entry.key)
+    try {
+      await nvme!.read(entry.key.text, range)
+      const sum = await checksum(range)
+      if (sum !== entry.checksum) {
+        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum.toString(16)}`)
+      }
+    } catch (err) {
+      hostPool().free(extent)
+      throw err
+    }
+    if (entry.host !== undefined || entries.get(entry.key.text) !== entry) {
+      hostPool().free(extent) // promoted concurrently, or dropped meanwhile
+      return
+    }
+    entry.host = extent
+    counters.promoted++
+  }
+
+  function parseItems<T extends { key: string }> (items: T[], what: string): StateKey[] {
+    if (!Array.isArray(items) || items.length === 0) throw new AgentError('ERR_BAD_REQUEST', `${what}: tensors must be a non-empty array`)
+    return items.map((item, i) => {
+      try {
+        return parseKey(item.key)
+      } catch (err) {
+        throw new AgentError('ERR_KEY_INVALID', `tensors[${i}].key: ${(err as Error).message}`, { cause: err })
+      }
+    })
+  }
+
+  function checkQuotas (newKeys: StateKey[]): void {
+    const adding = new Map<string, number>()
+    for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? 0) + k.bytes)
+    for (const [namespace, bytes] of adding) {
+      const quota = options.namespaceQuotaBytes[namespace]
+      if (quota === undefined) continue
+      let stored = 0
+      for (const e of entries.values()) if (e.key.namespace === namespace) stored += e.key.bytes
+      if (stored + bytes > quota) {
+        throw new AgentError('ERR_QUOTA_EXCEEDED', `namespace ${namespace} would hold ${stored + bytes} bytes, over its quota of ${quota}`)
+      }
+    }
+  }
+
+  async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
+    const keys = parseItems(items, 'offload')
+    if (durability !== 'memory' && durability !== 'nvme') throw new AgentError('ERR_BAD_REQUEST', `durability must be "memory" or "nvme", got ${JSON.stringify(durability)}`)
+    const scope = createClientMemoryScope()
+    // Everything below until the first await runs in one tick: the plan cannot race another batch.
+    const writers = new Map<string, PromiseWithResolvers<boolean>>()
+    const extents = new Map<string, Extent>()
+    const created: Entry[] = []
+    const counted: Entry[] = []
+    try {
+      const sources = keys.map((k, i) => scope.open(items[i]!.source, k.bytes, `tensors[${i}].source`))
+      const toWrite = keys.filter((k, i) => keys.findIndex(o => o.text === k.text) === i && !entries.has(k.text) && !inflight.has(k.text))
+      checkQuotas(toWrite)
+      for (const k of toWrite) {
+        const done = Promise.withResolvers<boolean>()
+        writers.set(k.text, done)
+        inflight.set(k.text, done.promise)
+      }
+      const keep = new Set(keys.map(k => k.text))
+      for (const k of toWrite) extents.set(k.text, await allocateHost(k.bytes, keep))
+
+      const results: OffloadResult[] = []
+      for (let i = 0; i < keys.length; i++) {
+        const k = keys[i]!
+        const extent = extents.get(k.text)
+        if (extent !== undefined && !entries.has(k.text)) {
+          const range = keyRange(extent, k)
+          await sources[i]!.readInto(range)
+          counters.offloadCopies++
+          const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: await checksum(range), pins: 0, unpinned: [] }
+          entries.set(k.text, entry)
+          extents.delete(k.text)
+          created.push(entry)
+          writers.get(k.text)!.resolve(true)
+          inflight.delete(k.text)
+          results.push({ key: k.text, tier: 'host', deduplicated: false, durable: false })
+          continue
+        }
+        const before = counters.offloadCopies
+        const entry = await awaitStored(k, sources[i]!, keep)
+        entry.replicas++
+        const copied = counters.offloadCopies !== before && entry.replicas === 1
+        entry.lastUseMs = now()
+        counted.push(entry)
+        if (!copied) counters.deduplicated++
+        const result: OffloadResult = { key: k.text, tier: entry.host !== undefined ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
+        if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
+        results.push(result)
+      }
+      if (durability === 'nvme') {
+        for (const r of results) {
+          const entry = entries.get(r.key)!
+          await persist(entry)
+          r.durable = true
+        }
+      }
+      return results
+    } catch (err) {
+      for (const [key, done] of writers) { if (inflight.get(key) === done.promise) inflight.delete(key); done.resolve(false) }
+      for (const extent of extents.values()) hostPool().free(extent)
+      for (const entry of counted) entry.replicas--
+      for (const entry of created) if (--entry.replicas === 0) await remove(entry)
+      throw err
+    } finally {
+      scope.close()
+      maybeSpill()
+    }
+  }
+
+  /** Waits for a key another batch is writing; if that write failed, stores it from `source`. */
+  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<Entry> {
+    for (;;) {
+      const existing = entries.get(k.text)
+      if (existing !== undefined) return existing
+      const pending = inflight.get(k.text)
+      if (pending !== undefined) { await pending; continue }
+      const done = Promise.withResolvers<boolean>()
+      inflight.set(k.text, done.promise)
+      try {
+        const extent = await allocateHost(k.bytes, keep)
+        const range = keyRange(extent, k)
+        await source.readInto(range)
+        counters.offloadCopies++
+        const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 0, lastUseMs: now(), checksum: await checksum(range), pins: 0, unpinned: [] }
+        entries.set(k.text, entry)
+        done.resolve(true)
+        return entry
+      } catch (err) {
+        done.resolve(false)
+        throw err
+      } finally {
+        inflight.delete(k.text)
+      }
+    }
+  }
+
+  async function verifyReplica (entry: Entry, source: ClientMemory): Promise<boolean> {
+    const sum = await source.checksum(async () => {
+      const extent = await allocateHost(entry.key.bytes, new Set([entry.key.text]))
+      return { range: keyRange(extent, entry.key), release: () => hostPool().free(extent) }
+    })
+    if (sum !== entry.checksum) logger.warn({ key: entry.key.text }, 'replica bytes differ from the stored copy')
+    return sum === entry.checksum
+  }
+
+  async function persist (entry: Entry): Promise<void> {
+    if (entry.onNvme) return
+    if (entry.host === undefined) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
+    const unpin = pin(entry)
+    try {
+      await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), entry.checksum)
+      entry.onNvme = true
+    } finally {
+      unpin()
+    }
+  }
+
+  async function remove (entry: Entry): Promise<void> {
+    if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
+    await whenUnpinned(entry)
+    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined }
+    if (entry.onNvme) { await nvme!.remove(entry.key.text); entry.onNvme = false }
+  }
+
+  async function onload (items: OnloadItem[]): Promise<OnloadResult[]> {
+    const keys = parseItems(items, 'onload')
+    for (const k of keys) {
+      const pending = inflight.get(k.text)
+      if (pending !== undefined) await pending
+    }
+    const missing = keys.findIndex(k => !entries.has(k.text))
+    if (missing >= 0) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${missing}].key: ${keys[missing]!.text} is not stored on this node`)
+    const scope = createClientMemoryScope()
+    const unpins: Array<() => void> = []
+    try {
+      const targets = keys.map((k, i) => scope.open(items[i]!.target, k.bytes, `tensors[${i}].target`))
+      const batch = keys.map(k => entries.get(k.text)!)
+      for (const entry of batch) unpins.push(pin(entry))
+      const keep = new Set(keys.map(k => k.text))
+      const results: OnloadResult[] = []
+      for (let i = 0; i < batch.length; i++) {
+        const entry = batch[i]!
+        const fromTier: StoredTier = entry.host !== undefined ? 'host' : 'nvme'
+        if (entry.host === undefined) await promote(entry, keep)
+        await targets[i]!.writeFrom(keyRange(entry.host!, entry.key))
+        counters.onloadCopies++
+        entry.lastUseMs = now()
+        results.push({ key: entry.key.text, fromTier })
+      }
+      return results
+    } finally {
+      for (const unpin of unpins) unpin()
+      scope.close()
+      maybeSpill()
+    }
+  }
+
+  function select (selector: KeySelector): Entry[] {
+    if (selector.keys !== undefined) {
+      return selector.keys.map(k => parseKey(k).text).map(k => entries.get(k)).filter((e): e is Entry => e !== undefined)
+    }
+    if (typeof selector.prefix === 'string') return [...entries.values()].filter(e => e.key.text.startsWith(selector.prefix!))
+    throw new AgentError('ERR_BAD_REQUEST', 'give "keys" (a list of keys) or "prefix"')
+  }
+
+  function prefetch (selector: KeySelector): number {
+    const cold = select(selector).filter(e => e.host === undefined)
+    for (const entry of cold) {
+      const unpin = pin(entry)
+      track(promote(entry, new Set()).finally(unpin))
+    }
+    return cold.length
+  }
+
+  function residency (prefix = ''): Residency {
+    const p = hostPool()
+    const frag = p.fragmentation()
+    const keys: ResidencyKey[] = []
+    const namespaces = new Map<string, { keys: number, logicalBytes: number, storedBytes: number }>()
+    let logicalBytes = 0
+    let storedBytes = 0
+    for (const e of entries.values()) {
+      if (!e.key.text.startsWith(prefix)) continue
+      const ns = namespaces.get(e.key.namespace) ?? { keys: 0, logicalBytes: 0, storedBytes: 0 }
+      ns.keys++
+      ns.logicalBytes += e.key.bytes * Math.max(1, e.replicas)
+      ns.storedBytes += e.key.bytes
+      namespaces.set(e.key.namespace, ns)
+      logicalBytes += e.key.bytes * Math.max(1, e.replicas)
+      storedBytes += e.key.bytes
+      keys.push({ key: e.key.text, bytes: e.key.bytes, tier: e.host !== undefined ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme })
+    }
+    keys.sort((a, b) => a.key < b.key ? -1 : 1)
+    return {
+      tiers: {
+        device: { capacityBytes: 0, usedBytes: 0 },
+        host: { capacityBytes: p.sizeBytes, usedBytes: p.sizeBytes - frag.freeBytes },
+        nvme: { capacityBytes: nvme!.capacityBytes, usedBytes: nvme!.usedBytes() },
+      },
+      logicalBytes,
+      storedBytes,
+      namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: options.namespaceQuotaBytes[namespace] ?? null })),
+      hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
+      counters: { ...counters },
+      keys,
+    }
+  }
+
+  return {
+    async start () {
+      pool = await createHostPool({ sizeBytes: options.hostPoolBytes, lock: options.lockHostPool })
+      nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
+      recovered = await nvme.open()
+      for (const obj of nvme.objects()) {
+        entries.set(obj.key, { key: parseKey(obj.key), host: undefined, onNvme: true, replicas: 1, lastUseMs: now(), checksum: obj.checksum, pins: 0, unpinned: [] })
+      }
+      logger.info({ hostPoolBytes: options.hostPoolBytes, nvmeDir: options.nvmeDir, ...recovered }, 'state manager ready')
+    },
+    async stop () {
+      await Promise.allSettled([...background])
+      await nvme?.close()
+      pool?.close()
+    },
+    offload,
+    onload,
+    prefetch,
+    async drop (selector) {
+      const victims = select(selector)
+      for (const entry of victims) await remove(entry)
+      return victims.length
+    },
+    setHints (list) {
+      const at = now()
+      hints = list.map(h => ({ prefix: h.prefix, atMs: at + h.inMs }))
+      for (const h of list) if (h.inMs <= options.prefetchHorizonMs) prefetch({ prefix: h.prefix })
+    },
+    residency,
+    recovery: () => recovered,
+  }
+}

@@ -1,0 +1,176 @@
+// The StateManager against real shared-memory objects, a real pool and real NVMe files.
+import t, { type Test } from 'tap'
+import { readFileSync, writeFileSync, readdirSync, appendFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { pino } from 'pino'
+import { createStateManager, type StateManager, type StateManagerOptions } from '../../../agent/state/state-manager.ts'
+import { diskDir, makeShm, patternBytes } from '../../native/helpers.ts'
+
+const MiB = 2 ** 20
+const logger = pino({ level: 'silent' })
+
+async function manager (t: Test, overrides: Partial<StateManagerOptions> = {}, dir = diskDir(t)): Promise<StateManager> {
+  const sm = createStateManager({
+    hostPoolBytes: 16 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
+    spillHighWatermark: 0.9, spillLowWatermark: 0.5, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000, ...overrides,
+  }, { logger })
+  await sm.start()
+  t.teardown(() => sm.stop())
+  return sm
+}
+
+/** A key of `bytes` bytes (u8, 1-D) in namespace `ns`. */
+const key = (ns: string, name: string, bytes: number, version = 1): string => `${ns}/${name}:param@[0]/[${bytes}]:u8#v${version}`
+const shmBytes = (name: string): Buffer => readFileSync(`/dev/shm/${name}`)
+
+t.test('offload then onload round-trips the bytes; residency accounts for them', async t => {
+  const sm = await manager(t)
+  const data = patternBytes(3 * MiB + 123, 1)
+  const src = makeShm(t, data)
+  const k = key('job1/actor', 'w', data.length)
+  t.same(await sm.offload([{ key: k, source: { kind: 'shm', name: src, offset: 0 } }]), [{ key: k, tier: 'host', deduplicated: false, durable: false }])
+  const dst = makeShm(t, data.length + 4096)
+  t.same(await sm.onload([{ key: k, target: { kind: 'shm', name: dst, offset: 4096 } }]), [{ key: k, fromTier: 'host' }])
+  t.ok(shmBytes(dst).subarray(4096).equals(data), 'bytes identical')
+  const r = sm.residency()
+  t.match(r, { logicalBytes: data.length, storedBytes: data.length, keys: [{ key: k, bytes: data.length, tier: 'host', replicas: 1, durable: false }] })
+  t.ok(r.tiers.host.usedBytes >= data.length)
+  t.equal(r.counters.offloadCopies, 1)
+})
+
+t.test('four concurrent replicas of the same keys: stored once, one copy performed', async t => {
+  const sm = await manager(t)
+  const keys = Array.from({ length: 8 }, (_, i) => key('job2/actor', `layer${i}`, MiB))
+  const data = keys.map((_, i) => patternBytes(MiB, 100 + i))
+  const replicas = Array.from({ length: 4 }, () => {
+    const shm = makeShm(t, Buffer.concat(data))
+    return keys.map((k, i) => ({ key: k, source: { kind: 'shm' as const, name: shm, offset: i * MiB } }))
+  })
+  const results = await Promise.all(replicas.map(items => sm.offload(items)))
+  const firstWrites = results.flat().filter(r => !r.deduplicated)
+  t.equal(firstWrites.length, keys.length, 'each key written by exactly one replica')
+  const r = sm.residency()
+  t.equal(r.counters.offloadCopies, keys.length, 'one copy per key')
+  t.equal(r.counters.deduplicated, 3 * keys.length)
+  t.equal(r.storedBytes, keys.length * MiB)
+  t.equal(r.logicalBytes, 4 * keys.length * MiB, 'logical counts every replica')
+  t.ok(r.keys.every(k => k.replicas === 4))
+  const dst = makeShm(t, MiB)
+  await sm.onload([{ key: keys[5]!, target: { kind: 'shm', name: dst, offset: 0 } }])
+  t.ok(shmBytes(dst).equals(data[5]!))
+})
+
+t.test('verify reports a replica whose bytes differ', async t => {
+  const sm = await manager(t)
+  const k = key('job3/a', 'w', 64 * 1024)
+  const good = makeShm(t, patternBytes(64 * 1024, 5))
+  const bad = makeShm(t, patternBytes(64 * 1024, 6))
+  await sm.offload([{ key: k, source: { kind: 'shm', name: good, offset: 0 } }])
+  const [same] = await sm.offload([{ key: k, source: { kind: 'shm', name: good, offset: 0 }, verify: true }])
+  const [differs] = await sm.offload([{ key: k, source: { kind: 'shm', name: bad, offset: 0 }, verify: true }])
+  t.match(same, { deduplicated: true, verified: true })
+  t.match(differs, { deduplicated: true, verified: false })
+})
+
+t.test('under pressure the pool spills to NVMe and everything restores correctly', async t => {
+  const sm = await manager(t, { hostPoolBytes: 8 * MiB })
+  const n = 24
+  const data = Array.from({ length: n }, (_, i) => patternBytes(MiB, 1000 + i))
+  const keys = data.map((_, i) => key('job4/opt', `s${i}`, MiB))
+  for (let i = 0; i < n; i++) {
+    const shm = makeShm(t, data[i]!)
+    await sm.offload([{ key: keys[i]!, source: { kind: 'shm', name: shm, offset: 0 } }])
+  }
+  const r = sm.residency()
+  t.ok(r.keys.filter(k => k.tier === 'nvme').length >= n - 8, 'most keys spilled')
+  t.ok(r.counters.spilled >= n - 8)
+  t.ok(r.tiers.host.usedBytes <= 8 * MiB)
+  for (let i = n - 1; i >= 0; i--) {
+    const dst = makeShm(t, MiB)
+    await sm.onload([{ key: keys[i]!, target: { kind: 'shm', name: dst, offset: 0 } }])
+    if (!shmBytes(dst).equals(data[i]!)) t.fail(`key ${i} restored wrong`)
+  }
+  t.ok(sm.residency().counters.promoted > 0, 'restores read through the pool')
+  t.pass('all restored byte-exact')
+})
+
+t.test('durability nvme survives a restart; host-only keys do not', async t => {
+  const dir = diskDir(t)
+  const data = patternBytes(2 * MiB + 7, 9)
+  const durable = key('job5/a', 'durable', data.length)
+  const volatile = key('job5/a', 'volatile', data.length)
+  const src = makeShm(t, data)
+  const first = createStateManager({ hostPoolBytes: 16 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.5, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger })
+  await first.start()
+  t.match(await first.offload([{ key: durable, source: { kind: 'shm', name: src, offset: 0 } }], 'nvme'), [{ durable: true }])
+  await first.offload([{ key: volatile, source: { kind: 'shm', name: src, offset: 0 } }])
+  await first.stop()
+
+  const second = await manager(t, {}, dir)
+  t.same(second.recovery(), { recovered: 1, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+  t.match(second.residency().keys, [{ key: durable, tier: 'nvme', durable: true }])
+  const dst = makeShm(t, data.length)
+  t.same(await second.onload([{ key: durable, target: { kind: 'shm', name: dst, offset: 0 } }]), [{ key: durable, fromTier: 'nvme' }])
+  t.ok(shmBytes(dst).equals(data))
+  await t.rejects(second.onload([{ key: volatile, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_KEY_NOT_FOUND' })
+})
+
+t.test('recovery: orphan objects removed, torn journal tail ignored, corrupted object detected', async t => {
+  const dir = diskDir(t)
+  const a = await manager(t, {}, dir)
+  const data = patternBytes(MiB, 77)
+  const src = makeShm(t, data)
+  const k = key('job6/a', 'w', MiB)
+  await a.offload([{ key: k, source: { kind: 'shm', name: src, offset: 0 } }], 'nvme')
+  await a.stop()
+  const objects = join(dir, 'nvme', 'objects')
+  writeFileSync(join(objects, 'deadbeef'), 'half-written object of a crashed put')
+  appendFileSync(join(dir, 'nvme', 'journal.log'), '0badc0de {"op":"put","key":"torn')
+  const [object] = readdirSync(objects).filter(f => f !== 'deadbeef')
+  const bytes = readFileSync(join(objects, object!))
+  bytes[1000] = bytes[1000]! ^ 0xff
+  writeFileSync(join(objects, object!), bytes)
+
+  const b = await manager(t, {}, dir)
+  t.same(b.recovery(), { recovered: 1, dropped: 0, orphansRemoved: 1, tornLines: 1 })
+  const dst = makeShm(t, MiB)
+  await t.rejects(b.onload([{ key: k, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_DATA_CORRUPT' }, 'a bit flip on disk is caught by the checksum')
+})
+
+t.test('bad requests fail with their code and leave no partial state', async t => {
+  const sm = await manager(t, { hostPoolBytes: 4 * MiB, nvmeCapacityBytes: 4 * MiB, namespaceQuotaBytes: { 'job7/q': MiB } })
+  const src = makeShm(t, patternBytes(MiB, 3))
+  const ok = { key: key('job7/a', 'ok', MiB), source: { kind: 'shm' as const, name: src, offset: 0 } }
+  const before = JSON.stringify(sm.residency())
+  await t.rejects(sm.offload([ok, { key: 'nope', source: ok.source }]), { code: 'ERR_KEY_INVALID', message: /tensors\[1\]\.key/ })
+  await t.rejects(sm.offload([ok, { key: key('job7/a', 'x', MiB), source: { kind: 'shm', name: 'agentd-no-such-shm', offset: 0 } }]), { code: 'ERR_SOURCE_NOT_FOUND' })
+  await t.rejects(sm.offload([ok, { key: key('job7/a', 'big', 2 * MiB), source: ok.source }]), { code: 'ERR_SIZE_MISMATCH', message: /exceed shared-memory object/ })
+  await t.rejects(sm.offload([{ key: key('job7/a', 'off', MiB), source: { ...ok.source, offset: 1 } }]), { code: 'ERR_SIZE_MISMATCH' })
+  await t.rejects(sm.offload([{ key: key('job7/q', 'w', 2 * MiB), source: { kind: 'shm', name: makeShm(t, 2 * MiB), offset: 0 } }]), { code: 'ERR_QUOTA_EXCEEDED' })
+  await t.rejects(sm.offload([{ key: key('job7/a', 'gpu', 16), source: { kind: 'cuda-ipc', device: 0, handle: Buffer.alloc(64).toString('base64'), offset: 0 } }]), { code: 'ERR_CUDA_UNAVAILABLE' })
+  t.equal(JSON.stringify(sm.residency()), before, 'nothing changed')
+
+  const big = makeShm(t, 9 * MiB)
+  const tooMuch = Array.from({ length: 9 }, (_, i) => ({ key: key('job7/full', `k${i}`, MiB), source: { kind: 'shm' as const, name: big, offset: i * MiB } }))
+  await t.rejects(sm.offload(tooMuch), { code: 'ERR_TIER_FULL' }, 'host and NVMe both full')
+  const after = sm.residency()
+  t.equal(after.keys.length, 0, 'the failed batch left no key behind')
+  t.equal(after.tiers.host.usedBytes, 0, 'and no host extent')
+  t.equal(after.tiers.nvme.usedBytes, 0, 'and nothing on NVMe')
+  await t.rejects(sm.onload([{ key: key('job7/a', 'missing', 16), target: ok.source }]), { code: 'ERR_KEY_NOT_FOUND' })
+})
+
+t.test('drop, prefetch and hints', async t => {
+  const sm = await manager(t, { hostPoolBytes: 4 * MiB, spillLowWatermark: 0 })
+  const keys = Array.from({ length: 6 }, (_, i) => key(`job8/${i < 3 ? 'a' : 'b'}`, `k${i}`, MiB))
+  for (const [i, k] of keys.entries()) await sm.offload([{ key: k, source: { kind: 'shm', name: makeShm(t, patternBytes(MiB, i)), offset: 0 } }])
+  const cold = sm.residency().keys.filter(k => k.tier === 'nvme')
+  t.ok(cold.length >= 2, 'some keys spilled')
+  t.equal(sm.prefetch({ keys: [cold[0]!.key] }), 1)
+  for (let i = 0; i < 100 && sm.residency().keys.find(k => k.key === cold[0]!.key)!.tier !== 'host'; i++) await new Promise(resolve => setTimeout(resolve, 10))
+  t.equal(sm.residency().keys.find(k => k.key === cold[0]!.key)!.tier, 'host', 'prefetched into host')
+  t.equal(await sm.drop({ prefix: 'job8/a/' }), 3)
+  t.same(sm.residency().keys.map(k => k.key).sort(), keys.slice(3).sort())
+  t.equal(await sm.drop({ keys: [keys[3]!] }), 1)
+  t.throws(() => sm.prefetch({}), { code: 'ERR_BAD_REQUEST' })
+})
