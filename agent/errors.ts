@@ -43,6 +43,7 @@ export const errorStatus = {
   ERR_LOCK_NOT_HELD: 409,
   // simulators (mesh/sim/)
   ERR_TRACE_INVALID: 400,
+  ERR_WORKFLOW_INVALID: 400,
   // mesh (mesh/)
   ERR_CLUSTER_KEY_INVALID: 400,
   ERR_MESH_ADDRESS: 400,
