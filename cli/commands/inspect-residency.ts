@@ -1,0 +1,58 @@
+/**
+ * agentctl inspect residency: where every key lives. Per-tier and
+ * per-namespace totals, the dedup ratio (logical / stored), pool
+ * fragmentation and the key list; --watch redraws every second until Ctrl-C.
+ */
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Residency } from '../../agent/state/state-manager.ts'
+import { UsageError, type Command, type CommandContext } from '../command.ts'
+import { formatBytes, formatTable } from '../table.ts'
+
+const tiers = ['device', 'host', 'nvme'] as const
+
+export const inspectResidencyCommand: Command = {
+  summary: 'where each state key lives: tier totals, namespaces, dedup ratio, pool fragmentation, keys',
+  usage: '[--prefix P] [--tier host|nvme] [--watch]',
+  options: { prefix: { type: 'string' }, tier: { type: 'string' }, watch: { type: 'boolean' } },
+  async run (context) {
+    const tier = context.values.tier as string | undefined
+    if (tier !== undefined && tier !== 'host' && tier !== 'nvme') throw new UsageError(`--tier must be host or nvme, got "${tier}"`)
+    if (context.values.watch === true && !context.json) {
+      for (;;) {
+        const text = renderResidency(await fetchResidency(context, tier))
+        process.stdout.write(`\x1b[2J\x1b[H${text}\n`)
+        try { await sleep(1000, undefined, { signal: context.signal }) } catch { return { json: null, human: '' } }
+      }
+    }
+    const residency = await fetchResidency(context, tier)
+    return { json: residency, human: renderResidency(residency) }
+  },
+}
+
+async function fetchResidency ({ client, values, signal }: CommandContext, tier: string | undefined): Promise<Residency> {
+  const prefix = values.prefix as string | undefined
+  const query = prefix !== undefined ? `?prefix=${encodeURIComponent(prefix)}` : ''
+  const residency = await client.call<Residency>('GET', `/v1/state/residency${query}`, undefined, { signal })
+  return tier === undefined ? residency : { ...residency, keys: residency.keys.filter(k => k.tier === tier) }
+}
+
+export function renderResidency (r: Residency): string {
+  const ratio = r.storedBytes > 0 ? (r.logicalBytes / r.storedBytes).toFixed(2) : '-'
+  const tierRows = tiers.map(t => {
+    const { capacityBytes, usedBytes } = r.tiers[t]
+    return [t, formatBytes(usedBytes), formatBytes(capacityBytes), capacityBytes > 0 ? `${(100 * usedBytes / capacityBytes).toFixed(1)}%` : '-']
+  })
+  const nsRows = r.namespaces.map(n => [n.namespace, String(n.keys), formatBytes(n.logicalBytes), formatBytes(n.storedBytes), n.quotaBytes !== null ? formatBytes(n.quotaBytes) : '-'])
+  const keyRows = r.keys.map(k => [k.key, formatBytes(k.bytes), k.tier, String(k.replicas), k.durable ? 'yes' : 'no'])
+  return [
+    formatTable(['TIER', 'USED', 'CAPACITY', 'USE'], tierRows),
+    '',
+    `logical ${formatBytes(r.logicalBytes)}, stored ${formatBytes(r.storedBytes)}, dedup ratio ${ratio}; ` +
+      `host pool ${formatBytes(r.hostPool.freeBytes)} free, largest free extent ${formatBytes(r.hostPool.largestFreeBytes)}, fragmentation ${(100 * r.hostPool.fragmentation).toFixed(1)}%`,
+    `copies ${r.counters.offloadCopies} in / ${r.counters.onloadCopies} out, deduplicated ${r.counters.deduplicated}, spilled ${r.counters.spilled}, promoted ${r.counters.promoted}`,
+    '',
+    nsRows.length > 0 ? formatTable(['NAMESPACE', 'KEYS', 'LOGICAL', 'STORED', 'QUOTA'], nsRows) : 'no namespaces',
+    '',
+    keyRows.length > 0 ? formatTable(['KEY', 'BYTES', 'TIER', 'REPLICAS', 'DURABLE'], keyRows) : 'no keys',
+  ].join('\n')
+}
