@@ -7,6 +7,8 @@
  * Later subsystems add their section here and to `configSchema` below.
  */
 import { Type, type Static } from '@sinclair/typebox'
+import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
+import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -155,7 +157,9 @@ export const configSchema = Type.Object({
   api: ApiSection,
   log: LogSection,
   inventory: InventorySection,
+  locks: LocksSection,
   mesh: MeshSection,
+  state: StateSection,
   shutdown: ShutdownSection,
 }, { additionalProperties: false })
 
@@ -170,6 +174,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024 },
     log: { level: 'info' },
     inventory: {},
+    locks: { ...defaultLocksConfig },
     mesh: {
       enabled: true,
       listen: ['/ip4/0.0.0.0/tcp/7460'],
@@ -190,6 +195,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       maxConnections: 1024,
       maxRecordBytes: 64 * 1024,
     },
+    state: defaultStateConfig('/var/lib/agentd'),
     shutdown: { graceMs: 10_000 },
   }
 }
@@ -207,6 +213,7 @@ export function devConfig (hostname: string, stateDir: string): AgentConfig {
     node: { ...base.node, stateDir },
     api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '' },
     mesh: { ...base.mesh, listen: ['/ip4/127.0.0.1/tcp/0'], clusterKeyFile: '' },
+    state: devStateConfig(stateDir),
     shutdown: { graceMs: 5_000 },
   }
 }
