@@ -16,6 +16,7 @@ import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
 import { callerOf } from './caller.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
 import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
+import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -40,6 +41,8 @@ export interface ApiServerComponents {
   logger: Logger
   status: StatusSource
   inventory: InventorySource
+  /** The device lock; without it the lock routes answer ERR_UNAVAILABLE. */
+  locks?: DeviceLockSource
 }
 
 export interface ApiServer extends Subsystem {
@@ -99,6 +102,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
 
   registerStatusRoutes(app, components.status)
   registerNodeRoutes(app, components.inventory)
+  registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

@@ -4,10 +4,11 @@
  * back as AgentError with the daemon's code and message; an agent that does
  * not answer gives ERR_AGENT_UNREACHABLE with what to check.
  */
-import { request } from 'node:http'
+import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
+import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
 
@@ -20,7 +21,27 @@ export interface AgentClientOptions {
 
 export interface RequestOptions {
   signal?: AbortSignal
+  /** Socket idle timeout of this request, ms; 0 = none (requests that wait, like a lock acquire). Default: the client's timeoutMs. */
+  idleTimeoutMs?: number
 }
+
+export interface AcquireGpuOptions {
+  /** Explicit holder name shared by several processes. Default: this process ("pid:<pid>"). */
+  holder?: string
+  /** Give up after this many ms with ERR_LOCK_TIMEOUT; 0 = only if free now. Default: wait until granted. */
+  timeoutMs?: number
+  /** Aborting a waiting acquire takes it out of the queue. */
+  signal?: AbortSignal
+}
+
+export interface GpuLockHolderOptions {
+  /** Default: this process ("pid:<pid>"). */
+  holder?: string
+  signal?: AbortSignal
+}
+
+/** What GET /v1/locks/gpu/:n/events delivers: first the GPU's `state`, then the holder's events. */
+export type GpuLockStreamEvent = ({ type: 'state' } & GpuLockState) | DeviceLockEvent
 
 export interface AgentClient {
   readonly socketPath: string
@@ -28,6 +49,17 @@ export interface AgentClient {
   node(options?: RequestOptions): Promise<NodeInventory>
   health(options?: RequestOptions): Promise<{ ok: true }>
   openapi(options?: RequestOptions): Promise<Record<string, unknown>>
+  /** Waits until the GPU's device lock is granted (FIFO, re-entrant); see AcquireGpuOptions. */
+  acquireGpu(gpu: number, options?: AcquireGpuOptions): Promise<AcquireGpuResult>
+  /** Releases one level; depth 0 = released. ERR_LOCK_NOT_HELD when the holder does not hold it. */
+  releaseGpu(gpu: number, options?: GpuLockHolderOptions): Promise<ReleaseGpuResult>
+  /** Every GPU's device lock. */
+  locks(options?: RequestOptions): Promise<LocksBody>
+  /**
+   * The holder's events for one GPU, until the signal aborts, the loop breaks
+   * or the agent closes the stream. On a `waiter` event: offload and release.
+   */
+  gpuLockEvents(gpu: number, options?: GpuLockHolderOptions): AsyncIterable<GpuLockStreamEvent>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -39,11 +71,12 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
   function call<T> (method: string, path: string, body?: unknown, requestOptions: RequestOptions = {}): Promise<T> {
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
     return new Promise<T>((resolve, reject) => {
+      const idleTimeoutMs = requestOptions.idleTimeoutMs ?? timeoutMs
       const req = request({
         socketPath,
         method,
         path,
-        timeout: timeoutMs,
+        timeout: idleTimeoutMs,
         headers: payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': payload.length },
         ...(requestOptions.signal !== undefined ? { signal: requestOptions.signal } : {}),
       }, res => {
@@ -63,11 +96,67 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
           else reject(errorFromBody(parsed, res.statusCode ?? 0))
         })
       })
-      req.on('timeout', () => req.destroy(new AgentError('ERR_AGENT_UNREACHABLE', `agent at ${socketPath} did not answer within ${timeoutMs} ms`)))
-      req.on('error', err => reject(err instanceof AgentError ? err : unreachable(socketPath, err as NodeJS.ErrnoException)))
+      req.on('timeout', () => req.destroy(new AgentError('ERR_AGENT_UNREACHABLE', `agent at ${socketPath} did not answer within ${idleTimeoutMs} ms`)))
+      // An abort by the caller rejects with the signal's AbortError, not as an unreachable agent.
+      req.on('error', err => reject(err instanceof AgentError || requestOptions.signal?.aborted === true ? err : unreachable(socketPath, err as NodeJS.ErrnoException)))
       req.end(payload)
     })
   }
+
+  /** Opens a server-sent events stream (no idle timeout): the response once the agent answers 200. */
+  function openEventStream (path: string, signal: AbortSignal | undefined): Promise<IncomingMessage> {
+    return new Promise<IncomingMessage>((resolve, reject) => {
+      const req = request({ socketPath, method: 'GET', path, headers: { accept: 'text/event-stream' }, ...(signal !== undefined ? { signal } : {}) }, res => {
+        if (res.statusCode === 200) {
+          resolve(res)
+          return
+        }
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        res.on('error', reject)
+        res.on('end', () => {
+          let parsed: unknown
+          try {
+            parsed = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+          } catch {
+            parsed = undefined
+          }
+          reject(errorFromBody(parsed, res.statusCode ?? 0))
+        })
+      })
+      req.on('error', err => reject(err instanceof AgentError || signal?.aborted === true ? err : unreachable(socketPath, err as NodeJS.ErrnoException)))
+      req.end()
+    })
+  }
+
+  async function * gpuLockEvents (gpu: number, options: GpuLockHolderOptions = {}): AsyncGenerator<GpuLockStreamEvent> {
+    const query = options.holder !== undefined ? `?holder=${encodeURIComponent(options.holder)}` : ''
+    let res: IncomingMessage
+    try {
+      res = await openEventStream(`/v1/locks/gpu/${gpu}/events${query}`, options.signal)
+    } catch (err) {
+      if (options.signal?.aborted === true) return
+      throw err
+    }
+    res.setEncoding('utf8')
+    let buffer = ''
+    try {
+      for await (const chunk of res as AsyncIterable<string>) {
+        buffer += chunk
+        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+          const event = parseServerSentEvent(buffer.slice(0, end))
+          buffer = buffer.slice(end + 2)
+          if (event !== undefined) yield event
+        }
+      }
+    } catch (err) {
+      if (options.signal?.aborted !== true) throw err
+    } finally {
+      res.destroy()
+    }
+  }
+
+  const holderBody = (options: { holder?: string }): { holder?: string } => options.holder !== undefined ? { holder: options.holder } : {}
 
   return {
     socketPath,
@@ -76,7 +165,27 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     node: o => call('GET', '/v1/node', undefined, o),
     health: o => call('GET', '/healthz', undefined, o),
     openapi: o => call('GET', '/v1/openapi.json', undefined, o),
+    acquireGpu: (gpu, o = {}) => call('POST', `/v1/locks/gpu/${gpu}/acquire`,
+      { ...holderBody(o), ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) },
+      // The agent answers when granted, which may take any time: no idle timeout.
+      { idleTimeoutMs: 0, ...(o.signal !== undefined ? { signal: o.signal } : {}) }),
+    releaseGpu: (gpu, o = {}) => call('POST', `/v1/locks/gpu/${gpu}/release`, holderBody(o), o.signal !== undefined ? { signal: o.signal } : {}),
+    locks: o => call('GET', '/v1/locks', undefined, o),
+    gpuLockEvents,
   }
+}
+
+/** One server-sent event block (its `event:` and `data:` lines); undefined for comments and keep-alives. */
+function parseServerSentEvent (block: string): GpuLockStreamEvent | undefined {
+  let type: string | undefined
+  const data: string[] = []
+  for (const line of block.split('\n')) {
+    if (line.startsWith('event:')) type = line.slice(6).trim()
+    else if (line.startsWith('data:')) data.push(line.slice(5).trimStart())
+  }
+  if (type === undefined || data.length === 0) return undefined
+  const payload = JSON.parse(data.join('\n')) as Record<string, unknown>
+  return { ...payload, type } as GpuLockStreamEvent
 }
 
 function errorFromBody (body: unknown, status: number): AgentError {

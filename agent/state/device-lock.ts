@@ -31,6 +31,9 @@ import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
 import type { Subsystem } from '../subsystems.ts'
 import type { ProcessIdentity, ProcessTable } from './device-lock-process.ts'
+import { holderNamePattern, maxLockTimeoutMs, type AcquireGpuResult, type DeviceLockEvent, type GpuLockState, type ReleaseGpuResult, type ReleaseReason } from './device-lock-schema.ts'
+
+export type { AcquireGpuResult, DeviceLockEvent, GpuLockState, GpuLockWaiter, ReleaseGpuResult, ReleaseReason } from './device-lock-schema.ts'
 
 export interface DeviceLockOptions {
   /** GPUs on this node (lockable indices 0 … gpuCount-1), from the node inventory. At least 1. */
@@ -45,16 +48,7 @@ export interface DeviceLockComponents {
   processes: ProcessTable
 }
 
-/**
- * An explicit holder name: 1–128 characters from [A-Za-z0-9._:/@-], starting
- * with a letter or digit, not starting with "pid:" (reserved for the default
- * per-process holder names).
- */
-export const holderNamePattern = '^(?!pid:)[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$'
 const holderNameRegExp = new RegExp(holderNamePattern)
-
-/** Longest acquire timeout, ms (the largest delay a timer accepts, about 24.8 days). */
-export const maxLockTimeoutMs = 2_147_483_647
 
 export interface AcquireGpuRequest {
   gpu: number
@@ -68,56 +62,12 @@ export interface AcquireGpuRequest {
   signal?: AbortSignal
 }
 
-export interface AcquireGpuResult {
-  gpu: number
-  holder: string
-  /** Re-entrancy depth after this acquire (1 on a fresh grant). */
-  depth: number
-  /** Requests of other holders still queued for this GPU. */
-  waiting: number
-}
-
 export interface ReleaseGpuRequest {
   gpu: number
   pid: number
   /** Default: `pid:<pid>`. */
   holder?: string
 }
-
-export interface ReleaseGpuResult {
-  gpu: number
-  holder: string
-  /** Depth left; 0 = released (the next waiter, if any, has been granted). */
-  depth: number
-}
-
-export interface GpuLockWaiter {
-  holder: string
-  pid: number
-  /** When the request was queued, ms since the epoch. */
-  sinceMs: number
-}
-
-export interface GpuLockState {
-  gpu: number
-  /** null when free. */
-  holder: string | null
-  /** Running processes tied to the holder. */
-  pids: number[]
-  depth: number
-  /** When the current hold was granted, ms since the epoch; null when free. */
-  heldSinceMs: number | null
-  /** In grant order. */
-  waiters: GpuLockWaiter[]
-}
-
-export type ReleaseReason = 'released' | 'holder-exited' | 'stopped'
-
-export type DeviceLockEvent =
-  | { type: 'granted', gpu: number, holder: string, depth: number, waiting: number }
-  /** Sent to the holder: `waiter` queued behind it; `waiting` requests of others are queued in all. */
-  | { type: 'waiter', gpu: number, holder: string, waiter: string, waiting: number }
-  | { type: 'released', gpu: number, holder: string, reason: ReleaseReason }
 
 export interface DeviceLockService extends Subsystem {
   readonly gpuCount: number
@@ -135,6 +85,8 @@ export interface DeviceLockService extends Subsystem {
   release(request: ReleaseGpuRequest): ReleaseGpuResult
   /** Every GPU's lock, by index. */
   locks(): GpuLockState[]
+  /** One GPU's lock; ERR_NOT_FOUND for an index the node does not have. */
+  gpuLock(gpu: number): GpuLockState
   /** Every event of every GPU, in the order they happen; returns the unsubscribe function. */
   subscribe(listener: (event: DeviceLockEvent) => void): () => void
 }
@@ -384,21 +336,24 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
       return { gpu: lock.gpu, holder, depth: hold.depth }
     },
 
-    locks () {
-      return gpus.map(lock => ({
-        gpu: lock.gpu,
-        holder: lock.hold?.holder ?? null,
-        pids: [...lock.hold?.processes.keys() ?? []],
-        depth: lock.hold?.depth ?? 0,
-        heldSinceMs: lock.hold?.sinceMs ?? null,
-        waiters: lock.queue.map(w => ({ holder: w.holder, pid: w.process.pid, sinceMs: w.sinceMs })),
-      }))
-    },
+    locks: () => gpus.map(stateOf),
+    gpuLock: gpu => stateOf(lockOf(gpu)),
 
     subscribe (listener) {
       listeners.add(listener)
       return () => { listeners.delete(listener) }
     },
+  }
+}
+
+function stateOf (lock: GpuLock): GpuLockState {
+  return {
+    gpu: lock.gpu,
+    holder: lock.hold?.holder ?? null,
+    pids: [...lock.hold?.processes.keys() ?? []],
+    depth: lock.hold?.depth ?? 0,
+    heldSinceMs: lock.hold?.sinceMs ?? null,
+    waiters: lock.queue.map(w => ({ holder: w.holder, pid: w.process.pid, sinceMs: w.sinceMs })),
   }
 }
 
