@@ -9,6 +9,9 @@ import { createSubsystemRunner, type SubsystemRecord, type SubsystemSpec } from 
 import { loadOrCreateNodeId } from './node-identity.ts'
 import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
 import { createApiServer } from './api/server.ts'
+import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
+import { createProcfsProcessTable } from './state/device-lock-process.ts'
+import { createStateManager, type StateManager } from './state/state-manager.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from './errors.ts'
@@ -37,6 +40,12 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   const startedAt = performance.now()
   let nodeId = ''
   let inventory: NodeInventory | undefined
+  let deviceLock: DeviceLockService | undefined
+  let stateManager: StateManager | undefined
+  const subsystemReason = (id: string): string => {
+    const record = runner.records().find(r => r.id === id)
+    return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
+  }
 
   const status = (): StatusBody => ({
     node: { id: nodeId, name: config.node.name },
@@ -76,6 +85,35 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     },
     {
+      // RLinf §3.3 context switching: one FIFO lock per GPU of the inventory. Holders are
+      // processes identified by SO_PEERCRED, which needs the native addon.
+      id: 'device-lock',
+      requires: ['native', 'inventory'],
+      async create (context) {
+        const gpuCount = inventory?.gpus.devices.length ?? 0
+        if (gpuCount === 0) return { skip: 'no GPUs in the inventory' }
+        const lock = createDeviceLock({ gpuCount, holderCheckIntervalMs: config.locks.holderCheckIntervalMs },
+          { logger: context.logger, processes: createProcfsProcessTable() })
+        deviceLock = lock
+        return {
+          start: options => lock.start(options),
+          stop: async () => { deviceLock = undefined; await lock.stop() },
+        }
+      },
+    },
+    {
+      id: 'state',
+      requires: ['native'],
+      async create (context) {
+        if (!config.state.enabled) return { skip: 'disabled by config (state.enabled = false)' }
+        const sm = createStateManager(config.state, { logger: context.logger })
+        return {
+          async start () { await sm.start(); stateManager = sm },
+          async stop () { stateManager = undefined; await sm.stop() },
+        }
+      },
+    },
+    {
       id: 'api',
       requires: ['identity'],
       critical: true,
@@ -84,6 +122,8 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           logger: context.logger,
           status: { status },
           inventory: { inventory: () => inventory },
+          locks: { deviceLock: () => deviceLock ?? { unavailable: subsystemReason('device-lock') } },
+          state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
         })
       },
     },

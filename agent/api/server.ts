@@ -17,6 +17,7 @@ import { callerOf } from './caller.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
 import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
 import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
+import { registerStateRoutes, type StateSource } from './routes/state.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -43,6 +44,8 @@ export interface ApiServerComponents {
   inventory: InventorySource
   /** The device lock; without it the lock routes answer ERR_UNAVAILABLE. */
   locks?: DeviceLockSource
+  /** The StateManager; without it the state routes answer ERR_UNAVAILABLE. */
+  state?: StateSource
 }
 
 export interface ApiServer extends Subsystem {
@@ -103,6 +106,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerStatusRoutes(app, components.status)
   registerNodeRoutes(app, components.inventory)
   registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
+  registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

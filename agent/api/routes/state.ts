@@ -2,7 +2,13 @@
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import type { StateManager } from '../../state/state-manager.ts'
+import { AgentError } from '../../errors.ts'
 import { errorResponses } from '../schemas.ts'
+
+/** The StateManager, or why there is none (subsystem skipped or failed): routes answer ERR_UNAVAILABLE then. */
+export interface StateSource {
+  stateManager(): StateManager | { unavailable: string }
+}
 
 const uint = Type.Integer({ minimum: 0 })
 export const MemorySpecSchema = Type.Union([
@@ -43,14 +49,20 @@ export const ResidencySchema = Type.Object({
   keys: Type.Array(Type.Object({ key: Type.String(), bytes: uint, tier: Tier, replicas: uint, lastUseMs: uint, durable: Type.Boolean() })),
 })
 
-export function registerStateRoutes (app: FastifyInstance, state: StateManager): void {
+export function registerStateRoutes (app: FastifyInstance, source: StateSource): void {
+  const sm = (): StateManager => {
+    const current = source.stateManager()
+    if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the StateManager is not running: ${current.unavailable}`)
+    return current
+  }
+
   app.post<{ Body: Static<typeof OffloadBody> }>('/v1/state/offload', {
     schema: {
       summary: 'Copy tensors from client memory into the agent; answers after every copy (and, with durability "nvme", the fsync) is complete',
       body: OffloadBody,
       response: { 200: Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), tier: Tier, deduplicated: Type.Boolean(), durable: Type.Boolean(), verified: Type.Optional(Type.Boolean()) })) }), ...errorResponses },
     },
-  }, async request => ({ results: await state.offload(request.body.tensors, request.body.durability) }))
+  }, async request => ({ results: await sm().offload(request.body.tensors, request.body.durability) }))
 
   app.post<{ Body: Static<typeof OnloadBody> }>('/v1/state/onload', {
     schema: {
@@ -58,21 +70,21 @@ export function registerStateRoutes (app: FastifyInstance, state: StateManager):
       body: OnloadBody,
       response: { 200: Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), fromTier: Tier })) }), ...errorResponses },
     },
-  }, async request => ({ results: await state.onload(request.body.tensors) }))
+  }, async request => ({ results: await sm().onload(request.body.tensors) }))
 
   app.post<{ Body: Static<typeof PrefetchBody> }>('/v1/state/prefetch', {
     schema: { summary: 'Promote NVMe keys to host in the background (returns at once)', body: PrefetchBody, response: { 200: Type.Object({ scheduled: uint }), ...errorResponses } },
-  }, async request => ({ scheduled: state.prefetch(request.body) }))
+  }, async request => ({ scheduled: sm().prefetch(request.body) }))
 
   app.post<{ Body: Static<typeof Selector> }>('/v1/state/drop', {
     schema: { summary: 'Remove keys from every tier', body: Selector, response: { 200: Type.Object({ dropped: uint }), ...errorResponses } },
-  }, async request => ({ dropped: await state.drop(request.body) }))
+  }, async request => ({ dropped: await sm().drop(request.body) }))
 
   app.post<{ Body: Static<typeof HintsBody> }>('/v1/state/hints', {
     schema: { summary: 'Scheduler hints: what is needed next and when (drives spilling and prefetch); replaces earlier hints', body: HintsBody, response: { 200: Type.Object({ ok: Type.Literal(true) }), ...errorResponses } },
-  }, async request => { state.setHints(request.body.next); return { ok: true as const } })
+  }, async request => { sm().setHints(request.body.next); return { ok: true as const } })
 
   app.get<{ Querystring: { prefix?: string } }>('/v1/state/residency', {
     schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) }), response: { 200: ResidencySchema, ...errorResponses } },
-  }, async request => state.residency(request.query.prefix))
+  }, async request => sm().residency(request.query.prefix))
 }
