@@ -9,10 +9,12 @@
  *   newly exposed future is filled with the residents' next periods.
  * - `reserve` is atomic: it checks the whole footprint on every node of the
  *   group inside the window first and changes nothing when any part does not
- *   fit. Periods that only enter the window later are reserved by
- *   `advanceTo`; where they collide with another job (periods that were not
- *   commensurate over a longer span than the horizon) the colliding slots
- *   are counted in `overcommittedSlots` and left to the runtime scheduler.
+ *   fit. With `allowConflicts` (a placement admitted with bounded predicted
+ *   interference) it reserves the free parts and records the colliding parts
+ *   as not held. Periods that only enter the window later are reserved by
+ *   `advanceTo` the same way. Colliding slots are counted in
+ *   `overcommittedSlots` and left to the runtime scheduler; `release` frees
+ *   exactly what the job holds.
  * - Reads (`fitsOnNode`, profile queries, residents) never mutate, so a
  *   placement policy can be a pure function of this view.
  */
@@ -29,6 +31,8 @@ export interface ResidentJob {
   readonly basePeriodSlots: number
   /** Whether the job has its nodes to itself (cold start or isolated policy). */
   readonly dedicated: boolean
+  /** The job's admission bound on slowdown (PlexRL §7.2), >= 1. */
+  readonly maxSlowdown: number
 }
 
 export interface ClusterHorizonOptions {
@@ -67,6 +71,8 @@ export class ClusterHorizon implements ClusterHorizonView {
   private readonly free: FreeIntervalSet[]
   private readonly jobsByNode: Array<Set<string>>
   private readonly jobs = new Map<string, ResidentJob>()
+  /** Per job, per node (in job.nodes order): sorted ranges of its footprint that another job holds. */
+  private readonly unheld = new Map<string, Array<Array<[number, number]>>>()
   /** Slots of extension periods that collided with another reservation (see contract). */
   overcommittedSlots = 0
 
@@ -100,37 +106,75 @@ export class ClusterHorizon implements ClusterHorizonView {
     return forEachBusyInstance(footprint, this.start, this.windowEnd, (a, b) => set.fits(a, b))
   }
 
-  /** Atomically reserves a job's footprint on its nodes. Throws (changing nothing) when it does not fit or the id is taken. */
-  reserve (job: ResidentJob): void {
+  /**
+   * Reserves a job's footprint on its nodes. Without `allowConflicts` it is
+   * atomic: it throws, changing nothing, when any part does not fit. Throws
+   * when the id already has a reservation.
+   */
+  reserve (job: ResidentJob, options: { allowConflicts?: boolean } = {}): void {
     if (this.jobs.has(job.jobId)) throw new RangeError(`job ${job.jobId} already has a reservation`)
     if (new Set(job.nodes).size !== job.nodes.length) throw new RangeError(`job ${job.jobId}: duplicate nodes`)
-    for (const n of job.nodes) {
-      if (!this.fitsOnNode(n, job.footprint)) throw new RangeError(`job ${job.jobId} does not fit on node ${n}`)
+    if (options.allowConflicts !== true) {
+      for (const n of job.nodes) {
+        if (!this.fitsOnNode(n, job.footprint)) throw new RangeError(`job ${job.jobId} does not fit on node ${n}`)
+      }
+      for (const n of job.nodes) {
+        const set = this.node(n)
+        forEachBusyInstance(job.footprint, this.start, this.windowEnd, (a, b) => { set.reserve(a, b) })
+        this.jobsByNode[n]!.add(job.jobId)
+      }
+      forEachBusyInstance(job.footprint, this.start, this.windowEnd, (a, b) => { this.profile.add(a, b, -job.nodes.length) })
+      this.unheld.set(job.jobId, job.nodes.map(() => []))
+    } else {
+      const unheld = job.nodes.map(() => [] as Array<[number, number]>)
+      this.unheld.set(job.jobId, unheld)
+      job.nodes.forEach((n, i) => {
+        this.holdFreeParts(n, job.footprint, this.start, this.windowEnd, unheld[i]!)
+        this.jobsByNode[n]!.add(job.jobId)
+      })
     }
-    for (const n of job.nodes) {
-      const set = this.node(n)
-      forEachBusyInstance(job.footprint, this.start, this.windowEnd, (a, b) => { set.reserve(a, b) })
-      this.jobsByNode[n]!.add(job.jobId)
-    }
-    forEachBusyInstance(job.footprint, this.start, this.windowEnd, (a, b) => { this.profile.add(a, b, -job.nodes.length) })
     this.jobs.set(job.jobId, job)
+  }
+
+  /** Reserves the free parts of the footprint's instances in [from, to) on one node; records the rest in `unheld`. */
+  private holdFreeParts (node: number, footprint: Footprint, from: number, to: number, unheld: Array<[number, number]>): void {
+    const set = this.node(node)
+    forEachBusyInstance(footprint, from, to, (a, b) => {
+      let cursor = a
+      const hold = (x: number, y: number): void => { set.reserve(x, y); this.profile.add(x, y, -1) }
+      for (const [x, y] of set.busyWithin(a, b)) {
+        if (x > cursor) hold(cursor, x)
+        unheld.push([x, y])
+        this.overcommittedSlots += y - x
+        cursor = y
+      }
+      if (cursor < b) hold(cursor, b)
+    })
   }
 
   /** Releases what remains of a job's reservation (its future inside the window). Returns false for an unknown job. */
   release (jobId: string): boolean {
     const job = this.jobs.get(jobId)
     if (job === undefined) return false
-    for (const n of job.nodes) {
+    const unheld = this.unheld.get(jobId)!
+    job.nodes.forEach((n, i) => {
       const set = this.node(n)
+      const skip = unheld[i]!
+      let k = 0
       forEachBusyInstance(job.footprint, this.start, this.windowEnd, (a, b) => {
-        // Releases the busy slots of the footprint. Where an extension period was clipped by a
-        // collision (see overcommittedSlots) the colliding job's slots are freed too: a known
-        // approximation, rare because placement prefers commensurate periods.
-        for (const [x, y] of set.busyWithin(a, b)) { set.release(x, y); this.profile.add(x, y, 1) }
+        let cursor = a
+        while (k < skip.length && skip[k]![1] <= a) k++
+        for (let j = k; j < skip.length && skip[j]![0] < b; j++) {
+          const x = Math.max(a, skip[j]![0])
+          if (x > cursor) { set.release(cursor, x); this.profile.add(cursor, x, 1) }
+          cursor = Math.max(cursor, Math.min(b, skip[j]![1]))
+        }
+        if (cursor < b) { set.release(cursor, b); this.profile.add(cursor, b, 1) }
       })
       this.jobsByNode[n]!.delete(jobId)
-    }
+    })
     this.jobs.delete(jobId)
+    this.unheld.delete(jobId)
     return true
   }
 
@@ -154,31 +198,20 @@ export class ClusterHorizon implements ClusterHorizonView {
     }
     this.start = slot
     for (const job of [...this.jobs.values()]) {
+      const unheld = this.unheld.get(job.jobId)!
       if (footprintEnd(job.footprint) <= slot) {
         for (const n of job.nodes) this.jobsByNode[n]!.delete(job.jobId)
         this.jobs.delete(job.jobId)
+        this.unheld.delete(job.jobId)
         continue
       }
-      for (const n of job.nodes) {
-        const set = this.free[n]!
-        forEachBusyInstance(job.footprint, exposedFrom, newEnd, (a, b) => {
-          let held = 0
-          for (const [x, y] of freePiecesWithin(set, a, b)) { set.reserve(x, y); this.profile.add(x, y, -1); held += y - x }
-          this.overcommittedSlots += (b - a) - held
-        })
-      }
+      job.nodes.forEach((n, i) => {
+        const list = unheld[i]!
+        let drop = 0
+        while (drop < list.length && list[drop]![1] <= slot) drop++
+        if (drop > 0) list.splice(0, drop)
+        this.holdFreeParts(n, job.footprint, exposedFrom, newEnd, list)
+      })
     }
   }
-}
-
-/** The free sub-ranges of [a, b) in a set. */
-function freePiecesWithin (set: FreeIntervalSet, a: number, b: number): Array<[number, number]> {
-  const out: Array<[number, number]> = []
-  let cursor = a
-  for (const [x, y] of set.busyWithin(a, b)) {
-    if (x > cursor) out.push([cursor, x])
-    cursor = y
-  }
-  if (cursor < b) out.push([cursor, b])
-  return out
 }

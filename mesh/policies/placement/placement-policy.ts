@@ -1,0 +1,392 @@
+/**
+ * Job placement over the cyclic horizon (PlexRL §4.3.2, §5.2.1, §7.2): a pure
+ * function of a ClusterHorizonView and a job, returning a decision the caller
+ * commits with ClusterHorizon.reserve (atomic). No I/O, no clock, no
+ * randomness: the same view and job give the same decision.
+ *
+ * Cold start (no profiled trace) and the `isolated` policy take dedicated
+ * nodes: nodes with no resident job, reserved for the whole job. Warm start
+ * fits the job's periodic demand trace into the free windows of the nodes.
+ *
+ * The paper's Eq. (1)–(2) were lost from the text; what is implemented:
+ * - A job has period P and GPU-busy segments (o_i, d_i), i = 1..m, in order.
+ *   Each segment is reserved with d_i + c slots, c = the context-switch
+ *   (offload + onload) cost, so a neighbour's setup never eats into it.
+ * - A placement chooses a start t0 >= now (phase φ = t0 - now), a stretched
+ *   period P' >= P and micro-shifts 0 = δ_1 <= δ_2 <= … <= δ_m <= P' - P.
+ *   Segment i of period k occupies [t0 + k·P' + o_i + δ_i, … + d_i + c).
+ *   Shifts are non-decreasing because the job is serial: delaying one
+ *   operation delays every later one; the period absorbs at most P' - P.
+ * - Eq. (2), the fitting constraint: every shifted segment of every period
+ *   inside the window lies entirely within one free interval of every node
+ *   of the group (FreeIntervalSet.fits, i.e. simulateInsert).
+ * - Eq. (1), the scheduling cost, is the delay the placement adds to the
+ *   job's completion: cost = φ + I·(P' − P) slots for I remaining
+ *   iterations. Candidates are tried in increasing cost; the first whose
+ *   footprint fits on enough nodes wins, ties broken by Σδ_i.
+ * - Strict fitting over an 8 h window fails for periods that are not
+ *   commensurate (their phases drift), and the paper admits that strict
+ *   non-overlap is infeasible in practice ("allowable interference
+ *   thresholds", §4.4). When no candidate fits strictly, a second pass
+ *   admits a footprint with conflicting instances (segments overlapping a
+ *   resident's busy time) on a node, predicting
+ *     slowdown = P'/P + (c / K) · (B / P)
+ *   with c conflicting instances on the group's worst node out of K in the
+ *   window and B the mean padded busy block: each conflict is assumed to
+ *   cost about one block of waiting, which HRRS serialises at run time.
+ * - Admission (§7.2): the predicted slowdown must not exceed the job's
+ *   maxSlowdown; nodes whose resident jobs already run slower than their own
+ *   bound (observed duty-ratio slowdown) take no further jobs, nor do nodes
+ *   already holding `maxJobsPerNode` jobs (host memory for offloaded state).
+ * - Candidate periods P': P itself, the resident jobs' periods (and their
+ *   multiples and halves) within [P, P·maxSlowdown] so that patterns stay
+ *   commensurate (§7.1), and P stretched by 2, 5 and 10 % for micro-shifts.
+ * - Micro-shifts for a candidate (t0, P') are found against the global
+ *   free-node profile first (segment-tree pruning, §5.2.1): δ_i grows until
+ *   every period of segment i sees at least `nodes` free nodes, jumping past
+ *   the first slot that does not (FreeNodeProfile.firstBelow).
+ * - Ranking among fitting nodes (§4.3.2): predicted phase interference =
+ *   fraction of the job's segment instances (first 8 periods) whose free
+ *   window leaves less than a guard band (2 % of P, at least 1 slot) before
+ *   or after them, i.e. segments pressed against a resident's critical
+ *   phase. `spread` takes the least interference, then the least loaded
+ *   nodes; `pack` the most loaded nodes, then the least interference.
+ *   `spread-backfill` places like `spread` (backfilling is the queue
+ *   discipline of the simulator: later jobs may start while the head waits).
+ */
+import type { ClusterHorizonView, ResidentJob } from './cluster-horizon.ts'
+import { forEachBusyInstance, mergeRanges, type Footprint } from './footprint.ts'
+import { durationSlots, slotAt } from './ring-horizon.ts'
+
+export const placementPolicyNames = ['isolated', 'pack', 'spread', 'spread-backfill'] as const
+export type PlacementPolicyName = typeof placementPolicyNames[number]
+
+export interface PlacementJob {
+  readonly id: string
+  /** Gang size: the job needs this many nodes at once. */
+  readonly nodes: number
+  /** Period of one training iteration, seconds. */
+  readonly periodS: number
+  /** Iterations still to run (>= 1). */
+  readonly iterations: number
+  /** GPU-busy parts of one period on the job's nodes, by offset; seconds. */
+  readonly segments: ReadonlyArray<{ readonly offsetS: number, readonly durationS: number }>
+  /** Admission bound on slowdown (>= 1), PlexRL §7.2. */
+  readonly maxSlowdown: number
+  /** Whether a profiled demand trace exists (warm start); false = cold start. */
+  readonly profiled: boolean
+  /** Context-switch cost (offload + onload of model state), seconds. */
+  readonly switchS: number
+}
+
+export interface PlacementOptions {
+  policy: PlacementPolicyName
+  /** Absolute slot of "now"; default the window start. */
+  nowSlot?: number
+  /** Most jobs resident on one node (host memory for offloaded state). Default 4. */
+  maxJobsPerNode?: number
+  /** Observed slowdown of resident jobs, by id (admission, §7.2). Missing = 1. */
+  observedSlowdown?: ReadonlyMap<string, number>
+  /** Start phases tried per candidate period. Default 16. */
+  phasesPerPeriod?: number
+}
+
+export interface PlacementDecision {
+  readonly jobId: string
+  readonly mode: 'dedicated' | 'shared'
+  /** Node indices, ascending. */
+  readonly nodes: number[]
+  readonly footprint: Footprint
+  readonly startSlot: number
+  readonly stretchedPeriodSlots: number
+  /** Micro-shift of each of the job's segments (in the job's segment order), slots (δ_i above). */
+  readonly shiftSlots: number[]
+  /** Predicted slowdown: P'/P plus the conflict term (1 for dedicated). */
+  readonly predictedSlowdown: number
+  /** Instances (on the worst node) predicted to overlap a resident's busy time; > 0 means reserve with allowConflicts. */
+  readonly conflictInstances: number
+  /** Eq. (1) cost, slots. */
+  readonly costSlots: number
+  /** Mean predicted interference of the chosen nodes, 0..1. */
+  readonly interference: number
+}
+
+export const defaultMaxJobsPerNode = 4
+
+/**
+ * Blocks of waiting one conflicting instance is predicted to cost: the
+ * delayed segment waits about one block, and the delay it passes on to the
+ * job's next operations (§7.1 chained delay) about one more.
+ */
+const conflictCostBlocks = 2
+
+/** The ResidentJob to reserve for a decision. */
+export function residentFor (decision: PlacementDecision, job: PlacementJob, slotS: number): ResidentJob {
+  return {
+    jobId: job.id,
+    nodes: decision.nodes,
+    footprint: decision.footprint,
+    basePeriodSlots: Math.max(1, durationSlots(job.periodS, slotS)),
+    dedicated: decision.mode === 'dedicated',
+    maxSlowdown: job.maxSlowdown,
+  }
+}
+
+export function planPlacement (view: ClusterHorizonView, job: PlacementJob, options: PlacementOptions): PlacementDecision | undefined {
+  const now = Math.max(options.nowSlot ?? view.windowStart, view.windowStart)
+  if (job.nodes > view.nodeCount) return undefined
+  if (options.policy === 'isolated' || !job.profiled) return planDedicated(view, job, now)
+  return planShared(view, job, now, options)
+}
+
+/** Slots the job runs alone: iterations × period. */
+function isolatedSlots (job: PlacementJob, slotS: number): number {
+  return Math.max(1, durationSlots(job.iterations * job.periodS, slotS))
+}
+
+function planDedicated (view: ClusterHorizonView, job: PlacementJob, now: number): PlacementDecision | undefined {
+  const length = isolatedSlots(job, view.slotS)
+  const until = Math.min(now + length, view.windowEnd)
+  const nodes: number[] = []
+  for (let n = 0; n < view.nodeCount && nodes.length < job.nodes; n++) {
+    if (view.jobsOn(n).size === 0 && view.node(n).fits(now, until)) nodes.push(n)
+  }
+  if (nodes.length < job.nodes) return undefined
+  const footprint: Footprint = { startSlot: now, periodSlots: length, periods: 1, busy: [[0, length]] }
+  return { jobId: job.id, mode: 'dedicated', nodes, footprint, startSlot: now, stretchedPeriodSlots: length, shiftSlots: job.segments.map(() => 0), predictedSlowdown: 1, conflictInstances: 0, costSlots: 0, interference: 0 }
+}
+
+/** A busy block of one period: offset and padded length in slots, and the job's segments (indices) it covers. */
+interface SegmentSlots { offset: number, length: number, members: number[] }
+
+interface Candidate { startSlot: number, periodSlots: number, cost: number }
+
+function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, options: PlacementOptions): PlacementDecision | undefined {
+  const slotS = view.slotS
+  const period = Math.max(1, durationSlots(job.periodS, slotS))
+  const setup = durationSlots(job.switchS, slotS)
+  const segments = paddedSegments(job, slotS, setup)
+  const maxPeriod = Math.floor(period * job.maxSlowdown + 1e-9)
+  const eligible = eligibleNodes(view, options)
+  if (eligible.length < job.nodes) return undefined
+
+  const aligned = alignedPhases(view, eligible, now, segments[0]!.offset, maxPeriod)
+  const candidates = candidatePeriods(view, period, maxPeriod)
+    .flatMap(p => phases(p, options.phasesPerPeriod ?? 16, aligned).map(phi => ({ startSlot: now + phi, periodSlots: p, cost: phi + job.iterations * (p - period) })))
+    .sort((a, b) => a.cost - b.cost || a.periodSlots - b.periodSlots)
+
+  const blockMean = segments.reduce((sum, b) => sum + b.length, 0) / segments.length
+  for (const tolerant of [false, true]) {
+    for (const candidate of candidates) {
+      const base = candidate.periodSlots / period
+      const headroom = job.maxSlowdown - base
+      if (tolerant && headroom <= 0) continue
+      const strictShifts = microShifts(view, segments, candidate, period, job)
+      if (strictShifts === undefined && !tolerant) continue
+      const shifts = strictShifts ?? segments.map(() => 0)
+      const footprint = buildFootprint(segments, shifts, candidate, job.iterations)
+      const instances = instancesInWindow(view, footprint)
+      // Most conflicting instances a node may have: (c / K)·(B / P) <= headroom.
+      const budget = tolerant ? Math.floor(headroom * period / (conflictCostBlocks * blockMean) * instances) : 0
+      const fitting: Array<{ n: number, conflicts: number }> = []
+      for (const n of eligible) {
+        const conflicts = conflictsOnNode(view, n, footprint, budget)
+        if (conflicts <= budget) fitting.push({ n, conflicts })
+      }
+      if (fitting.length < job.nodes) continue
+      const guard = Math.max(1, Math.round(period * 0.02))
+      const scored = fitting.map(f => ({ ...f, interference: interferenceOn(view, f.n, footprint, guard), load: 1 - view.node(f.n).freeSlots / view.slots }))
+      if (options.policy === 'pack') scored.sort((a, b) => a.conflicts - b.conflicts || b.load - a.load || a.interference - b.interference || a.n - b.n)
+      else scored.sort((a, b) => a.conflicts - b.conflicts || a.interference - b.interference || a.load - b.load || a.n - b.n)
+      const chosen = scored.slice(0, job.nodes)
+      const conflictInstances = Math.max(...chosen.map(c => c.conflicts))
+      return {
+        jobId: job.id,
+        mode: 'shared',
+        nodes: chosen.map(c => c.n).sort((a, b) => a - b),
+        footprint,
+        startSlot: candidate.startSlot,
+        stretchedPeriodSlots: candidate.periodSlots,
+        shiftSlots: segmentShifts(job, segments, shifts),
+        predictedSlowdown: base + (instances === 0 ? 0 : conflictInstances / instances * conflictCostBlocks * blockMean / period),
+        conflictInstances,
+        costSlots: candidate.cost,
+        interference: chosen.reduce((sum, c) => sum + c.interference, 0) / chosen.length,
+      }
+    }
+  }
+  return undefined
+}
+
+/** Busy instances of the footprint inside the window. */
+function instancesInWindow (view: ClusterHorizonView, footprint: Footprint): number {
+  let count = 0
+  forEachBusyInstance(footprint, view.windowStart, view.windowEnd, () => { count++ })
+  return count
+}
+
+/** Instances of the footprint that do not fit in the node's free time; stops counting past `limit`. */
+function conflictsOnNode (view: ClusterHorizonView, node: number, footprint: Footprint, limit: number): number {
+  const set = view.node(node)
+  if (set.freeSlots === view.slots) return 0
+  let conflicts = 0
+  forEachBusyInstance(footprint, view.windowStart, view.windowEnd, (a, b) => {
+    if (!set.fits(a, b)) conflicts++
+    return conflicts <= limit
+  })
+  return conflicts
+}
+
+/** Spreads the per-block shifts back onto the job's segments. */
+function segmentShifts (job: PlacementJob, blocks: readonly SegmentSlots[], shifts: readonly number[]): number[] {
+  const out = job.segments.map(() => 0)
+  blocks.forEach((b, i) => { for (const m of b.members) out[m] = shifts[i]! })
+  return out
+}
+
+/** Nodes that admit another job (§7.2): below the per-node job cap, no dedicated tenant, no resident beyond its slowdown bound. */
+function eligibleNodes (view: ClusterHorizonView, options: PlacementOptions): number[] {
+  const cap = options.maxJobsPerNode ?? defaultMaxJobsPerNode
+  const out: number[] = []
+  for (let n = 0; n < view.nodeCount; n++) {
+    const jobs = view.jobsOn(n)
+    if (jobs.size >= cap) continue
+    let admit = true
+    for (const id of jobs) {
+      const r = view.resident(id)
+      if (r === undefined) continue
+      if (r.dedicated || (options.observedSlowdown?.get(id) ?? 1) > r.maxSlowdown) { admit = false; break }
+    }
+    if (admit) out.push(n)
+  }
+  return out
+}
+
+function candidatePeriods (view: ClusterHorizonView, period: number, maxPeriod: number): number[] {
+  const set = new Set<number>([period])
+  for (const f of [1.02, 1.05, 1.1]) set.add(Math.round(period * f))
+  for (const r of view.residents()) {
+    if (r.dedicated) continue
+    for (const q of [r.footprint.periodSlots, 2 * r.footprint.periodSlots, r.footprint.periodSlots / 2]) set.add(Math.round(q))
+  }
+  return [...set].filter(p => p >= period && p <= maxPeriod).sort((a, b) => a - b)
+}
+
+/** A coarse grid of `count` phases in [0, P') plus the aligned phases below P'. */
+function phases (periodSlots: number, count: number, aligned: readonly number[]): number[] {
+  const step = Math.max(1, Math.ceil(periodSlots / count))
+  const out = new Set<number>()
+  for (let phi = 0; phi < periodSlots; phi += step) out.add(phi)
+  for (const phi of aligned) if (phi < periodSlots) out.add(phi)
+  return [...out]
+}
+
+/** Most aligned phases tried per placement. */
+const maxAlignedPhases = 32
+
+/**
+ * Phases that start the job's first segment exactly where a free interval of
+ * a shared node begins (right after a resident's busy block), within the
+ * first period: the free windows the trace is fitted into (§4.3.2, Fig. 4).
+ */
+function alignedPhases (view: ClusterHorizonView, eligible: readonly number[], now: number, firstOffset: number, maxPeriod: number): number[] {
+  const found = new Set<number>()
+  for (const n of eligible) {
+    const set = view.node(n)
+    if (set.freeSlots === view.slots) continue
+    let cursor = now + firstOffset
+    const limit = now + firstOffset + maxPeriod
+    while (cursor < limit && found.size < 4 * maxAlignedPhases) {
+      const w = set.containing(cursor)
+      if (w !== undefined && w[0] > now + firstOffset) found.add(w[0] - now - firstOffset)
+      const next = set.earliestFit(w === undefined ? cursor : w[1], 1, limit)
+      if (next < 0) break
+      if (next > now + firstOffset) found.add(next - now - firstOffset)
+      const after = set.containing(next)
+      if (after === undefined) break
+      cursor = after[1]
+    }
+  }
+  return [...found].sort((a, b) => a - b).slice(0, maxAlignedPhases)
+}
+
+/**
+ * The job's busy blocks in one period, slots: segments closer than the
+ * setup cost are merged (no other job could use the gap, it would not
+ * amortise its own switch), and each block is padded by the setup cost.
+ */
+function paddedSegments (job: PlacementJob, slotS: number, setup: number): SegmentSlots[] {
+  const raw = job.segments
+    .map((s, i) => ({ offset: slotAt(s.offsetS, slotS), length: durationSlots(s.durationS, slotS), members: [i] }))
+    .sort((a, b) => a.offset - b.offset)
+  const blocks: SegmentSlots[] = []
+  for (const s of raw) {
+    const last = blocks[blocks.length - 1]
+    if (last !== undefined && s.offset - (last.offset + last.length) < setup) {
+      last.length = Math.max(last.length, s.offset + s.length - last.offset)
+      last.members.push(...s.members)
+    } else blocks.push({ ...s, members: [...s.members] })
+  }
+  return blocks.map(b => ({ ...b, length: b.length + setup }))
+}
+
+/**
+ * Smallest non-decreasing shifts δ_i <= P' - P such that, in every period
+ * inside the window, segment i sees at least `job.nodes` free nodes in the
+ * global profile; undefined when none exists.
+ */
+function microShifts (view: ClusterHorizonView, segments: SegmentSlots[], c: Candidate, period: number, job: PlacementJob): number[] | undefined {
+  const maxShift = c.periodSlots - period
+  const lastPeriod = job.iterations - 1
+  const shifts: number[] = []
+  let delta = 0
+  for (const seg of segments) {
+    let settled = false
+    while (!settled) {
+      settled = true
+      for (let k = 0; k <= lastPeriod; k++) {
+        const a = c.startSlot + k * c.periodSlots + seg.offset + delta
+        if (a >= view.windowEnd) break
+        const b = Math.min(a + seg.length, view.windowEnd)
+        const bad = view.profile.firstBelow(a, b, job.nodes)
+        if (bad >= 0) {
+          delta += bad + 1 - a
+          if (delta > maxShift) return undefined
+          settled = false
+          break
+        }
+      }
+    }
+    shifts.push(delta)
+  }
+  return shifts
+}
+
+function buildFootprint (segments: SegmentSlots[], shifts: number[], c: Candidate, iterations: number): Footprint {
+  const p = c.periodSlots
+  const pieces: Array<[number, number]> = []
+  segments.forEach((seg, i) => {
+    const from = seg.offset + shifts[i]!
+    const to = Math.min(from + seg.length, from + p)
+    if (to <= p) pieces.push([from, to])
+    else { pieces.push([from, p]); pieces.push([0, to - p]) }
+  })
+  return { startSlot: c.startSlot, periodSlots: p, periods: iterations, busy: mergeRanges(pieces) }
+}
+
+function interferenceOn (view: ClusterHorizonView, node: number, footprint: Footprint, guard: number): number {
+  const set = view.node(node)
+  if (set.freeSlots === view.slots) return 0
+  let tight = 0
+  let total = 0
+  const until = Math.min(view.windowEnd, footprint.startSlot + 8 * footprint.periodSlots)
+  forEachBusyInstance(footprint, view.windowStart, until, (a, b) => {
+    const w = set.containing(a)
+    total++
+    if (w === undefined) { tight++; return }
+    const before = w[0] === view.windowStart ? Infinity : a - w[0]
+    const after = w[1] === view.windowEnd ? Infinity : w[1] - b
+    if (Math.min(before, after) < guard) tight++
+  })
+  return total === 0 ? 0 : tight / total
+}

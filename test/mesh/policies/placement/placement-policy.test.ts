@@ -1,0 +1,103 @@
+import t from 'tap'
+import { ClusterHorizon } from '../../../../mesh/policies/placement/cluster-horizon.ts'
+import { planPlacement, residentFor, type PlacementJob } from '../../../../mesh/policies/placement/placement-policy.ts'
+
+const job = (over: Partial<PlacementJob> = {}): PlacementJob => ({
+  id: 'j', nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 60, durationS: 30 }], maxSlowdown: 1.5, profiled: true, switchS: 5, ...over,
+})
+
+function place (h: ClusterHorizon, j: PlacementJob, policy: 'isolated' | 'pack' | 'spread' | 'spread-backfill') {
+  const d = planPlacement(h, j, { policy })
+  if (d !== undefined) h.reserve(residentFor(d, j, h.slotS), { allowConflicts: d.conflictInstances > 0 })
+  return d
+}
+
+t.test('isolated and cold start take dedicated nodes for the whole job', async t => {
+  const h = new ClusterHorizon({ nodes: 3, slots: 2000 })
+  const a = place(h, job({ id: 'a', nodes: 2 }), 'isolated')!
+  t.equal(a.mode, 'dedicated')
+  t.same(a.nodes, [0, 1])
+  t.same(a.footprint.busy, [[0, 1000]])
+  t.equal(place(h, job({ id: 'b', nodes: 2 }), 'isolated'), undefined, 'only one idle node is left')
+  const c = place(h, job({ id: 'c', profiled: false }), 'spread')!
+  t.equal(c.mode, 'dedicated', 'a job without a trace cold-starts on dedicated nodes')
+  t.same(c.nodes, [2])
+  t.equal(planPlacement(h, job({ id: 'd' }), { policy: 'spread' }), undefined, 'dedicated nodes admit nobody')
+  t.equal(planPlacement(h, job({ id: 'e', nodes: 4 }), { policy: 'pack' }), undefined, 'a gang larger than the cluster')
+})
+
+t.test('warm start fits the trace into the free windows of a shared node without overlap', async t => {
+  const h = new ClusterHorizon({ nodes: 1, slots: 2000 })
+  const a = place(h, job({ id: 'a' }), 'pack')!
+  t.equal(a.mode, 'shared')
+  t.equal(a.startSlot, 0)
+  t.same(a.footprint.busy, [[60, 95]], 'segment padded by the 5 s switch cost')
+  const b = place(h, job({ id: 'b' }), 'pack')!
+  t.equal(b.conflictInstances, 0)
+  t.same(b.nodes, [0])
+  t.equal(b.stretchedPeriodSlots, 100)
+  // b's block [φ+60, φ+95) must sit in a's free window [95, 160): φ in [35, 65]; the aligned phase is 35.
+  t.equal(b.startSlot, 35)
+  t.equal(b.costSlots, 35, 'Eq. (1): the start delay, no stretch')
+  const c = place(h, job({ id: 'c' }), 'pack')
+  t.equal(c?.conflictInstances ?? 0, 0)
+  if (c !== undefined) t.ok(c.predictedSlowdown <= 1.5)
+})
+
+t.test('micro-shifts move a later segment into a free window and stretch the period within maxSlowdown', async t => {
+  const h = new ClusterHorizon({ nodes: 1, slots: 1000 })
+  // Resident busy [0, 50) of every 110-slot period (its period is already stretched).
+  h.reserve({ jobId: 'r', nodes: [0], footprint: { startSlot: 0, periodSlots: 110, periods: 100, busy: [[0, 50]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 2 })
+  const j = job({ id: 'n', periodS: 100, iterations: 5, segments: [{ offsetS: 0, durationS: 20 }, { offsetS: 30, durationS: 20 }], switchS: 0, maxSlowdown: 1.2 })
+  const d = planPlacement(h, j, { policy: 'spread' })!
+  t.ok(d, 'placed')
+  t.equal(d.conflictInstances, 0)
+  t.equal(d.stretchedPeriodSlots, 110, 'commensurate with the resident')
+  t.ok(d.predictedSlowdown <= 1.2)
+  for (let k = 0; k < 5; k++) {
+    for (const [s, e] of d.footprint.busy) {
+      const a = d.footprint.startSlot + k * 110 + s
+      t.ok(h.node(0).fits(a, d.footprint.startSlot + k * 110 + e), `period ${k} block [${s}, ${e}) is free`)
+    }
+  }
+  const tight = planPlacement(h, { ...j, maxSlowdown: 1.05 }, { policy: 'spread' })
+  t.ok(tight === undefined || tight.predictedSlowdown <= 1.05, 'admission honours maxSlowdown')
+})
+
+t.test('pack prefers loaded nodes, spread the least interference and load', async t => {
+  const build = () => {
+    const h = new ClusterHorizon({ nodes: 3, slots: 2000 })
+    h.reserve({ jobId: 'r', nodes: [1], footprint: { startSlot: 0, periodSlots: 100, periods: 20, busy: [[0, 30]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 2 })
+    return h
+  }
+  const j = job({ id: 'x', segments: [{ offsetS: 40, durationS: 20 }] })
+  t.same(planPlacement(build(), j, { policy: 'pack' })!.nodes, [1])
+  t.same(planPlacement(build(), j, { policy: 'spread' })!.nodes, [0])
+  t.same(planPlacement(build(), j, { policy: 'spread-backfill' })!.nodes, [0])
+})
+
+t.test('admission: no node whose resident already runs beyond its slowdown bound, and at most maxJobsPerNode', async t => {
+  const h = new ClusterHorizon({ nodes: 1, slots: 2000 })
+  h.reserve({ jobId: 'r', nodes: [0], footprint: { startSlot: 0, periodSlots: 100, periods: 20, busy: [[0, 10]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 1.2 })
+  const j = job({ id: 'x', segments: [{ offsetS: 40, durationS: 20 }] })
+  t.ok(planPlacement(h, j, { policy: 'spread', observedSlowdown: new Map([['r', 1.1]]) }))
+  t.equal(planPlacement(h, j, { policy: 'spread', observedSlowdown: new Map([['r', 1.3]]) }), undefined)
+  t.equal(planPlacement(h, j, { policy: 'spread', maxJobsPerNode: 1 }), undefined)
+})
+
+t.test('incommensurate periods are admitted with a bounded conflict budget only', async t => {
+  const h = new ClusterHorizon({ nodes: 1, slots: 28_800 })
+  h.reserve({ jobId: 'r', nodes: [0], footprint: { startSlot: 0, periodSlots: 131, periods: 400, busy: [[0, 30]] }, basePeriodSlots: 131, dedicated: false, maxSlowdown: 2 })
+  const j = job({ id: 'x', periodS: 150, iterations: 100, segments: [{ offsetS: 50, durationS: 25 }], maxSlowdown: 1.5 })
+  const d = planPlacement(h, j, { policy: 'spread' })!
+  t.ok(d.conflictInstances > 0, 'the phases drift: strict fitting is impossible')
+  t.ok(d.predictedSlowdown <= 1.5, `predicted slowdown ${d.predictedSlowdown}`)
+  t.equal(planPlacement(h, { ...j, maxSlowdown: 1 }, { policy: 'spread' }), undefined, 'no headroom, no conflicts admitted')
+})
+
+t.test('the same view and job give the same decision (pure)', async t => {
+  const h = new ClusterHorizon({ nodes: 4, slots: 5000 })
+  for (const id of ['a', 'b', 'c']) place(h, job({ id, nodes: 2 }), 'pack')
+  const j = job({ id: 'z', nodes: 2 })
+  t.same(planPlacement(h, j, { policy: 'spread' }), planPlacement(h, j, { policy: 'spread' }))
+})
