@@ -3,6 +3,7 @@
  * residency"). Adding a command = one module in this folder + one line here.
  */
 import type { Command } from '../command.ts'
+import { locksCommand } from './locks.ts'
 import { nodeCommand } from './node.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
@@ -11,4 +12,5 @@ export const commands: Record<string, Command> = {
   status: statusCommand,
   node: nodeCommand,
   version: versionCommand,
+  locks: locksCommand,
 }
