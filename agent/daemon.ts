@@ -12,6 +12,7 @@ import { createApiServer } from './api/server.ts'
 import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
+import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from './errors.ts'
@@ -42,6 +43,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   let inventory: NodeInventory | undefined
   let deviceLock: DeviceLockService | undefined
   let stateManager: StateManager | undefined
+  let mesh: Mesh | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
@@ -54,6 +56,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     dev,
     subsystems: runner.records(),
     native: capabilities,
+    ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
   })
 
   const specs: SubsystemSpec[] = [
@@ -114,6 +117,20 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     },
     {
+      // Membership and availability gossip with the other agents (libp2p + gossipsub, SWIM).
+      id: 'mesh',
+      requires: ['identity'],
+      async create (context) {
+        if (!config.mesh.enabled) return { skip: 'disabled by config (mesh.enabled = false)' }
+        const created = await createMesh({ config: config.mesh, dev, stateDir: config.node.stateDir, nodeName: config.node.name, version: agentVersion },
+          { logger: context.logger, inventory: () => inventory })
+        return {
+          async start (options) { await created.start(options); mesh = created },
+          async stop () { mesh = undefined; await created.stop() },
+        }
+      },
+    },
+    {
       id: 'api',
       requires: ['identity'],
       critical: true,
@@ -124,6 +141,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           inventory: { inventory: () => inventory },
           locks: { deviceLock: () => deviceLock ?? { unavailable: subsystemReason('device-lock') } },
           state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
+          mesh: { mesh: () => mesh ?? { unavailable: subsystemReason('mesh') } },
         })
       },
     },

@@ -1,5 +1,6 @@
 /** Schemas shared by every route: the error body and the status section types. */
 import { Type, type Static } from '@sinclair/typebox'
+import { MeshStatusSchema } from '../../mesh/mesh-views.ts'
 
 export const ErrorBodySchema = Type.Object({
   error: Type.Object({
@@ -32,6 +33,7 @@ export const StatusSchema = Type.Object({
   dev: Type.Boolean({ description: 'true for a --dev agent' }),
   subsystems: Type.Array(SubsystemRecordSchema),
   native: Type.Optional(Type.Unknown({ description: 'capabilities of the native addon: cuda, directIo, hugePages, memlockLimitBytes, ...' })),
+  mesh: Type.Optional(MeshStatusSchema),
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 
 export type StatusBody = Static<typeof StatusSchema>

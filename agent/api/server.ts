@@ -18,6 +18,7 @@ import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
 import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
 import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
 import { registerStateRoutes, type StateSource } from './routes/state.ts'
+import { registerMeshRoutes, type MeshSource } from './routes/mesh.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -46,6 +47,8 @@ export interface ApiServerComponents {
   locks?: DeviceLockSource
   /** The StateManager; without it the state routes answer ERR_UNAVAILABLE. */
   state?: StateSource
+  /** The mesh; without it the mesh routes answer ERR_MESH_UNAVAILABLE. */
+  mesh?: MeshSource
 }
 
 export interface ApiServer extends Subsystem {
@@ -107,6 +110,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerNodeRoutes(app, components.inventory)
   registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
   registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) })
+  registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

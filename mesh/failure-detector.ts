@@ -1,0 +1,158 @@
+/**
+ * SWIM failure detection (Das et al. 2002, §3; memberlist's probe loop):
+ * each protocol period one member is probed, in a shuffled round-robin order;
+ * no answer within the (health-scaled) probe timeout → `indirectProbes` other
+ * members are asked to probe it (ping-req); no answer from anyone → suspect.
+ *
+ * Conclusive evidence short-cuts the suspicion: when the member's port refuses
+ * connections here and at every helper that answered, the process is gone, not
+ * slow, and it is declared dead at once (how a SIGKILLed agent is detected in
+ * milliseconds). A member whose connection closes is probed at once
+ * (`probeNow`) instead of waiting for its turn.
+ *
+ * A probe whose window saw this agent's event loop stall is discarded
+ * (local-health.ts), so a paused or starved agent never accuses anyone.
+ */
+import type { LocalHealth } from './local-health.ts'
+import type { Membership } from './membership.ts'
+
+/** What probing a member found. */
+export type ProbeOutcome = 'ack' | 'timeout' | 'refused'
+
+export interface Prober {
+  /** Probes `target` directly. */
+  ping(target: string, timeoutMs: number, signal: AbortSignal): Promise<ProbeOutcome>
+  /** Asks `helper` to probe `target` with `timeoutMs`; 'timeout' when the helper does not answer. */
+  pingReq(helper: string, target: string, timeoutMs: number, signal: AbortSignal): Promise<ProbeOutcome>
+}
+
+export interface FailureDetectorOptions {
+  /** Protocol period, ms. */
+  probeIntervalMs: number
+  /** Direct probe timeout, ms (the indirect phase gets as long again). */
+  probeTimeoutMs: number
+  /** Helpers asked to probe indirectly. */
+  indirectProbes: number
+}
+
+export interface FailureDetectorComponents {
+  membership: Membership
+  prober: Prober
+  health: LocalHealth
+  log: { debug(obj: object, msg: string): void }
+  random?(): number
+}
+
+export interface FailureDetector {
+  start(options: { signal: AbortSignal }): void
+  stop(): void
+  /** Probes `peerId` now (e.g. its connection closed); one probe per member at a time. */
+  probeNow(peerId: string): void
+  readonly probes: { sent: number, failed: number, discarded: number }
+}
+
+export function createFailureDetector (options: FailureDetectorOptions, components: FailureDetectorComponents): FailureDetector {
+  const { membership, prober, health, log } = components
+  const random = components.random ?? Math.random
+  const inFlight = new Set<string>()
+  const counters = { sent: 0, failed: 0, discarded: 0 }
+  let order: string[] = []
+  let controller: AbortController | undefined
+  let timer: NodeJS.Timeout | undefined
+
+  const probeable = (): string[] => membership.members().filter(m => m.state !== 'dead').map(m => m.peerId)
+
+  const nextTarget = (): string | undefined => {
+    const live = new Set(probeable())
+    while (order.length > 0) {
+      const next = order.pop()!
+      if (live.has(next)) return next
+    }
+    order = shuffle([...live], random)
+    return order.pop()
+  }
+
+  async function probe (target: string, signal: AbortSignal): Promise<void> {
+    if (inFlight.has(target)) return
+    inFlight.add(target)
+    counters.sent++
+    const began = performance.now()
+    try {
+      const timeoutMs = health.scale(options.probeTimeoutMs)
+      const direct = await prober.ping(target, timeoutMs, signal)
+      if (signal.aborted) return
+      if (direct === 'ack') {
+        membership.heard(target)
+        health.probeSucceeded()
+        return
+      }
+      const helpers = shuffle(probeable().filter(p => p !== target), random).slice(0, options.indirectProbes)
+      const indirect = await Promise.all(helpers.map(h => prober.pingReq(h, target, timeoutMs, signal)))
+      if (signal.aborted) return
+      if (indirect.includes('ack')) {
+        membership.heard(target)
+        return
+      }
+      if (health.stalledSince(began)) {
+        counters.discarded++
+        log.debug({ peer: target }, 'probe discarded: this agent stalled during it')
+        return
+      }
+      counters.failed++
+      log.debug({ peer: target, direct, indirect }, 'probe failed')
+      // Refused here and by every helper (or no helper to ask: a two-node cluster).
+      if (direct === 'refused' && indirect.every(o => o === 'refused')) {
+        membership.declareDead(target, 'refused')
+      } else {
+        if (helpers.length > 0) health.probeFailedEverywhere()
+        membership.suspect(target)
+      }
+    } finally {
+      inFlight.delete(target)
+    }
+  }
+
+  const tick = (): void => {
+    if (controller === undefined || controller.signal.aborted) return
+    const signal = controller.signal
+    const target = nextTarget()
+    const began = performance.now()
+    const done = target === undefined ? Promise.resolve() : probe(target, signal)
+    void done.catch(() => {}).finally(() => {
+      if (signal.aborted) return
+      // One probe per period; a probe that outlasts the period delays the next (memberlist).
+      const wait = Math.max(0, health.scale(options.probeIntervalMs) - (performance.now() - began))
+      timer = setTimeout(tick, wait)
+      timer.unref()
+    })
+  }
+
+  return {
+    start ({ signal }) {
+      controller = new AbortController()
+      signal.addEventListener('abort', () => this.stop(), { once: true })
+      timer = setTimeout(tick, options.probeIntervalMs)
+      timer.unref()
+    },
+    stop () {
+      controller?.abort()
+      if (timer !== undefined) clearTimeout(timer)
+    },
+    probeNow (peerId) {
+      const m = membership.get(peerId)
+      if (controller === undefined || controller.signal.aborted || m === undefined || m.state === 'dead') return
+      void probe(peerId, controller.signal).catch(() => {})
+    },
+    probes: counters,
+  }
+}
+
+function shuffle<T> (items: T[], random: () => number): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1))
+    const x = items[i]!
+    items[i] = items[j]!
+    items[j] = x
+  }
+  return items
+}

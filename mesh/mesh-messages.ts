@@ -1,0 +1,73 @@
+/**
+ * What agents say to each other on the mesh topic, declared once (TypeBox):
+ * the TypeScript types, the validation of every received message and the
+ * peers API all come from these schemas.
+ *
+ * - `record`: a node's availability record, versioned by (incarnation, seq).
+ *   It doubles as SWIM's "alive" message: a record with a higher incarnation
+ *   refutes a suspicion or death claim.
+ * - `suspect` / `dead`: membership claims by `from` about `subject` at the
+ *   subject's `incarnation`; `dead` with reason "left" is a graceful leave
+ *   (from === subject).
+ *
+ * Later subsystems contribute record sections (hostPool, nvme, resident,
+ * weights) through AvailabilityContributor (availability-publisher.ts); a
+ * section a node does not have is absent, never zero.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+
+const PeerIdString = Type.String({ minLength: 32, maxLength: 128, pattern: '^[1-9A-HJ-NP-Za-km-z]+$', description: 'libp2p peer id (base58)' })
+const Bytes = Type.Integer({ minimum: 0 })
+const Incarnation = Type.Integer({ minimum: 0, description: 'SWIM incarnation of the subject; raised on every restart and refutation' })
+
+export const GpuAvailabilitySchema = Type.Object({
+  index: Type.Integer({ minimum: 0 }),
+  model: Type.String({ maxLength: 256 }),
+  uuid: Type.String({ maxLength: 128 }),
+  memoryTotalBytes: Bytes,
+  memoryFreeBytes: Type.Union([Bytes, Type.Null()], { description: 'null when no sampler reports it (GPUs from the config, no nvidia-smi)' }),
+  health: Type.Union([Type.Literal('ok'), Type.Literal('unknown'), Type.Literal('failed')]),
+  inUse: Type.Union([Type.Boolean(), Type.Null()], { description: 'a compute process holds the GPU; null when unknown' }),
+})
+
+const TierAvailabilitySchema = Type.Object({ totalBytes: Bytes, freeBytes: Bytes })
+
+export const AvailabilityRecordSchema = Type.Object({
+  kind: Type.Literal('record'),
+  from: PeerIdString,
+  node: Type.String({ minLength: 1, maxLength: 253 }),
+  incarnation: Incarnation,
+  seq: Type.Integer({ minimum: 0, description: 'publication counter within the incarnation' }),
+  publishedAtMs: Type.Integer({ minimum: 0, description: 'sender wall clock, ms since the epoch (diagnostics only: clocks may differ)' }),
+  addresses: Type.Object({
+    mesh: Type.Array(Type.String({ maxLength: 256 }), { maxItems: 8 }),
+    weights: Type.Optional(Type.String({ maxLength: 256, description: 'weight data plane, host:port (weights subsystem)' })),
+  }),
+  preemptible: Type.Boolean(),
+  cpu: Type.Object({ cores: Type.Integer({ minimum: 0 }), loadAvg1: Type.Number({ minimum: 0 }) }),
+  memory: Type.Object({ totalBytes: Bytes, availableBytes: Bytes }),
+  gpus: Type.Array(GpuAvailabilitySchema, { maxItems: 64 }),
+  hostPool: Type.Optional(TierAvailabilitySchema),
+  nvme: Type.Optional(TierAvailabilitySchema),
+  resident: Type.Optional(Type.Array(Type.String({ maxLength: 512 }), { maxItems: 1024, description: 'namespaces resident on the node (StateManager)' })),
+  weights: Type.Optional(Type.Array(Type.Object({ model: Type.String({ maxLength: 512 }), version: Type.Integer({ minimum: 0 }) }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
+}, { additionalProperties: false })
+
+export const MembershipClaimSchema = Type.Object({
+  kind: Type.Union([Type.Literal('suspect'), Type.Literal('dead')]),
+  from: PeerIdString,
+  subject: PeerIdString,
+  incarnation: Incarnation,
+  reason: Type.Union([Type.Literal('probe-failed'), Type.Literal('refused'), Type.Literal('suspicion-timeout'), Type.Literal('left')]),
+  sentAtMs: Type.Integer({ minimum: 0 }),
+}, { additionalProperties: false })
+
+export const MeshMessageSchema = Type.Union([AvailabilityRecordSchema, MembershipClaimSchema])
+
+export type GpuAvailability = Static<typeof GpuAvailabilitySchema>
+export type AvailabilityRecord = Static<typeof AvailabilityRecordSchema>
+export type MembershipClaim = Static<typeof MembershipClaimSchema>
+export type MeshMessage = Static<typeof MeshMessageSchema>
+
+/** The gossipsub topic every agent subscribes to. */
+export const meshTopic = '/agentd/mesh/1'

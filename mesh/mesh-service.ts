@@ -1,0 +1,282 @@
+/**
+ * The mesh subsystem: this agent's libp2p node, its availability record, the
+ * membership table and the failure detector, wired together.
+ *
+ *   received message → signed-envelope (size, schema, signature) → membership
+ *   (monotonic version, SWIM precedence) → accepted ones are forwarded by
+ *   gossipsub, stale ones ignored, invalid ones rejected and counted.
+ *   membership claims about this agent → refute: raise the incarnation
+ *   (persisted) and publish a record at once.
+ *   connection closed → probe that member now.
+ *   event loop stalled longer than a probe timeout → refute pre-emptively:
+ *   whoever suspected this agent meanwhile hears a higher incarnation.
+ *   stop → publish "left" so peers mark this agent dead at once.
+ *
+ * Membership changes are events: `subscribe(listener)` (the leader election
+ * subscribes to them), and each is logged at info level ("member state").
+ */
+import { networkInterfaces } from 'node:os'
+import type { Logger } from 'pino'
+import { TopicValidatorResult } from '@libp2p/gossipsub'
+import type { MeshConfig } from '../agent/config/schema.ts'
+import type { NodeInventory } from '../agent/inventory/inventory.ts'
+import { AgentError } from '../agent/errors.ts'
+import { loadClusterKey, loadOrCreateDevClusterKey } from './cluster-key.ts'
+import { loadOrCreateNodeKey } from './node-key.ts'
+import { openIncarnationStore } from './incarnation.ts'
+import { chooseAnnounceAddress } from './announce-address.ts'
+import { createMeshNode } from './libp2p-node.ts'
+import { createLibp2pProber } from './libp2p-prober.ts'
+import { decodeEnvelope, encodeEnvelope, type InvalidReason } from './signed-envelope.ts'
+import { meshTopic, type AvailabilityRecord, type MembershipClaim, type MeshMessage } from './mesh-messages.ts'
+import { createMembership, type Member, type MembershipEvent } from './membership.ts'
+import { createLocalHealth } from './local-health.ts'
+import { createFailureDetector } from './failure-detector.ts'
+import { createPeerDialer } from './peer-dialer.ts'
+import { createAvailabilityPublisher, type AvailabilityContributor } from './availability-publisher.ts'
+import { LatencyReservoir, RateWindow } from './mesh-stats.ts'
+import type { MeshInfo, MeshStatus, PeerView } from './mesh-views.ts'
+
+export interface MeshOptions {
+  config: MeshConfig
+  dev: boolean
+  /** Where the mesh key, incarnation and (--dev) cluster key live. */
+  stateDir: string
+  nodeName: string
+  version: string
+}
+
+export interface MeshComponents {
+  logger: Logger
+  inventory(): NodeInventory | undefined
+}
+
+export interface Mesh {
+  start(options: { signal: AbortSignal }): Promise<void>
+  /** Says "left", then stops every loop and the node; idempotent. */
+  stop(): Promise<void>
+  status(): MeshStatus
+  info(): MeshInfo
+  /** The other agents, sorted by node name. */
+  peers(): PeerView[]
+  /** Membership changes; returns the unsubscribe function. */
+  subscribe(listener: (event: MembershipEvent) => void): () => void
+  /** Subsystems add record sections here and call `availabilityChanged()` when they change. */
+  addAvailabilityContributor(contributor: AvailabilityContributor): void
+  availabilityChanged(): void
+}
+
+export async function createMesh (options: MeshOptions, components: MeshComponents): Promise<Mesh> {
+  const { config } = options
+  const log = components.logger
+  const cluster = config.clusterKeyFile === '' && options.dev
+    ? await loadOrCreateDevClusterKey(options.stateDir)
+    : { file: config.clusterKeyFile, key: await loadClusterKey(config.clusterKeyFile) }
+  if (config.clusterKeyFile === '' && !options.dev) throw new AgentError('ERR_CLUSTER_KEY_INVALID', 'mesh.clusterKeyFile is empty; only --dev generates a key')
+  const privateKey = await loadOrCreateNodeKey(options.stateDir)
+  const incarnation = await openIncarnationStore(options.stateDir)
+  const announce = chooseAnnounceAddress({ configured: config.announceAddress, dev: options.dev, interfaces: networkInterfaces() })
+  const node = await createMeshNode({
+    privateKey,
+    clusterKey: cluster.key,
+    listen: config.listen,
+    announce,
+    trustedCidrs: config.trustedCidrs,
+    connectionPingIntervalMs: config.connectionPingIntervalMs,
+    maxConnections: config.maxConnections,
+    maxMessageDataBytes: 4 * config.maxRecordBytes,
+    userAgent: `agentd/${options.version}`,
+  })
+  const self = node.peerId.toString()
+  const pubsub = node.services.pubsub
+  const prober = createLibp2pProber(node)
+
+  const stats = {
+    published: new RateWindow(),
+    received: new RateWindow(),
+    stale: 0,
+    invalid: { oversized: 0, malformed: 0, schema: 0, signature: 0 } satisfies Record<InvalidReason, number>,
+    dissemination: new LatencyReservoir(),
+  }
+
+  const publishMessage = async (message: MeshMessage): Promise<void> => {
+    const data = await encodeEnvelope(message, privateKey)
+    stats.published.add()
+    await pubsub.publish(meshTopic, data)
+  }
+  const say = (message: MeshMessage): void => {
+    void publishMessage(message).catch(err => log.warn({ err, kind: message.kind }, 'mesh publish failed'))
+  }
+
+  const health = createLocalHealth({ lagThresholdMs: Math.max(50, config.probeTimeoutMs / 2), recoverMs: 2 * config.probeIntervalMs })
+  let refuting: Promise<void> | undefined
+  const refute = (atLeast: number, why: string): void => {
+    if (refuting !== undefined || atLeast < incarnation.current) return
+    refuting = (async () => {
+      const next = await incarnation.raiseAbove(atLeast)
+      log.info({ incarnation: next, why }, 'refuting with a higher incarnation')
+      await publisher.publishNow()
+    })().catch(err => log.error({ err }, 'refutation failed')).finally(() => { refuting = undefined })
+  }
+
+  const membership = createMembership({
+    self,
+    probeIntervalMs: config.probeIntervalMs,
+    suspicionMult: config.suspicionMult,
+    suspicionMaxTimeoutMult: config.suspicionMaxTimeoutMult,
+    deadRetentionMs: config.deadRetentionMs,
+  }, {
+    health,
+    broadcast: claim => say({ ...claim, from: self, sentAtMs: Date.now() }),
+    onRefute: (claimIncarnation, claim) => refute(claimIncarnation, `${claim.kind} claim by ${claim.from}`),
+  })
+  membership.subscribe(e => {
+    log.info({ peer: e.peerId, node: e.node, from: e.from, to: e.to, incarnation: e.incarnation, reason: e.reason }, 'member state')
+    if (e.to === 'alive') dialer.kick()
+  })
+
+  const detector = createFailureDetector({
+    probeIntervalMs: config.probeIntervalMs,
+    probeTimeoutMs: config.probeTimeoutMs,
+    indirectProbes: config.indirectProbes,
+  }, { membership, prober, health, log })
+
+  const dialer = createPeerDialer({ seeds: config.join }, {
+    node,
+    members: () => membership.members().filter(m => m.state !== 'dead').map(m => ({ peerId: m.peerId, addresses: m.record?.addresses.mesh ?? [] })),
+    log,
+  })
+
+  const announced = (): string[] => node.getMultiaddrs().map(String)
+  const publisher = createAvailabilityPublisher({
+    node: options.nodeName,
+    preemptible: config.preemptible,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    publishDebounceMs: config.publishDebounceMs,
+  }, {
+    self,
+    addresses: announced,
+    incarnation: () => incarnation.current,
+    inventory: components.inventory,
+    publish: record => publishMessage(record),
+    log,
+  })
+
+  const validate = async (data: Uint8Array): Promise<TopicValidatorResult> => {
+    stats.received.add()
+    const decoded = await decodeEnvelope(data, config.maxRecordBytes)
+    if (!decoded.ok) {
+      stats.invalid[decoded.reason]++
+      log.debug({ reason: decoded.reason, detail: decoded.detail }, 'mesh message dropped')
+      return TopicValidatorResult.Reject
+    }
+    const message = decoded.message
+    const result = message.kind === 'record' ? membership.applyRecord(message) : membership.applyClaim(message)
+    if (result === 'stale') { stats.stale++; return TopicValidatorResult.Ignore }
+    if (message.kind === 'record') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
+    return TopicValidatorResult.Accept
+  }
+
+  const onDisconnect = (event: CustomEvent<{ toString(): string }>): void => detector.probeNow(event.detail.toString())
+  let stopped: Promise<void> | undefined
+  let started = false
+
+  return {
+    async start ({ signal }) {
+      await prober.register()
+      pubsub.topicValidators.set(meshTopic, (_peer, message) => validate(message.data))
+      node.addEventListener('peer:disconnect', onDisconnect)
+      await node.start()
+      started = true
+      pubsub.subscribe(meshTopic)
+      health.onStall(stallMs => {
+        if (stallMs > config.probeTimeoutMs) refute(incarnation.current, `event loop stalled ${Math.round(stallMs)} ms`)
+      })
+      health.start({ signal })
+      publisher.start({ signal })
+      dialer.start({ signal })
+      detector.start({ signal })
+      log.info({ peerId: self, addresses: announced(), announce: announce.source, incarnation: incarnation.current, seeds: config.join, clusterKey: cluster.file }, 'mesh started')
+    },
+
+    stop () {
+      stopped ??= (async () => {
+        detector.stop()
+        dialer.stop()
+        publisher.stop()
+        health.stop()
+        if (started) {
+          await publishMessage({ kind: 'dead', from: self, subject: self, incarnation: incarnation.current, reason: 'left', sentAtMs: Date.now() })
+            .then(() => new Promise(resolve => setTimeout(resolve, 50)))
+            .catch(() => {})
+        }
+        node.removeEventListener('peer:disconnect', onDisconnect)
+        membership.stop()
+        await prober.unregister()
+        await node.stop()
+      })()
+      return stopped
+    },
+
+    status: () => ({ peerId: self, addresses: announced() }),
+
+    info () {
+      const counts = { alive: 0, suspect: 0, dead: 0 }
+      for (const m of membership.members()) counts[m.state]++
+      const meshPeers = (pubsub as unknown as { getMeshPeers?(topic: string): string[] }).getMeshPeers?.(meshTopic) ?? []
+      return {
+        peerId: self,
+        node: options.nodeName,
+        incarnation: incarnation.current,
+        addresses: announced(),
+        announce: { ip: announce.ip, source: announce.source },
+        listen: config.listen,
+        clusterKeyFile: cluster.file,
+        connections: node.getConnections().length,
+        topicPeers: pubsub.getSubscribers(meshTopic).length,
+        meshPeers: meshPeers.length,
+        seeds: dialer.seeds(),
+        members: counts,
+        messages: {
+          published: { total: stats.published.total, perSecond: round(stats.published.perSecond()) },
+          received: { total: stats.received.total, perSecond: round(stats.received.perSecond()) },
+          stale: stats.stale,
+          invalid: { ...stats.invalid },
+        },
+        dissemination: stats.dissemination.summary(),
+        probes: { ...detector.probes },
+        health: { score: health.score, healthy: health.healthy() },
+      }
+    },
+
+    peers: () => membership.members().map(peerView).sort((a, b) => a.node.localeCompare(b.node) || a.peerId.localeCompare(b.peerId)),
+    subscribe: listener => membership.subscribe(listener),
+    addAvailabilityContributor: c => publisher.addContributor(c),
+    availabilityChanged: () => publisher.changed(),
+  }
+}
+
+function peerView (m: Member): PeerView {
+  const r: AvailabilityRecord | undefined = m.record
+  const gpus = r?.gpus ?? []
+  const view: PeerView = {
+    peerId: m.peerId,
+    node: m.node,
+    state: m.state,
+    incarnation: m.incarnation,
+    stateSinceMs: m.stateSinceMs,
+    lastHeardMs: m.lastHeardMs,
+    addresses: r?.addresses.mesh ?? [],
+    gpus: { total: gpus.length, free: gpus.some(g => g.inUse === null) ? null : gpus.filter(g => g.inUse === false).length },
+    hostPoolFreeBytes: r?.hostPool?.freeBytes ?? null,
+    nvmeFreeBytes: r?.nvme?.freeBytes ?? null,
+    preemptible: r?.preemptible ?? null,
+    record: r ?? null,
+  }
+  if (m.reason !== undefined) view.reason = m.reason
+  return view
+}
+
+const round = (x: number): number => Math.round(x * 100) / 100
+
+export type { MembershipEvent, MembershipClaim }
