@@ -78,14 +78,21 @@ export function registerLockRoutes (app: FastifyInstance, source: DeviceLockSour
     const { holder, timeoutMs } = request.body
     const cancel = new AbortController()
     let granted: AcquireGpuResult | undefined
+    let givenBack = false
+    // Whichever notices the lost connection first gives the grant back, once.
+    const giveBack = (): void => {
+      if (granted === undefined || givenBack) return
+      givenBack = true
+      undeliveredGrant(lock, granted, pid, request)
+    }
     // 'close' without a finished response: the client went away (or the response could not be sent).
     reply.raw.once('close', () => {
       if (reply.raw.writableFinished) return
       if (granted === undefined) cancel.abort()
-      else undeliveredGrant(lock, granted, pid, request)
+      else giveBack()
     })
     granted = await lock.acquire({ gpu: request.params.n, pid, signal: cancel.signal, ...(holder !== undefined ? { holder } : {}), ...(timeoutMs !== undefined ? { timeoutMs } : {}) })
-    if (reply.raw.destroyed) undeliveredGrant(lock, granted, pid, request)
+    if (reply.raw.destroyed) giveBack()
     return granted
   })
 

@@ -3,6 +3,8 @@
 // closing the connection, the event stream, and an agent without the lock.
 import t from 'tap'
 import { join } from 'node:path'
+import { request } from 'node:http'
+import type { Socket } from 'node:net'
 import { pino } from 'pino'
 import { buildApiApp } from '../../../agent/api/server.ts'
 import { createAgentClient, type AgentClient, type GpuLockStreamEvent } from '../../../agent/client/client.ts'
@@ -16,7 +18,9 @@ interface Teardown { teardown(fn: () => unknown): void }
 const logger = pino({ level: 'silent' })
 const me = `pid:${process.pid}`
 
-async function serve (t: Teardown, lock: DeviceLockService | { unavailable: string }): Promise<AgentClient> {
+interface Served { client: AgentClient, socketPath: string, connections: Set<Socket> }
+
+async function serve (t: Teardown, lock: DeviceLockService | { unavailable: string }): Promise<Served> {
   const app = await buildApiApp({ bodyLimitBytes: 1024 * 1024, version: '0.0.0' }, {
     logger,
     status: { status: () => ({}) as StatusBody },
@@ -24,16 +28,18 @@ async function serve (t: Teardown, lock: DeviceLockService | { unavailable: stri
     locks: { deviceLock: () => lock },
   })
   const socketPath = join(tempDir(t), 'api.sock')
+  const connections = new Set<Socket>()
+  app.server.on('connection', (socket: Socket) => connections.add(socket))
   await app.listen({ path: socketPath })
   t.teardown(() => app.close())
-  return createAgentClient({ socketPath, timeoutMs: 5000 })
+  return { client: createAgentClient({ socketPath, timeoutMs: 5000 }), socketPath, connections }
 }
 
-async function withLock (t: Teardown): Promise<{ lock: DeviceLockService, client: AgentClient }> {
+async function withLock (t: Teardown): Promise<Served & { lock: DeviceLockService }> {
   const lock = createDeviceLock({ gpuCount: 2, holderCheckIntervalMs: 20 }, { logger, processes: createProcfsProcessTable() })
   await lock.start()
   t.teardown(() => lock.stop())
-  return { lock, client: await serve(t, lock) }
+  return { lock, ...await serve(t, lock) }
 }
 
 async function until (predicate: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> {
@@ -110,6 +116,31 @@ t.test('a waiting acquire whose connection closes leaves the queue', async t => 
   t.equal((await patient).holder, 'patient', 'the next waiter is granted, not the one that left')
 })
 
+t.test('a grant whose connection is gone before the answer is given back, once: the next waiter gets the GPU', async t => {
+  const { lock, client, socketPath, connections } = await withLock(t)
+  await client.acquireGpu(0, { holder: 'holder' })
+  const before = new Set(connections)
+  // The waiter on a connection of its own, so that only it can be cut.
+  const lost = request({ socketPath, method: 'POST', path: '/v1/locks/gpu/0/acquire', agent: false, headers: { 'content-type': 'application/json' } })
+  lost.on('error', () => {})
+  lost.end(JSON.stringify({ holder: 'lost' }))
+  await until(() => lock.gpuLock(0).waiters.length === 1)
+  const lostConnections = [...connections].filter(c => !before.has(c))
+  t.equal(lostConnections.length, 1)
+  const next = client.acquireGpu(0, { holder: 'next' })
+  await until(() => lock.gpuLock(0).waiters.length === 2)
+  const events: string[] = []
+  lock.subscribe(e => {
+    events.push(`${e.type} ${e.holder}`)
+    // Cut the waiter's connection at the moment of its grant, before the route can answer.
+    if (e.type === 'granted' && e.holder === 'lost') for (const c of lostConnections) c.destroy()
+  })
+  t.same(await client.releaseGpu(0, { holder: 'holder' }), { gpu: 0, holder: 'holder', depth: 0 })
+  t.same(await next, { gpu: 0, holder: 'next', depth: 1, waiting: 0 })
+  t.same(events, ['released holder', 'granted lost', 'waiter lost', 'released lost', 'granted next'])
+  t.match(lock.gpuLock(0), { holder: 'next', depth: 1, waiters: [] })
+})
+
 t.test('event stream: the holder learns of a waiter, then sees its release; the waiter sees its grant', async t => {
   const { client } = await withLock(t)
   await client.acquireGpu(1, { holder: 'trainer' })
@@ -142,7 +173,7 @@ t.test('event stream: the holder learns of a waiter, then sees its release; the 
 })
 
 t.test('without a device lock every lock route answers ERR_UNAVAILABLE with the reason', async t => {
-  const client = await serve(t, { unavailable: 'no GPUs in the inventory' })
+  const { client } = await serve(t, { unavailable: 'no GPUs in the inventory' })
   const expected = { code: 'ERR_UNAVAILABLE', message: 'the device lock is unavailable: no GPUs in the inventory' }
   await t.rejects(client.locks(), expected)
   await t.rejects(client.acquireGpu(0), expected)
