@@ -35,6 +35,8 @@ import { holderNamePattern, maxLockTimeoutMs, type AcquireGpuResult, type Device
 
 export type { AcquireGpuResult, DeviceLockEvent, GpuLockState, GpuLockWaiter, ReleaseGpuResult, ReleaseReason } from './device-lock-schema.ts'
 
+const holderNameRegExp = new RegExp(holderNamePattern)
+
 export interface DeviceLockOptions {
   /** GPUs on this node (lockable indices 0 … gpuCount-1), from the node inventory. At least 1. */
   gpuCount: number
@@ -47,8 +49,6 @@ export interface DeviceLockComponents {
   /** Identifies calling processes and tells whether they still run (procfs in the agent). */
   processes: ProcessTable
 }
-
-const holderNameRegExp = new RegExp(holderNamePattern)
 
 export interface AcquireGpuRequest {
   gpu: number
@@ -188,6 +188,22 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
     if (next !== undefined) emit({ type: 'waiter', gpu: lock.gpu, holder: hold.holder, waiter: next.holder, waiting: lock.queue.length })
   }
 
+  /**
+   * A request from a pid tied to the hold but with another start time means the
+   * tied process exited and its pid was reused: untie it now rather than at the
+   * next check, so the newcomer is not taken for the old holder (re-entry).
+   */
+  function untieReusedPid (lock: GpuLock, caller: ProcessIdentity): void {
+    const hold = lock.hold
+    const tied = hold?.processes.get(caller.pid)
+    if (hold === null || tied === undefined || tied.startTicks === caller.startTicks) return
+    hold.processes.delete(caller.pid)
+    if (hold.processes.size > 0) return
+    logger.info({ gpu: lock.gpu, holder: hold.holder, pid: caller.pid }, 'device lock holder exited (pid reused); releasing')
+    endHold(lock, 'holder-exited')
+    grantNext(lock)
+  }
+
   function removeWaiter (lock: GpuLock, waiter: Waiter): boolean {
     const index = lock.queue.indexOf(waiter)
     if (index < 0) return false
@@ -278,6 +294,7 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
       if (signal?.aborted === true) throw new AgentError('ERR_UNAVAILABLE', `acquire of GPU ${lock.gpu} cancelled`, { cause: signal.reason })
       const process = processes.identify(request.pid)
       if (process === null) throw new AgentError('ERR_UNAVAILABLE', `process ${request.pid} is not running`)
+      untieReusedPid(lock, process)
 
       const hold = lock.hold
       if (hold?.holder === holder) {
@@ -323,6 +340,8 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
       const lock = lockOf(request.gpu)
       assertRunning()
       const holder = holderNameOf(request)
+      const caller = processes.identify(request.pid)
+      if (caller !== null) untieReusedPid(lock, caller)
       const hold = lock.hold
       if (hold?.holder !== holder) {
         throw new AgentError('ERR_LOCK_NOT_HELD', `GPU ${lock.gpu} is not held by ${holder} (${hold === null ? 'it is free' : `held by ${hold.holder}`})`,

@@ -234,6 +234,24 @@ t.test('the start signal stops the exit checks', async t => {
   t.equal(lock.locks()[0]!.holder, `pid:${worker.pid}`, 'no checks after the signal fired')
 })
 
+t.test('a reused pid is not taken for the exited holder it replaces, even before the next check', async t => {
+  const root = tempDir(t, 'agentd-proc-')
+  const stat = (start: number): string => `123 (worker) S 1 123 123 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 ${start} 1 1\n`
+  mkdirSync(join(root, '123'))
+  writeFileSync(join(root, '123/stat'), stat(5000))
+  // A check interval far beyond the test: only the request itself can notice the reuse.
+  const lock = createDeviceLock({ gpuCount: 1, holderCheckIntervalMs: 60_000 }, { logger, processes: createProcfsProcessTable(root) })
+  const events: DeviceLockEvent[] = []
+  lock.subscribe(e => events.push(e))
+  await lock.start()
+  t.teardown(() => lock.stop())
+  t.equal((await lock.acquire({ gpu: 0, pid: 123 })).depth, 1)
+  writeFileSync(join(root, '123/stat'), stat(9000))
+  t.throws(() => lock.release({ gpu: 0, pid: 123 }), { code: 'ERR_LOCK_NOT_HELD', message: 'GPU 0 is not held by pid:123 (it is free)' }, 'the newcomer cannot release the old hold')
+  t.same(events.at(-1), { type: 'released', gpu: 0, holder: 'pid:123', reason: 'holder-exited' })
+  t.same(await lock.acquire({ gpu: 0, pid: 123 }), { gpu: 0, holder: 'pid:123', depth: 1, waiting: 0 }, 'a fresh hold, not re-entry at depth 2')
+})
+
 t.test('process identity: pid plus start time; reused pids and zombies are not the holder', async t => {
   t.same(parseProcStat('42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10'), { state: 'S', startTicks: '777' }, 'parentheses in the command name')
   t.equal(parseProcStat('garbage'), null)
