@@ -105,16 +105,19 @@ std::shared_ptr<FileHandle> OpenFile(const std::string& path, bool writable, boo
   return file;
 }
 
-// pread/pwrite until `length` bytes moved, EOF (reads), or an error.
-// Returns the bytes moved.
+// pread until `length` bytes moved, EOF, or an error. Returns the bytes moved.
+// On a regular file a short read means EOF: stop there rather than retry,
+// because the retry's pointer and offset would be unaligned, which O_DIRECT
+// rejects with EINVAL (a read-modify-write of a block at the end of a file
+// being extended by another chunk hits exactly this).
 size_t FullPread(int fd, uint8_t* data, size_t length, uint64_t offset) {
   size_t done = 0;
   while (done < length) {
     ssize_t n = pread(fd, data + done, length - done, off_t(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw SystemError("ERR_IO", "pread", errno, "read failed");
-    if (n == 0) break;
     done += size_t(n);
+    if (size_t(n) < length - (done - size_t(n))) break;
   }
   return done;
 }

@@ -52,6 +52,21 @@ t.test('round trips of odd sizes and offsets, checksummed', async (t) => {
     patternBytes(1 * MiB, 3 * MiB + 4000 + 1 * MiB).subarray(0, 100)), 0)
 })
 
+t.test('appending at an unaligned offset across several I/O blocks (short read at EOF in the read-modify-write)', async (t) => {
+  const pool = await poolFor(t, 8 * MiB)
+  const extent = pool.allocate(4 * MiB)
+  const data = patternBytes(3 * MiB + 17, 21)
+  data.copy(pool.view(extent))
+  const path = join(diskDir(t), 'append.bin')
+  const file = openDirectFile(path, { create: true })
+  t.teardown(() => file.close())
+  await file.write(pool.range(extent, 0, 5), 0)
+  await file.write(pool.range(extent, 0, data.length), 5)
+  const back = readFileSync(path)
+  t.equal(back.length, 5 + data.length)
+  t.ok(back.subarray(5).equals(data), 'bytes after the unaligned start are exact')
+})
+
 t.test('aligned transfers go straight through; an unaligned tail is bounced', async (t) => {
   const pool = await poolFor(t, 8 * MiB)
   const file = openDirectFile(join(diskDir(t), 'tail.bin'), { create: true })
