@@ -7,9 +7,10 @@
  */
 import { AgentError } from '../errors.ts'
 import {
-  capabilities, checksum, copyDeviceToHost, copyHost, copyHostToDevice, openDeviceMemory, openSharedMemory,
-  type DeviceMemory, type HostRange, type SharedMemoryObject,
+  capabilities, checksum, copyDeviceToHost, copyHost, copyHostToDevice, openDeviceMemory,
+  type DeviceMemory, type HostRange,
 } from '../../native/index.ts'
+import type { ShmLease, ShmMappingCache } from './shm-mapping-cache.ts'
 
 export type MemorySpec =
   | { kind: 'shm', name: string, offset: number }
@@ -27,23 +28,24 @@ export interface ClientMemory {
 }
 
 /**
- * Opens client memory specs for one request, mapping each shared-memory
- * object or IPC handle once; `close()` releases every mapping.
+ * Opens client memory specs for one request: shared-memory objects through
+ * the mapping cache (mapped once, reused across requests), IPC handles once
+ * per request; `close()` releases them.
  */
 export interface ClientMemoryScope {
   open(spec: MemorySpec, bytes: number, where: string): ClientMemory
   close(): void
 }
 
-export function createClientMemoryScope (): ClientMemoryScope {
-  const shm = new Map<string, SharedMemoryObject>()
+export function createClientMemoryScope (mappings: ShmMappingCache): ClientMemoryScope {
+  const shm = new Map<string, ShmLease>()
   const device = new Map<string, DeviceMemory>()
 
-  function openShm (name: string, where: string): SharedMemoryObject {
-    let obj = shm.get(name)
-    if (obj === undefined) {
+  function openShm (name: string, where: string): ShmLease['object'] {
+    let lease = shm.get(name)
+    if (lease === undefined) {
       try {
-        obj = openSharedMemory(name)
+        lease = mappings.acquire(name)
       } catch (err) {
         const code = (err as AgentError).code
         if (code === 'ERR_SHM_NOT_FOUND' || code === 'ERR_SHM_TOO_SMALL') {
@@ -52,9 +54,9 @@ export function createClientMemoryScope (): ClientMemoryScope {
         if (code === 'ERR_ARG_INVALID') throw new AgentError('ERR_BAD_REQUEST', `${where}: ${(err as Error).message}`, { cause: err })
         throw err
       }
-      shm.set(name, obj)
+      shm.set(name, lease)
     }
-    return obj
+    return lease.object
   }
 
   function openDevice (spec: Extract<MemorySpec, { kind: 'cuda-ipc' }>, where: string): DeviceMemory {
@@ -107,7 +109,7 @@ export function createClientMemoryScope (): ClientMemoryScope {
       }
     },
     close () {
-      for (const obj of shm.values()) obj.close()
+      for (const lease of shm.values()) lease.release()
       for (const mem of device.values()) mem.close()
       shm.clear()
       device.clear()

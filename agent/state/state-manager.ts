@@ -25,6 +25,7 @@ import { checksum, createHostPool, type Extent, type HostPool, type HostRange } 
 import { parseKey, type StateKey } from './keys.ts'
 import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
+import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { nextUseOf, spillOrder, type UseHint } from './spill-order.ts'
 
 export type { MemorySpec } from './client-memory.ts'
@@ -119,6 +120,20 @@ export interface StateManager {
   residency(prefix?: string): Residency
   /** What NVMe recovery found at start. */
   recovery(): NvmeRecovery | undefined
+  /** Parsed keys currently stored (for in-process exporters: materialize, weights). */
+  storedKeys(prefix?: string): StateKey[]
+  /**
+   * Pins `key` in the host pool (promoting it from NVMe if needed) and hands
+   * its bytes to the caller until `release()`. Spill and drop wait for the release.
+   */
+  readHost(key: string): Promise<PinnedBytes>
+  /** A scratch range of `bytes` in the host pool (spilling if needed) with a Buffer view for JS writes, freed by `release()`. */
+  scratch(bytes: number): Promise<PinnedBytes & { view: Buffer }>
+}
+
+export interface PinnedBytes {
+  range: HostRange
+  release(): void
 }
 
 interface Entry {
@@ -127,7 +142,8 @@ interface Entry {
   onNvme: boolean
   replicas: number
   lastUseMs: number
-  checksum: number
+  /** crc32c of the bytes; computed lazily (first spill, persist or verify), off the offload path. */
+  checksum: number | undefined
   /** Operations reading the entry's host extent; spill/drop wait for 0. */
   pins: number
   unpinned: Array<() => void>
@@ -145,6 +161,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   let hints: UseHint[] = []
   let spilling: Promise<void> | undefined
   const background = new Set<Promise<unknown>>()
+  const mappings = createShmMappingCache()
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0 }
 
   const hostPool = (): HostPool => {
@@ -201,7 +218,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       const unpin = pin(entry)
       try {
         if (!entry.onNvme) {
-          await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), entry.checksum)
+          await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
           entry.onNvme = true
         }
       } catch (err) {
@@ -239,7 +256,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       await nvme!.read(entry.key.text, range)
       const sum = await checksum(range)
       if (sum !== entry.checksum) {
-        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum.toString(16)}`)
+        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
       }
     } catch (err) {
       hostPool().free(extent)
@@ -281,7 +298,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
     const keys = parseItems(items, 'offload')
     if (durability !== 'memory' && durability !== 'nvme') throw new AgentError('ERR_BAD_REQUEST', `durability must be "memory" or "nvme", got ${JSON.stringify(durability)}`)
-    const scope = createClientMemoryScope()
+    const scope = createClientMemoryScope(mappings)
     // Everything below until the first await runs in one tick: the plan cannot race another batch.
     const writers = new Map<string, PromiseWithResolvers<boolean>>()
     const extents = new Map<string, Extent>()
@@ -307,7 +324,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           const range = keyRange(extent, k)
           await sources[i]!.readInto(range)
           counters.offloadCopies++
-          const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: await checksum(range), pins: 0, unpinned: [] }
+          const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
           entries.set(k.text, entry)
           extents.delete(k.text)
           created.push(entry)
@@ -361,7 +378,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         const range = keyRange(extent, k)
         await source.readInto(range)
         counters.offloadCopies++
-        const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 0, lastUseMs: now(), checksum: await checksum(range), pins: 0, unpinned: [] }
+        const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 0, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
         entries.set(k.text, entry)
         done.resolve(true)
         return entry
@@ -379,8 +396,23 @@ export function createStateManager (options: StateManagerOptions, components: St
       const extent = await allocateHost(entry.key.bytes, new Set([entry.key.text]))
       return { range: keyRange(extent, entry.key), release: () => hostPool().free(extent) }
     })
-    if (sum !== entry.checksum) logger.warn({ key: entry.key.text }, 'replica bytes differ from the stored copy')
-    return sum === entry.checksum
+    const stored = await checksumOf(entry)
+    if (sum !== stored) logger.warn({ key: entry.key.text }, 'replica bytes differ from the stored copy')
+    return sum === stored
+  }
+
+  /** The entry's crc32c, computed from its host copy on first use (the caller keeps the entry pinned or host-resident). */
+  async function checksumOf (entry: Entry): Promise<number> {
+    if (entry.checksum === undefined) {
+      if (entry.host === undefined) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
+      const unpin = pin(entry)
+      try {
+        entry.checksum = await checksum(keyRange(entry.host, entry.key))
+      } finally {
+        unpin()
+      }
+    }
+    return entry.checksum
   }
 
   async function persist (entry: Entry): Promise<void> {
@@ -388,7 +420,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (entry.host === undefined) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
     const unpin = pin(entry)
     try {
-      await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), entry.checksum)
+      await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
       entry.onNvme = true
     } finally {
       unpin()
@@ -410,7 +442,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
     const missing = keys.findIndex(k => !entries.has(k.text))
     if (missing >= 0) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${missing}].key: ${keys[missing]!.text} is not stored on this node`)
-    const scope = createClientMemoryScope()
+    const scope = createClientMemoryScope(mappings)
     const unpins: Array<() => void> = []
     try {
       const targets = keys.map((k, i) => scope.open(items[i]!.target, k.bytes, `tensors[${i}].target`))
@@ -499,6 +531,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     async stop () {
       await Promise.allSettled([...background])
       await nvme?.close()
+      mappings.close()
       pool?.close()
     },
     offload,
@@ -516,5 +549,28 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     residency,
     recovery: () => recovered,
+    storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
+    async readHost (text) {
+      const entry = entries.get(parseKey(text).text)
+      if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
+      const unpin = pin(entry)
+      try {
+        await promote(entry, new Set([text]))
+      } catch (err) {
+        unpin()
+        throw err
+      }
+      entry.lastUseMs = now()
+      return { range: keyRange(entry.host!, entry.key), release: unpin }
+    },
+    async scratch (bytes) {
+      const extent = await allocateHost(bytes, new Set())
+      let released = false
+      return {
+        range: hostPool().range(extent, 0, bytes),
+        view: hostPool().view(extent).subarray(0, bytes),
+        release: () => { if (!released) { released = true; hostPool().free(extent) } },
+      }
+    },
   }
 }

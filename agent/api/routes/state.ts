@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../errors.ts'
+import { materialize } from '../../state/materialize.ts'
 import { errorResponses } from '../schemas.ts'
 
 /** The StateManager, or why there is none (subsystem skipped or failed): routes answer ERR_UNAVAILABLE then. */
@@ -36,6 +37,13 @@ const Selector = Type.Object({
 const PrefetchBody = Type.Intersect([Selector, Type.Object({ tier: Type.Optional(Type.Literal('host')) })])
 const HintsBody = Type.Object({
   next: Type.Array(Type.Object({ prefix: Type.String({ maxLength: 1024 }), inMs: uint }, { additionalProperties: false }), { maxItems: 4096 }),
+}, { additionalProperties: false })
+const MaterializeBody = Type.Object({
+  prefix: Type.String({ minLength: 1, maxLength: 1024 }),
+  version: uint,
+  path: Type.String({ minLength: 2, maxLength: 4096, description: 'absolute output path ending in .safetensors' }),
+  maxFileBytes: Type.Optional(Type.Integer({ minimum: 1 << 20 })),
+  overwrite: Type.Optional(Type.Boolean()),
 }, { additionalProperties: false })
 const Tier = Type.Union([Type.Literal('host'), Type.Literal('nvme')])
 const TierUsage = Type.Object({ capacityBytes: uint, usedBytes: uint })
@@ -83,6 +91,14 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource):
   app.post<{ Body: Static<typeof HintsBody> }>('/v1/state/hints', {
     schema: { summary: 'Scheduler hints: what is needed next and when (drives spilling and prefetch); replaces earlier hints', body: HintsBody, response: { 200: Type.Object({ ok: Type.Literal(true) }), ...errorResponses } },
   }, async request => { sm().setHints(request.body.next); return { ok: true as const } })
+
+  app.post<{ Body: Static<typeof MaterializeBody> }>('/v1/state/materialize', {
+    schema: {
+      summary: 'Write a namespace/version to safetensors (split with an index above maxFileBytes) from host and NVMe, without a GPU',
+      body: MaterializeBody,
+      response: { 200: Type.Object({ files: Type.Array(Type.String()), index: Type.Union([Type.String(), Type.Null()]), tensors: uint, bytes: uint }), ...errorResponses },
+    },
+  }, async request => await materialize(sm(), request.body))
 
   app.get<{ Querystring: { prefix?: string } }>('/v1/state/residency', {
     schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) }), response: { 200: ResidencySchema, ...errorResponses } },
