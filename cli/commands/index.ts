@@ -3,8 +3,10 @@
  * residency"). Adding a command = one module in this folder + one line here.
  */
 import type { Command } from '../command.ts'
+import { inspectResidencyCommand } from './inspect-residency.ts'
 import { locksCommand } from './locks.ts'
 import { nodeCommand } from './node.ts'
+import { stateMaterializeCommand } from './state-materialize.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
 
@@ -13,4 +15,6 @@ export const commands: Record<string, Command> = {
   node: nodeCommand,
   version: versionCommand,
   locks: locksCommand,
+  'inspect residency': inspectResidencyCommand,
+  'state materialize': stateMaterializeCommand,
 }
