@@ -1,0 +1,263 @@
+/**
+ * Trace-driven simulation of cluster placement and runtime scheduling
+ * (PlexRL §6.3) on the shared discrete-event engine (event-queue.ts).
+ *
+ * Model:
+ * - Jobs arrive at `submitS` and wait in a FIFO queue. Placement
+ *   (placement-policy.ts) runs on arrivals and whenever capacity is released.
+ *   Without backfill the queue head blocks everything behind it; with
+ *   `spread-backfill` every queued job that fits starts (backfill).
+ * - A placed job runs `iterations` periods. Each segment is a task on its
+ *   node gang: it becomes ready when the previous segment has ended plus the
+ *   idle gap of the profile (the job is serial), but not before the time its
+ *   reservation planned (start phase and micro-shifts). The task executor
+ *   (task-executor.ts: HRRS or FCFS under the nodes' device locks) runs it.
+ * - A task runs for its profiled duration times (1 ± jitter) (seeded), plus
+ *   the context-switch cost when any node of its gang holds another job's
+ *   state (offload + onload), counted in `contextSwitches`.
+ * - A cold-start job runs one period on dedicated nodes, then is repacked:
+ *   its reservation is released and it is placed again as a profiled job.
+ * - Admission (§7.2) sees each resident job's observed slowdown (elapsed
+ *   time over the isolated time of the iterations it completed).
+ * Outputs follow `agentctl sim placement`: per-job start/end/wait/slowdown,
+ * normalized queue delay (wait / own duration, PlexRL Fig. 8) percentiles,
+ * GPU busy fraction (useful task seconds over node-seconds of the makespan).
+ */
+import { createEventQueue } from './event-queue.ts'
+import { createSeededRandom } from './seeded-random.ts'
+import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } from './placement-trace.ts'
+import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
+import { planPlacement, residentFor, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
+import type { RuntimeSchedulerName, RuntimeTask } from '../policies/runtime/hrrs.ts'
+import { createTaskExecutor } from './task-executor.ts'
+
+export interface PlacementSimOptions {
+  policy: PlacementPolicyName
+  /** Runtime scheduler on shared nodes. Default 'hrrs'. */
+  runtime?: RuntimeSchedulerName
+  /** Relative jitter of task durations: each runs d × U(1 - j, 1 + j). Default 0.05. */
+  jitter?: number
+  /** Seed of the jitter. Default 1. */
+  seed?: number
+  /** Horizon ring length, slots. Default 28,800. */
+  horizonSlots?: number
+  /** Seconds per slot. Default 1. */
+  slotS?: number
+}
+
+export interface PlacementSimJob {
+  id: string
+  startS: number
+  endS: number
+  waitS: number
+  slowdown: number
+}
+
+export interface PlacementSimResult {
+  policy: PlacementPolicyName
+  runtime: RuntimeSchedulerName
+  makespanS: number
+  jobs: PlacementSimJob[]
+  normalizedQueueDelay: { p50: number, p90: number, p99: number, max: number }
+  gpuBusyFraction: number
+  contextSwitches: number
+  /** Mean and largest wait of a GPU task from ready to start (runtime scheduling), seconds. */
+  taskWaitS: { mean: number, max: number }
+  /** Jobs that ever shared a node with another job. */
+  sharedJobs: number
+  /** Horizon slots over-committed when reservations were extended (left to the runtime scheduler). */
+  overcommittedSlots: number
+}
+
+interface JobRun {
+  spec: PlacementTraceJob
+  job: PlacementJob
+  switchS: number
+  placedNodes: number[]
+  decision: PlacementDecision | undefined
+  /** Iteration index at which the current plan's period 0 starts. */
+  planBaseIteration: number
+  iteration: number
+  segment: number
+  lastEndS: number
+  startS: number
+  endS: number
+  repacked: boolean
+  shared: boolean
+  lastFailedVersion: number
+}
+
+export function simulatePlacement (trace: PlacementTrace, options: PlacementSimOptions): PlacementSimResult {
+  const runtime = options.runtime ?? 'hrrs'
+  const jitter = options.jitter ?? 0.05
+  const rnd = createSeededRandom(options.seed ?? 1)
+  const slotS = options.slotS ?? 1
+  const q = createEventQueue()
+  const horizon = new ClusterHorizon({ nodes: trace.cluster.nodes, slots: options.horizonSlots, slotS })
+  const maxJobsPerNode = trace.cluster.maxJobsPerNode
+  const backfill = options.policy === 'spread-backfill'
+  const runs = new Map<string, JobRun>()
+  const waiting: JobRun[] = []
+  const running = new Set<JobRun>()
+  let capacityVersion = 0
+  let taskSeq = 0
+  const executor = createTaskExecutor({ queue: q, nodes: trace.cluster.nodes, scheduler: runtime, isFinished: id => !Number.isNaN(runs.get(id)?.endS ?? 0) })
+
+  for (const spec of trace.jobs) {
+    const run: JobRun = {
+      spec,
+      job: { id: spec.id, nodes: spec.nodes, periodS: spec.periodS, iterations: spec.iterations, segments: spec.segments, maxSlowdown: spec.maxSlowdown, profiled: spec.profiled ?? true, switchS: spec.switchS ?? trace.cluster.contextSwitchS ?? defaultContextSwitchS },
+      switchS: spec.switchS ?? trace.cluster.contextSwitchS ?? defaultContextSwitchS,
+      placedNodes: [],
+      decision: undefined,
+      planBaseIteration: 0,
+      iteration: 0,
+      segment: 0,
+      lastEndS: 0,
+      startS: NaN,
+      endS: NaN,
+      repacked: false,
+      shared: false,
+      lastFailedVersion: -1,
+    }
+    runs.set(spec.id, run)
+    q.at(spec.submitS, () => { waiting.push(run); tryPlace() })
+  }
+
+  function observedSlowdown (): Map<string, number> {
+    const out = new Map<string, number>()
+    for (const run of running) {
+      if (run.iteration === 0) continue
+      out.set(run.spec.id, (q.nowS - run.startS) / (run.iteration * run.spec.periodS))
+    }
+    return out
+  }
+
+  function tryPlace (): void {
+    if (waiting.length === 0) return
+    const nowSlot = Math.ceil(q.nowS / slotS - 1e-9)
+    horizon.advanceTo(nowSlot)
+    const observed = observedSlowdown()
+    for (let i = 0; i < waiting.length;) {
+      const run = waiting[i]!
+      let decision: PlacementDecision | undefined
+      if (run.lastFailedVersion !== capacityVersion) {
+        decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode })
+        if (decision === undefined) run.lastFailedVersion = capacityVersion
+      }
+      if (decision === undefined) {
+        if (!backfill) return
+        i++
+        continue
+      }
+      waiting.splice(i, 1)
+      start(run, decision)
+    }
+  }
+
+  function commit (run: JobRun, decision: PlacementDecision): void {
+    horizon.reserve(residentFor(decision, run.job, slotS), { allowConflicts: decision.conflictInstances > 0 })
+    run.decision = decision
+    run.placedNodes = decision.nodes
+    run.planBaseIteration = run.iteration
+    if (decision.nodes.some(n => horizon.jobsOn(n).size > 1)) run.shared = true
+    for (const n of decision.nodes) for (const id of horizon.jobsOn(n)) { const other = runs.get(id); if (other !== undefined && other !== run) other.shared = true }
+  }
+
+  function start (run: JobRun, decision: PlacementDecision): void {
+    commit(run, decision)
+    run.startS = decision.startSlot * slotS
+    run.lastEndS = run.startS
+    running.add(run)
+    scheduleNextTask(run)
+  }
+
+  /** Planned start of the run's current segment (seconds), from its reservation. */
+  function plannedStartS (run: JobRun): number {
+    const d = run.decision!
+    const seg = run.spec.segments[run.segment]!
+    if (d.mode === 'dedicated') return d.startSlot * slotS + (run.iteration - run.planBaseIteration) * run.spec.periodS + seg.offsetS
+    // Trace segments are validated to be in offset order, the order of shiftSlots.
+    const shift = d.shiftSlots[run.segment] ?? 0
+    return (d.startSlot + (run.iteration - run.planBaseIteration) * d.stretchedPeriodSlots + shift) * slotS + seg.offsetS
+  }
+
+  function naturalReadyS (run: JobRun): number {
+    const segs = run.spec.segments
+    if (run.iteration === 0 && run.segment === 0) return run.startS + segs[0]!.offsetS
+    if (run.segment === 0) {
+      const last = segs[segs.length - 1]!
+      return run.lastEndS + (run.spec.periodS - last.offsetS - last.durationS) + segs[0]!.offsetS
+    }
+    const prev = segs[run.segment - 1]!
+    return run.lastEndS + (segs[run.segment]!.offsetS - prev.offsetS - prev.durationS)
+  }
+
+  function scheduleNextTask (run: JobRun): void {
+    const readyS = Math.max(naturalReadyS(run), plannedStartS(run), q.nowS)
+    const seg = run.spec.segments[run.segment]!
+    const durationS = seg.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))
+    q.at(readyS, () => {
+      const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: seg.durationS, setupS: run.switchS }
+      executor.submit(task, durationS, () => complete(run))
+    })
+  }
+
+  function complete (run: JobRun): void {
+    run.lastEndS = q.nowS
+    run.segment++
+    if (run.segment === run.spec.segments.length) { run.segment = 0; run.iteration++ }
+    if (run.iteration === run.spec.iterations) {
+      run.endS = q.nowS
+      running.delete(run)
+      horizon.release(run.spec.id)
+      // Capacity changed even when the reservation had already run out of the window.
+      capacityVersion++
+      tryPlace()
+      return
+    }
+    if (run.segment === 0 && !run.job.profiled && !run.repacked && options.policy !== 'isolated') repack(run)
+    scheduleNextTask(run)
+  }
+
+  /** After one profiled period a cold-started job leaves its dedicated nodes for a packed placement (§4.3.2). */
+  function repack (run: JobRun): void {
+    run.repacked = true
+    horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
+    horizon.release(run.spec.id)
+    capacityVersion++
+    run.job = { ...run.job, profiled: true, iterations: run.spec.iterations - run.iteration }
+    const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode })
+      ?? planPlacement(horizon, { ...run.job, profiled: false }, { policy: options.policy, nowSlot: horizon.windowStart, maxJobsPerNode })
+    if (decision !== undefined) commit(run, decision)
+    tryPlace()
+  }
+
+  q.runUntil()
+
+  const jobs: PlacementSimJob[] = trace.jobs.map(spec => {
+    const run = runs.get(spec.id)!
+    const waitS = run.startS - spec.submitS
+    return { id: spec.id, startS: run.startS, endS: run.endS, waitS, slowdown: (run.endS - run.startS) / (spec.iterations * spec.periodS) }
+  })
+  const makespanS = Math.max(...jobs.map(j => j.endS)) - Math.min(...trace.jobs.map(j => j.submitS))
+  const delays = jobs.map(j => j.waitS / (j.endS - j.startS)).sort((a, b) => a - b)
+  return {
+    policy: options.policy,
+    runtime,
+    makespanS,
+    jobs,
+    normalizedQueueDelay: { p50: quantile(delays, 0.5), p90: quantile(delays, 0.9), p99: quantile(delays, 0.99), max: delays[delays.length - 1]! },
+    gpuBusyFraction: executor.stats.busyNodeSeconds / (trace.cluster.nodes * makespanS),
+    contextSwitches: executor.stats.contextSwitches,
+    taskWaitS: { mean: executor.stats.tasksStarted === 0 ? 0 : executor.stats.waitSumS / executor.stats.tasksStarted, max: executor.stats.waitMaxS },
+    sharedJobs: [...runs.values()].filter(r => r.shared).length,
+    overcommittedSlots: horizon.overcommittedSlots,
+  }
+}
+
+/** Nearest-rank quantile of sorted values. */
+function quantile (sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!
+}

@@ -1,0 +1,82 @@
+/**
+ * The task executor of the simulators (PlexRL §5.2.3): GPU tasks queue on
+ * their node gang, the runtime scheduler (HRRS or FCFS, runtime/hrrs.ts)
+ * picks which start under the nodes' device locks, and each task walks the
+ * FSM QUEUED → RUNNING → COMPLETED. A task whose nodes hold another job's
+ * state first pays its setup cost (offload + onload), counted as a context
+ * switch when the evicted job is still running.
+ */
+import type { EventQueue } from './event-queue.ts'
+import { nextTaskState, selectRunnable, startOperations, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask, type TaskState } from '../policies/runtime/hrrs.ts'
+
+export interface TaskExecutorOptions {
+  queue: EventQueue
+  nodes: number
+  scheduler: RuntimeSchedulerName
+  /** Whether a job has finished (evicting a finished job's state is not a context switch). */
+  isFinished: (jobId: string) => boolean
+}
+
+export interface TaskExecutorStats {
+  contextSwitches: number
+  /** Seconds of task execution times nodes (setup excluded). */
+  busyNodeSeconds: number
+  tasksStarted: number
+  /** Sum and maximum of ready-to-start waits, seconds. */
+  waitSumS: number
+  waitMaxS: number
+}
+
+export interface TaskExecutor {
+  readonly stats: TaskExecutorStats
+  /**
+   * Queues a ready task (its readyS must be now). It runs for `durationS`
+   * (plus the setup cost when it switches) once scheduled; `onDone` runs at
+   * completion, after its locks are released.
+   */
+  submit(task: RuntimeTask, durationS: number, onDone: () => void): void
+}
+
+export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor {
+  const { queue: q, scheduler, isFinished } = options
+  const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined }> =
+    Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined }))
+  const pending: RuntimeTask[] = []
+  const entries = new Map<string, { durationS: number, state: TaskState, onDone: () => void }>()
+  const stats: TaskExecutorStats = { contextSwitches: 0, busyNodeSeconds: 0, tasksStarted: 0, waitSumS: 0, waitMaxS: 0 }
+
+  function dispatch (): void {
+    if (pending.length === 0) return
+    for (const task of selectRunnable(pending, nodes as NodeRuntimeState[], q.nowS, scheduler)) {
+      pending.splice(pending.indexOf(task), 1)
+      const ops = startOperations(task, nodes as NodeRuntimeState[])
+      const switched = ops.some(op => op.kind === 'onload')
+      if (ops.some(op => op.kind === 'offload' && !isFinished(op.jobId))) stats.contextSwitches++
+      for (const n of task.nodes) { nodes[n]!.lockHolder = task.taskId; nodes[n]!.residentJob = task.jobId }
+      const entry = entries.get(task.taskId)!
+      entry.state = nextTaskState(entry.state, 'start')
+      const waitS = q.nowS - task.readyS
+      stats.waitSumS += waitS
+      stats.waitMaxS = Math.max(stats.waitMaxS, waitS)
+      stats.tasksStarted++
+      stats.busyNodeSeconds += entry.durationS * task.nodes.length
+      q.after((switched ? task.setupS : 0) + entry.durationS, () => {
+        entry.state = nextTaskState(entry.state, 'complete')
+        entries.delete(task.taskId)
+        for (const n of task.nodes) nodes[n]!.lockHolder = undefined
+        entry.onDone()
+        dispatch()
+      })
+    }
+  }
+
+  return {
+    stats,
+    submit (task, durationS, onDone) {
+      if (entries.has(task.taskId)) throw new RangeError(`task ${task.taskId} already submitted`)
+      entries.set(task.taskId, { durationS, state: 'QUEUED', onDone })
+      pending.push(task)
+      dispatch()
+    },
+  }
+}

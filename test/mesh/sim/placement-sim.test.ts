@@ -1,0 +1,58 @@
+import t from 'tap'
+import { simulatePlacement } from '../../../mesh/sim/placement-sim.ts'
+import { generatePlacementTrace, type PlacementTrace } from '../../../mesh/sim/placement-trace.ts'
+import { placementPolicyNames } from '../../../mesh/policies/placement/placement-policy.ts'
+
+const twoJobs = (): PlacementTrace => ({
+  cluster: { nodes: 1, gpusPerNode: 8, contextSwitchS: 0 },
+  jobs: [
+    { id: 'a', submitS: 0, nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 0, durationS: 30 }], maxSlowdown: 1.5 },
+    { id: 'b', submitS: 0, nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 0, durationS: 30 }], maxSlowdown: 1.5 },
+  ],
+})
+
+t.test('isolated runs jobs one after another; sharing interleaves complementary jobs on one node', async t => {
+  const iso = simulatePlacement(twoJobs(), { policy: 'isolated', jitter: 0 })
+  t.same(iso.jobs.map(j => [j.startS, j.endS]), [[0, 930], [930, 1860]], 'the second waits for the dedicated node')
+  t.equal(iso.makespanS, 1860)
+  t.equal(iso.jobs[1]!.waitS, 930)
+  for (const policy of ['pack', 'spread', 'spread-backfill'] as const) {
+    const r = simulatePlacement(twoJobs(), { policy, jitter: 0 })
+    t.equal(r.jobs[1]!.startS, 30, `${policy}: b starts in a's idle gap`)
+    t.same(r.jobs.map(j => j.slowdown), [0.93, 0.93], `${policy}: no slowdown (the last period's idle tail is not run)`)
+    t.equal(r.makespanS, 960)
+    t.equal(r.sharedJobs, 2)
+    t.ok(r.gpuBusyFraction > 0.6)
+  }
+})
+
+t.test('a cold-start job is profiled on dedicated nodes, then repacked so others can share its nodes', async t => {
+  const trace = twoJobs()
+  trace.cluster.nodes = 2
+  trace.jobs[0]!.profiled = false
+  trace.jobs[1]!.nodes = 2
+  trace.jobs[1]!.submitS = 10
+  const shared = simulatePlacement(trace, { policy: 'pack', jitter: 0 })
+  t.equal(shared.jobs[0]!.startS, 0, 'cold start at once on a dedicated node')
+  t.ok(shared.jobs[1]!.startS >= 30 && shared.jobs[1]!.startS < 200, `the gang starts once a's first period is profiled (at ${shared.jobs[1]!.startS} s)`)
+  t.equal(shared.sharedJobs, 2)
+  const isolated = simulatePlacement(trace, { policy: 'isolated', jitter: 0 })
+  t.equal(isolated.jobs[1]!.startS, 930, 'without repacking the gang waits for the whole job')
+})
+
+t.test('every policy drains a generated trace; sharing beats isolated and the runtime schedulers both work', async t => {
+  const trace = generatePlacementTrace({ jobs: 60, nodes: 12, seed: 3 })
+  const results = Object.fromEntries(placementPolicyNames.map(p => [p, simulatePlacement(trace, { policy: p })]))
+  for (const r of Object.values(results)) {
+    t.equal(r.jobs.length, 60)
+    t.ok(r.jobs.every(j => j.endS > j.startS && j.waitS >= 0), `${r.policy}: every job ran`)
+    t.ok(r.normalizedQueueDelay.p50 <= r.normalizedQueueDelay.p90 && r.normalizedQueueDelay.p90 <= r.normalizedQueueDelay.max)
+  }
+  t.ok(results['spread-backfill']!.makespanS < results.isolated!.makespanS, 'spread-backfill drains faster than isolated')
+  t.ok(results['spread-backfill']!.normalizedQueueDelay.p90 < results.isolated!.normalizedQueueDelay.p90, 'lighter delay tail')
+  t.equal(results.isolated!.contextSwitches, 0, 'isolated never switches')
+  t.same(simulatePlacement(trace, { policy: 'pack' }), results.pack, 'deterministic')
+  const fcfs = simulatePlacement(trace, { policy: 'pack', runtime: 'fcfs' })
+  t.equal(fcfs.runtime, 'fcfs')
+  t.ok(fcfs.jobs.every(j => Number.isFinite(j.endS)))
+})
