@@ -128,7 +128,17 @@ export interface StateManager {
    */
   readHost(key: string): Promise<PinnedBytes>
   /** A scratch range of `bytes` in the host pool (spilling if needed) with a Buffer view for JS writes, freed by `release()`. */
-  scratch(bytes: number): Promise<PinnedBytes & { view: Buffer }>
+  scratch(bytes: number): Promise<ScratchBytes>
+  /**
+   * Stores a filled scratch range as `key` without copying (its length must be
+   * the key's byte size); the scratch is consumed either way. Returns false
+   * when the key was already stored (deduplicated: the scratch is freed).
+   */
+  adopt(key: string, scratch: ScratchBytes): boolean
+}
+
+export interface ScratchBytes extends PinnedBytes {
+  view: Buffer
 }
 
 export interface PinnedBytes {
@@ -162,6 +172,8 @@ export function createStateManager (options: StateManagerOptions, components: St
   let spilling: Promise<void> | undefined
   const background = new Set<Promise<unknown>>()
   const mappings = createShmMappingCache()
+  /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
+  const scratchExtents = new Map<ScratchBytes, Extent>()
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0 }
 
   const hostPool = (): HostPool => {
@@ -566,11 +578,29 @@ export function createStateManager (options: StateManagerOptions, components: St
     async scratch (bytes) {
       const extent = await allocateHost(bytes, new Set())
       let released = false
-      return {
+      const handle: ScratchBytes = {
         range: hostPool().range(extent, 0, bytes),
         view: hostPool().view(extent).subarray(0, bytes),
-        release: () => { if (!released) { released = true; hostPool().free(extent) } },
+        release: () => { if (!released) { released = true; scratchExtents.delete(handle); hostPool().free(extent) } },
       }
+      scratchExtents.set(handle, extent)
+      return handle
+    },
+    adopt (text, handle) {
+      const k = parseKey(text)
+      const extent = scratchExtents.get(handle)
+      if (extent === undefined) throw new AgentError('ERR_BAD_REQUEST', 'adopt needs a live scratch range from this StateManager')
+      if (handle.range.length !== k.bytes) throw new AgentError('ERR_SIZE_MISMATCH', `${text} has ${k.bytes} bytes, the scratch range ${handle.range.length}`)
+      const existing = entries.get(k.text)
+      if (existing !== undefined || inflight.has(k.text)) {
+        handle.release()
+        if (existing !== undefined) { existing.replicas++; counters.deduplicated++ }
+        return false
+      }
+      scratchExtents.delete(handle)
+      entries.set(k.text, { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] })
+      maybeSpill()
+      return true
     },
   }
 }
