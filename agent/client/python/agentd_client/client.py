@@ -1,0 +1,141 @@
+"""AgentClient: the StateManager API of the node's agent, from a Python worker.
+
+Every method is one HTTP request on the agent's unix socket and blocks until
+the agent answers; ``offload`` and ``onload`` answer only when every copy is
+complete (synchronous client semantics, PlexRL §5.3), so the caller may reuse
+or free its memory as soon as they return. A failed request raises
+:class:`~agentd_client.errors.AgentError` with the daemon's code, and a failed
+batch changes nothing on the agent. An ``AgentClient`` holds no connection
+between calls: share one between threads freely.
+"""
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Mapping, Optional, Union
+from urllib.parse import quote
+
+from .errors import AgentError
+from .keys import StateKey
+from .memory import MemorySpec
+from .schema import Durability, OffloadResult, OnloadResult, Residency
+from .transport import DEFAULT_SOCKET_PATH, UnixSocketTransport
+
+#: A key as its canonical text or a :class:`StateKey`.
+KeyLike = Union[str, StateKey]
+
+
+@dataclass(frozen=True)
+class OffloadItem:
+    """Store ``key`` from ``source``: ``key.nbytes`` bytes at the source's offset.
+
+    With ``verify`` a replica of an already stored key is checksummed against
+    the stored copy and the result says ``verified`` (for debugging clients
+    that suspect their replicas differ; it costs a read of the source).
+    """
+
+    key: KeyLike
+    source: MemorySpec
+    verify: bool = False
+
+    def to_json(self) -> Any:
+        item = {"key": str(self.key), "source": self.source.to_json()}
+        if self.verify:
+            item["verify"] = True
+        return item
+
+
+@dataclass(frozen=True)
+class OnloadItem:
+    """Copy the stored ``key`` into ``target``: ``key.nbytes`` bytes at the target's offset."""
+
+    key: KeyLike
+    target: MemorySpec
+
+    def to_json(self) -> Any:
+        return {"key": str(self.key), "target": self.target.to_json()}
+
+
+class AgentClient:
+    """The local API of ``agentd`` over its unix socket.
+
+    Args:
+        socket_path: the agent's socket; default ``$AGENTD_SOCKET``, else
+            ``/run/agentd/agentd.sock`` (as for ``agentctl``).
+        timeout_s: bound on each blocking socket operation in seconds (a large
+            offload is one long wait for the answer); ``None`` waits forever.
+    """
+
+    def __init__(self, socket_path: Optional[str] = None, timeout_s: Optional[float] = 300.0) -> None:
+        path = socket_path if socket_path is not None else os.environ.get("AGENTD_SOCKET", DEFAULT_SOCKET_PATH)
+        self._transport = UnixSocketTransport(path, timeout_s)
+
+    @property
+    def socket_path(self) -> str:
+        return self._transport.socket_path
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """Any route of the local API: the parsed JSON of a 2xx answer, AgentError otherwise."""
+        return self._transport.request(method, path, body)
+
+    def health(self) -> bool:
+        """True when the agent answers ``GET /healthz``; AgentError ``ERR_AGENT_UNREACHABLE`` otherwise."""
+        return bool(self.call("GET", "/healthz").get("ok"))
+
+    def offload(self, items: Iterable[OffloadItem], durability: Durability = "memory") -> List[OffloadResult]:
+        """Stores every item's bytes in the agent, as one all-or-nothing batch; one result per item, in order.
+
+        Returns once every copy is complete; with ``durability="nvme"`` once
+        the bytes are also on NVMe and fsynced (they survive an agent restart).
+        A key already stored, or being stored by a concurrent writer (another
+        data-parallel replica), is not copied again: its result says
+        ``deduplicated``. Errors: ``ERR_KEY_INVALID``, ``ERR_SOURCE_NOT_FOUND``,
+        ``ERR_SIZE_MISMATCH`` (the memory is smaller than the key's size),
+        ``ERR_QUOTA_EXCEEDED``, ``ERR_TIER_FULL`` (host pool and NVMe both full),
+        ``ERR_CUDA_UNAVAILABLE``.
+        """
+        body = {"tensors": [item.to_json() for item in items], "durability": durability}
+        return self.call("POST", "/v1/state/offload", body)["results"]
+
+    def onload(self, items: Iterable[OnloadItem]) -> List[OnloadResult]:
+        """Copies every item's stored bytes into its target; one result per item, in order.
+
+        Returns once the bytes are in the targets. ``fromTier`` says where each
+        key was (an NVMe key is read back through the host pool and stays
+        there). Errors: ``ERR_KEY_NOT_FOUND``, ``ERR_SOURCE_NOT_FOUND`` (the
+        target does not exist), ``ERR_SIZE_MISMATCH``, ``ERR_DATA_CORRUPT``.
+        """
+        body = {"tensors": [item.to_json() for item in items]}
+        return self.call("POST", "/v1/state/onload", body)["results"]
+
+    def prefetch(self, *, keys: Optional[Iterable[KeyLike]] = None, prefix: Optional[str] = None) -> int:
+        """Starts reading NVMe-only keys back into the host pool and returns at once.
+
+        Give exactly one of ``keys`` or ``prefix`` (``""`` selects every key).
+        Returns how many keys were scheduled (keys already in host memory are not).
+        """
+        return int(self.call("POST", "/v1/state/prefetch", _selector(keys, prefix))["scheduled"])
+
+    def drop(self, *, keys: Optional[Iterable[KeyLike]] = None, prefix: Optional[str] = None) -> int:
+        """Removes keys from every tier; returns how many existed. Exactly one of ``keys`` or ``prefix``."""
+        return int(self.call("POST", "/v1/state/drop", _selector(keys, prefix))["dropped"])
+
+    def hints(self, upcoming: Mapping[str, int]) -> None:
+        """Tells the agent what is needed next: ``{prefix: in_ms}``, ms from now.
+
+        Replaces earlier hints. Keys needed soonest are spilled last, and keys
+        needed within the agent's prefetch horizon are read back from NVMe now.
+        An empty mapping clears the hints.
+        """
+        self.call("POST", "/v1/state/hints", {"next": [{"prefix": p, "inMs": int(ms)} for p, ms in upcoming.items()]})
+
+    def residency(self, prefix: Optional[str] = None) -> Residency:
+        """Where every key (under ``prefix``, if given) lives, tier usage, dedup and fragmentation."""
+        query = "" if prefix is None else "?prefix=" + quote(prefix, safe="")
+        return self.call("GET", "/v1/state/residency" + query)
+
+
+def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
+    if (keys is None) == (prefix is None):
+        raise AgentError("ERR_BAD_REQUEST", 'give exactly one of "keys" (a list of keys) or "prefix"')
+    if isinstance(keys, (str, StateKey)):
+        raise TypeError("keys must be a list of keys, not a single key")
+    return {"keys": [str(k) for k in keys]} if keys is not None else {"prefix": prefix}

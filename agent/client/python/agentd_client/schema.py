@@ -1,0 +1,87 @@
+"""Shapes of the state API's answers, as the daemon sends them.
+
+These are ``TypedDict`` s: at run time plain dicts parsed from JSON, with the
+wire's field names (camelCase) unchanged, so what you read here is what
+``GET /v1/openapi.json``, ``agentctl inspect residency --json`` and
+``agent/api/routes/state.ts`` say. Byte counts are bytes, times are ms.
+"""
+from typing import List, Literal, Optional, TypedDict
+
+#: Where the agent holds a key: its pinned host pool or its NVMe tier.
+StoredTier = Literal["host", "nvme"]
+#: ``"memory"``: answer once the bytes are in the host pool; ``"nvme"``: once they are on NVMe and fsynced.
+Durability = Literal["memory", "nvme"]
+
+
+class _OffloadResultFields(TypedDict):
+    key: str
+    tier: StoredTier
+    #: True when the key was already stored (or being stored) by another writer: no copy was made.
+    deduplicated: bool
+    #: On NVMe, so it survives an agent restart.
+    durable: bool
+
+
+class OffloadResult(_OffloadResultFields, total=False):
+    #: Only with ``verify``: whether this replica's bytes matched the stored copy.
+    verified: bool
+
+
+class OnloadResult(TypedDict):
+    key: str
+    fromTier: StoredTier
+
+
+class TierUsage(TypedDict):
+    capacityBytes: int
+    usedBytes: int
+
+
+class Tiers(TypedDict):
+    device: TierUsage
+    host: TierUsage
+    nvme: TierUsage
+
+
+class NamespaceUsage(TypedDict):
+    namespace: str
+    keys: int
+    #: Every replica's offload counted.
+    logicalBytes: int
+    #: What is actually held.
+    storedBytes: int
+    quotaBytes: Optional[int]
+
+
+class HostPoolUsage(TypedDict):
+    freeBytes: int
+    largestFreeBytes: int
+    fragmentation: float
+
+
+class StateCounters(TypedDict):
+    """Totals since the agent started."""
+    offloadCopies: int
+    deduplicated: int
+    spilled: int
+    promoted: int
+    onloadCopies: int
+
+
+class ResidencyKey(TypedDict):
+    key: str
+    bytes: int
+    tier: StoredTier
+    replicas: int
+    lastUseMs: int
+    durable: bool
+
+
+class Residency(TypedDict):
+    tiers: Tiers
+    logicalBytes: int
+    storedBytes: int
+    namespaces: List[NamespaceUsage]
+    hostPool: HostPoolUsage
+    counters: StateCounters
+    keys: List[ResidencyKey]

@@ -1,0 +1,105 @@
+"""HTTP/1.1 + JSON over the agent's unix socket, with the standard library only.
+
+Every request opens its own connection (a unix-socket connect costs
+microseconds, far less than any copy the agent makes), so one
+:class:`UnixSocketTransport` is safe to share between threads and never sends
+a request on a connection the agent has already closed.
+"""
+import http.client
+import json
+import socket
+from typing import Any, Optional
+
+from .errors import AgentError
+
+#: Where a system agent listens (``agent/client/client.ts`` uses the same default).
+DEFAULT_SOCKET_PATH = "/run/agentd/agentd.sock"
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An ``http.client`` connection whose transport is a unix stream socket at ``socket_path``."""
+
+    def __init__(self, socket_path: str, timeout: Optional[float] = None) -> None:
+        # The host only fills the Host header; the socket path decides where the bytes go.
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class UnixSocketTransport:
+    """Sends one JSON request and returns the parsed JSON answer.
+
+    ``timeout_s`` bounds each blocking socket operation (connect, each read),
+    not the whole request; ``None`` waits forever. The agent answers offload
+    and onload only after every copy is done, so keep it above the time your
+    largest batch takes.
+    """
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET_PATH, timeout_s: Optional[float] = 300.0) -> None:
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """``method path`` with ``body`` as JSON (none when ``None``); the parsed 2xx answer.
+
+        Raises AgentError: the daemon's code, message and HTTP status for a
+        4xx/5xx answer; ``ERR_AGENT_UNREACHABLE`` (status None) when no agent
+        answers at the socket or it does not answer within ``timeout_s``;
+        ``ERR_INTERNAL`` for an answer that is not the JSON the API promises.
+        """
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+        headers = {"accept": "application/json"}
+        if payload is not None:
+            headers["content-type"] = "application/json"
+        conn = UnixHTTPConnection(self.socket_path, timeout=self.timeout_s)
+        try:
+            try:
+                conn.request(method, path, body=payload, headers=headers)
+                response = conn.getresponse()
+                status = response.status
+                raw = response.read()
+            except socket.timeout as err:
+                raise AgentError("ERR_AGENT_UNREACHABLE",
+                                 f"agent at {self.socket_path} did not answer {method} {path} within {self.timeout_s} s") from err
+            except (OSError, http.client.HTTPException) as err:
+                raise _unreachable(self.socket_path, err) from err
+        finally:
+            conn.close()
+        try:
+            parsed = json.loads(raw) if raw else None
+        except ValueError as err:
+            raise AgentError("ERR_INTERNAL", f"agent at {self.socket_path} answered {status} with a body that is not JSON",
+                             status) from err
+        if 200 <= status < 300:
+            return parsed
+        raise _error_from_body(parsed, status)
+
+
+def _error_from_body(body: Any, status: int) -> AgentError:
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str) and isinstance(error.get("message"), str):
+        return AgentError(error["code"], error["message"], status, error.get("details"))
+    return AgentError("ERR_INTERNAL", f"agent answered HTTP {status} without an error body", status)
+
+
+def _unreachable(socket_path: str, err: BaseException) -> AgentError:
+    if isinstance(err, FileNotFoundError):
+        why = "no socket there"
+    elif isinstance(err, ConnectionRefusedError):
+        why = "a stale socket, no agent listening"
+    elif isinstance(err, PermissionError):
+        why = "permission denied (join the socket's group, usually agentd)"
+    else:
+        why = str(err) or type(err).__name__
+    return AgentError("ERR_AGENT_UNREACHABLE",
+                      f"no agent answers at {socket_path}: {why}. Is agentd running? "
+                      "(systemctl status agentd; or pass socket_path / set AGENTD_SOCKET)")

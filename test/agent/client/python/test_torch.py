@@ -1,0 +1,145 @@
+"""Torch tensors through a real dev agent: CPU via staging or an arena, CUDA via IPC.
+
+Skipped, with the reason printed, where torch is not importable; the CUDA
+tests also where torch sees no GPU or the agent has no CUDA.
+"""
+import unittest
+from typing import Any, Dict
+
+from agent_process import DevAgent
+from agentd_client import AgentError
+
+try:
+    import torch
+
+    from agentd_client.torch_support import SharedTensorArena, TorchStateClient, state_dict_keys, tensor_key
+    TORCH_MISSING = ""
+except ImportError as err:
+    TORCH_MISSING = f"torch is not importable ({err}); the torch paths are untested here"
+
+agent: DevAgent
+
+
+def setUpModule() -> None:
+    global agent
+    if TORCH_MISSING:
+        raise unittest.SkipTest(TORCH_MISSING)
+    agent = DevAgent().start()
+
+
+def tearDownModule() -> None:
+    if not TORCH_MISSING:
+        agent.stop()
+
+
+class TorchCpuTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.ns = f"pytorch/{self._testMethodName}"
+        self.torch_client = TorchStateClient(agent.client)
+        self.addCleanup(self.torch_client.close)
+        self.addCleanup(lambda: agent.client.drop(prefix=self.ns + "/"))
+
+    def test_cpu_tensors_round_trip_through_staging(self) -> None:
+        gen = torch.Generator().manual_seed(1)
+        tensors: Dict[str, Any] = {
+            "w": torch.randn(64, 32, generator=gen),
+            "h": torch.randn(3, 5, 7, generator=gen).to(torch.bfloat16),
+            "ids": torch.randint(-2**40, 2**40, (100,), generator=gen),
+            "mask": torch.rand(17, generator=gen) > 0.5,
+            "step": torch.tensor(42, dtype=torch.int64),
+            "slice": torch.arange(1000, dtype=torch.float64)[200:300],  # a view with a storage offset
+        }
+        keyed = {tensor_key(t, self.ns, name, version=1): t for name, t in tensors.items()}
+        results = self.torch_client.offload(keyed)
+        self.assertEqual([r["key"] for r in results], [k.text for k in keyed])
+        self.assertTrue(all(not r["deduplicated"] for r in results))
+        self.assertGreater(self.torch_client.staging_bytes, 0)
+
+        targets = {k: torch.zeros_like(t) for k, t in keyed.items()}
+        self.torch_client.onload(targets)
+        for k, t in keyed.items():
+            self.assertTrue(torch.equal(targets[k], t), k.text)
+
+    def test_a_module_state_dict_round_trips_in_place(self) -> None:
+        torch.manual_seed(2)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+        expected = {name: t.detach().clone() for name, t in model.state_dict().items()}
+        self.torch_client.offload(state_dict_keys(model.state_dict(), self.ns, version=7), durability="nvme")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+        # Parameters require grad: onload writes them in place all the same.
+        self.torch_client.onload(state_dict_keys(dict(model.named_parameters()), self.ns, version=7))
+        for name, t in model.state_dict().items():
+            self.assertTrue(torch.equal(t, expected[name]), name)
+
+    def test_arena_tensors_need_no_staging(self) -> None:
+        with SharedTensorArena(1 << 20) as arena:
+            source = arena.empty((128, 64), torch.float32)
+            source.copy_(torch.linspace(0, 1, 128 * 64).view(128, 64))
+            target = arena.empty((128, 64), torch.float32)
+            key = tensor_key(source, self.ns, "w", version=1, offsets=(256, 0))
+            self.assertEqual(key.text, f"{self.ns}/w:param@[256,0]/[128,64]:f32#v1")
+            client = TorchStateClient(agent.client, arenas=[arena])
+            client.offload({key: source})
+            client.onload({key: target})
+            self.assertEqual(client.staging_bytes, 0, "arena tensors go to the agent directly")
+            self.assertTrue(torch.equal(source, target))
+            self.assertEqual(arena.locate(target).offset, target.data_ptr() - source.data_ptr() + arena.locate(source).offset)
+            self.assertIsNone(arena.locate(torch.zeros(4)), "a tensor outside the arena")
+            del source, target
+        with SharedTensorArena(4096) as small, self.assertRaises(MemoryError):
+            small.empty((2048,), torch.float32)
+
+    def test_mismatched_or_strided_tensors_are_refused_before_any_request(self) -> None:
+        t = torch.zeros(8, 8)
+        with self.assertRaises(AgentError) as caught:
+            self.torch_client.offload({f"{self.ns}/w:param@[0,0]/[8,4]:f32#v1": t})
+        self.assertEqual((caught.exception.code, caught.exception.status), ("ERR_SIZE_MISMATCH", None))
+        with self.assertRaises(AgentError) as caught:
+            self.torch_client.offload({f"{self.ns}/w:param@[0,0]/[8,8]:i32#v1": t})
+        self.assertEqual(caught.exception.code, "ERR_BAD_REQUEST", "same bytes, other dtype")
+        with self.assertRaises(AgentError) as caught:
+            self.torch_client.offload({tensor_key(t.T, self.ns, "w", version=1): t.T})
+        self.assertIn("not contiguous", caught.exception.message)
+        self.assertEqual(agent.client.residency(prefix=self.ns + "/")["keys"], [])
+
+
+def cuda_unavailable() -> str:
+    if TORCH_MISSING:
+        return TORCH_MISSING
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device; the CUDA IPC path is untested here"
+    return ""
+
+
+@unittest.skipIf(cuda_unavailable(), cuda_unavailable())
+class TorchCudaTest(unittest.TestCase):
+    def setUp(self) -> None:
+        native = agent.client.call("GET", "/v1/status").get("native") or {}
+        cuda = native.get("cuda") or {}
+        if not cuda.get("available"):
+            self.skipTest(f"the agent has no CUDA: {cuda.get('reason', 'unknown reason')}")
+        self.ns = f"pytorch/{self._testMethodName}"
+        self.torch_client = TorchStateClient(agent.client)
+        self.addCleanup(self.torch_client.close)
+        self.addCleanup(lambda: agent.client.drop(prefix=self.ns + "/"))
+
+    def test_cuda_tensors_round_trip_through_ipc(self) -> None:
+        big = torch.randn(4096, 256, device="cuda")
+        chunk = big[1024:2048]  # storage offset inside a caching-allocator block
+        key = tensor_key(chunk, self.ns, "w", version=1, offsets=(1024, 0))
+        [result] = self.torch_client.offload({key: chunk})
+        self.assertEqual(result["tier"], "host")
+        self.assertEqual(self.torch_client.staging_bytes, 0, "CUDA tensors are not staged")
+        target = torch.zeros_like(chunk)
+        self.torch_client.onload({key: target})
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(target, chunk))
+        host = torch.zeros(chunk.shape)
+        self.torch_client.onload({key: host})
+        self.assertTrue(torch.equal(host, chunk.cpu()), "a CPU onload of a CUDA offload")
+
+
+if __name__ == "__main__":
+    unittest.main()
