@@ -1,0 +1,310 @@
+/**
+ * Replays a reward trace through a scaling policy on the discrete-event
+ * engine (event-queue.ts) and reports what the issue's `agentctl sim reward`
+ * prints: allocated worker-seconds per resource, extra delay per batch, and
+ * the planner's cost.
+ *
+ * Model (DistRS §4–5):
+ * - The first batch of each task is its history (not replayed); later batches
+ *   start at their `startS` (the trainer's hint) and their requests arrive at
+ *   `arrivalS`, open loop: a late batch does not shift the task's later batches.
+ * - The policy decides at every batch start and completion; its pools hold
+ *   until the next decision. Workers are whole, one request at a time, start
+ *   at once (warm-up hidden by the batch-start hint, §4) and are never
+ *   preempted: a stage scaled below its busy workers keeps them until their
+ *   requests finish, and they count as allocated until then.
+ * - Stage queues are per pool and follow the policy's discipline (EBF with the
+ *   batch's priority fixed at its start, or FCFS). At one instant every
+ *   arrival and completion is applied before free workers take requests (the
+ *   same rule as the planner's SIMULATE).
+ * - Extra delay of a batch = its completion − T, T = max_i (arrivalS_i + Σ_j s_ij) (Eq. 1–2).
+ */
+import { createEventQueue } from './event-queue.ts'
+import type { RewardTrace } from './reward-trace.ts'
+import { createPriorityHeap, type PriorityHeap } from '../policies/reward-scaling/priority-heap.ts'
+import { queueOrder } from '../policies/reward-scaling/queue-order.ts'
+import type {
+  ActiveBatch, BatchHistory, EstimatedRequest, InFlightRequest, RewardScalingPolicy, ScalingDecision,
+} from '../policies/reward-scaling/types.ts'
+
+export interface RewardSimulationResult {
+  policy: string
+  /** Allocated CPU-stage worker-seconds. */
+  cpuSeconds: number
+  /** Allocated GPU-stage worker-seconds. */
+  gpuSeconds: number
+  avgExtraDelayS: number
+  maxExtraDelayS: number
+  batches: Array<{ task: string, index: number, earliestS: number, completedS: number, extraDelayS: number }>
+  /** Wall time of the policy's decide() calls (the only non-deterministic numbers here). */
+  planner: { calls: number, meanMs: number, maxMs: number, maxRequests: number }
+}
+
+export interface DecisionRecord {
+  atS: number
+  reason: 'batch-start' | 'batch-complete'
+  task: string
+  index: number
+  decision: ScalingDecision
+}
+
+export interface RewardSimulationOptions {
+  /** Seeds the planner's sampling; decision n gets a seed derived from this and n. Default 1. */
+  seed?: number
+  /** Called after every decision (tests and tools that plot allocations). */
+  onDecision?: (record: DecisionRecord) => void
+}
+
+interface SimRequest {
+  readonly batch: SimBatch
+  readonly arrivalS: number
+  readonly stageS: readonly number[]
+  /** Current stage; stageCount once done. */
+  stage: number
+  state: 'pending' | 'queued' | 'running' | 'done'
+  startedS: number
+  // QueueKey of the stage queue it waits in.
+  priorityS: number
+  enqueuedS: number
+  seq: number
+}
+
+interface SimBatch {
+  readonly task: string
+  readonly index: number
+  readonly startS: number
+  readonly earliestS: number
+  readonly requests: SimRequest[]
+  remaining: number
+  priorityS: number
+  completedS: number
+}
+
+interface PoolState {
+  readonly id: string
+  tasks: 'all' | ReadonlySet<string>
+  target: number[]
+  busy: number[]
+  readonly queues: Array<PriorityHeap<SimRequest>>
+  readonly dispatchPending: boolean[]
+}
+
+export function simulateRewardService (trace: RewardTrace, policy: RewardScalingPolicy, options: RewardSimulationOptions = {}): RewardSimulationResult {
+  const stages = trace.stages
+  const stageCount = stages.length
+  const queue = createEventQueue()
+  const before = queueOrder(policy.discipline)
+  const history: Record<string, BatchHistory> = {}
+  const active: SimBatch[] = []
+  const replayed: SimBatch[] = []
+  const pools = new Map<string, PoolState>()
+  const heldBy = { cpu: 0, gpu: 0 }
+  const seconds = { cpu: 0, gpu: 0 }
+  let accruedUntilS = 0
+  let seq = 0
+  const planner = { calls: 0, totalMs: 0, maxMs: 0, maxRequests: 0 }
+  const baseSeed = options.seed ?? 1
+
+  for (const task of trace.tasks) {
+    history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests)
+    for (const [index, recorded] of task.batches.entries()) {
+      if (index === 0) continue
+      const batch: SimBatch = {
+        task: task.id,
+        index,
+        startS: recorded.startS,
+        earliestS: Math.max(...recorded.requests.map(r => r.arrivalS + sum(r.stageS))),
+        requests: [],
+        remaining: recorded.requests.length,
+        priorityS: Infinity,
+        completedS: Number.NaN,
+      }
+      for (const r of recorded.requests) {
+        batch.requests.push({ batch, arrivalS: r.arrivalS, stageS: r.stageS, stage: 0, state: 'pending', startedS: Number.NaN, priorityS: Infinity, enqueuedS: 0, seq: 0 })
+      }
+      replayed.push(batch)
+      queue.at(batch.startS, () => startBatch(batch))
+    }
+  }
+  queue.runUntil()
+  const stranded = replayed.filter(b => b.remaining > 0)
+  if (stranded.length > 0) {
+    throw new Error(`policy ${policy.name} left ${stranded.reduce((n, b) => n + b.remaining, 0)} requests of ${stranded.length} batches without workers (first: task ${stranded[0]!.task} batch ${stranded[0]!.index})`)
+  }
+
+  const delays = replayed.map(b => b.completedS - b.earliestS)
+  return {
+    policy: policy.name,
+    cpuSeconds: seconds.cpu,
+    gpuSeconds: seconds.gpu,
+    avgExtraDelayS: delays.length === 0 ? 0 : sum(delays) / delays.length,
+    maxExtraDelayS: delays.length === 0 ? 0 : Math.max(...delays),
+    batches: replayed.map((b, i) => ({ task: b.task, index: b.index, earliestS: b.earliestS, completedS: b.completedS, extraDelayS: delays[i]! })),
+    planner: {
+      calls: planner.calls,
+      meanMs: planner.calls === 0 ? 0 : planner.totalMs / planner.calls,
+      maxMs: planner.maxMs,
+      maxRequests: planner.maxRequests,
+    },
+  }
+
+  function startBatch (batch: SimBatch): void {
+    batch.priorityS = policy.batchPriorityS({ startS: batch.startS, history: history[batch.task], stages, exactEarliestS: batch.earliestS })
+    active.push(batch)
+    for (const request of batch.requests) queue.at(request.arrivalS, () => advance(request, 0))
+    decide('batch-start', batch)
+  }
+
+  /** Moves a request to its next stage with work from `fromStage` on (or finishes it). */
+  function advance (request: SimRequest, fromStage: number): void {
+    let k = fromStage
+    while (k < stageCount && !(request.stageS[k]! > 0)) k++
+    request.stage = k
+    if (k === stageCount) {
+      request.state = 'done'
+      const batch = request.batch
+      if (--batch.remaining === 0) completeBatch(batch)
+      return
+    }
+    const pool = poolServing(request.batch.task)
+    request.state = 'queued'
+    request.priorityS = request.batch.priorityS
+    request.enqueuedS = queue.nowS
+    request.seq = seq++
+    pool.queues[k]!.push(request)
+    scheduleDispatch(pool, k)
+  }
+
+  function scheduleDispatch (pool: PoolState, k: number): void {
+    if (pool.dispatchPending[k]) return
+    pool.dispatchPending[k] = true
+    // Runs after every event already due at this instant (ties run in scheduling order).
+    queue.at(queue.nowS, () => { pool.dispatchPending[k] = false; dispatch(pool, k) })
+  }
+
+  function dispatch (pool: PoolState, k: number): void {
+    const waiting = pool.queues[k]!
+    while (pool.busy[k]! < pool.target[k]! && waiting.size > 0) {
+      const request = waiting.pop()!
+      setWorkers(pool, k, pool.target[k]!, pool.busy[k]! + 1)
+      request.state = 'running'
+      request.startedS = queue.nowS
+      queue.after(request.stageS[k]!, () => {
+        setWorkers(pool, k, pool.target[k]!, pool.busy[k]! - 1)
+        scheduleDispatch(pool, k)
+        advance(request, k + 1)
+      })
+    }
+  }
+
+  function completeBatch (batch: SimBatch): void {
+    batch.completedS = queue.nowS
+    active.splice(active.indexOf(batch), 1)
+    history[batch.task] = historyOf(batch.startS, batch.requests)
+    decide('batch-complete', batch)
+  }
+
+  function decide (reason: DecisionRecord['reason'], cause: SimBatch): void {
+    const nowS = queue.nowS
+    const batches: ActiveBatch[] = active.map((batch, b) => snapshotOf(batch, b, nowS))
+    const began = performance.now()
+    const decision = policy.decide({
+      nowS,
+      stages,
+      maxExtraDelayS: trace.maxExtraDelayS,
+      batches,
+      history,
+      seed: (Math.imul(baseSeed, 0x9e3779b1) + planner.calls) >>> 0,
+    })
+    const ms = performance.now() - began
+    planner.calls++
+    planner.totalMs += ms
+    planner.maxMs = Math.max(planner.maxMs, ms)
+    planner.maxRequests = Math.max(planner.maxRequests, decision.estimatedRequests)
+    apply(decision)
+    options.onDecision?.({ atS: nowS, reason, task: cause.task, index: cause.index, decision })
+  }
+
+  function apply (decision: ScalingDecision): void {
+    const listed = new Set<string>()
+    for (const planned of decision.pools) {
+      if (planned.workers.length !== stageCount || planned.workers.some(n => !Number.isInteger(n) || n < 0)) {
+        throw new RangeError(`policy ${policy.name}: pool ${planned.id} needs ${stageCount} whole worker counts, got [${planned.workers.join(', ')}]`)
+      }
+      listed.add(planned.id)
+      let pool = pools.get(planned.id)
+      if (pool === undefined) {
+        pool = {
+          id: planned.id,
+          tasks: 'all',
+          target: new Array<number>(stageCount).fill(0),
+          busy: new Array<number>(stageCount).fill(0),
+          queues: stages.map(() => createPriorityHeap<SimRequest>(before)),
+          dispatchPending: new Array<boolean>(stageCount).fill(false),
+        }
+        pools.set(planned.id, pool)
+      }
+      pool.tasks = planned.tasks === 'all' ? 'all' : new Set(planned.tasks)
+      for (let k = 0; k < stageCount; k++) setWorkers(pool, k, planned.workers[k]!, pool.busy[k]!)
+    }
+    for (const pool of pools.values()) {
+      if (!listed.has(pool.id)) for (let k = 0; k < stageCount; k++) setWorkers(pool, k, 0, pool.busy[k]!)
+      for (let k = 0; k < stageCount; k++) if (pool.queues[k]!.size > 0) scheduleDispatch(pool, k)
+    }
+  }
+
+  /** Changes a pool stage's target and busy workers, accruing allocated worker-seconds up to now first. */
+  function setWorkers (pool: PoolState, k: number, target: number, busy: number): void {
+    const nowS = queue.nowS
+    const resource = stages[k]!.resource
+    seconds.cpu += heldBy.cpu * (nowS - accruedUntilS)
+    seconds.gpu += heldBy.gpu * (nowS - accruedUntilS)
+    accruedUntilS = nowS
+    heldBy[resource] += Math.max(target, busy) - Math.max(pool.target[k]!, pool.busy[k]!)
+    pool.target[k] = target
+    pool.busy[k] = busy
+  }
+
+  /** The task's dedicated pool if it has one, else a shared pool. */
+  function poolServing (task: string): PoolState {
+    let shared: PoolState | undefined
+    for (const pool of pools.values()) {
+      if (pool.tasks === 'all') shared ??= pool
+      else if (pool.tasks.has(task)) return pool
+    }
+    if (shared !== undefined) return shared
+    throw new Error(`policy ${policy.name} gave task ${task} no pool while its batch is active`)
+  }
+
+  function snapshotOf (batch: SimBatch, b: number, nowS: number): ActiveBatch {
+    const inFlight: InFlightRequest[] = []
+    const exact: EstimatedRequest[] | undefined = policy.perfectKnowledge ? [] : undefined
+    for (const r of batch.requests) {
+      if (r.state === 'queued' || r.state === 'running') {
+        const elapsedS = r.state === 'running' ? nowS - r.startedS : null
+        inFlight.push(elapsedS === null ? { stage: r.stage, elapsedS, queuedSinceS: r.enqueuedS } : { stage: r.stage, elapsedS })
+        if (exact !== undefined) {
+          const stageS = r.stageS.map((s, j) => j < r.stage ? 0 : s)
+          stageS[r.stage] = Math.max(0, stageS[r.stage]! - (elapsedS ?? 0))
+          exact.push(elapsedS === null
+            ? { batch: b, readyS: nowS, stageS, running: false, queuedSinceS: r.enqueuedS }
+            : { batch: b, readyS: nowS, stageS, running: true })
+        }
+      } else if (r.state === 'pending') {
+        exact?.push({ batch: b, readyS: r.arrivalS, stageS: r.stageS, running: false })
+      }
+    }
+    const view: ActiveBatch = { task: batch.task, index: batch.index, startS: batch.startS, size: batch.requests.length, priorityS: batch.priorityS, inFlight }
+    return exact === undefined ? view : { ...view, exactRemaining: exact }
+  }
+}
+
+function historyOf (startS: number, requests: ReadonlyArray<{ arrivalS: number, stageS: readonly number[] }>): BatchHistory {
+  return { requests: requests.map(r => ({ offsetS: r.arrivalS - startS, stageS: r.stageS })) }
+}
+
+function sum (values: readonly number[]): number {
+  let total = 0
+  for (const v of values) total += v
+  return total
+}
