@@ -7,6 +7,8 @@ import { inspectResidencyCommand } from './inspect-residency.ts'
 import { locksCommand } from './locks.ts'
 import { nodeCommand } from './node.ts'
 import { stateMaterializeCommand } from './state-materialize.ts'
+import { simRewardCommand } from './sim-reward.ts'
+import { simTraceRewardCommand } from './sim-trace-reward.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
 
@@ -17,4 +19,6 @@ export const commands: Record<string, Command> = {
   locks: locksCommand,
   'inspect residency': inspectResidencyCommand,
   'state materialize': stateMaterializeCommand,
+  'sim reward': simRewardCommand,
+  'sim trace reward': simTraceRewardCommand,
 }
