@@ -84,6 +84,7 @@ class StateKey:
 
     ``str(key)`` is its canonical text, what the agent stores it under.
     ``offsets`` and ``shape`` are element counts, ``nbytes`` is bytes.
+    ``dtype`` may be given as a torch dtype; it is stored as the key dtype name.
     """
 
     namespace: str

@@ -3,10 +3,11 @@ import random
 import threading
 import time
 import unittest
-from typing import Callable, List
+from typing import Any, Callable, Dict, List, Literal, get_args, get_origin, get_type_hints
 
 from agent_process import MiB, DevAgent, make_shm, pattern
-from agentd_client import AgentClient, AgentError, OffloadItem, OnloadItem, ShmMemory, format_key, parse_key
+from agentd_client import (AgentClient, AgentError, OffloadItem, OffloadResult, OnloadItem, OnloadResult, Residency,
+                           ShmMemory, format_key, parse_key)
 
 agent: DevAgent
 
@@ -218,6 +219,31 @@ class StateApiTest(unittest.TestCase):
             except AgentError as err:
                 remote = "valid" if err.code == "ERR_SOURCE_NOT_FOUND" else err.code
             self.assertEqual(local, remote, f"verdicts differ for {text!r}")
+
+
+class WireTypesTest(unittest.TestCase):
+    """The TypedDicts of agentd_client/schema.py say what the agent's OpenAPI document says."""
+
+    def assertMatchesSchema(self, hint: Any, schema: Dict[str, Any], path: str) -> None:
+        if hasattr(hint, "__required_keys__"):  # a TypedDict
+            fields = get_type_hints(hint)
+            self.assertEqual(set(fields), set(schema.get("properties", {})), f"{path}: fields")
+            self.assertEqual(set(hint.__required_keys__), set(schema.get("required", [])), f"{path}: required fields")
+            for name, field in fields.items():
+                self.assertMatchesSchema(field, schema["properties"][name], f"{path}.{name}")
+        elif get_origin(hint) is list:
+            self.assertEqual(schema.get("type"), "array", path)
+            self.assertMatchesSchema(get_args(hint)[0], schema["items"], f"{path}[]")
+        elif get_origin(hint) is Literal:
+            enums = {e for alternative in schema.get("anyOf", [schema]) for e in alternative.get("enum", [])}
+            self.assertEqual(set(get_args(hint)), enums, f"{path}: values")
+
+    def test_answer_types_match_the_openapi_document(self) -> None:
+        paths = agent.client.call("GET", "/v1/openapi.json")["paths"]
+        answer = lambda method, route: paths[route][method]["responses"]["200"]["content"]["application/json"]["schema"]  # noqa: E731
+        self.assertMatchesSchema(Residency, answer("get", "/v1/state/residency"), "residency")
+        self.assertMatchesSchema(OffloadResult, answer("post", "/v1/state/offload")["properties"]["results"]["items"], "offload")
+        self.assertMatchesSchema(OnloadResult, answer("post", "/v1/state/onload")["properties"]["results"]["items"], "onload")
 
 
 if __name__ == "__main__":
