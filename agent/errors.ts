@@ -48,6 +48,14 @@ export const errorStatus = {
   ERR_CLUSTER_KEY_INVALID: 400,
   ERR_MESH_ADDRESS: 400,
   ERR_MESH_UNAVAILABLE: 503,
+  // weights (agent/weights/)
+  ERR_LAYOUT_INVALID: 400,
+  ERR_WEIGHTS_NOT_FOUND: 404,
+  ERR_WEIGHTS_VERSION_EXISTS: 409,
+  ERR_WEIGHTS_RETIRED: 410,
+  ERR_WEIGHTS_AUTH: 401,
+  ERR_WEIGHTS_PROTOCOL: 502,
+  ERR_WEIGHTS_TRANSFER: 502,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus
