@@ -16,7 +16,7 @@ from urllib.parse import quote
 from .errors import AgentError
 from .keys import StateKey
 from .memory import MemorySpec
-from .schema import Durability, OffloadResult, OnloadResult, Residency
+from .schema import Durability, MaterializeResult, OffloadResult, OnloadResult, Residency
 from .transport import DEFAULT_SOCKET_PATH, UnixSocketTransport
 
 #: A key as its canonical text or a :class:`StateKey`.
@@ -126,6 +126,25 @@ class AgentClient:
         An empty mapping clears the hints.
         """
         self.call("POST", "/v1/state/hints", {"next": [{"prefix": p, "inMs": int(ms)} for p, ms in upcoming.items()]})
+
+    def materialize(self, prefix: str, version: int, path: str, *, max_file_bytes: Optional[int] = None,
+                    overwrite: bool = False) -> MaterializeResult:
+        """Has the agent write the keys under ``prefix`` at ``version`` to safetensors at ``path``.
+
+        ``path`` is absolute and on the agent's node (the agent writes it, as
+        its own user). Chunks of one tensor (keys differing only in offsets)
+        are assembled and must tile it exactly; ``grad`` and ``optim.*`` roles
+        are named ``<fqn>#<role>``. Above ``max_file_bytes`` (agent default
+        5 GiB) the output is split with a Hugging Face style index. An
+        existing file is an error unless ``overwrite``. Works from host and
+        NVMe, no GPU needed.
+        """
+        body: Any = {"prefix": prefix, "version": version, "path": path}
+        if max_file_bytes is not None:
+            body["maxFileBytes"] = max_file_bytes
+        if overwrite:
+            body["overwrite"] = True
+        return self.call("POST", "/v1/state/materialize", body)
 
     def residency(self, prefix: Optional[str] = None) -> Residency:
         """Where every key (under ``prefix``, if given) lives, tier usage, dedup and fragmentation."""

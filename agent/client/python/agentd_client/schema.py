@@ -85,3 +85,12 @@ class Residency(TypedDict):
     hostPool: HostPoolUsage
     counters: StateCounters
     keys: List[ResidencyKey]
+
+
+class MaterializeResult(TypedDict):
+    #: Absolute paths of the safetensors files written.
+    files: List[str]
+    #: The ``<stem>.safetensors.index.json`` file when the output was split, else None.
+    index: Optional[str]
+    tensors: int
+    bytes: int

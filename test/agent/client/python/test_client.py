@@ -1,13 +1,17 @@
 """AgentClient against a real dev agent: shared-memory round trips, dedup, residency, drop, prefetch, errors."""
+import json
+import os
 import random
+import struct
+import tempfile
 import threading
 import time
 import unittest
 from typing import Any, Callable, Dict, List, Literal, get_args, get_origin, get_type_hints
 
 from agent_process import MiB, DevAgent, make_shm, pattern
-from agentd_client import (AgentClient, AgentError, OffloadItem, OffloadResult, OnloadItem, OnloadResult, Residency,
-                           ShmMemory, format_key, parse_key)
+from agentd_client import (AgentClient, AgentError, MaterializeResult, OffloadItem, OffloadResult, OnloadItem, OnloadResult,
+                           Residency, ShmMemory, format_key, parse_key)
 
 agent: DevAgent
 
@@ -169,6 +173,35 @@ class StateApiTest(unittest.TestCase):
         durable_entry = [k for k in self.client.residency(prefix=durable)["keys"]]
         self.assertEqual([k["durable"] for k in durable_entry], [True])
 
+    def test_materialize_writes_safetensors_an_independent_reader_can_read(self) -> None:
+        weight = pattern(4 * 4 * 4, seed=10)  # f32 [4,4], offloaded as two row-chunks (tensor parallel)
+        moment = pattern(6 * 8, seed=11)      # f64 [6], optimizer state of the same parameter
+        source = make_shm(self, weight + moment)
+        top = format_key(self.ns, "w", offsets=[0, 0], shape=[2, 4], dtype="f32", version=5)
+        bottom = format_key(self.ns, "w", offsets=[2, 0], shape=[2, 4], dtype="f32", version=5)
+        exp_avg = format_key(self.ns, "w", role="optim.exp_avg", shape=[6], dtype="f64", version=5)
+        self.client.offload([OffloadItem(bottom, ShmMemory.of(source, 32)), OffloadItem(top, ShmMemory.of(source, 0)),
+                             OffloadItem(exp_avg, ShmMemory.of(source, 64))])
+        out_dir = tempfile.TemporaryDirectory(prefix="agentd-py-st-")
+        self.addCleanup(out_dir.cleanup)
+        path = os.path.join(out_dir.name, "model.safetensors")
+
+        result = self.client.materialize(self.ns + "/", 5, path)
+        self.assertEqual((result["files"], result["index"], result["tensors"]), ([path], None, 2))
+        with open(path, "rb") as f:
+            content = f.read()
+        (header_bytes,) = struct.unpack("<Q", content[:8])
+        header = json.loads(content[8:8 + header_bytes])
+        data = content[8 + header_bytes:]
+        tensors = {name: (entry["dtype"], entry["shape"], data[entry["data_offsets"][0]:entry["data_offsets"][1]])
+                   for name, entry in header.items() if name != "__metadata__"}
+        self.assertEqual(tensors, {"w": ("F32", [4, 4], weight), "w#optim.exp_avg": ("F64", [6], moment)})
+        self.assertEqual(result["bytes"], len(weight) + len(moment))
+
+        self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.materialize(self.ns + "/", 5, path))
+        self.assertEqual(self.client.materialize(self.ns + "/", 5, path, overwrite=True)["files"], [path])
+        self.assertAgentError("ERR_KEY_NOT_FOUND", 404, lambda: self.client.materialize(self.ns + "/", 6, path, overwrite=True))
+
     def test_errors_keep_the_daemons_code_and_status(self) -> None:
         shm = make_shm(self, MiB)
         valid = u8_key(self.ns, "w", MiB)
@@ -244,6 +277,7 @@ class WireTypesTest(unittest.TestCase):
         self.assertMatchesSchema(Residency, answer("get", "/v1/state/residency"), "residency")
         self.assertMatchesSchema(OffloadResult, answer("post", "/v1/state/offload")["properties"]["results"]["items"], "offload")
         self.assertMatchesSchema(OnloadResult, answer("post", "/v1/state/onload")["properties"]["results"]["items"], "onload")
+        self.assertMatchesSchema(MaterializeResult, answer("post", "/v1/state/materialize"), "materialize")
 
 
 if __name__ == "__main__":
