@@ -26,6 +26,12 @@ import { parseKey, type StateKey } from './keys.ts'
 import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
+import { mapConcurrently } from './map-concurrently.ts'
+
+/** Tensors of one batch copied at once (each copy already uses every native thread). */
+const copyConcurrency = 2
+/** Tensors of one batch moving to or from NVMe at once: overlaps I/O and lets the journal group-commit. */
+const ioConcurrency = 4
 import { nextUseOf, spillOrder, type UseHint } from './spill-order.ts'
 
 export type { MemorySpec } from './client-memory.ts'
@@ -328,22 +334,19 @@ export function createStateManager (options: StateManagerOptions, components: St
       const keep = new Set(keys.map(k => k.text))
       for (const k of toWrite) extents.set(k.text, await allocateHost(k.bytes, keep))
 
-      const results: OffloadResult[] = []
-      for (let i = 0; i < keys.length; i++) {
-        const k = keys[i]!
+      const results = await mapConcurrently(keys, copyConcurrency, async (k, i): Promise<OffloadResult> => {
         const extent = extents.get(k.text)
-        if (extent !== undefined && !entries.has(k.text)) {
+        if (extent !== undefined) {
+          extents.delete(k.text)
           const range = keyRange(extent, k)
           await sources[i]!.readInto(range)
           counters.offloadCopies++
           const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
           entries.set(k.text, entry)
-          extents.delete(k.text)
           created.push(entry)
           writers.get(k.text)!.resolve(true)
           inflight.delete(k.text)
-          results.push({ key: k.text, tier: 'host', deduplicated: false, durable: false })
-          continue
+          return { key: k.text, tier: 'host', deduplicated: false, durable: false }
         }
         const before = counters.offloadCopies
         const entry = await awaitStored(k, sources[i]!, keep)
@@ -354,14 +357,13 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (!copied) counters.deduplicated++
         const result: OffloadResult = { key: k.text, tier: entry.host !== undefined ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
-        results.push(result)
-      }
+        return result
+      })
       if (durability === 'nvme') {
-        for (const r of results) {
-          const entry = entries.get(r.key)!
-          await persist(entry)
+        await mapConcurrently(results, ioConcurrency, async r => {
+          await persist(entries.get(r.key)!)
           r.durable = true
-        }
+        })
       }
       return results
     } catch (err) {
@@ -461,16 +463,14 @@ export function createStateManager (options: StateManagerOptions, components: St
       const batch = keys.map(k => entries.get(k.text)!)
       for (const entry of batch) unpins.push(pin(entry))
       const keep = new Set(keys.map(k => k.text))
-      const results: OnloadResult[] = []
-      for (let i = 0; i < batch.length; i++) {
-        const entry = batch[i]!
+      const results = await mapConcurrently(batch, ioConcurrency, async (entry, i): Promise<OnloadResult> => {
         const fromTier: StoredTier = entry.host !== undefined ? 'host' : 'nvme'
         if (entry.host === undefined) await promote(entry, keep)
         await targets[i]!.writeFrom(keyRange(entry.host!, entry.key))
         counters.onloadCopies++
         entry.lastUseMs = now()
-        results.push({ key: entry.key.text, fromTier })
-      }
+        return { key: entry.key.text, fromTier }
+      })
       return results
     } finally {
       for (const unpin of unpins) unpin()
