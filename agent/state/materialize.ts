@@ -20,7 +20,8 @@ import type { Dtype, StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'
 import { writeFileDurably } from '../durable-file.ts'
 
-const safetensorsDtype: Record<Dtype, string> = {
+/** Our dtype names → safetensors' (the header's "dtype"). */
+export const safetensorsDtype: Record<Dtype, string> = {
   bool: 'BOOL', u8: 'U8', i8: 'I8', i16: 'I16', i32: 'I32', i64: 'I64', f16: 'F16', bf16: 'BF16', f32: 'F32', f64: 'F64', f8_e4m3: 'F8_E4M3', f8_e5m2: 'F8_E5M2',
 }
 const dtypeSize: Record<Dtype, number> = { bool: 1, u8: 1, i8: 1, i16: 2, i32: 4, i64: 8, f16: 2, bf16: 2, f32: 4, f64: 8, f8_e4m3: 1, f8_e5m2: 1 }

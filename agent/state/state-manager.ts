@@ -141,6 +141,12 @@ export interface StateManager {
    * when the key was already stored (deduplicated: the scratch is freed).
    */
   adopt(key: string, scratch: ScratchBytes): boolean
+  /**
+   * Writes stored keys to NVMe (fsynced) so they survive a restart, as
+   * offload with durability "nvme" does; ERR_KEY_NOT_FOUND for a key not stored.
+   * For in-process producers (adopted scratch ranges, published weights).
+   */
+  persist(keys: string[]): Promise<void>
 }
 
 export interface ScratchBytes extends PinnedBytes {
@@ -601,6 +607,19 @@ export function createStateManager (options: StateManagerOptions, components: St
       entries.set(k.text, { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] })
       maybeSpill()
       return true
+    },
+    async persist (texts) {
+      for (const text of texts) {
+        const entry = entries.get(parseKey(text).text)
+        if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
+        const unpin = pin(entry)
+        try {
+          if (entry.host === undefined && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
+          await persist(entry)
+        } finally {
+          unpin()
+        }
+      }
     },
   }
 }
