@@ -15,7 +15,7 @@ import * as directFile from './direct-file.ts'
 import type { DirectFile, OpenFileOptions } from './direct-file.ts'
 import * as hostCopy from './host-copy.ts'
 import type { ThreadOptions } from './host-copy.ts'
-import type { HostRange } from './host-memory.ts'
+import { checkHostRange, type HostRange } from './host-memory.ts'
 import * as hostPool from './host-pool.ts'
 import type { HostPool, HostPoolOptions } from './host-pool.ts'
 import type { NativeBinding, NativeCudaDevice, NativeFileInfo } from './native-binding.ts'
@@ -189,6 +189,15 @@ const cudaUnavailable = (): string | null => capabilities.cuda.available ? null 
 /** Reserves the pinned host pool (see HostPoolOptions); ERR_MEMLOCK_LIMIT says how to raise the limit. */
 export async function createHostPool (options: HostPoolOptions): Promise<HostPool> {
   return await hostPool.createHostPool(binding(), options)
+}
+
+/**
+ * A Buffer over a host range, no copy (for socket writes of pool or shm
+ * bytes). The caller keeps the range allocated or pinned while the Buffer is in use.
+ */
+export function viewHostRange (range: HostRange): Buffer {
+  checkHostRange(range, 'range')
+  return callNative(() => range.memory.region.view(range.offset, range.length))
 }
 
 /** Maps /dev/shm/<name>; ERR_SHM_NOT_FOUND / ERR_SHM_TOO_SMALL. */
