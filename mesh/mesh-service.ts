@@ -190,7 +190,8 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       started = true
       pubsub.subscribe(meshTopic)
       health.onStall(stallMs => {
-        if (stallMs > config.probeTimeoutMs) refute(incarnation.current, `event loop stalled ${Math.round(stallMs)} ms`)
+        // Only a member others know could have been suspected meanwhile.
+        if (stallMs > config.probeTimeoutMs && membership.liveCount() > 1) refute(incarnation.current, `event loop stalled ${Math.round(stallMs)} ms`)
       })
       health.start({ signal })
       publisher.start({ signal })

@@ -7,6 +7,7 @@
 import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
+import type { MeshInfo, PeerView } from '../../mesh/mesh-views.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
 import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
@@ -47,6 +48,10 @@ export interface AgentClient {
   readonly socketPath: string
   status(options?: RequestOptions): Promise<StatusBody>
   node(options?: RequestOptions): Promise<NodeInventory>
+  /** This agent in the mesh (GET /v1/mesh). */
+  mesh(options?: RequestOptions): Promise<MeshInfo>
+  /** The other agents (GET /v1/mesh/peers). */
+  meshPeers(options?: RequestOptions): Promise<{ peers: PeerView[] }>
   health(options?: RequestOptions): Promise<{ ok: true }>
   openapi(options?: RequestOptions): Promise<Record<string, unknown>>
   /** Waits until the GPU's device lock is granted (FIFO, re-entrant); see AcquireGpuOptions. */
@@ -163,6 +168,8 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     call,
     status: o => call('GET', '/v1/status', undefined, o),
     node: o => call('GET', '/v1/node', undefined, o),
+    mesh: o => call('GET', '/v1/mesh', undefined, o),
+    meshPeers: o => call('GET', '/v1/mesh/peers', undefined, o),
     health: o => call('GET', '/healthz', undefined, o),
     openapi: o => call('GET', '/v1/openapi.json', undefined, o),
     acquireGpu: (gpu, o = {}) => call('POST', `/v1/locks/gpu/${gpu}/acquire`,

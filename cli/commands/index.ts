@@ -4,11 +4,14 @@
  */
 import type { Command } from '../command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'
+import { keygenCommand } from './keygen.ts'
 import { locksCommand } from './locks.ts'
+import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
-import { stateMaterializeCommand } from './state-materialize.ts'
+import { peersCommand } from './peers.ts'
 import { simRewardCommand } from './sim-reward.ts'
 import { simTraceRewardCommand } from './sim-trace-reward.ts'
+import { stateMaterializeCommand } from './state-materialize.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
 
@@ -17,6 +20,9 @@ export const commands: Record<string, Command> = {
   node: nodeCommand,
   version: versionCommand,
   locks: locksCommand,
+  peers: peersCommand,
+  mesh: meshCommand,
+  keygen: keygenCommand,
   'inspect residency': inspectResidencyCommand,
   'state materialize': stateMaterializeCommand,
   'sim reward': simRewardCommand,

@@ -1,0 +1,121 @@
+/**
+ * startTestMesh(t, { nodes }): N real agents (separate processes, from source)
+ * on loopback, each with its own temp state dir, one cluster key, and the
+ * first agent as every other agent's seed; resolves once every agent sees
+ * every other one alive with a record. Everything is killed at teardown.
+ * The leader-election tests reuse it.
+ *
+ * Agents run `--dev` with the StateManager off (no 256 MiB pinned host pool per
+ * agent; pass `args` to change that) and log at info level, so `output()`
+ * holds the "member state" lines.
+ */
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { generateClusterKey } from '../../mesh/cluster-key.ts'
+import type { PeerView } from '../../mesh/mesh-views.ts'
+import { spawnAgent, tempDir, waitReady, type AgentProcess } from './agent-process.ts'
+
+interface Teardown { teardown(fn: () => unknown): void }
+
+export interface TestMeshOptions {
+  nodes: number
+  /** Extra agentd flags for every agent. */
+  args?: string[]
+  /** How long to wait for convergence, ms. Default 30000 + 2000 per node. */
+  convergeTimeoutMs?: number
+}
+
+export interface MeshAgent extends AgentProcess {
+  name: string
+  peerId: string
+  /** Its announced mesh multiaddr (with /p2p/). */
+  meshAddress: string
+}
+
+export interface AddAgentOptions {
+  name?: string
+  /** Reuse a state dir (restart with the same identity). */
+  stateDir?: string
+  clusterKeyFile?: string
+  args?: string[]
+}
+
+export interface TestMesh {
+  agents: MeshAgent[]
+  dir: string
+  clusterKeyFile: string
+  /** The seed every agent joins. */
+  seed: string
+  /** Starts one more agent that joins the mesh (not waited for convergence). */
+  addAgent(options?: AddAgentOptions): Promise<MeshAgent>
+  /** `observer`'s view of `target` (undefined: unknown to it). */
+  peerOf(observer: MeshAgent, target: MeshAgent): Promise<PeerView | undefined>
+  /** Polls until `check` holds for every agent in `observers`; returns the time it took, ms. */
+  waitFor(observers: MeshAgent[], check: (peers: PeerView[], observer: MeshAgent) => boolean, timeoutMs: number, what: string): Promise<number>
+  /** Every agent in `agents` sees every other one alive with a record. */
+  waitConverged(agents?: MeshAgent[], timeoutMs?: number): Promise<number>
+}
+
+export async function startTestMesh (t: Teardown, options: TestMeshOptions): Promise<TestMesh> {
+  const dir = tempDir(t, 'agentd-mesh-')
+  const clusterKeyFile = join(dir, 'cluster.key')
+  writeFileSync(clusterKeyFile, generateClusterKey(), { mode: 0o600 })
+  let index = 0
+  let seed = ''
+
+  const addAgent = async (o: AddAgentOptions = {}): Promise<MeshAgent> => {
+    const name = o.name ?? `node${String(index++).padStart(2, '0')}`
+    const stateDir = o.stateDir ?? join(dir, name)
+    const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
+      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(o.args ?? [])]
+    const agent = await spawnAgent(t, { stateDir, args, waitReady: false })
+    // Twenty agents starting at once on two cores take a while to answer.
+    await waitReady(agent, 90_000)
+    const status = await agent.client.status()
+    if (status.mesh === undefined) throw new Error(`agent ${name} runs no mesh:\n${agent.output()}`)
+    return Object.assign(agent, { name, peerId: status.mesh.peerId, meshAddress: status.mesh.addresses[0]! })
+  }
+
+  const first = await addAgent()
+  seed = first.meshAddress
+  const rest = await Promise.all(Array.from({ length: options.nodes - 1 }, () => addAgent()))
+  const agents = [first, ...rest]
+
+  const waitFor: TestMesh['waitFor'] = async (observers, check, timeoutMs, what) => {
+    const began = performance.now()
+    const pending = new Set(observers)
+    let last = ''
+    while (pending.size > 0) {
+      await Promise.all([...pending].map(async o => {
+        try {
+          const { peers } = await o.client.meshPeers()
+          if (check(peers, o)) pending.delete(o)
+          else last = `${o.name} sees ${peers.map(p => `${p.node || p.peerId.slice(-6)}:${p.state}`).join(' ')}`
+        } catch (err) { last = `${o.name}: ${(err as Error).message}` }
+      }))
+      if (pending.size === 0) break
+      if (performance.now() - began > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; ${[...pending].map(p => p.name).join(', ')} not there; last: ${last}`)
+      await sleep(50)
+    }
+    return performance.now() - began
+  }
+
+  const mesh: TestMesh = {
+    agents,
+    dir,
+    clusterKeyFile,
+    seed,
+    addAgent,
+    async peerOf (observer, target) {
+      return (await observer.client.meshPeers()).peers.find(p => p.peerId === target.peerId)
+    },
+    waitFor,
+    waitConverged (group = mesh.agents, timeoutMs = 30_000 + 2_000 * group.length) {
+      return waitFor(group, (peers, o) => group.every(a => a === o || peers.some(p => p.peerId === a.peerId && p.state === 'alive' && p.record !== null)),
+        timeoutMs, `${group.length} agents to converge`)
+    },
+  }
+  await mesh.waitConverged(agents, options.convergeTimeoutMs)
+  return mesh
+}
