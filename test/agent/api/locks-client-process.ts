@@ -4,7 +4,12 @@
 import { createAgentClient } from '../../../agent/client/client.ts'
 
 const [socketPath, gpu, holder] = process.argv.slice(2)
-const client = createAgentClient({ socketPath: socketPath! })
+if (socketPath === undefined || gpu === undefined) {
+  // Run without arguments (e.g. by `tap test/agent/api`): not a test itself.
+  process.stdout.write('1..0 # SKIP helper process of locks-agent.test.ts, not a test\n')
+  process.exit(0)
+}
+const client = createAgentClient({ socketPath })
 const granted = await client.acquireGpu(Number(gpu), holder !== undefined ? { holder } : {})
 process.stdout.write(`${JSON.stringify(granted)}\n`)
 setInterval(() => {}, 60_000)
