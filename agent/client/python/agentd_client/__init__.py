@@ -17,11 +17,13 @@ from .client import AgentClient, KeyLike, OffloadItem, OnloadItem
 from .errors import AgentError
 from .keys import DTYPE_BYTES, TORCH_DTYPES, StateKey, format_key, key_dtype, parse_key
 from .memory import CudaIpcMemory, MemorySpec, ShmMemory
-from .schema import Durability, MaterializeResult, OffloadResult, OnloadResult, Residency, ResidencyKey, StoredTier
+from .schema import (AcquireGpuResult, Durability, GpuLockState, MaterializeResult, OffloadResult, OnloadResult,
+                     ReleaseGpuResult, Residency, ResidencyKey, StoredTier)
 from .transport import DEFAULT_SOCKET_PATH
 
 __all__ = [
-    "AgentClient", "AgentError", "CudaIpcMemory", "DEFAULT_SOCKET_PATH", "DTYPE_BYTES", "Durability", "KeyLike",
-    "MaterializeResult", "MemorySpec", "OffloadItem", "OffloadResult", "OnloadItem", "OnloadResult", "Residency", "ResidencyKey",
-    "ShmMemory", "StateKey", "StoredTier", "TORCH_DTYPES", "format_key", "key_dtype", "parse_key",
+    "AcquireGpuResult", "AgentClient", "AgentError", "CudaIpcMemory", "DEFAULT_SOCKET_PATH", "DTYPE_BYTES",
+    "Durability", "GpuLockState", "KeyLike", "MaterializeResult", "MemorySpec", "OffloadItem", "OffloadResult",
+    "OnloadItem", "OnloadResult", "ReleaseGpuResult", "Residency", "ResidencyKey", "ShmMemory", "StateKey",
+    "StoredTier", "TORCH_DTYPES", "format_key", "key_dtype", "parse_key",
 ]

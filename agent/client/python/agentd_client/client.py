@@ -1,4 +1,4 @@
-"""AgentClient: the StateManager API of the node's agent, from a Python worker.
+"""AgentClient: the StateManager API and the device lock of the node's agent, from a Python worker.
 
 Every method is one HTTP request on the agent's unix socket and blocks until
 the agent answers; ``offload`` and ``onload`` answer only when every copy is
@@ -9,14 +9,16 @@ batch changes nothing on the agent. An ``AgentClient`` holds no connection
 between calls: share one between threads freely.
 """
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 from .errors import AgentError
 from .keys import StateKey
 from .memory import MemorySpec
-from .schema import Durability, MaterializeResult, OffloadResult, OnloadResult, Residency
+from .schema import (AcquireGpuResult, Durability, GpuLockState, LocksBody, MaterializeResult, OffloadResult, OnloadResult,
+                     ReleaseGpuResult, Residency)
 from .transport import DEFAULT_SOCKET_PATH, UnixSocketTransport
 
 #: A key as its canonical text or a :class:`StateKey`.
@@ -150,6 +152,54 @@ class AgentClient:
         """Where every key (under ``prefix``, if given) lives, tier usage, dedup and fragmentation."""
         query = "" if prefix is None else "?prefix=" + quote(prefix, safe="")
         return self.call("GET", "/v1/state/residency" + query)
+
+    def acquire_gpu(self, gpu: int, *, holder: Optional[str] = None, timeout_ms: Optional[int] = None) -> AcquireGpuResult:
+        """Takes GPU ``gpu``'s device lock (RLinf §3.3); blocks until granted.
+
+        FIFO, re-entrant for its holder (every acquire needs a release). The
+        holder is this process (``"pid:<pid>"``) unless ``holder`` names one
+        shared by several processes; a holder whose processes have all exited
+        loses its locks. ``timeout_ms`` gives up with ``ERR_LOCK_TIMEOUT``
+        (423); 0 takes the lock only if it is free now. While holding, watch
+        :meth:`gpu_lock_events`: on a ``waiter`` event offload and release.
+        """
+        body: Dict[str, Any] = {}
+        if holder is not None:
+            body["holder"] = holder
+        if timeout_ms is not None:
+            body["timeoutMs"] = timeout_ms
+        # The answer comes when the lock is granted, which may take any time: no socket timeout.
+        return self._transport.request("POST", f"/v1/locks/gpu/{int(gpu)}/acquire", body, timeout_s=None)
+
+    def release_gpu(self, gpu: int, *, holder: Optional[str] = None) -> ReleaseGpuResult:
+        """Releases one level of the lock; ``depth`` 0 means released. ``ERR_LOCK_NOT_HELD`` (409) from a non-holder."""
+        return self.call("POST", f"/v1/locks/gpu/{int(gpu)}/release", {"holder": holder} if holder is not None else {})
+
+    @contextmanager
+    def gpu_lock(self, gpu: int, *, holder: Optional[str] = None, timeout_ms: Optional[int] = None) -> Iterator[AcquireGpuResult]:
+        """``with agent.gpu_lock(0):`` holds GPU 0's lock for the block and releases it however the block ends."""
+        granted = self.acquire_gpu(gpu, holder=holder, timeout_ms=timeout_ms)
+        try:
+            yield granted
+        finally:
+            self.release_gpu(gpu, holder=holder)
+
+    def locks(self) -> List[GpuLockState]:
+        """Every GPU's device lock: holder, its processes, depth, since when, waiters in grant order."""
+        body: LocksBody = self.call("GET", "/v1/locks")
+        return body["gpus"]
+
+    def gpu_lock_events(self, gpu: int, *, holder: Optional[str] = None) -> Iterator[Tuple[str, Dict[str, Any]]]:
+        """The holder's events for GPU ``gpu``, as ``(type, data)``, until the agent closes the stream.
+
+        First ``("state", <GpuLockState>)``; then for the holder (default this
+        process): ``waiter`` (someone queued behind it: offload and release;
+        sent at once if it already has waiters), ``granted``, ``released``
+        (``reason``: released, holder-exited or stopped). Blocks between
+        events, so read it on its own thread; close the iterator to stop.
+        """
+        query = "" if holder is None else "?holder=" + quote(holder, safe="")
+        return self._transport.events(f"/v1/locks/gpu/{int(gpu)}/events{query}")
 
 
 def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:

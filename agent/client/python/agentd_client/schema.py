@@ -94,3 +94,44 @@ class MaterializeResult(TypedDict):
     index: Optional[str]
     tensors: int
     bytes: int
+
+
+class AcquireGpuResult(TypedDict):
+    gpu: int
+    holder: str
+    #: Re-entrancy depth after this acquire (1 on a fresh grant).
+    depth: int
+    #: Requests of other holders still queued for this GPU.
+    waiting: int
+
+
+class ReleaseGpuResult(TypedDict):
+    gpu: int
+    holder: str
+    #: Depth left; 0 = released (the next waiter, if any, has been granted).
+    depth: int
+
+
+class GpuLockWaiter(TypedDict):
+    holder: str
+    #: The process that sent the queued request.
+    pid: int
+    #: When it was queued, ms since the epoch.
+    sinceMs: int
+
+
+class GpuLockState(TypedDict):
+    gpu: int
+    #: None when free.
+    holder: Optional[str]
+    #: Running processes tied to the holder.
+    pids: List[int]
+    depth: int
+    #: When the current hold was granted, ms since the epoch.
+    heldSinceMs: Optional[int]
+    #: In grant order.
+    waiters: List[GpuLockWaiter]
+
+
+class LocksBody(TypedDict):
+    gpus: List[GpuLockState]

@@ -8,12 +8,15 @@ a request on a connection the agent has already closed.
 import http.client
 import json
 import socket
-from typing import Any, Optional
+from contextlib import contextmanager
+from typing import Any, Iterator, Optional, Tuple
 
 from .errors import AgentError
 
 #: Where a system agent listens (``agent/client/client.ts`` uses the same default).
 DEFAULT_SOCKET_PATH = "/run/agentd/agentd.sock"
+#: "Use the transport's timeout" (``None`` already means "no timeout").
+_DEFAULT: Any = object()
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -48,40 +51,84 @@ class UnixSocketTransport:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, timeout_s: Any = _DEFAULT) -> Any:
         """``method path`` with ``body`` as JSON (none when ``None``); the parsed 2xx answer.
 
+        ``timeout_s`` overrides the transport's bound for this request
+        (``None``: wait as long as the agent takes, e.g. for a lock grant).
         Raises AgentError: the daemon's code, message and HTTP status for a
         4xx/5xx answer; ``ERR_AGENT_UNREACHABLE`` (status None) when no agent
-        answers at the socket or it does not answer within ``timeout_s``;
+        answers at the socket or it does not answer in time;
         ``ERR_INTERNAL`` for an answer that is not the JSON the API promises.
         """
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
         headers = {"accept": "application/json"}
         if payload is not None:
             headers["content-type"] = "application/json"
-        conn = UnixHTTPConnection(self.socket_path, timeout=self.timeout_s)
+        conn = self._connection(timeout_s)
         try:
-            try:
+            with self._translated(method, path, conn.timeout):
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
-                status = response.status
                 raw = response.read()
-            except socket.timeout as err:
-                raise AgentError("ERR_AGENT_UNREACHABLE",
-                                 f"agent at {self.socket_path} did not answer {method} {path} within {self.timeout_s} s") from err
-            except (OSError, http.client.HTTPException) as err:
-                raise _unreachable(self.socket_path, err) from err
         finally:
             conn.close()
+        return _parse_answer(raw, response.status, self.socket_path)
+
+    def events(self, path: str) -> Iterator[Tuple[str, Any]]:
+        """``GET path`` as a server-sent event stream: yields ``(event type, parsed JSON data)``.
+
+        Blocks between events (the agent sends a keep-alive comment every
+        15 s, so ``timeout_s`` above that notices a hung agent). Ends when the
+        agent closes the stream; closing the generator closes the connection.
+        An error answer raises AgentError like :meth:`request`.
+        """
+        conn = self._connection(_DEFAULT)
         try:
-            parsed = json.loads(raw) if raw else None
-        except ValueError as err:
-            raise AgentError("ERR_INTERNAL", f"agent at {self.socket_path} answered {status} with a body that is not JSON",
-                             status) from err
-        if 200 <= status < 300:
-            return parsed
-        raise _error_from_body(parsed, status)
+            with self._translated("GET", path, conn.timeout):
+                conn.request("GET", path, headers={"accept": "text/event-stream"})
+                response = conn.getresponse()
+                if response.status != 200:
+                    _parse_answer(response.read(), response.status, self.socket_path)
+                    raise AgentError("ERR_INTERNAL", f"agent answered {response.status} to an event stream request", response.status)
+                event, data = "", []
+                for line in iter(response.readline, b""):
+                    text = line.decode("utf-8").rstrip("\r\n")
+                    if text == "":  # a blank line ends an event
+                        if event and data:
+                            yield event, json.loads("\n".join(data))
+                        event, data = "", []
+                    elif text.startswith("event:"):
+                        event = text[6:].strip()
+                    elif text.startswith("data:"):
+                        data.append(text[5:].lstrip())
+                    # "id:" lines and ": keepalive" comments carry nothing a client needs
+        finally:
+            conn.close()
+
+    def _connection(self, timeout_s: Any) -> UnixHTTPConnection:
+        return UnixHTTPConnection(self.socket_path, timeout=self.timeout_s if timeout_s is _DEFAULT else timeout_s)
+
+    @contextmanager
+    def _translated(self, method: str, path: str, timeout_s: Optional[float]) -> Iterator[None]:
+        """Socket and protocol failures become AgentError ERR_AGENT_UNREACHABLE."""
+        try:
+            yield
+        except socket.timeout as err:
+            raise AgentError("ERR_AGENT_UNREACHABLE",
+                             f"agent at {self.socket_path} did not answer {method} {path} within {timeout_s} s") from err
+        except (OSError, http.client.HTTPException) as err:
+            raise _unreachable(self.socket_path, err) from err
+
+
+def _parse_answer(raw: bytes, status: int, socket_path: str) -> Any:
+    try:
+        parsed = json.loads(raw) if raw else None
+    except ValueError as err:
+        raise AgentError("ERR_INTERNAL", f"agent at {socket_path} answered {status} with a body that is not JSON", status) from err
+    if 200 <= status < 300:
+        return parsed
+    raise _error_from_body(parsed, status)
 
 
 def _error_from_body(body: Any, status: int) -> AgentError:

@@ -1,8 +1,15 @@
 """A real dev agent for the Python client's tests, plus shared-memory helpers.
 
+Starting an agent takes seconds, so the test modules share one
+(:func:`shared_agent`), stopped with SIGTERM when the test process exits.
+Each test keeps to its own key namespace and lock holders and cleans up
+what it creates, so the tests do not depend on each other's order.
+
 Importing this module puts ``agent/client/python`` first on ``sys.path``, so
 the tests exercise the client's source, not an installed copy.
 """
+import atexit
+import json
 import os
 import random
 import shutil
@@ -14,7 +21,7 @@ import time
 import unittest
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO_ROOT / "agent" / "client" / "python"))
@@ -25,16 +32,22 @@ MiB = 1 << 20
 #: Small tiers keep the agent light; the spill test relies on the 16 MiB pool.
 HOST_POOL_BYTES = 16 * MiB
 NVME_CAPACITY_BYTES = 256 * MiB
+#: Two GPUs in the inventory (config override, no hardware needed), so the device lock runs.
+FAKE_GPUS = json.dumps([
+    {"model": "Fake GPU", "memoryBytes": 85_520_809_984, "uuid": "GPU-fake-0", "pciBus": "00000000:17:00.0"},
+    {"model": "Fake GPU", "memoryBytes": 85_520_809_984, "uuid": "GPU-fake-1", "pciBus": "00000000:65:00.0"},
+])
 
 
 class DevAgent:
-    """``agent/main.ts --dev`` on the project's Node, in a fresh temp state dir.
+    """``agent/main.ts --dev`` on the project's Node, in a fresh temp state dir (plus ``extra_args``).
 
     ``start()`` returns once ``GET /healthz`` answers on ``<dir>/agentd.sock``;
     ``stop()`` sends SIGTERM, waits for the exit, and removes the dir.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, extra_args: Sequence[str] = ()) -> None:
+        self.extra_args = list(extra_args)
         # A short dir: the socket path must fit in 107 bytes.
         self.state_dir = tempfile.mkdtemp(prefix="agentd-py-")
         self.socket_path = os.path.join(self.state_dir, "agentd.sock")
@@ -49,7 +62,7 @@ class DevAgent:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
         args: List[str] = [str(node), "agent/main.ts", "--dev", "--state-dir", self.state_dir,
                            "--set", f"state.hostPoolBytes={HOST_POOL_BYTES}",
-                           "--set", f"state.nvmeCapacityBytes={NVME_CAPACITY_BYTES}"]
+                           "--set", f"state.nvmeCapacityBytes={NVME_CAPACITY_BYTES}", *self.extra_args]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
@@ -79,6 +92,19 @@ class DevAgent:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+_shared: Optional[DevAgent] = None
+
+
+def shared_agent() -> DevAgent:
+    """The suite's dev agent (16 MiB host pool, two faked GPUs): started on first use, stopped at exit."""
+    global _shared
+    if _shared is None:
+        _shared = DevAgent(["--set", f"inventory.gpus={FAKE_GPUS}"])
+        atexit.register(_shared.stop)
+        _shared.start()
+    return _shared
 
 
 def make_shm(test: unittest.TestCase, data: "bytes | int") -> SharedMemory:

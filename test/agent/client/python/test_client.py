@@ -9,20 +9,17 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List, Literal, get_args, get_origin, get_type_hints
 
-from agent_process import MiB, DevAgent, make_shm, pattern
-from agentd_client import (AgentClient, AgentError, MaterializeResult, OffloadItem, OffloadResult, OnloadItem, OnloadResult,
-                           Residency, ShmMemory, format_key, parse_key)
+from agent_process import MiB, DevAgent, make_shm, pattern, shared_agent
+from agentd_client import (AcquireGpuResult, AgentClient, AgentError, MaterializeResult, OffloadItem, OffloadResult,
+                           OnloadItem, OnloadResult, ReleaseGpuResult, Residency, ShmMemory, format_key, parse_key)
+from agentd_client.schema import LocksBody
 
 agent: DevAgent
 
 
 def setUpModule() -> None:
     global agent
-    agent = DevAgent().start()
-
-
-def tearDownModule() -> None:
-    agent.stop()
+    agent = shared_agent()
 
 
 def u8_key(namespace: str, name: str, nbytes: int, version: int = 1) -> str:
@@ -278,6 +275,9 @@ class WireTypesTest(unittest.TestCase):
         self.assertMatchesSchema(OffloadResult, answer("post", "/v1/state/offload")["properties"]["results"]["items"], "offload")
         self.assertMatchesSchema(OnloadResult, answer("post", "/v1/state/onload")["properties"]["results"]["items"], "onload")
         self.assertMatchesSchema(MaterializeResult, answer("post", "/v1/state/materialize"), "materialize")
+        self.assertMatchesSchema(AcquireGpuResult, answer("post", "/v1/locks/gpu/{n}/acquire"), "acquire")
+        self.assertMatchesSchema(ReleaseGpuResult, answer("post", "/v1/locks/gpu/{n}/release"), "release")
+        self.assertMatchesSchema(LocksBody, answer("get", "/v1/locks"), "locks")
 
 
 if __name__ == "__main__":

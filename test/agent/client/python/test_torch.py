@@ -6,7 +6,7 @@ tests also where torch sees no GPU or the agent has no CUDA.
 import unittest
 from typing import Any, Dict
 
-from agent_process import DevAgent
+from agent_process import DevAgent, shared_agent
 from agentd_client import AgentError
 
 try:
@@ -24,12 +24,7 @@ def setUpModule() -> None:
     global agent
     if TORCH_MISSING:
         raise unittest.SkipTest(TORCH_MISSING)
-    agent = DevAgent().start()
-
-
-def tearDownModule() -> None:
-    if not TORCH_MISSING:
-        agent.stop()
+    agent = shared_agent()
 
 
 class TorchCpuTest(unittest.TestCase):
