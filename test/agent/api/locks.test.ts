@@ -172,6 +172,24 @@ t.test('event stream: the holder learns of a waiter, then sees its release; the 
   t.same(await trainerEvents.next(), { done: true, value: undefined }, 'aborting ends the iteration quietly')
 })
 
+t.test('event stream without ?holder= follows the calling process\'s own holder (pid:<pid>)', async t => {
+  const { client } = await withLock(t)
+  const controller = new AbortController()
+  t.teardown(() => controller.abort())
+  const events = client.gpuLockEvents(0, { signal: controller.signal })[Symbol.asyncIterator]()
+  t.match((await events.next()).value, { type: 'state', gpu: 0, holder: null })
+  await client.acquireGpu(0)
+  t.same((await events.next()).value, { type: 'granted', gpu: 0, holder: me, depth: 1, waiting: 0 })
+  const other = client.acquireGpu(0, { holder: 'other' })
+  t.same((await events.next()).value, { type: 'waiter', gpu: 0, holder: me, waiter: 'other', waiting: 1 })
+  await client.releaseGpu(0)
+  t.same((await events.next()).value, { type: 'released', gpu: 0, holder: me, reason: 'released' })
+  t.equal((await other).holder, 'other')
+  await client.releaseGpu(0, { holder: 'other' })
+  await client.acquireGpu(0)
+  t.same((await events.next()).value, { type: 'granted', gpu: 0, holder: me, depth: 1, waiting: 0 }, 'the grant and release of "other" were not in this stream')
+})
+
 t.test('without a device lock every lock route answers ERR_UNAVAILABLE with the reason', async t => {
   const { client } = await serve(t, { unavailable: 'no GPUs in the inventory' })
   const expected = { code: 'ERR_UNAVAILABLE', message: 'the device lock is unavailable: no GPUs in the inventory' }
