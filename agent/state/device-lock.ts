@@ -340,7 +340,8 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
       const lock = lockOf(request.gpu)
       assertRunning()
       const holder = holderNameOf(request)
-      const caller = processes.identify(request.pid)
+      // Only a pid tied to the hold can be a reused one: read /proc just then.
+      const caller = lock.hold?.processes.has(request.pid) === true ? processes.identify(request.pid) : null
       if (caller !== null) untieReusedPid(lock, caller)
       const hold = lock.hold
       if (hold?.holder !== holder) {
