@@ -7,7 +7,7 @@ code and message unchanged, so a Python worker logs exactly what ``agentd``
 raised. Errors found before a request is sent (a key that does not parse) use
 the same codes with ``status`` ``None``.
 """
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 
 class AgentError(Exception):
@@ -27,6 +27,10 @@ class AgentError(Exception):
         self.message = message
         self.status = status
         self.details = details
+
+    def __reduce__(self) -> Tuple[Any, Tuple[str, str, Optional[int], Any]]:
+        # Pickles with every field, so the error survives multiprocessing (a worker pool re-raising it).
+        return (AgentError, (self.code, self.message, self.status, self.details))
 
     def __repr__(self) -> str:
         return f"AgentError(code={self.code!r}, message={self.message!r}, status={self.status!r})"

@@ -21,8 +21,10 @@ must stay alive, and unmodified for an offload, until the call returns.
 import ctypes
 import os
 import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing.shared_memory import SharedMemory
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -158,19 +160,21 @@ class TorchStateClient:
         holds every byte; the tensors may be changed or freed afterwards.
         """
         with self._lock:
-            specs, staged = self._place(tensors)
+            placement = self._place(tensors)
             with torch.no_grad():
-                for offset, tensor in staged:
+                for offset, tensor in placement.staged:
                     self._staging_view(offset, tensor).copy_(tensor)
-            return self.agent.offload([OffloadItem(k, spec, verify) for k, spec in specs], durability)
+            with placement.ipc_lease():
+                return self.agent.offload([OffloadItem(k, spec, verify) for k, spec in placement.specs], durability)
 
     def onload(self, tensors: Mapping[KeyLike, torch.Tensor]) -> List[OnloadResult]:
         """Fills every tensor with its key's stored bytes (see :meth:`AgentClient.onload`); the tensors are written in place."""
         with self._lock:
-            specs, staged = self._place(tensors)
-            results = self.agent.onload([OnloadItem(k, spec) for k, spec in specs])
+            placement = self._place(tensors)
+            with placement.ipc_lease():
+                results = self.agent.onload([OnloadItem(k, spec) for k, spec in placement.specs])
             with torch.no_grad():
-                for offset, tensor in staged:
+                for offset, tensor in placement.staged:
                     tensor.copy_(self._staging_view(offset, tensor))
             return results
 
@@ -188,10 +192,10 @@ class TorchStateClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _place(self, tensors: Mapping[KeyLike, torch.Tensor]) -> Tuple[List[Tuple[str, MemorySpec]], List[Tuple[int, torch.Tensor]]]:
-        """The memory spec of every tensor, and the (staging offset, tensor) pairs that go through staging."""
+    def _place(self, tensors: Mapping[KeyLike, torch.Tensor]) -> "_Placement":
+        """Where the agent finds each tensor: CUDA IPC, an arena, or (for other CPU tensors) the staging buffer."""
         placed: List[Tuple[str, Optional[MemorySpec], int]] = []
-        staged: List[Tuple[int, torch.Tensor]] = []
+        placement = _Placement()
         cuda_devices: Set[torch.device] = set()
         staging_end = 0
         for key, tensor in tensors.items():
@@ -200,7 +204,7 @@ class TorchStateClient:
             spec: Optional[MemorySpec] = None
             offset = 0
             if tensor.device.type == "cuda":
-                spec = self._cuda_memory(tensor)
+                spec = self._cuda_memory(tensor, placement)
                 cuda_devices.add(tensor.device)
             elif tensor.device.type != "cpu":
                 raise AgentError("ERR_BAD_REQUEST", f"{parsed.text}: tensors on {tensor.device.type} are not supported (cpu or cuda)")
@@ -209,14 +213,15 @@ class TorchStateClient:
                 if spec is None:
                     offset = _align(staging_end)
                     staging_end = offset + parsed.nbytes
-                    staged.append((offset, tensor))
+                    placement.staged.append((offset, tensor))
             placed.append((parsed.text, spec, offset))
-        # The IPC event PyTorch hands over may date from the storage's first sharing; synchronizing the
-        # current stream makes every write (and read) queued on it complete before the agent's copy.
+        # Make work queued on the current streams (writes to, or reads of, these tensors) complete before the
+        # agent's copy; the IPC event PyTorch hands over covers the same stream.
         for device in cuda_devices:
             torch.cuda.current_stream(device).synchronize()
-        staging = self._ensure_staging(staging_end) if staged else ""
-        return [(key, spec if spec is not None else ShmMemory(staging, offset)) for key, spec, offset in placed], staged
+        staging = self._ensure_staging(staging_end) if placement.staged else ""
+        placement.specs = [(key, spec if spec is not None else ShmMemory(staging, offset)) for key, spec, offset in placed]
+        return placement
 
     def _ensure_staging(self, nbytes: int) -> str:
         """The staging buffer's name, replacing it by a larger one first when it is smaller than ``nbytes``."""
@@ -232,9 +237,10 @@ class TorchStateClient:
         assert self._staging is not None
         return _view(self._staging, offset, tuple(like.shape), like.dtype)
 
-    def _cuda_memory(self, tensor: torch.Tensor) -> CudaIpcMemory:
-        (device, handle, _storage_bytes, storage_offset_bytes, _ref_counter, _ref_counter_offset,
+    def _cuda_memory(self, tensor: torch.Tensor, placement: "_Placement") -> CudaIpcMemory:
+        (device, handle, _storage_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset,
          event_handle, event_sync_required) = tensor.untyped_storage()._share_cuda_()
+        placement.ipc_counters.append((ref_counter_handle, int(ref_counter_offset)))
         return CudaIpcMemory(
             device=self._agent_device(int(device)),
             handle=bytes(handle),
@@ -255,6 +261,42 @@ class TorchStateClient:
             raise AgentError("ERR_BAD_REQUEST", f"cannot tell the agent's GPU index for cuda:{index} from "
                                                 f"CUDA_VISIBLE_DEVICES={visible!r}: pass device_map")
         return int(entries[index])
+
+
+@dataclass
+class _Placement:
+    """One batch's memory specs, the tensors copied through staging, and the CUDA IPC ref counters it took."""
+
+    specs: List[Tuple[str, MemorySpec]] = field(default_factory=list)
+    #: (offset in the staging buffer, tensor) of CPU tensors outside every arena.
+    staged: List[Tuple[int, torch.Tensor]] = field(default_factory=list)
+    #: (ref counter file, offset) of each ``_share_cuda_()`` call.
+    ipc_counters: List[Tuple[bytes, int]] = field(default_factory=list)
+
+    @contextmanager
+    def ipc_lease(self) -> Iterator[None]:
+        """Gives back the IPC ref counters once the agent has answered.
+
+        Every ``_share_cuda_()`` sets a counter that PyTorch expects the
+        consumer to decrement when it is done; until then the producer keeps
+        the memory of a freed tensor in limbo. The agent is done when it
+        answers (success or an error), so the counters are released then. When
+        no answer came (ERR_AGENT_UNREACHABLE) the agent may still be copying:
+        the counters are kept, holding the memory rather than risking a copy
+        from freed memory.
+        """
+        try:
+            yield
+        except AgentError as err:
+            if err.status is not None:
+                self._release()
+            raise
+        self._release()
+
+    def _release(self) -> None:
+        for handle, offset in self.ipc_counters:
+            torch.UntypedStorage._release_ipc_counter(handle, offset)
+        self.ipc_counters.clear()
 
 
 def _check_matches(key: StateKey, tensor: torch.Tensor) -> None:

@@ -1,6 +1,7 @@
 """AgentClient against a real dev agent: shared-memory round trips, dedup, residency, drop, prefetch, errors."""
 import json
 import os
+import pickle
 import random
 import struct
 import tempfile
@@ -224,6 +225,8 @@ class StateApiTest(unittest.TestCase):
             self.client.drop(keys=u8_key(self.ns, "w", 1))  # type: ignore[arg-type]
         with self.assertRaises(ValueError):
             ShmMemory("psm_x", -1)
+        pickled = pickle.loads(pickle.dumps(AgentError("ERR_TIER_FULL", "no room", 507, {"bytes": 1})))
+        self.assertEqual((pickled.code, pickled.message, pickled.status, pickled.details), ("ERR_TIER_FULL", "no room", 507, {"bytes": 1}))
         unreachable = AgentClient(agent.state_dir + "/no-agent.sock", timeout_s=1)
         error = self.assertAgentError("ERR_AGENT_UNREACHABLE", None, unreachable.health)
         self.assertIn("no socket there", error.message)
