@@ -34,7 +34,7 @@ import { createLocalHealth } from './local-health.ts'
 import { createFailureDetector } from './failure-detector.ts'
 import { createPeerDialer } from './peer-dialer.ts'
 import { createAvailabilityPublisher, type AvailabilityContributor } from './availability-publisher.ts'
-import { LatencyReservoir, RateWindow } from './mesh-stats.ts'
+import { LatencyWindow, RateWindow } from './mesh-stats.ts'
 import type { MeshInfo, MeshStatus, PeerView } from './mesh-views.ts'
 
 export interface MeshOptions {
@@ -96,7 +96,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     received: new RateWindow(),
     stale: 0,
     invalid: { oversized: 0, malformed: 0, schema: 0, signature: 0 } satisfies Record<InvalidReason, number>,
-    dissemination: new LatencyReservoir(),
+    dissemination: new LatencyWindow(),
   }
 
   const publishMessage = async (message: MeshMessage): Promise<void> => {

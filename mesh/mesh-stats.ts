@@ -1,8 +1,8 @@
 /**
  * Counters behind `agentctl mesh`: messages in and out with their rates over
  * the last minute (1-second buckets), dropped messages by reason, and the
- * dissemination latency of records (receipt time − the sender's publish time,
- * a 1024-sample reservoir; meaningful where clocks agree, e.g. NTP).
+ * dissemination latency of records over the last minute (receipt time − the
+ * sender's publish time; meaningful where clocks agree, e.g. NTP).
  */
 
 export class RateWindow {
@@ -39,25 +39,33 @@ export class RateWindow {
   }
 }
 
-export class LatencyReservoir {
-  readonly #samples: number[] = []
-  #seen = 0
-  readonly size: number
-  constructor (size = 1024) { this.size = size }
+/** Latency samples of the last `windowMs` (at most `size`, oldest dropped first). */
+export class LatencyWindow {
+  readonly #at: Float64Array
+  readonly #ms: Float64Array
+  #next = 0
+  #count = 0
+  readonly windowMs: number
 
-  add (ms: number): void {
-    this.#seen++
-    if (this.#samples.length < this.size) this.#samples.push(ms)
-    else {
-      const i = Math.floor(Math.random() * this.#seen)
-      if (i < this.size) this.#samples[i] = ms
-    }
+  constructor (windowMs = 60_000, size = 4096) {
+    this.windowMs = windowMs
+    this.#at = new Float64Array(size)
+    this.#ms = new Float64Array(size)
   }
 
-  summary (): { samples: number, p50Ms: number | null, p99Ms: number | null, maxMs: number | null } {
-    if (this.#samples.length === 0) return { samples: 0, p50Ms: null, p99Ms: null, maxMs: null }
-    const sorted = [...this.#samples].sort((a, b) => a - b)
-    const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
-    return { samples: this.#seen, p50Ms: at(0.5), p99Ms: at(0.99), maxMs: sorted.at(-1)! }
+  add (ms: number, nowMs = Date.now()): void {
+    this.#at[this.#next] = nowMs
+    this.#ms[this.#next] = ms
+    this.#next = (this.#next + 1) % this.#at.length
+    this.#count = Math.min(this.#count + 1, this.#at.length)
+  }
+
+  summary (nowMs = Date.now()): { samples: number, p50Ms: number | null, p99Ms: number | null, maxMs: number | null } {
+    const recent: number[] = []
+    for (let i = 0; i < this.#count; i++) if (nowMs - this.#at[i]! <= this.windowMs) recent.push(this.#ms[i]!)
+    if (recent.length === 0) return { samples: 0, p50Ms: null, p99Ms: null, maxMs: null }
+    recent.sort((a, b) => a - b)
+    const at = (q: number): number => recent[Math.min(recent.length - 1, Math.floor(q * recent.length))]!
+    return { samples: recent.length, p50Ms: at(0.5), p99Ms: at(0.99), maxMs: recent.at(-1)! }
   }
 }

@@ -57,11 +57,11 @@ export const MeshInfoSchema = Type.Object({
     }, { description: 'dropped messages by reason; never forwarded' }),
   }),
   dissemination: Type.Object({
-    samples: Type.Integer(),
+    samples: Type.Integer({ description: 'records received in the last 60 s' }),
     p50Ms: Type.Union([Type.Number(), Type.Null()]),
     p99Ms: Type.Union([Type.Number(), Type.Null()]),
     maxMs: Type.Union([Type.Number(), Type.Null()]),
-  }, { description: 'record receipt time minus the sender\'s publish time' }),
+  }, { description: 'record receipt time minus the sender\'s publish time, over the last 60 s' }),
   probes: Type.Object({ sent: Type.Integer(), failed: Type.Integer(), discarded: Type.Integer({ description: 'failed while this agent stalled: not held against the member' }) }),
   health: Type.Object({ score: Type.Integer({ description: 'Lifeguard awareness, 0 = healthy' }), healthy: Type.Boolean() }),
 })

@@ -1,0 +1,116 @@
+/**
+ * Mesh benchmark: N real agents (separate processes) on loopback, N = 3 and 20.
+ *
+ *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60]
+ *
+ * - convergence: from the last agent's "mesh started" until every agent has
+ *   logged every other one alive (log timestamps, one clock, no polling);
+ * - dissemination: record receipt − publish time over the idle minute, per
+ *   agent (GET /v1/mesh): median of the agents' p50, max of their p99;
+ * - idle CPU (utime+stime over the idle window, % of one core) and RSS per
+ *   agent, with an agent whose mesh is disabled as the baseline in the same run;
+ * - detection: SIGKILL one agent, then SIGSTOP another; time until the last
+ *   other agent logged it dead (and suspect first, for SIGSTOP); then SIGCONT
+ *   and the time until every agent sees it alive again (refutation).
+ *
+ * Goals (issue 6): detect SIGKILL < 1 s and SIGSTOP < 5 s at 20 agents,
+ * converge < 3 s, idle < 5 % of a core and < 120 MB per agent. Anchor:
+ * Serf/memberlist LAN defaults detect in ~6-7 s and converge in ~2 s.
+ */
+import { readFileSync } from 'node:fs'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
+import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
+
+const sizes = (process.argv[2] ?? '3,20').split(',').map(Number)
+const idleS = Number(process.argv[3] ?? 60)
+const clkTck = 100
+
+interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
+const lines = (a: { output(): string }): LogLine[] => a.output().split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l) as LogLine)
+const ms = (iso: string): number => Date.parse(iso)
+const cpuTicks = (pid: number): number => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' '); return Number(f[11]) + Number(f[12]) }
+const rssMiB = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+const round = (x: number, d = 1): number => Math.round(x * 10 ** d) / 10 ** d
+
+/** When each observer logged `peer` entering `state` (after `sinceMs`); waits up to timeoutMs for all. */
+async function loggedAt (observers: MeshAgent[], peer: string, state: string, sinceMs: number, timeoutMs: number): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const times = observers.map(o => lines(o).find(l => l.msg === 'member state' && l.peer === peer && l.to === state && ms(l.time) >= sinceMs))
+    if (times.every(x => x !== undefined) || Date.now() > deadline) return times.map(x => x === undefined ? NaN : ms(x.time))
+    await sleep(50)
+  }
+}
+
+async function run (n: number): Promise<Record<string, unknown>> {
+  const teardowns: Array<() => unknown> = []
+  const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
+  try {
+    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000 })
+    const baselineDir = tempDir(t)
+    const baseline = await spawnAgent(t, { stateDir: baselineDir, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
+    const agents = mesh.agents
+
+    const lastStart = Math.max(...agents.map(a => ms(lines(a).find(l => l.msg === 'mesh started')!.time)))
+    const learned = agents.map(a => Math.max(...agents.filter(b => b !== a).map(b => ms(lines(a).find(l => l.msg === 'member state' && l.peer === b.peerId && l.to === 'alive')!.time))))
+    const convergenceMs = Math.max(...learned) - lastStart
+
+    const pids = [...agents.map(a => a.proc.pid!), baseline.proc.pid!]
+    await sleep(5000)
+    const before = pids.map(cpuTicks)
+    const idleBegan = performance.now()
+    await sleep(idleS * 1000)
+    const seconds = (performance.now() - idleBegan) / 1000
+    const cpu = pids.map((p, i) => (cpuTicks(p) - before[i]!) / clkTck / seconds * 100)
+    const rss = pids.map(rssMiB)
+    const infos = await Promise.all(agents.map(a => a.client.mesh()))
+    const p50s = infos.map(i => i.dissemination.p50Ms ?? NaN)
+    const p99s = infos.map(i => i.dissemination.p99Ms ?? NaN)
+
+    const killed = agents[n - 1]!
+    const others = agents.filter(a => a !== killed)
+    const killAt = Date.now()
+    killed.proc.kill('SIGKILL')
+    const killDead = await loggedAt(others, killed.peerId, 'dead', killAt, 15_000)
+
+    const frozen = agents[1]!
+    const rest = others.filter(a => a !== frozen)
+    const stopAt = Date.now()
+    frozen.proc.kill('SIGSTOP')
+    const stopDead = await loggedAt(rest, frozen.peerId, 'dead', stopAt, 30_000)
+    const stopSuspect = rest.map(o => lines(o).find(l => l.msg === 'member state' && l.peer === frozen.peerId && (l.to === 'suspect' || l.to === 'dead') && ms(l.time) >= stopAt))
+    const contAt = Date.now()
+    frozen.proc.kill('SIGCONT')
+    const alive = await loggedAt(rest, frozen.peerId, 'alive', contAt, 30_000)
+
+    const delays = (xs: number[], from: number): number[] => xs.map(x => x - from)
+    return {
+      agents: n,
+      convergenceMs: Math.round(convergenceMs),
+      disseminationMs: { p50MedianOfAgents: round(median(p50s)), p99MaxOfAgents: round(Math.max(...p99s)), samplesPerAgent: median(infos.map(i => i.dissemination.samples)) },
+      idlePerAgent: {
+        windowS: round(seconds),
+        cpuPercentOfCore: { median: round(median(cpu.slice(0, -1)), 2), max: round(Math.max(...cpu.slice(0, -1)), 2) },
+        rssMiB: { median: round(median(rss.slice(0, -1))), max: round(Math.max(...rss.slice(0, -1))) },
+        baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!) },
+      },
+      sigkill: { detectedByAllMs: Math.max(...delays(killDead, killAt)), medianMs: median(delays(killDead, killAt)) },
+      sigstop: {
+        firstSuspectMs: Math.min(...stopSuspect.map(l => l === undefined ? NaN : ms(l.time) - stopAt)),
+        deadByAllMs: Math.max(...delays(stopDead, stopAt)),
+        medianDeadMs: median(delays(stopDead, stopAt)),
+        sigcontAliveAgainByAllMs: Math.max(...delays(alive, contAt)),
+      },
+    }
+  } finally {
+    for (const fn of teardowns.reverse()) await fn()
+  }
+}
+
+const results = []
+for (const n of sizes) {
+  results.push(await run(n))
+  console.log(JSON.stringify(results.at(-1), null, 2))
+}
