@@ -10,6 +10,8 @@ How each tensor's bytes reach the agent (they never travel in JSON):
   each device's current stream before the request, so work queued there on the
   tensors is complete (work on other streams is the caller's to finish); the
   agent copies on its own stream, after the IPC event when PyTorch recorded one.
+  Once the agent has answered, the client gives back the IPC reference counter
+  that ``_share_cuda_()`` took (see ``_Placement.ipc_lease``).
 * CPU tensors allocated from a :class:`SharedTensorArena`: the agent reads or
   writes the arena's shared memory directly, no copy in this process.
 * Other CPU tensors: copied through a staging shared-memory buffer the client
