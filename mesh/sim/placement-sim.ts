@@ -43,6 +43,12 @@ export interface PlacementSimOptions {
   horizonSlots?: number
   /** Seconds per slot. Default 1. */
   slotS?: number
+  /**
+   * Queued jobs considered per placement round with backfill (the head plus
+   * the next ones in order), as HPC backfill schedulers bound their scan.
+   * Default 32.
+   */
+  backfillDepth?: number
 }
 
 export interface PlacementSimJob {
@@ -138,7 +144,8 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     const nowSlot = Math.ceil(q.nowS / slotS - 1e-9)
     horizon.advanceTo(nowSlot)
     const observed = observedSlowdown()
-    for (let i = 0; i < waiting.length;) {
+    const depth = options.backfillDepth ?? 32
+    for (let i = 0; i < waiting.length && i < depth;) {
       const run = waiting[i]!
       let decision: PlacementDecision | undefined
       if (run.lastFailedVersion !== capacityVersion) {

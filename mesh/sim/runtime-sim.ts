@@ -22,6 +22,12 @@ export interface RuntimeSimJob {
   segments: Array<{ offsetS: number, durationS: number }>
   /** Context-switch cost, seconds. */
   switchS: number
+  /**
+   * Concurrent request chains of the job on the same nodes and state (e.g.
+   * PPO's actor and critic, PlexRL §7.1), each cycling through the segments.
+   * Default 1.
+   */
+  streams?: number
 }
 
 export interface RuntimeSimOptions {
@@ -49,23 +55,30 @@ export function simulateRuntime (options: RuntimeSimOptions): RuntimeSimResult {
   const jitter = options.jitter ?? 0.05
   const ends = new Map<string, number>()
   const executor = createTaskExecutor({ queue: q, nodes: options.nodes, scheduler: options.scheduler, isFinished: id => ends.has(id) })
-  // Durations are drawn up front per job so both schedulers see the same work.
-  const durations = new Map(options.jobs.map(job => [job.id, Array.from({ length: job.iterations * job.segments.length }, (_, i) =>
-    job.segments[i % job.segments.length]!.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0)))]))
-  for (const job of options.jobs) {
+  // Durations are drawn up front per job and stream so both schedulers see the same work.
+  const chains = options.jobs.flatMap(job => Array.from({ length: job.streams ?? 1 }, (_, stream) => ({ job, stream })))
+  const durations = chains.map(({ job }) => Array.from({ length: job.iterations * job.segments.length }, (_, i) =>
+    job.segments[i % job.segments.length]!.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))))
+  const openChains = new Map(options.jobs.map(job => [job.id, job.streams ?? 1]))
+  chains.forEach(({ job, stream }, c) => {
     let index = 0
     const next = (prevEndS: number): void => {
-      if (index === job.iterations * job.segments.length) { ends.set(job.id, q.nowS); return }
+      if (index === job.iterations * job.segments.length) {
+        const left = openChains.get(job.id)! - 1
+        openChains.set(job.id, left)
+        if (left === 0) ends.set(job.id, q.nowS)
+        return
+      }
       const s = index % job.segments.length
       const seg = job.segments[s]!
       const prev = job.segments[(s + job.segments.length - 1) % job.segments.length]!
       const gapS = index === 0 ? seg.offsetS : s === 0 ? job.periodS - prev.offsetS - prev.durationS + seg.offsetS : seg.offsetS - prev.offsetS - prev.durationS
       const readyS = prevEndS + gapS
       const i = index++
-      q.at(readyS, () => executor.submit({ taskId: `${job.id}#${i}`, jobId: job.id, nodes: job.nodes, readyS, execS: seg.durationS, setupS: job.switchS }, durations.get(job.id)![i]!, () => next(q.nowS)))
+      q.at(readyS, () => executor.submit({ taskId: `${job.id}.${stream}#${i}`, jobId: job.id, nodes: job.nodes, readyS, execS: seg.durationS, setupS: job.switchS }, durations[c]![i]!, () => next(q.nowS)))
     }
     q.at(job.startS, () => next(job.startS))
-  }
+  })
   q.runUntil()
   const stats = executor.stats
   return {

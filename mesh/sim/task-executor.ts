@@ -39,8 +39,8 @@ export interface TaskExecutor {
 
 export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor {
   const { queue: q, scheduler, isFinished } = options
-  const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined }> =
-    Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined }))
+  const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined, expectedFreeS: number | undefined }> =
+    Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined, expectedFreeS: undefined }))
   const pending: RuntimeTask[] = []
   const entries = new Map<string, { durationS: number, state: TaskState, onDone: () => void }>()
   const stats: TaskExecutorStats = { contextSwitches: 0, busyNodeSeconds: 0, tasksStarted: 0, waitSumS: 0, waitMaxS: 0 }
@@ -52,7 +52,9 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       const ops = startOperations(task, nodes as NodeRuntimeState[])
       const switched = ops.some(op => op.kind === 'onload')
       if (ops.some(op => op.kind === 'offload' && !isFinished(op.jobId))) stats.contextSwitches++
-      for (const n of task.nodes) { nodes[n]!.lockHolder = task.taskId; nodes[n]!.residentJob = task.jobId }
+      // The scheduler sees the estimate (E + setup), not the jittered duration the simulation draws.
+      const expectedFreeS = q.nowS + (switched ? task.setupS : 0) + task.execS
+      for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, residentJob: task.jobId, expectedFreeS })
       const entry = entries.get(task.taskId)!
       entry.state = nextTaskState(entry.state, 'start')
       const waitS = q.nowS - task.readyS
@@ -63,7 +65,7 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       q.after((switched ? task.setupS : 0) + entry.durationS, () => {
         entry.state = nextTaskState(entry.state, 'complete')
         entries.delete(task.taskId)
-        for (const n of task.nodes) nodes[n]!.lockHolder = undefined
+        for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined })
         entry.onDone()
         dispatch()
       })
@@ -76,7 +78,8 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       if (entries.has(task.taskId)) throw new RangeError(`task ${task.taskId} already submitted`)
       entries.set(task.taskId, { durationS, state: 'QUEUED', onDone })
       pending.push(task)
-      dispatch()
+      // A new task only adds claims: if it cannot start itself, nothing else can start now either.
+      if (task.nodes.every(n => nodes[n]!.lockHolder === undefined)) dispatch()
     },
   }
 }

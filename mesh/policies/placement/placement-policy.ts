@@ -53,6 +53,8 @@
  *   nodes; `pack` the most loaded nodes, then the least interference.
  *   `spread-backfill` places like `spread` (backfilling is the queue
  *   discipline of the simulator: later jobs may start while the head waits).
+ *   Nodes are scanned in that preference order and only the first
+ *   gang-size + 16 fitting ones are ranked (bounds the work on big clusters).
  */
 import type { ClusterHorizonView, ResidentJob } from './cluster-horizon.ts'
 import { forEachBusyInstance, mergeRanges, type Footprint } from './footprint.ts'
@@ -120,6 +122,13 @@ export const defaultMaxJobsPerNode = 4
  */
 const conflictCostBlocks = 2
 
+/**
+ * Fitting nodes beyond the gang size that are ranked by interference: nodes
+ * are scanned in the policy's order of preference and the scan stops there,
+ * which bounds the per-placement work on large clusters.
+ */
+const rankingSample = 16
+
 /** The ResidentJob to reserve for a decision. */
 export function residentFor (decision: PlacementDecision, job: PlacementJob, slotS: number): ResidentJob {
   return {
@@ -169,6 +178,9 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   const maxPeriod = Math.floor(period * job.maxSlowdown + 1e-9)
   const eligible = eligibleNodes(view, options)
   if (eligible.length < job.nodes) return undefined
+  // Scan nodes in the policy's order of preference (pack: fullest first; spread: emptiest first).
+  const freeOf = (n: number): number => view.node(n).freeSlots
+  eligible.sort(options.policy === 'pack' ? (a, b) => freeOf(a) - freeOf(b) || a - b : (a, b) => freeOf(b) - freeOf(a) || a - b)
 
   const aligned = alignedPhases(view, eligible, now, segments[0]!.offset, maxPeriod)
   const candidates = candidatePeriods(view, period, maxPeriod)
@@ -192,6 +204,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
       for (const n of eligible) {
         const conflicts = conflictsOnNode(view, n, footprint, budget)
         if (conflicts <= budget) fitting.push({ n, conflicts })
+        if (fitting.length >= job.nodes + rankingSample) break
       }
       if (fitting.length < job.nodes) continue
       const guard = Math.max(1, Math.round(period * 0.02))

@@ -16,8 +16,11 @@
  *
  * Lock-gated dispatch (§5.2.3): tasks are considered in priority order; a
  * task starts only when the device lock of every node of its gang is free.
- * A task that cannot start claims its free nodes, so lower-priority tasks
- * cannot take them and the highest-priority task is never overtaken
+ * A task that cannot start claims its free nodes until its shadow time (the
+ * latest expected release among its locked nodes; unknown = never): a
+ * lower-priority task may use a claimed node only if it is expected to end
+ * by then (EASY-style backfill at the lock level), so the highest-priority
+ * task is never delayed by one behind it and is never overtaken
  * indefinitely. Ties break by ready time, then task id (deterministic).
  *
  * Task FSM: QUEUED → RUNNING → COMPLETED. Starting a task that needs a switch
@@ -48,6 +51,8 @@ export interface NodeRuntimeState {
   readonly lockHolder: string | undefined
   /** Job whose state is resident on the node's GPUs, if any. */
   readonly residentJob: string | undefined
+  /** When the lock holder is expected to release the node, seconds (unknown: never). */
+  readonly expectedFreeS?: number
 }
 
 export type TaskOperation =
@@ -77,12 +82,26 @@ export function hrrsPriority (task: RuntimeTask, nowS: number, switchNeeded: boo
 export function selectRunnable (queue: readonly RuntimeTask[], nodes: readonly NodeRuntimeState[], nowS: number, scheduler: RuntimeSchedulerName): RuntimeTask[] {
   const keyed = queue.map(task => ({ task, key: scheduler === 'hrrs' ? hrrsPriority(task, nowS, needsContextSwitch(task, nodes)) : nowS - task.readyS }))
   keyed.sort((x, y) => y.key - x.key || x.task.readyS - y.task.readyS || (x.task.taskId < y.task.taskId ? -1 : x.task.taskId > y.task.taskId ? 1 : 0))
-  const taken = new Set<number>()
+  // Node -> deadline: a lower-priority task may use a claimed node only if it ends by then
+  // (-Infinity: taken by a task started in this round).
+  const deadline = new Map<number, number>()
   const starts: RuntimeTask[] = []
   for (const { task } of keyed) {
-    const free = task.nodes.every(n => nodes[n]?.lockHolder === undefined && !taken.has(n))
-    for (const n of task.nodes) taken.add(n)
-    if (free) starts.push(task)
+    const endS = nowS + effectiveServiceS(task, needsContextSwitch(task, nodes))
+    const locked = task.nodes.filter(n => nodes[n]?.lockHolder !== undefined)
+    if (locked.length === 0 && task.nodes.every(n => endS <= (deadline.get(n) ?? Infinity))) {
+      starts.push(task)
+      for (const n of task.nodes) deadline.set(n, -Infinity)
+      continue
+    }
+    // Shadow time: when every node could be free; unknown (no estimate, or claimed/taken in this round) = never.
+    let shadowS = nowS
+    for (const n of task.nodes) {
+      const free = nodes[n]?.lockHolder === undefined ? (deadline.has(n) ? Infinity : nowS) : (nodes[n]!.expectedFreeS ?? Infinity)
+      shadowS = Math.max(shadowS, free)
+    }
+    const claim = shadowS === Infinity ? nowS : shadowS
+    for (const n of task.nodes) deadline.set(n, Math.min(deadline.get(n) ?? Infinity, claim))
   }
   return starts
 }

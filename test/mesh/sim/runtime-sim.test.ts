@@ -12,7 +12,8 @@ t.test('one job alone: no waits, no switches, slowdown from the last idle tail o
 })
 
 t.test('HRRS vs FCFS on the same contended queue: fewer switches, no worse mean wait, nobody starves', async t => {
-  const jobs = [job('a', 0), job('b', 10), job('c', 30, { periodS: 90 }), job('d', 50, { nodes: [0, 1] }), job('e', 5, { nodes: [1] })]
+  // Two request chains per job (actor and critic, PlexRL §7.1): a resident job often has another request queued.
+  const jobs = [job('a', 0), job('b', 10), job('c', 30, { periodS: 90 }), job('d', 50, { nodes: [0, 1] }), job('e', 5, { nodes: [1] })].map(j => ({ ...j, streams: 2 }))
   const fcfs = simulateRuntime({ nodes: 2, jobs, scheduler: 'fcfs', seed: 2 })
   const hrrs = simulateRuntime({ nodes: 2, jobs, scheduler: 'hrrs', seed: 2 })
   t.ok(hrrs.contextSwitches < fcfs.contextSwitches, `switches ${hrrs.contextSwitches} < ${fcfs.contextSwitches}`)

@@ -47,6 +47,15 @@ t.test('lock-gated dispatch: a gang starts only with every lock free; the top ta
   t.same(selectRunnable([wide, narrow, other], nodes, 100, 'fcfs').map(x => x.taskId), ['w1', 'o1'])
 })
 
+t.test('backfill at the lock: a lower-priority task may use a claimed node only if it ends before the claimer can start', async t => {
+  const nodes: NodeRuntimeState[] = [{ lockHolder: 'x', residentJob: 'x', expectedFreeS: 150 }, free('s'), free('l')]
+  const wide = task('w1', 'w', [0, 1, 2], 0)
+  const short = task('s1', 's', [1], 50, 40, 20) // resident: ends at 140 <= 150
+  const long = task('l1', 'l', [2], 50, 60, 20) // resident: ends at 160 > 150
+  t.same(selectRunnable([wide, short, long], nodes, 100, 'fcfs').map(x => x.taskId), ['s1'])
+  t.same(selectRunnable([wide, short, long], nodes, 100, 'hrrs').map(x => x.taskId), ['s1'])
+})
+
 t.test('a context switch is offload + onload per node before the run; the FSM rejects bad transitions', async t => {
   const ops = startOperations(task('a1', 'a', [0, 1, 2], 0), [free('b'), free('a'), free()])
   t.same(ops, [
