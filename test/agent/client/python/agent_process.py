@@ -9,6 +9,7 @@ Importing this module puts ``agent/client/python`` first on ``sys.path``, so
 the tests exercise the client's source, not an installed copy.
 """
 import atexit
+import ctypes
 import json
 import os
 import random
@@ -64,7 +65,8 @@ class DevAgent:
                            "--set", f"state.hostPoolBytes={HOST_POOL_BYTES}",
                            "--set", f"state.nvmeCapacityBytes={NVME_CAPACITY_BYTES}", *self.extra_args]
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_terminate_with_parent)
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -92,6 +94,14 @@ class DevAgent:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def _terminate_with_parent() -> None:
+    """In the agent's process before exec: SIGTERM it when the test process dies, even by a signal (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the atexit stop still covers a normal exit
 
 
 _shared: Optional[DevAgent] = None
