@@ -132,7 +132,8 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
     throw new Error(`policy ${policy.name} left ${stranded.reduce((n, b) => n + b.remaining, 0)} requests of ${stranded.length} batches without workers (first: task ${stranded[0]!.task} batch ${stranded[0]!.index})`)
   }
 
-  const delays = replayed.map(b => b.completedS - b.earliestS)
+  // Clamped at 0: completion and T sum the same durations in different orders (rounding only).
+  const delays = replayed.map(b => Math.max(0, b.completedS - b.earliestS))
   return {
     policy: policy.name,
     cpuSeconds: seconds.cpu,
@@ -294,7 +295,8 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
         exact?.push({ batch: b, readyS: r.arrivalS, stageS: r.stageS, running: false })
       }
     }
-    const view: ActiveBatch = { task: batch.task, index: batch.index, startS: batch.startS, size: batch.requests.length, priorityS: batch.priorityS, inFlight }
+    const completed = batch.requests.length - batch.remaining
+    const view: ActiveBatch = { task: batch.task, index: batch.index, startS: batch.startS, size: batch.requests.length, completed, priorityS: batch.priorityS, inFlight }
     return exact === undefined ? view : { ...view, exactRemaining: exact }
   }
 }

@@ -76,7 +76,7 @@ export function validateRewardTrace (value: unknown, source = 'trace'): RewardTr
   if (!compiledTrace.Check(value)) {
     const seen = new Set<string>()
     for (const error of compiledTrace.Errors(value)) {
-      const path = dottedPath(error.path)
+      const path = dottedPath(error.path) || '(root)'
       if (seen.has(path)) continue
       seen.add(path)
       let message = `${error.message}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
@@ -92,7 +92,7 @@ export function validateRewardTrace (value: unknown, source = 'trace'): RewardTr
     consistencyIssues(value, issues)
   }
   if (issues.length > 0) {
-    const lines = issues.map(i => `  ${i.path || '(root)'}: ${i.message}`)
+    const lines = issues.map(i => `  ${i.path}: ${i.message}`)
     throw new AgentError('ERR_TRACE_INVALID', `${source} is not a valid reward trace:\n${lines.join('\n')}`, { details: issues })
   }
   return value as RewardTrace

@@ -26,7 +26,13 @@ export function estimatedBatchCompletionS (startS: number, history: BatchHistory
 /**
  * Algorithm 2 for one batch (`batchIndex` in the snapshot), given its task's
  * history:
- * - Future (lines 8–10): every historical request with AT + r_i > now, as recorded.
+ * - Future (lines 8–10): historical requests with AT + r_i > now, as recorded.
+ *   One refinement: how many requests are still to come is known exactly
+ *   (batch size from the trainer's hint minus arrivals), so the Future set is
+ *   that many historical requests, the latest-arriving ones. When the batch
+ *   runs behind its history, the ones whose time has passed arrive now; when
+ *   it runs ahead, the earliest of the remaining historical ones are dropped.
+ *   With a batch that follows its history both readings are the same set.
  * - Queuing_k (lines 13–15): ready now, stage times from stage k on of a
  *   historical request sampled uniformly among those that reached stage k
  *   (s_i'k > 0; the queued request is known to need stage k).
@@ -40,11 +46,13 @@ export function collectBatchRequests (
 ): void {
   const batch = snapshot.batches[batchIndex]!
   const stageCount = snapshot.stages.length
-  for (const request of history.requests) {
-    const readyS = batch.startS + request.offsetS
-    if (readyS > snapshot.nowS) out.push({ batch: batchIndex, readyS, stageS: request.stageS, running: false })
-  }
   const byStage = stageDurationIndex(history, stageCount)
+  const latestFirst = requestsByOffsetDescending(history)
+  const toArrive = Math.max(0, batch.size - batch.completed - batch.inFlight.length)
+  for (let f = 0; f < toArrive && latestFirst.length > 0; f++) {
+    const request = history.requests[latestFirst[f % latestFirst.length]!]!
+    out.push({ batch: batchIndex, readyS: Math.max(snapshot.nowS, batch.startS + request.offsetS), stageS: request.stageS, running: false })
+  }
   for (const inFlight of batch.inFlight) {
     const elapsedS = inFlight.elapsedS ?? 0
     const candidates = byStage[inFlight.stage]!
@@ -112,6 +120,18 @@ function stageDurationIndex (history: BatchHistory, stageCount: number): StageDu
   }
   durationIndexCache.set(history, index)
   return index
+}
+
+const offsetOrderCache = new WeakMap<BatchHistory, Int32Array>()
+
+/** Indexes of history.requests by arrival offset, latest first (ties by index). */
+function requestsByOffsetDescending (history: BatchHistory): Int32Array {
+  let order = offsetOrderCache.get(history)
+  if (order === undefined) {
+    order = Int32Array.from(history.requests.keys()).sort((a, b) => history.requests[b]!.offsetS - history.requests[a]!.offsetS || a - b)
+    offsetOrderCache.set(history, order)
+  }
+  return order
 }
 
 /** First index whose value is > `bound` in an ascending array (length when none). */

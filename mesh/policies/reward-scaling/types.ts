@@ -67,6 +67,8 @@ export interface ActiveBatch {
   readonly startS: number
   /** Number of requests the trainer announced (batch size B). */
   readonly size: number
+  /** Requests of the batch that have finished. size − completed − inFlight.length have not arrived yet. */
+  readonly completed: number
   /**
    * The batch's estimated earliest completion T (Eq. 1–2), fixed when it
    * started, seconds: its EBF priority and the T of its constraint T + D.

@@ -1,0 +1,102 @@
+// The reward-service replay: decisions, accounting, extra delay, and agreement with the planner's SIMULATE.
+import t from 'tap'
+import { simulateRewardService, type DecisionRecord } from '../../../mesh/sim/reward-sim.ts'
+import { generateRewardTrace } from '../../../mesh/sim/reward-trace-generator.ts'
+import type { RewardTrace } from '../../../mesh/sim/reward-trace.ts'
+import { createRewardScalingPolicy, rewardPolicyNames, staticAllocationPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
+import { prepareBatchSimulation } from '../../../mesh/policies/reward-scaling/batch-simulation.ts'
+import type { RewardScalingPolicy, ScalingDecision } from '../../../mesh/policies/reward-scaling/types.ts'
+
+// One CPU stage; batch 0 is history, batch 1 starts at 100 with arrivals 100.5, 100.5, 101.5, 101.5, 102.5.
+const shape: Array<[number, number]> = [[0.5, 2], [0.5, 2], [1.5, 1], [1.5, 1], [2.5, 4]]
+const handTrace: RewardTrace = {
+  stages: [{ name: 'run', resource: 'cpu', cost: 1, timeoutS: 10 }],
+  maxExtraDelayS: 1,
+  tasks: [{ id: 'a', batches: [0, 100].map(startS => ({ startS, requests: shape.map(([r, s]) => ({ arrivalS: startS + r, stageS: [s] })) })) }],
+}
+
+t.test('static workers: completion, extra delay and worker-seconds by hand', async t => {
+  const result = simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'))
+  // 100.5–102.5 ×2, 102.5–103.5 ×2, 103.5–107.5: T = 106.5, done 107.5.
+  t.same(result.batches, [{ task: 'a', index: 1, earliestS: 106.5, completedS: 107.5, extraDelayS: 1 }])
+  t.equal(result.cpuSeconds, 2 * 7.5, 'two workers held from the batch start to its completion')
+  t.equal(result.gpuSeconds, 0)
+  t.equal(result.avgExtraDelayS, 1)
+  t.equal(result.maxExtraDelayS, 1)
+  t.match(result.planner, { calls: 2, maxRequests: 0 })
+})
+
+t.test('distrs decides at batch start and completion and meets the constraint here', async t => {
+  const records: DecisionRecord[] = []
+  const result = simulateRewardService(handTrace, createRewardScalingPolicy('distrs'), { onDecision: r => records.push(r) })
+  t.same(records.map(r => [r.atS, r.reason, r.task, r.index, r.decision.pools.map(p => p.workers)]), [
+    [100, 'batch-start', 'a', 1, [[4]]],
+    [106.5, 'batch-complete', 'a', 1, []],
+  ])
+  t.equal(result.batches[0]!.extraDelayS, 0)
+  t.equal(result.cpuSeconds, 4 * 6.5)
+  t.equal(result.planner.maxRequests, 5)
+})
+
+t.test('a worker scaled away finishes its request and counts until then', async t => {
+  const trace: RewardTrace = {
+    stages: [{ name: 'run', resource: 'gpu', cost: 1, timeoutS: 20 }],
+    maxExtraDelayS: 0,
+    tasks: ['a', 'b'].map((id, k) => ({
+      id,
+      batches: [0, 100].map(startS => ({ startS, requests: [{ arrivalS: startS, stageS: [k === 0 ? 10 : 2] }] })),
+    })),
+  }
+  // Two workers while both batches run, none once one completes.
+  const shrinking: RewardScalingPolicy = {
+    ...staticAllocationPolicy([0], 'fcfs'),
+    decide: (s): ScalingDecision => ({ pools: s.batches.length === 2 ? [{ id: 'p', tasks: 'all', workers: [2] }] : [], estimatedRequests: 0 }),
+  }
+  const result = simulateRewardService(trace, shrinking)
+  t.same(result.batches.map(b => [b.task, b.completedS, b.extraDelayS]), [['a', 110, 0], ['b', 102, 0]])
+  t.equal(result.gpuSeconds, 2 * 2 + 1 * 8, 'the busy worker is held 102–110 although the target is 0')
+})
+
+t.test('the replay and the planner\'s SIMULATE agree on batch completions (EBF and FCFS)', async t => {
+  for (let seed = 1; seed <= 12; seed++) {
+    const trace = generateRewardTrace({ tasks: 2, batchSize: 40, iterations: 2, seed, staggerS: 30 })
+    const workers = [1 + seed % 6, 1 + seed % 3]
+    for (const discipline of ['ebf', 'fcfs'] as const) {
+      const policy = staticAllocationPolicy(workers, discipline)
+      const replay = simulateRewardService(trace, policy)
+      const priorities = trace.tasks.map(task => policy.batchPriorityS({
+        startS: task.batches[1]!.startS,
+        history: { requests: task.batches[0]!.requests.map(r => ({ offsetS: r.arrivalS - task.batches[0]!.startS, stageS: r.stageS })) },
+        stages: trace.stages,
+      }))
+      const requests = trace.tasks.flatMap((task, b) => task.batches[1]!.requests.map(r => ({ batch: b, readyS: r.arrivalS, stageS: r.stageS, running: false })))
+      const planned = prepareBatchSimulation({ stages: trace.stages, requests, batchPriorityS: priorities, maxExtraDelayS: 0, discipline, timeoutAware: false }).run(workers)
+      t.same(replay.batches.map(b => b.completedS), planned.batchCompletionS, `seed ${seed} ${discipline} ${workers}`)
+    }
+  }
+})
+
+t.test('every policy replays a generated trace; ideal keeps every batch within D', async t => {
+  const trace = generateRewardTrace({ tasks: 2, batchSize: 48, iterations: 3, seed: 4, maxExtraDelayS: 1 })
+  for (const name of rewardPolicyNames) {
+    const result = simulateRewardService(trace, createRewardScalingPolicy(name))
+    t.equal(result.policy, name)
+    t.equal(result.batches.length, 4)
+    t.ok(result.batches.every(b => b.completedS >= b.earliestS && b.extraDelayS >= 0), `${name}: no batch before its T`)
+    t.ok(result.cpuSeconds > 0 && result.gpuSeconds > 0)
+    t.equal(result.planner.calls, 8)
+    if (name === 'ideal') t.ok(result.maxExtraDelayS <= trace.maxExtraDelayS + 1e-9, `ideal max extra delay ${result.maxExtraDelayS}`)
+  }
+  const again = simulateRewardService(trace, createRewardScalingPolicy('distrs'))
+  const first = simulateRewardService(trace, createRewardScalingPolicy('distrs'))
+  t.same({ ...again, planner: null }, { ...first, planner: null }, 'deterministic apart from planner wall time')
+})
+
+t.test('a policy that leaves an active batch without workers is an error, not a hang', async t => {
+  const none: RewardScalingPolicy = { ...staticAllocationPolicy([0], 'fcfs'), name: 'none', decide: () => ({ pools: [], estimatedRequests: 0 }) }
+  t.throws(() => simulateRewardService(handTrace, none), /policy none gave task a no pool while its batch is active/)
+  const zero: RewardScalingPolicy = { ...staticAllocationPolicy([0], 'fcfs'), name: 'zero' }
+  t.throws(() => simulateRewardService(handTrace, zero), /policy zero left 5 requests of 1 batches without workers/)
+  const broken: RewardScalingPolicy = { ...staticAllocationPolicy([1.5], 'fcfs'), name: 'broken' }
+  t.throws(() => simulateRewardService(handTrace, broken), /pool shared needs 1 whole worker counts, got \[1.5\]/)
+})
