@@ -204,8 +204,21 @@ export function createStateManager (options: StateManagerOptions, components: St
   function pin (entry: Entry): () => void {
     entry.pins++
     return () => {
-      if (--entry.pins === 0) for (const wake of entry.unpinned.splice(0)) wake()
+      if (--entry.pins === 0) {
+        for (const wake of entry.unpinned.splice(0)) wake()
+        wakeAllocators()
+      }
     }
+  }
+  /** Allocations waiting for pool space held by copies in flight. */
+  const hostReleased: Array<() => void> = []
+  const wakeAllocators = (): void => { for (const wake of hostReleased.splice(0)) wake() }
+  /** Bytes of pool space that in-flight work holds and will release or make spillable. */
+  let fillingBytes = 0
+  const busyHostBytes = (): number => {
+    let pinned = 0
+    for (const e of entries.values()) if (e.pins > 0 && e.host !== undefined) pinned += e.key.bytes
+    return pinned + fillingBytes
   }
   const whenUnpinned = (entry: Entry): Promise<void> =>
     entry.pins === 0 ? Promise.resolve() : new Promise(resolve => entry.unpinned.push(resolve))
@@ -219,6 +232,12 @@ export function createStateManager (options: StateManagerOptions, components: St
         if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
       }
       const freed = await spill(bytes, keep)
+      if (freed === 0 && busyHostBytes() > 0) {
+        // Pool space is held by copies in flight (pinned keys, extents being filled):
+        // it becomes spillable or free when one of them finishes.
+        await new Promise<void>(resolve => hostReleased.push(resolve))
+        continue
+      }
       if (freed === 0) {
         throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: the host pool is full and nothing more can spill to NVMe ` +
           `(NVMe ${nvme!.usedBytes()} of ${nvme!.capacityBytes} bytes used)`)
@@ -276,6 +295,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (entry.host !== undefined) return
     const extent = await allocateHost(entry.key.bytes, keep)
     const range = keyRange(extent, entry.key)
+    fillingBytes += entry.key.bytes
     try {
       await nvme!.read(entry.key.text, range)
       const sum = await checksum(range)
@@ -285,6 +305,9 @@ export function createStateManager (options: StateManagerOptions, components: St
     } catch (err) {
       hostPool().free(extent)
       throw err
+    } finally {
+      fillingBytes -= entry.key.bytes
+      wakeAllocators()
     }
     if (entry.host !== undefined || entries.get(entry.key.text) !== entry) {
       hostPool().free(extent) // promoted concurrently, or dropped meanwhile
@@ -319,6 +342,21 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
+  /**
+   * Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more cannot fit:
+   * free host space + host copies that are already on NVMe (dropped for free) +
+   * free NVMe space (what spilling can move there).
+   */
+  function checkCapacity (bytes: number): void {
+    let alsoOnNvme = 0
+    for (const e of entries.values()) if (e.host !== undefined && e.onNvme) alsoOnNvme += e.key.bytes
+    const hostFree = hostPool().fragmentation().freeBytes
+    const nvmeFree = nvme!.capacityBytes - nvme!.usedBytes()
+    if (bytes > hostFree + alsoOnNvme + nvmeFree) {
+      throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: host pool ${hostFree} bytes free, NVMe ${nvmeFree} bytes free`)
+    }
+  }
+
   async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
     const keys = parseItems(items, 'offload')
     if (durability !== 'memory' && durability !== 'nvme') throw new AgentError('ERR_BAD_REQUEST', `durability must be "memory" or "nvme", got ${JSON.stringify(durability)}`)
@@ -337,15 +375,24 @@ export function createStateManager (options: StateManagerOptions, components: St
         writers.set(k.text, done)
         inflight.set(k.text, done.promise)
       }
-      const keep = new Set(keys.map(k => k.text))
-      for (const k of toWrite) extents.set(k.text, await allocateHost(k.bytes, keep))
+      checkCapacity(toWrite.reduce((a, k) => a + k.bytes, 0))
+      const keep = new Set<string>()
+      const firstOf = new Set(toWrite.map(k => k.text))
 
       const results = await mapConcurrently(keys, copyConcurrency, async (k, i): Promise<OffloadResult> => {
-        const extent = extents.get(k.text)
-        if (extent !== undefined) {
+        if (firstOf.delete(k.text)) {
+          // Space is taken per key just before its copy, so a batch larger than the
+          // pool spills its own earlier keys; the extent is tracked for rollback.
+          const extent = await allocateHost(k.bytes, keep)
+          extents.set(k.text, extent)
+          fillingBytes += k.bytes
+          try {
+            await sources[i]!.readInto(keyRange(extent, k))
+          } finally {
+            fillingBytes -= k.bytes
+            wakeAllocators()
+          }
           extents.delete(k.text)
-          const range = keyRange(extent, k)
-          await sources[i]!.readInto(range)
           counters.offloadCopies++
           const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
           entries.set(k.text, entry)
@@ -450,7 +497,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   async function remove (entry: Entry): Promise<void> {
     if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
     await whenUnpinned(entry)
-    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined }
+    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
     if (entry.onNvme) { await nvme!.remove(entry.key.text); entry.onNvme = false }
   }
 
@@ -463,23 +510,27 @@ export function createStateManager (options: StateManagerOptions, components: St
     const missing = keys.findIndex(k => !entries.has(k.text))
     if (missing >= 0) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${missing}].key: ${keys[missing]!.text} is not stored on this node`)
     const scope = createClientMemoryScope(mappings)
-    const unpins: Array<() => void> = []
     try {
       const targets = keys.map((k, i) => scope.open(items[i]!.target, k.bytes, `tensors[${i}].target`))
-      const batch = keys.map(k => entries.get(k.text)!)
-      for (const entry of batch) unpins.push(pin(entry))
-      const keep = new Set(keys.map(k => k.text))
-      const results = await mapConcurrently(batch, ioConcurrency, async (entry, i): Promise<OnloadResult> => {
-        const fromTier: StoredTier = entry.host !== undefined ? 'host' : 'nvme'
-        if (entry.host === undefined) await promote(entry, keep)
-        await targets[i]!.writeFrom(keyRange(entry.host!, entry.key))
-        counters.onloadCopies++
-        entry.lastUseMs = now()
-        return { key: entry.key.text, fromTier }
+      // Each key is pinned only while it is copied, so the pool can cycle a
+      // batch larger than itself through (promote one, copy it, let it spill).
+      const results = await mapConcurrently(keys, ioConcurrency, async (k, i): Promise<OnloadResult> => {
+        const entry = entries.get(k.text)
+        if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}].key: ${k.text} was dropped during the onload`)
+        const unpin = pin(entry)
+        try {
+          const fromTier: StoredTier = entry.host !== undefined ? 'host' : 'nvme'
+          if (entry.host === undefined) await promote(entry, new Set())
+          await targets[i]!.writeFrom(keyRange(entry.host!, entry.key))
+          counters.onloadCopies++
+          entry.lastUseMs = now()
+          return { key: entry.key.text, fromTier }
+        } finally {
+          unpin()
+        }
       })
       return results
     } finally {
-      for (const unpin of unpins) unpin()
       scope.close()
       maybeSpill()
     }

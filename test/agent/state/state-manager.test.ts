@@ -194,3 +194,19 @@ t.test('adopt stores a filled scratch range as a key without a copy', async t =>
   wrong.release()
   t.equal(sm.residency().tiers.host.usedBytes, Math.ceil(data.length / 4096) * 4096, 'no scratch leaked')
 })
+
+t.test('one batch larger than the host pool spills its own earlier keys, and onloads back in one batch', async t => {
+  const sm = await manager(t, { hostPoolBytes: 4 * MiB })
+  const n = 12
+  const data = patternBytes(n * MiB, 4242)
+  const src = makeShm(t, data)
+  const keys = Array.from({ length: n }, (_, i) => key('job11/big', `w${i}`, MiB))
+  const results = await sm.offload(keys.map((k, i) => ({ key: k, source: { kind: 'shm', name: src, offset: i * MiB } })))
+  t.equal(results.filter(r => !r.deduplicated).length, n)
+  const r = sm.residency()
+  t.equal(r.storedBytes, n * MiB)
+  t.ok(r.keys.filter(k => k.tier === 'nvme').length >= n - 4, 'most of the batch went to NVMe')
+  const dst = makeShm(t, n * MiB)
+  await sm.onload(keys.map((k, i) => ({ key: k, target: { kind: 'shm', name: dst, offset: i * MiB } })))
+  t.ok(shmBytes(dst).equals(data), 'the whole batch restores byte-exact through a pool a third its size')
+})
