@@ -48,8 +48,10 @@ async function until (predicate: () => Promise<boolean>, timeoutMs = 10_000): Pr
   }
 }
 
+// One agent for the tests with GPUs (start-up dominates their time): they use different GPUs.
+const agent = await agentWithGpus(t, fakeGpus)
+
 t.test('a SIGKILLed holder process passes the lock to the next waiter; a dead waiter leaves the queue', async t => {
-  const agent = await agentWithGpus(t, fakeGpus)
   t.match((await agent.client.status()).subsystems.find(s => s.id === 'device-lock'), { state: 'ok' })
   const first = await clientProcess(t, agent, 0)
   t.same(await first.granted, { gpu: 0, holder: `pid:${first.proc.pid}`, depth: 1, waiting: 0 })
@@ -72,10 +74,10 @@ t.test('a SIGKILLed holder process passes the lock to the next waiter; a dead wa
   second.proc.kill('SIGKILL')
   t.same(await mine, { gpu: 0, holder: 'test', depth: 1, waiting: 0 })
   t.match(agent.output(), /device lock holder exited; releasing/)
+  t.same(await agent.client.releaseGpu(0, { holder: 'test' }), { gpu: 0, holder: 'test', depth: 0 })
 })
 
 t.test('agentctl locks: a table of every GPU, and the API\'s JSON with --json', async t => {
-  const agent = await agentWithGpus(t, fakeGpus)
   await agent.client.acquireGpu(1, { holder: 'trainer' })
   await agent.client.acquireGpu(1, { holder: 'trainer' })
   const waiting = agent.client.acquireGpu(1)
@@ -98,12 +100,12 @@ t.test('agentctl locks: a table of every GPU, and the API\'s JSON with --json', 
 })
 
 t.test('a node without GPUs: device-lock skipped with the reason, lock routes and agentctl answer ERR_UNAVAILABLE', async t => {
-  const agent = await agentWithGpus(t, '[]')
-  t.match((await agent.client.status()).subsystems.find(s => s.id === 'device-lock'), { state: 'skipped', reason: 'no GPUs in the inventory' })
+  const gpuless = await agentWithGpus(t, '[]')
+  t.match((await gpuless.client.status()).subsystems.find(s => s.id === 'device-lock'), { state: 'skipped', reason: 'no GPUs in the inventory' })
   const expected = { code: 'ERR_UNAVAILABLE', message: 'the device lock is unavailable: no GPUs in the inventory' }
-  await t.rejects(agent.client.acquireGpu(0), expected)
-  await t.rejects(agent.client.locks(), expected)
-  const res = await runNode(agentctlMain, ['--socket', agent.socketPath, 'locks'])
+  await t.rejects(gpuless.client.acquireGpu(0), expected)
+  await t.rejects(gpuless.client.locks(), expected)
+  const res = await runNode(agentctlMain, ['--socket', gpuless.socketPath, 'locks'])
   t.equal(res.code, 1)
   t.equal(res.stderr, 'agentctl: ERR_UNAVAILABLE: the device lock is unavailable: no GPUs in the inventory\n')
 })
