@@ -24,6 +24,8 @@ export interface TestMeshOptions {
   args?: string[]
   /** How long to wait for convergence, ms. Default 30000 + 2000 per node. */
   convergeTimeoutMs?: number
+  /** Agents started at once (each start-up is CPU-bound; twenty at once on two cores starve each other). Default 4. */
+  startConcurrency?: number
 }
 
 export interface MeshAgent extends AgentProcess {
@@ -79,8 +81,11 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
 
   const first = await addAgent()
   seed = first.meshAddress
-  const rest = await Promise.all(Array.from({ length: options.nodes - 1 }, () => addAgent()))
-  const agents = [first, ...rest]
+  const agents = [first]
+  const batch = options.startConcurrency ?? 4
+  while (agents.length < options.nodes) {
+    agents.push(...await Promise.all(Array.from({ length: Math.min(batch, options.nodes - agents.length) }, () => addAgent())))
+  }
 
   const waitFor: TestMesh['waitFor'] = async (observers, check, timeoutMs, what) => {
     const began = performance.now()
