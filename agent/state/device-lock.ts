@@ -87,7 +87,11 @@ export interface DeviceLockService extends Subsystem {
   locks(): GpuLockState[]
   /** One GPU's lock; ERR_NOT_FOUND for an index the node does not have. */
   gpuLock(gpu: number): GpuLockState
-  /** Every event of every GPU, in the order they happen; returns the unsubscribe function. */
+  /**
+   * Every event of every GPU, in the order they happen; returns the unsubscribe
+   * function. Listeners run synchronously inside the state change, so they
+   * must not call acquire or release themselves (defer with queueMicrotask).
+   */
   subscribe(listener: (event: DeviceLockEvent) => void): () => void
 }
 
