@@ -9,7 +9,9 @@ import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
+import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
+import { simTracePlacementCommand } from './sim-trace-placement.ts'
 import { simTraceRewardCommand } from './sim-trace-reward.ts'
 import { stateMaterializeCommand } from './state-materialize.ts'
 import { statusCommand } from './status.ts'
@@ -27,4 +29,6 @@ export const commands: Record<string, Command> = {
   'state materialize': stateMaterializeCommand,
   'sim reward': simRewardCommand,
   'sim trace reward': simTraceRewardCommand,
+  'sim placement': simPlacementCommand,
+  'sim trace placement': simTracePlacementCommand,
 }
