@@ -1,0 +1,285 @@
+/**
+ * Publishing a version (RLBoost §4.3: after a step the trainer puts the full
+ * weights into host memory the agent manages). Three sources:
+ * - `keys`: StateManager keys already stored (whole tensors, offsets 0) — no
+ *   copy; the version references them and does not drop them when retired;
+ * - `region`: a shared-memory object the agent creates and hands out
+ *   (`createRegion`), the trainer writes every tensor at its offset, then
+ *   publishes it: one native copy into the pool per tensor, no serialization;
+ * - `safetensors`: a file read by native threads straight into pool memory.
+ * Every publish either commits a complete version or leaves nothing behind
+ * (its reservation released, the keys it created dropped).
+ */
+import { randomBytes } from 'node:crypto'
+import { open, unlink } from 'node:fs/promises'
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import { checksum, openDirectFile, type HostRange } from '../../native/index.ts'
+import { dtypeBytes, type Dtype } from '../state/keys.ts'
+import { safetensorsDtype } from '../state/materialize.ts'
+import type { StateManager } from '../state/state-manager.ts'
+import { checkModelName, weightsKey, type ManifestTensor, type VersionStore, type WeightsManifest } from './version-store.ts'
+
+export interface TensorSpec { name: string, dtype: Dtype, shape: number[] }
+
+export type PublishSource =
+  | { kind: 'keys', prefix: string }
+  | { kind: 'safetensors', path: string }
+  | { kind: 'region', region: string }
+
+export interface PublishRequest {
+  model: string
+  /** Default: one above the highest known version of the model. */
+  version?: number
+  source: PublishSource
+  metadata?: Record<string, string>
+}
+
+export interface RegionTensor { name: string, dtype: Dtype, shape: number[], offset: number, bytes: number }
+export interface WeightsRegion {
+  /** The shared-memory object (/dev/shm/<name>) to write into. */
+  region: string
+  model: string
+  version: number
+  bytes: number
+  tensors: RegionTensor[]
+}
+
+export interface PublisherOptions {
+  chunkBytes: number
+  /** Persist published tensors to NVMe (the version survives a restart). */
+  durable: boolean
+  /** Directory of POSIX shared memory (default /dev/shm). */
+  shmDir?: string
+}
+
+export interface PublisherComponents {
+  stateManager: StateManager
+  versions: VersionStore
+  logger: Logger
+}
+
+export interface Publisher {
+  createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
+  publish(request: PublishRequest): Promise<WeightsManifest>
+  /** Removes regions not yet published. */
+  close(): Promise<void>
+}
+
+const tensorNamePattern = /^[A-Za-z0-9_.-]{1,512}$/
+const fromSafetensors = new Map(Object.entries(safetensorsDtype).map(([ours, theirs]) => [theirs, ours as Dtype]))
+
+function checkTensor (t: TensorSpec, where: string): number {
+  if (typeof t.name !== 'string' || !tensorNamePattern.test(t.name)) throw new AgentError('ERR_BAD_REQUEST', `${where}: tensor name ${JSON.stringify(t.name)} may only contain letters, digits, "_", "-", "."`)
+  if (!Object.hasOwn(dtypeBytes, t.dtype)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): unknown dtype ${JSON.stringify(t.dtype)}`)
+  if (!Array.isArray(t.shape) || t.shape.length > 8 || !t.shape.every(d => Number.isSafeInteger(d) && d >= 1)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): shape must be up to 8 positive integers`)
+  return t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[t.dtype]
+}
+
+function checkUniqueNames (tensors: readonly { name: string }[]): void {
+  const seen = new Set<string>()
+  for (const t of tensors) {
+    if (seen.has(t.name)) throw new AgentError('ERR_BAD_REQUEST', `tensor ${t.name} appears twice`)
+    seen.add(t.name)
+  }
+  if (tensors.length === 0) throw new AgentError('ERR_BAD_REQUEST', 'a version needs at least one tensor')
+}
+
+/** crc32c of each chunk of a stored range, on native threads. */
+export async function chunkChecksums (range: HostRange, chunkBytes: number): Promise<number[]> {
+  const sums: Array<Promise<number>> = []
+  for (let at = 0; at < range.length; at += chunkBytes) {
+    sums.push(checksum({ memory: range.memory, offset: range.offset + at, length: Math.min(chunkBytes, range.length - at) }))
+  }
+  return await Promise.all(sums)
+}
+
+/** Reads a safetensors header: tensors in file order with their data offsets (relative to the data section). */
+export async function readSafetensorsHeader (path: string): Promise<{ dataStart: number, metadata: Record<string, string>, tensors: Array<TensorSpec & { start: number, end: number }> }> {
+  const bad = (why: string): AgentError => new AgentError('ERR_BAD_REQUEST', `${path} is not a valid safetensors file: ${why}`)
+  let handle
+  try {
+    handle = await open(path, 'r')
+  } catch (cause) {
+    throw new AgentError('ERR_SOURCE_NOT_FOUND', `cannot open ${path}: ${(cause as Error).message}`, { cause })
+  }
+  try {
+    const size = (await handle.stat()).size
+    const lengthBytes = Buffer.alloc(8)
+    if ((await handle.read(lengthBytes, 0, 8, 0)).bytesRead !== 8) throw bad('shorter than 8 bytes')
+    const headerLength = Number(lengthBytes.readBigUInt64LE(0))
+    if (headerLength > 100 * 2 ** 20 || 8 + headerLength > size) throw bad(`header length ${headerLength} does not fit the file`)
+    const text = Buffer.alloc(headerLength)
+    await handle.read(text, 0, headerLength, 8)
+    let header: Record<string, unknown>
+    try { header = JSON.parse(text.toString('utf8')) as Record<string, unknown> } catch { throw bad('the header is not JSON') }
+    const metadata: Record<string, string> = {}
+    for (const [k, v] of Object.entries((header.__metadata__ ?? {}) as Record<string, unknown>)) if (typeof v === 'string') metadata[k] = v
+    const dataStart = 8 + headerLength
+    const tensors = Object.entries(header).filter(([name]) => name !== '__metadata__').map(([name, value]) => {
+      const v = value as { dtype?: unknown, shape?: unknown, data_offsets?: unknown }
+      const dtype = fromSafetensors.get(String(v.dtype))
+      if (dtype === undefined) throw bad(`${name}: unsupported dtype ${JSON.stringify(v.dtype)}`)
+      const offsets = v.data_offsets as number[] | undefined
+      if (!Array.isArray(offsets) || offsets.length !== 2) throw bad(`${name}: data_offsets missing`)
+      const spec = { name, dtype, shape: v.shape as number[] }
+      const bytes = checkTensor(spec, path)
+      const [start, end] = offsets as [number, number]
+      if (end - start !== bytes || dataStart + end > size) throw bad(`${name}: data_offsets [${start}, ${end}] do not match ${bytes} bytes inside the file`)
+      return { ...spec, start, end }
+    })
+    return { dataStart, metadata, tensors: tensors.sort((a, b) => a.start - b.start) }
+  } finally {
+    await handle.close()
+  }
+}
+
+export function createPublisher (options: PublisherOptions, components: PublisherComponents): Publisher {
+  const { stateManager: sm, versions, logger } = components
+  const shmDir = options.shmDir ?? '/dev/shm'
+  const regions = new Map<string, WeightsRegion & { release(): void }>()
+
+  /** Checksums, persistence and commit of tensors whose keys are stored. */
+  async function commitVersion (model: string, version: number, tensors: Array<TensorSpec & { key: string }>, ownsKeys: boolean, metadata: Record<string, string>): Promise<WeightsManifest> {
+    const table: ManifestTensor[] = []
+    for (const t of tensors) {
+      const pinned = await sm.readHost(t.key)
+      try {
+        table.push({ name: t.name, dtype: t.dtype, shape: t.shape, bytes: pinned.range.length, key: t.key, chunkChecksums: await chunkChecksums(pinned.range, options.chunkBytes) })
+      } finally {
+        pinned.release()
+      }
+    }
+    if (options.durable) await sm.persist(tensors.map(t => t.key))
+    const manifest: WeightsManifest = {
+      model, version, chunkBytes: options.chunkBytes, totalBytes: table.reduce((a, t) => a + t.bytes, 0), committedAtMs: Date.now(),
+      metadata, ownsKeys, durable: options.durable, tensors: table,
+    }
+    await versions.commit(manifest)
+    return manifest
+  }
+
+  async function publishKeys (model: string, version: number, prefix: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+    if (prefix === '' || prefix.startsWith('weights/')) throw new AgentError('ERR_BAD_REQUEST', 'publish from keys needs a prefix outside weights/ (e.g. job42/actor/)')
+    const keys = sm.storedKeys(prefix).filter(k => k.role === 'param')
+    if (keys.length === 0) throw new AgentError('ERR_KEY_NOT_FOUND', `no param keys stored under ${prefix}`)
+    const chunked = keys.find(k => k.offsets.some(o => o !== 0))
+    if (chunked !== undefined) throw new AgentError('ERR_BAD_REQUEST', `${chunked.text} is a chunk of a tensor (non-zero offsets); publish whole tensors (materialize to safetensors and publish the file for chunked state)`)
+    const versionsSeen = new Set(keys.map(k => k.version))
+    if (versionsSeen.size > 1) throw new AgentError('ERR_BAD_REQUEST', `keys under ${prefix} have several versions (${[...versionsSeen].join(', ')}); use a prefix that names one`)
+    const tensors = keys.map(k => ({ name: k.fqn, dtype: k.dtype, shape: k.shape, key: k.text }))
+    checkUniqueNames(tensors)
+    return await commitVersion(model, version, tensors, false, metadata)
+  }
+
+  async function publishSafetensors (model: string, version: number, path: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+    const header = await readSafetensorsHeader(path)
+    checkUniqueNames(header.tensors)
+    const created: string[] = []
+    const file = openDirectFile(path)
+    try {
+      const tensors = []
+      for (const t of header.tensors) {
+        const key = weightsKey(model, t.name, t.dtype, t.shape, version)
+        const scratch = await sm.scratch(t.end - t.start)
+        try {
+          await file.read(scratch.range, header.dataStart + t.start)
+        } catch (err) {
+          scratch.release()
+          throw err
+        }
+        if (sm.adopt(key, scratch)) created.push(key)
+        tensors.push({ ...t, key })
+      }
+      return await commitVersion(model, version, tensors, true, { ...header.metadata, ...metadata })
+    } catch (err) {
+      if (created.length > 0) await sm.drop({ keys: created })
+      throw err
+    } finally {
+      file.close()
+    }
+  }
+
+  async function publishRegion (model: string, version: number, name: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+    const region = regions.get(name)
+    if (region === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no region ${name} handed out by this agent (POST /v1/weights/regions first)`)
+    if (region.model !== model || region.version !== version) throw new AgentError('ERR_BAD_REQUEST', `region ${name} was handed out for ${region.model} v${region.version}, not ${model} v${version}`)
+    const items = region.tensors.map(t => ({ key: weightsKey(model, t.name, t.dtype, t.shape, version), source: { kind: 'shm' as const, name, offset: t.offset } }))
+    let results
+    try {
+      results = await sm.offload(items, options.durable ? 'nvme' : 'memory')
+    } catch (err) {
+      throw new AgentError((err as AgentError).code ?? 'ERR_INTERNAL', `copying region ${name}: ${(err as Error).message}`, { cause: err })
+    }
+    try {
+      const manifest = await commitVersion(model, version, region.tensors.map((t, i) => ({ ...t, key: items[i]!.key })), true, metadata)
+      regions.delete(name)
+      await unlink(`${shmDir}/${name}`).catch(() => {})
+      return manifest
+    } catch (err) {
+      await sm.drop({ keys: results.filter(r => !r.deduplicated).map(r => r.key) })
+      throw err
+    }
+  }
+
+  return {
+    async createRegion (model, requested, tensors) {
+      checkModelName(model)
+      if (!Array.isArray(tensors)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
+      checkUniqueNames(tensors)
+      const version = requested ?? versions.nextVersion(model)
+      let offset = 0
+      const laidOut: RegionTensor[] = tensors.map((t, i) => {
+        const bytes = checkTensor(t, `tensors[${i}]`)
+        const placed = { name: t.name, dtype: t.dtype, shape: t.shape, offset, bytes }
+        offset += Math.ceil(bytes / 4096) * 4096
+        return placed
+      })
+      const reservation = versions.reserve(model, version)
+      const name = `agentd-weights-${model}-v${version}-${randomBytes(6).toString('hex')}`
+      try {
+        const handle = await open(`${shmDir}/${name}`, 'wx', 0o600)
+        try { await handle.truncate(offset) } finally { await handle.close() }
+      } catch (cause) {
+        reservation.release()
+        throw new AgentError('ERR_IO', `cannot create the shared-memory region ${shmDir}/${name}: ${(cause as Error).message}`, { cause })
+      }
+      const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
+      regions.set(name, { ...region, release: reservation.release })
+      logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
+      return region
+    },
+    async publish (request) {
+      const model = checkModelName(request.model)
+      const metadata = request.metadata ?? {}
+      const source = request.source
+      if (source.kind === 'region') {
+        const region = regions.get(source.region)
+        const version = request.version ?? region?.version ?? -1
+        try {
+          return await publishRegion(model, version, source.region, metadata)
+        } catch (err) {
+          if (region !== undefined && !regions.has(source.region)) region.release()
+          throw err
+        }
+      }
+      const version = request.version ?? versions.nextVersion(model)
+      const reservation = versions.reserve(model, version)
+      try {
+        if (source.kind === 'keys') return await publishKeys(model, version, source.prefix, metadata)
+        if (source.kind === 'safetensors') return await publishSafetensors(model, version, source.path, metadata)
+        throw new AgentError('ERR_BAD_REQUEST', `unknown publish source ${JSON.stringify((source as { kind: unknown }).kind)}`)
+      } finally {
+        reservation.release()
+      }
+    },
+    async close () {
+      for (const [name, region] of regions) {
+        region.release()
+        await unlink(`${shmDir}/${name}`).catch(() => {})
+      }
+      regions.clear()
+    },
+  }
+}
+

@@ -1,0 +1,282 @@
+/**
+ * Pulling a version into this agent's host pool (RLBoost §4.3: a rollout
+ * instance pulls the latest weights at any time, independently of training
+ * and of other pullers; each rank only its resharded slices).
+ *
+ * - The manifest comes first; the planner turns it and the target layout into
+ *   exact slices; each slice gets a pool scratch range that becomes a
+ *   StateManager key (`adopt`, no copy) once all its bytes arrived and
+ *   verified. Keys already stored are skipped, so a repeated pull fetches only
+ *   what is missing.
+ * - Slices are cut into pieces (the manifest's chunks for whole tensors,
+ *   `chunkBytes` windows of sliced ones) in one shared queue; `streams`
+ *   connections each keep `pipelineDepth` pieces in flight and take the next
+ *   piece when one lands (no fixed 1/N split: a slow connection just takes fewer).
+ * - Each piece is verified (crc32c on native threads) against the server's
+ *   checksum; a mismatch refetches it (up to `maxAttempts`). A dropped
+ *   connection puts its in-flight pieces back in the queue and reconnects with
+ *   backoff; pieces that landed are never fetched again.
+ * - The version retired mid-pull fails the pull with ERR_WEIGHTS_RETIRED, or,
+ *   when `latest` was asked for, starts over with the new latest.
+ * Memory: exactly the destination slices (host pool) plus 64 KiB per connection.
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import { checksum } from '../../native/index.ts'
+import { dtypeBytes } from '../state/keys.ts'
+import type { ScratchBytes, StateManager } from '../state/state-manager.ts'
+import { latestVersion, maxReadBytes } from './protocol.ts'
+import { planReshard, type TargetLayout, type TensorSlice } from './reshard.ts'
+import type { WeightStream, WeightStreamConnector } from './transport.ts'
+import { weightsKey, type VersionStore, type WeightsManifest } from './version-store.ts'
+
+export interface PullRequest {
+  /** host:port of the serving agent's data server. */
+  from: string
+  model: string
+  /** -1 = latest. */
+  version: number
+  /** Absent: every tensor whole. A function receives the manifest (presets read its metadata). */
+  layout?: TargetLayout | ((manifest: WeightsManifest) => TargetLayout)
+  /** Parallel connections, >= 1. */
+  streams: number
+  onProgress?: (doneBytes: number, totalBytes: number) => void
+  signal?: AbortSignal
+}
+
+export interface PullResult {
+  model: string
+  version: number
+  /** Bytes of the slices this pull produced (needed bytes, including those already stored). */
+  bytes: number
+  /** Payload bytes received over the network (refetches included). */
+  bytesReceived: number
+  seconds: number
+  tensors: number
+  keys: string[]
+  refetchedPieces: number
+  reconnects: number
+}
+
+export interface PullerOptions {
+  /** Window of a sliced piece, bytes. */
+  chunkBytes: number
+  /** Requests in flight per connection. Default 2. */
+  pipelineDepth?: number
+  /** Tries per piece before a checksum mismatch fails the pull. Default 4. */
+  maxAttempts?: number
+  /** Consecutive failed reconnects before a connection gives up. Default 5. */
+  maxReconnects?: number
+  /** Times a pull of "latest" starts over when its version is retired underneath it. Default 3. */
+  latestRestarts?: number
+}
+
+export interface PullerComponents {
+  stateManager: StateManager
+  connector: WeightStreamConnector
+  /** Where a complete (unsliced) pull is registered so this agent serves it too. */
+  versions?: VersionStore
+  logger: Logger
+}
+
+export interface Puller {
+  pull(request: PullRequest): Promise<PullResult>
+}
+
+interface Piece {
+  slice: number
+  offset: number
+  length: number
+  attempts: number
+}
+
+/** The key a pulled slice is stored under: global offsets for one range; a fused multi-range slice is named by its layout. */
+export function sliceKey (model: string, version: number, manifest: WeightsManifest, slice: TensorSlice, layout: TargetLayout | undefined): string {
+  const t = manifest.tensors[slice.index]!
+  if (slice.ranges.length <= 1) return weightsKey(model, slice.name, t.dtype, slice.shape, version, slice.offsets)
+  return weightsKey(model, `${slice.name}.tp${layout!.tp}-r${layout!.rank}`, t.dtype, slice.shape, version)
+}
+
+export function createPuller (options: PullerOptions, components: PullerComponents): Puller {
+  const { stateManager: sm, connector, logger } = components
+  const depth = options.pipelineDepth ?? 2
+  const maxAttempts = options.maxAttempts ?? 4
+  const maxReconnects = options.maxReconnects ?? 5
+  const chunkBytes = Math.min(options.chunkBytes, maxReadBytes)
+
+  async function pullOnce (request: PullRequest, began: number): Promise<PullResult> {
+    if (!Number.isSafeInteger(request.streams) || request.streams < 1 || request.streams > 64) throw new AgentError('ERR_BAD_REQUEST', `streams must be 1..64, got ${request.streams}`)
+    const first = await connector.open(request.from, request.signal !== undefined ? { signal: request.signal } : {})
+    let manifest: WeightsManifest
+    try {
+      manifest = await first.manifest(request.model, request.version)
+    } catch (err) {
+      first.close()
+      throw err
+    }
+    const version = manifest.version
+    const layout = typeof request.layout === 'function' ? request.layout(manifest) : request.layout
+    const tensors = manifest.tensors.map(t => ({ name: t.name, shape: t.shape, elementBytes: dtypeBytes[t.dtype] }))
+    const slices = layout !== undefined ? planReshard(tensors, layout) : planReshard(tensors, { tp: 1, rank: 0, rules: [] })
+    const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
+    const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
+    const scratches: Array<ScratchBytes | undefined> = []
+    const pieces: Piece[] = []
+    const totalBytes = slices.reduce((a, s) => a + s.bytes, 0)
+    let doneBytes = 0
+    let bytesReceived = 0
+    let refetchedPieces = 0
+    let reconnects = 0
+    const step = (s: TensorSlice): number => s.dim === null ? manifest.chunkBytes : chunkBytes
+    try {
+      for (let i = 0; i < slices.length; i++) {
+        const s = slices[i]!
+        if (stored.has(keys[i]!) || s.bytes === 0) { scratches.push(undefined); doneBytes += s.bytes; continue }
+        scratches.push(await sm.scratch(s.bytes))
+        for (let at = 0; at < s.bytes; at += step(s)) pieces.push({ slice: i, offset: at, length: Math.min(step(s), s.bytes - at), attempts: 0 })
+      }
+      request.onProgress?.(doneBytes, totalBytes)
+
+      // The shared queue: pieces in order, refetches first.
+      let nextPiece = 0
+      const again: Piece[] = []
+      let remaining = pieces.length
+      const finished = Promise.withResolvers<void>()
+      if (remaining === 0) finished.resolve()
+      let failure: Error | undefined
+      const fail = (err: Error): void => { if (failure === undefined) { failure = err; finished.reject(err) } }
+      const take = (): Piece | undefined => again.pop() ?? pieces[nextPiece++]
+      request.signal?.addEventListener('abort', () => fail(request.signal!.reason as Error), { once: true })
+
+      async function connection (initial: WeightStream | undefined): Promise<void> {
+        let stream = initial
+        let failures = 0
+        let lastError: Error | undefined
+        while (failure === undefined && remaining > 0) {
+          if (stream === undefined || stream.closed) {
+            if (stream !== undefined) {
+              if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${request.from}`)
+              reconnects++
+              await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
+            }
+            try {
+              stream = await connector.open(request.from)
+            } catch (err) {
+              if ((err as AgentError).code === 'ERR_WEIGHTS_AUTH') throw err
+              lastError = err as Error
+              if (++failures > maxReconnects) throw err
+              await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
+              continue
+            }
+          }
+          const s = stream
+          await Promise.all(Array.from({ length: depth }, () => lane(s, () => { failures = 0 }).catch(err => { lastError = err as Error })))
+          if (failure !== undefined) return
+          if (!s.closed && remaining > 0 && again.length === 0 && nextPiece >= pieces.length) return // others hold the rest
+          if (lastError !== undefined && !s.closed) s.close()
+        }
+        stream?.close()
+      }
+
+      /** Fetches pieces over one stream until the queue is empty or the stream fails (its piece goes back). */
+      async function lane (stream: WeightStream, landed: () => void): Promise<void> {
+        for (let piece = take(); piece !== undefined; piece = take()) {
+          if (failure !== undefined) { again.push(piece); return }
+          const s = slices[piece.slice]!
+          const dst = scratches[piece.slice]!
+          let crc: number
+          try {
+            crc = (await stream.read({
+              model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
+            }, dst.view.subarray(piece.offset, piece.offset + piece.length))).crc32c
+          } catch (err) {
+            again.push(piece)
+            const code = (err as AgentError).code
+            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID') fail(err as Error)
+            throw err
+          }
+          bytesReceived += piece.length
+          const got = await checksum({ memory: dst.range.memory, offset: dst.range.offset + piece.offset, length: piece.length })
+          const expected = s.dim === null && piece.offset % manifest.chunkBytes === 0 ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
+          if (got !== crc || got !== expected) {
+            refetchedPieces++
+            logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
+            if (++piece.attempts >= maxAttempts) {
+              fail(new AgentError('ERR_DATA_CORRUPT', `${s.name} bytes ${piece.offset}..${piece.offset + piece.length} failed the checksum ${maxAttempts} times (crc32c ${got.toString(16)}, expected ${expected.toString(16)})`))
+              return
+            }
+            again.push(piece)
+            continue
+          }
+          landed()
+          doneBytes += piece.length
+          request.onProgress?.(doneBytes, totalBytes)
+          if (--remaining === 0) finished.resolve()
+        }
+      }
+
+      const workers = Array.from({ length: Math.min(request.streams, Math.max(1, pieces.length)) }, (_, i) =>
+        connection(i === 0 ? first : undefined).catch(err => {
+          // A connection that gives up fails the pull only if no other connection is left to finish it.
+          logger.warn({ from: request.from, err: (err as Error).message }, 'weights connection gave up')
+          return err as Error
+        }))
+      const settled = Promise.all(workers).then(results => {
+        const lastError = results.find((r): r is Error => r instanceof Error)
+        if (remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${request.from} stopped with ${remaining} pieces left`))
+      })
+      try {
+        await finished.promise
+      } finally {
+        fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
+        await settled.catch(() => {})
+      }
+
+      const resultKeys: string[] = []
+      for (let i = 0; i < slices.length; i++) {
+        const scratch = scratches[i]
+        scratches[i] = undefined
+        if (scratch !== undefined) sm.adopt(keys[i]!, scratch)
+        resultKeys.push(keys[i]!)
+      }
+      if (layout === undefined && components.versions !== undefined) await registerFullCopy(components.versions, manifest, keys)
+      const seconds = (performance.now() - began) / 1000
+      logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects }, 'weights pulled')
+      return { model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects }
+    } finally {
+      for (const s of scratches) s?.release()
+      first.close()
+    }
+  }
+
+  /** A whole version pulled here can be served from here (in memory: not written to NVMe, gone after a restart). */
+  async function registerFullCopy (versions: VersionStore, manifest: WeightsManifest, keys: string[]): Promise<void> {
+    let reservation
+    try {
+      reservation = versions.reserve(manifest.model, manifest.version)
+    } catch {
+      return // this agent already knows the version (or a newer one)
+    }
+    try {
+      await versions.commit({ ...manifest, ownsKeys: true, durable: false, committedAtMs: Date.now(), tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) })
+    } catch (err) {
+      reservation.release()
+      logger.warn({ err }, 'pulled version not registered for serving')
+    }
+  }
+
+  return {
+    async pull (request) {
+      const began = performance.now()
+      for (let restarts = 0; ; restarts++) {
+        try {
+          return await pullOnce(request, began)
+        } catch (err) {
+          const retired = (err as AgentError).code === 'ERR_WEIGHTS_RETIRED'
+          if (!retired || request.version !== latestVersion || restarts >= (options.latestRestarts ?? 3)) throw err
+          logger.info({ model: request.model }, 'the version being pulled was retired: pulling the new latest')
+        }
+      }
+    },
+  }
+}

@@ -1,0 +1,261 @@
+/**
+ * The reshard planner (RLBoost §4.3: "each rollout rank receives only the
+ * slices its tensor-parallel layout needs"). Pure: a tensor table plus a
+ * target layout in, the exact slice of every tensor out. No I/O, no clocks.
+ *
+ * A slice is the concatenation, along one dimension, of one or more index
+ * ranges of a row-major tensor (several ranges only for fused tensors: qkv,
+ * gate_up). `sliceRuns` turns a byte window of a slice into the contiguous
+ * source byte runs that make it up; the data server gathers those runs and the
+ * puller receives exactly the slice's bytes (nothing more).
+ *
+ * Rule kinds (first matching rule wins; a tensor no rule matches is replicated):
+ * - `dim: null`                  replicate (norms, biases of row-parallel layers)
+ * - `dim: 0 | 1`                 even split (column parallel on 0, row parallel on 1);
+ *                                the dimension must divide by tp
+ * - `vocab: true`                vocab-parallel: ceil(size / tp) rows per rank, the
+ *                                last ranks get the remainder (possibly nothing)
+ * - `parts: [n1, n2, ...] | N`   fused tensor of parts concatenated along `dim`
+ *                                (gate_up: [I, I], or 2 equal parts); each part split evenly
+ * - `qkv: { heads, kvHeads }`    fused q|k|v along `dim` with grouped-query
+ *                                attention: q heads split evenly; kv heads split
+ *                                evenly when tp <= kvHeads, otherwise each rank
+ *                                gets kv head floor(rank * kvHeads / tp)
+ *                                (replicated tp / kvHeads times)
+ * - `kvHeads: K` (with dim 0)    a separate k or v projection: like qkv's k part
+ */
+import { AgentError } from '../errors.ts'
+
+export interface TensorInfo {
+  name: string
+  shape: number[]
+  /** Bytes per element. */
+  elementBytes: number
+}
+
+export interface LayoutRule {
+  /** Regular expression matched (unanchored) against the tensor name. */
+  pattern: string
+  /** Split dimension; null replicates. */
+  dim: 0 | 1 | null
+  vocab?: boolean
+  /** Sizes of the fused parts along dim, or how many equal parts. */
+  parts?: number[] | number
+  qkv?: { heads: number, kvHeads: number }
+  kvHeads?: number
+}
+
+export interface TargetLayout {
+  /** Tensor-parallel size, >= 1. */
+  tp: number
+  /** This rank, 0 <= rank < tp. */
+  rank: number
+  rules: LayoutRule[]
+}
+
+export interface SliceRange { start: number, count: number }
+
+export interface TensorSlice {
+  name: string
+  /** Index into the tensor table the plan was made from. */
+  index: number
+  /** null: the whole tensor. */
+  dim: number | null
+  /** Index ranges along `dim`, concatenated in this order (empty when dim is null). */
+  ranges: SliceRange[]
+  /** Shape of the slice (ranges concatenated along dim). */
+  shape: number[]
+  /** Global offsets of the slice's first element (exact when it is one range). */
+  offsets: number[]
+  bytes: number
+}
+
+function layoutError (message: string): AgentError {
+  return new AgentError('ERR_LAYOUT_INVALID', message)
+}
+
+/** Validates a rules document `{ "rules": [...] }` (from a JSON file or a preset). */
+export function parseLayoutRules (doc: unknown, source: string): LayoutRule[] {
+  const rules = (doc as { rules?: unknown } | null)?.rules
+  if (!Array.isArray(rules)) throw layoutError(`${source}: expected { "rules": [ { "pattern", "dim" }, ... ] }`)
+  return rules.map((r: unknown, i): LayoutRule => {
+    const where = `${source}: rules[${i}]`
+    if (typeof r !== 'object' || r === null) throw layoutError(`${where} is not an object`)
+    const rule = r as Record<string, unknown>
+    const known = new Set(['pattern', 'dim', 'vocab', 'parts', 'qkv', 'kvHeads'])
+    const unknown = Object.keys(rule).find(k => !known.has(k))
+    if (unknown !== undefined) throw layoutError(`${where}: unknown field "${unknown}" (allowed: ${[...known].join(', ')})`)
+    if (typeof rule.pattern !== 'string' || rule.pattern === '') throw layoutError(`${where}.pattern must be a non-empty regular expression`)
+    try { new RegExp(rule.pattern) } catch (cause) { throw new AgentError('ERR_LAYOUT_INVALID', `${where}.pattern: ${(cause as Error).message}`, { cause }) }
+    if (rule.dim !== 0 && rule.dim !== 1 && rule.dim !== null) throw layoutError(`${where}.dim must be 0, 1 or null`)
+    const out: LayoutRule = { pattern: rule.pattern, dim: rule.dim }
+    const positive = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 1
+    const kinds = ['vocab', 'parts', 'qkv', 'kvHeads'].filter(k => rule[k] !== undefined)
+    if (kinds.length > 1) throw layoutError(`${where}: give at most one of vocab, parts, qkv, kvHeads`)
+    if (kinds.length === 1 && rule.dim === null) throw layoutError(`${where}: ${kinds[0]} needs dim 0 or 1`)
+    if (rule.vocab !== undefined) {
+      if (typeof rule.vocab !== 'boolean') throw layoutError(`${where}.vocab must be a boolean`)
+      out.vocab = rule.vocab
+    }
+    if (rule.parts !== undefined) {
+      if (!positive(rule.parts) && (!Array.isArray(rule.parts) || rule.parts.length === 0 || !rule.parts.every(positive))) {
+        throw layoutError(`${where}.parts must be a non-empty list of positive sizes or a count of equal parts`)
+      }
+      out.parts = rule.parts as number[] | number
+    }
+    if (rule.qkv !== undefined) {
+      const q = rule.qkv as Record<string, unknown>
+      if (typeof q !== 'object' || q === null || !positive(q.heads) || !positive(q.kvHeads) || q.heads % q.kvHeads !== 0) {
+        throw layoutError(`${where}.qkv must be { heads, kvHeads } with heads a multiple of kvHeads`)
+      }
+      out.qkv = { heads: q.heads, kvHeads: q.kvHeads }
+    }
+    if (rule.kvHeads !== undefined) {
+      if (!positive(rule.kvHeads)) throw layoutError(`${where}.kvHeads must be a positive integer`)
+      out.kvHeads = rule.kvHeads
+    }
+    return out
+  })
+}
+
+function checkLayout (layout: TargetLayout): void {
+  if (!Number.isSafeInteger(layout.tp) || layout.tp < 1) throw layoutError(`tp must be a positive integer, got ${layout.tp}`)
+  if (!Number.isSafeInteger(layout.rank) || layout.rank < 0 || layout.rank >= layout.tp) throw layoutError(`rank must be in 0..${layout.tp - 1}, got ${layout.rank}`)
+}
+
+/** Even split of `size` into tp parts: this rank's range; ERR_LAYOUT_INVALID when tp does not divide it. */
+function evenRange (size: number, tp: number, rank: number, what: string): SliceRange {
+  if (size % tp !== 0) throw layoutError(`${what}: ${size} does not divide by tp ${tp}`)
+  const count = size / tp
+  return { start: rank * count, count }
+}
+
+/** Ranges along the split dimension for one tensor under `rule`. */
+function rangesFor (rule: LayoutRule, size: number, tp: number, rank: number, what: string): SliceRange[] {
+  if (rule.vocab === true) {
+    const per = Math.ceil(size / tp)
+    const start = Math.min(size, rank * per)
+    return [{ start, count: Math.min(size, start + per) - start }]
+  }
+  if (rule.parts !== undefined) {
+    const n = rule.parts
+    if (typeof n === 'number' && size % n !== 0) throw layoutError(`${what}: ${size} does not divide into ${n} equal fused parts`)
+    const parts = typeof n === 'number' ? Array.from({ length: n }, () => size / n) : n
+    const total = parts.reduce((a, b) => a + b, 0)
+    if (total !== size) throw layoutError(`${what}: parts [${parts.join(', ')}] sum to ${total}, the dimension is ${size}`)
+    let base = 0
+    return parts.map((part, i) => {
+      const r = evenRange(part, tp, rank, `${what} part ${i}`)
+      const out = { start: base + r.start, count: r.count }
+      base += part
+      return out
+    })
+  }
+  if (rule.qkv !== undefined) {
+    const { heads, kvHeads } = rule.qkv
+    if (heads < 1 || kvHeads < 1) throw layoutError(`${what}: a fused qkv needs the head counts (--heads/--kv-heads, or num_attention_heads/num_key_value_heads in the model's metadata)`)
+    if (size % (heads + 2 * kvHeads) !== 0) throw layoutError(`${what}: ${size} is not (heads ${heads} + 2 × kvHeads ${kvHeads}) × headDim`)
+    const headDim = size / (heads + 2 * kvHeads)
+    const q = evenRange(heads, tp, rank, `${what} q heads`)
+    const kv = kvHeadRange(kvHeads, tp, rank, what)
+    const kBase = heads * headDim
+    const vBase = kBase + kvHeads * headDim
+    return [
+      { start: q.start * headDim, count: q.count * headDim },
+      { start: kBase + kv.start * headDim, count: kv.count * headDim },
+      { start: vBase + kv.start * headDim, count: kv.count * headDim },
+    ]
+  }
+  if (rule.kvHeads !== undefined) {
+    if (size % rule.kvHeads !== 0) throw layoutError(`${what}: ${size} does not divide into ${rule.kvHeads} kv heads`)
+    const headDim = size / rule.kvHeads
+    const kv = kvHeadRange(rule.kvHeads, tp, rank, what)
+    return [{ start: kv.start * headDim, count: kv.count * headDim }]
+  }
+  return [evenRange(size, tp, rank, what)]
+}
+
+/** KV heads of a rank: an even split when tp <= kvHeads, else one head shared by tp / kvHeads ranks. */
+function kvHeadRange (kvHeads: number, tp: number, rank: number, what: string): SliceRange {
+  if (tp <= kvHeads) return evenRange(kvHeads, tp, rank, `${what} kv heads`)
+  if (tp % kvHeads !== 0) throw layoutError(`${what}: tp ${tp} > kv heads ${kvHeads} needs tp to be a multiple of the kv heads`)
+  return { start: Math.floor(rank * kvHeads / tp), count: 1 }
+}
+
+export function elementCount (shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1)
+}
+
+/** The slice of one tensor for a layout (first matching rule; none = replicate). */
+export function planTensorSlice (tensor: TensorInfo, index: number, layout: TargetLayout, compiled = compileRules(layout.rules)): TensorSlice {
+  const whole: TensorSlice = { name: tensor.name, index, dim: null, ranges: [], shape: [...tensor.shape], offsets: tensor.shape.map(() => 0), bytes: elementCount(tensor.shape) * tensor.elementBytes }
+  if (layout.tp === 1) return whole
+  const match = compiled.find(c => c.regex.test(tensor.name))
+  if (match === undefined || match.rule.dim === null) return whole
+  const dim = match.rule.dim
+  if (dim >= tensor.shape.length) throw layoutError(`${tensor.name}: rule "${match.rule.pattern}" splits dim ${dim} of a rank-${tensor.shape.length} tensor`)
+  const ranges = rangesFor(match.rule, tensor.shape[dim]!, layout.tp, layout.rank, tensor.name).filter(r => r.count > 0)
+  const shape = [...tensor.shape]
+  shape[dim] = ranges.reduce((a, r) => a + r.count, 0)
+  const offsets = tensor.shape.map(() => 0)
+  offsets[dim] = ranges[0]?.start ?? 0
+  return { name: tensor.name, index, dim, ranges, shape, offsets, bytes: elementCount(shape) * tensor.elementBytes }
+}
+
+interface CompiledRule { rule: LayoutRule, regex: RegExp }
+function compileRules (rules: readonly LayoutRule[]): CompiledRule[] {
+  return rules.map(rule => ({ rule, regex: new RegExp(rule.pattern) }))
+}
+
+/** Every tensor's slice for `layout`, in table order. */
+export function planReshard (tensors: readonly TensorInfo[], layout: TargetLayout): TensorSlice[] {
+  checkLayout(layout)
+  const compiled = compileRules(layout.rules)
+  return tensors.map((t, i) => planTensorSlice(t, i, layout, compiled))
+}
+
+/** A contiguous byte run of the source tensor. */
+export interface ByteRun { offset: number, length: number }
+
+/**
+ * The source byte runs (in order) that make up bytes [from, from + length)
+ * of the slice's contiguous output. Validates the slice against the tensor.
+ */
+export function sliceRuns (tensor: TensorInfo, dim: number | null, ranges: readonly SliceRange[], from: number, length: number): ByteRun[] {
+  const total = elementCount(tensor.shape) * tensor.elementBytes
+  if (dim === null) {
+    if (from + length > total) throw layoutError(`${tensor.name}: bytes ${from}..${from + length} past its ${total} bytes`)
+    return length === 0 ? [] : [{ offset: from, length }]
+  }
+  if (dim >= tensor.shape.length) throw layoutError(`${tensor.name}: dim ${dim} of a rank-${tensor.shape.length} tensor`)
+  const dimSize = tensor.shape[dim]!
+  for (const r of ranges) {
+    if (!Number.isSafeInteger(r.start) || !Number.isSafeInteger(r.count) || r.start < 0 || r.count < 1 || r.start + r.count > dimSize) {
+      throw layoutError(`${tensor.name}: range ${r.start}+${r.count} outside dim ${dim} of size ${dimSize}`)
+    }
+  }
+  const inner = elementCount(tensor.shape.slice(dim + 1)) * tensor.elementBytes
+  const outer = elementCount(tensor.shape.slice(0, dim))
+  const rowOut = ranges.reduce((a, r) => a + r.count, 0) * inner
+  if (from + length > rowOut * outer) throw layoutError(`${tensor.name}: bytes ${from}..${from + length} past the slice's ${rowOut * outer} bytes`)
+  const runs: ByteRun[] = []
+  let pos = from
+  const end = from + length
+  while (pos < end) {
+    const o = Math.floor(pos / rowOut)
+    let within = pos - o * rowOut
+    for (const r of ranges) {
+      const runBytes = r.count * inner
+      if (within >= runBytes) { within -= runBytes; continue }
+      const take = Math.min(runBytes - within, end - pos)
+      const offset = (o * dimSize + r.start) * inner + within
+      const last = runs[runs.length - 1]
+      if (last !== undefined && last.offset + last.length === offset) last.length += take
+      else runs.push({ offset, length: take })
+      pos += take
+      within = 0
+      if (pos >= end) break
+    }
+  }
+  return runs
+}

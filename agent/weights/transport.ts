@@ -1,0 +1,52 @@
+/**
+ * The transport interface of the weight data plane (DESIGN "Weight data
+ * plane"). The puller and the service see only these interfaces; `tcp-*.ts`
+ * implements them over authenticated TCP connections (PROTOCOL.md). An RDMA
+ * transport (Mooncake/NIXL-style) would implement the same two interfaces:
+ * `openStream` = a queue pair connected after the same HMAC handshake over a
+ * TCP side channel, `read` = a one-sided RDMA READ of the served bytes into
+ * `into` (both sides' pool memory registered once as a memory region, the
+ * server's remote key and base address exchanged with the manifest), and
+ * sliced reads = one RDMA READ per contiguous source run (sliceRuns), so no
+ * server-side gather is needed.
+ */
+import type { ReadRequest } from './protocol.ts'
+import type { WeightsManifest } from './version-store.ts'
+
+/** One connection to a weight server. Requests on one stream are answered in order. */
+export interface WeightStream {
+  /** The committed manifest of `version` (-1 = latest). */
+  manifest(model: string, version: number, options?: { signal?: AbortSignal }): Promise<WeightsManifest>
+  /**
+   * Reads `request.byteLength` bytes straight into `into` (exactly that long;
+   * typically a view of pool memory) and resolves with the crc32c the server
+   * sent for them. Rejects with ERR_WEIGHTS_RETIRED / ERR_WEIGHTS_NOT_FOUND /
+   * ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER (connection lost).
+   */
+  read(request: ReadRequest, into: Buffer): Promise<{ crc32c: number }>
+  /** Closes the connection; pending requests reject. Idempotent. */
+  close(): void
+  readonly closed: boolean
+}
+
+export interface WeightStreamConnector {
+  /** Connects and authenticates; ERR_WEIGHTS_AUTH when the server refuses our key or proves none. */
+  open(address: string, options?: { signal?: AbortSignal }): Promise<WeightStream>
+}
+
+/** Who is pulling from this agent (for `agentctl weights list`). */
+export interface ActivePull {
+  remote: string
+  model: string
+  version: number
+  bytesSent: number
+  connectedAtMs: number
+}
+
+export interface WeightServer {
+  start(): Promise<void>
+  stop(): Promise<void>
+  /** host:port the server listens on (after start). */
+  readonly address: string
+  activePulls(): ActivePull[]
+}

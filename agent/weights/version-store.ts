@@ -1,0 +1,189 @@
+/**
+ * Committed weight versions and their manifests (RLBoost §4.3: the trainer's
+ * full weights in host memory managed by the agent, served by version).
+ *
+ * Contracts:
+ * - A version is visible only once committed: its tensors are stored keys
+ *   (and on NVMe when `durable`), their chunk checksums computed, and its
+ *   manifest file written durably (temp file, fsync, rename). A crash before
+ *   the rename leaves no manifest, so the version never existed; start-up
+ *   discards a manifest whose keys are not all stored (and their keys).
+ * - Versions of a model are monotonic: a new one must exceed every committed,
+ *   retired or in-progress version. Committed versions are immutable.
+ * - Retention keeps the last `retainVersions` of each model; retiring removes
+ *   the manifest first (new readers get ERR_WEIGHTS_RETIRED), then drops the
+ *   keys the version owns (StateManager.drop waits for in-flight readers).
+ * Manifest files: `<dir>/<model>/v<version>.json`. All of it runs on the event loop.
+ */
+import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import { writeFileDurably } from '../durable-file.ts'
+import { formatKey, parseKey, type Dtype } from '../state/keys.ts'
+import type { StateManager } from '../state/state-manager.ts'
+import { latestVersion, modelNamePattern } from './protocol.ts'
+
+export interface ManifestTensor {
+  name: string
+  dtype: Dtype
+  shape: number[]
+  bytes: number
+  /** The StateManager key holding the tensor's bytes. */
+  key: string
+  /** crc32c of each chunkBytes-sized chunk of the tensor (the last may be shorter). */
+  chunkChecksums: number[]
+}
+
+export interface WeightsManifest {
+  model: string
+  version: number
+  /** Bytes per checksummed chunk. */
+  chunkBytes: number
+  totalBytes: number
+  committedAtMs: number
+  /** Free-form model metadata (safetensors __metadata__, e.g. num_key_value_heads). */
+  metadata: Record<string, string>
+  /** Whether retiring the version drops its keys (false when published from keys the trainer owns). */
+  ownsKeys: boolean
+  /** Whether the keys are on NVMe (the version survives a restart). */
+  durable: boolean
+  tensors: ManifestTensor[]
+}
+
+export interface VersionStore {
+  /** Reads the manifests on disk, discarding those whose keys are gone. */
+  load(): Promise<void>
+  /** Reserves `version` of `model` for a publish in progress; ERR_WEIGHTS_VERSION_EXISTS if not above every known one. */
+  reserve(model: string, version: number): { release(): void }
+  /** The next version number a publish without one gets. */
+  nextVersion(model: string): number
+  /** Makes a reserved version visible (writing its manifest when durable), then applies retention. */
+  commit(manifest: WeightsManifest): Promise<void>
+  /** A committed version (`-1` = latest); ERR_WEIGHTS_NOT_FOUND or ERR_WEIGHTS_RETIRED. */
+  get(model: string, version: number): WeightsManifest
+  list(): WeightsManifest[]
+  retire(model: string, version: number): Promise<void>
+}
+
+export interface VersionStoreOptions {
+  /** Directory of the manifest files. */
+  dir: string
+  /** Versions kept per model; older ones are retired on commit. */
+  retainVersions: number
+}
+
+export interface VersionStoreComponents {
+  stateManager: StateManager
+  logger: Logger
+}
+
+/** The key of a tensor of a published version: namespace weights/<model>, whole tensor. */
+export function weightsKey (model: string, name: string, dtype: Dtype, shape: number[], version: number, offsets: number[] = shape.map(() => 0)): string {
+  return formatKey({ namespace: `weights/${model}`, fqn: name, role: 'param', offsets, shape, dtype, version })
+}
+
+export function checkModelName (model: string): string {
+  if (!modelNamePattern.test(model)) throw new AgentError('ERR_BAD_REQUEST', `model name ${JSON.stringify(model)} may only contain letters, digits, "_", "-", "." (1..128)`)
+  return model
+}
+
+interface ModelVersions {
+  committed: Map<number, WeightsManifest>
+  reserved: Set<number>
+  /** Highest version ever retired (versions at or below are gone). */
+  retiredUpTo: number
+}
+
+export function createVersionStore (options: VersionStoreOptions, components: VersionStoreComponents): VersionStore {
+  const { stateManager, logger } = components
+  const models = new Map<string, ModelVersions>()
+  const modelOf = (model: string): ModelVersions => {
+    let m = models.get(model)
+    if (m === undefined) { m = { committed: new Map(), reserved: new Set(), retiredUpTo: -1 }; models.set(model, m) }
+    return m
+  }
+  const highest = (m: ModelVersions): number => Math.max(m.retiredUpTo, ...m.committed.keys(), ...m.reserved)
+  const manifestFile = (model: string, version: number): string => join(options.dir, model, `v${version}.json`)
+
+  async function retire (model: string, version: number): Promise<void> {
+    const m = models.get(model)
+    const manifest = m?.committed.get(version)
+    if (m === undefined || manifest === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model}`)
+    m.committed.delete(version)
+    m.retiredUpTo = Math.max(m.retiredUpTo, version)
+    if (manifest.durable) await unlink(manifestFile(model, version)).catch(() => {})
+    if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
+    logger.info({ model, version }, 'weights version retired')
+  }
+
+  return {
+    async load () {
+      await mkdir(options.dir, { recursive: true })
+      const stored = new Set(stateManager.storedKeys('weights/').map(k => k.text))
+      for (const model of await readdir(options.dir).catch(() => [] as string[])) {
+        if (!modelNamePattern.test(model)) continue
+        for (const file of await readdir(join(options.dir, model))) {
+          const match = /^v(0|[1-9]\d*)\.json$/.exec(file)
+          if (match === null) continue
+          const path = join(options.dir, model, file)
+          let manifest: WeightsManifest
+          try {
+            manifest = JSON.parse(await readFile(path, 'utf8')) as WeightsManifest
+            if (manifest.model !== model || manifest.version !== Number(match[1]) || !Array.isArray(manifest.tensors)) throw new Error('manifest does not match its file name')
+            for (const t of manifest.tensors) parseKey(t.key)
+          } catch (err) {
+            logger.warn({ path, err }, 'unreadable weights manifest ignored')
+            continue
+          }
+          const missing = manifest.tensors.find(t => !stored.has(t.key))
+          if (missing !== undefined) {
+            logger.warn({ model, version: manifest.version, missing: missing.key }, 'weights version discarded at start: a key is not stored')
+            await unlink(path).catch(() => {})
+            if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
+            continue
+          }
+          modelOf(model).committed.set(manifest.version, manifest)
+        }
+      }
+      logger.info({ models: models.size, versions: [...models.values()].reduce((a, m) => a + m.committed.size, 0) }, 'weights versions loaded')
+    },
+    reserve (model, version) {
+      checkModelName(model)
+      if (!Number.isSafeInteger(version) || version < 0) throw new AgentError('ERR_BAD_REQUEST', `version must be a non-negative integer, got ${version}`)
+      const m = modelOf(model)
+      const top = highest(m)
+      if (version <= top) throw new AgentError('ERR_WEIGHTS_VERSION_EXISTS', `version ${version} of ${model} is not above ${top}, the highest committed, retired or in-progress version (versions are monotonic)`)
+      m.reserved.add(version)
+      return { release: () => { m.reserved.delete(version) } }
+    },
+    nextVersion: model => highest(modelOf(checkModelName(model))) + 1,
+    async commit (manifest) {
+      const m = modelOf(manifest.model)
+      if (!m.reserved.has(manifest.version)) throw new AgentError('ERR_INTERNAL', `version ${manifest.version} of ${manifest.model} was not reserved`)
+      if (manifest.durable) {
+        await mkdir(join(options.dir, manifest.model), { recursive: true })
+        await writeFileDurably(manifestFile(manifest.model, manifest.version), JSON.stringify(manifest), 0o640)
+      }
+      m.reserved.delete(manifest.version)
+      m.committed.set(manifest.version, manifest)
+      logger.info({ model: manifest.model, version: manifest.version, tensors: manifest.tensors.length, bytes: manifest.totalBytes }, 'weights version committed')
+      const old = [...m.committed.keys()].sort((a, b) => a - b).slice(0, Math.max(0, m.committed.size - options.retainVersions))
+      for (const version of old) await retire(manifest.model, version)
+    },
+    get (model, version) {
+      const m = models.get(model)
+      if (version === latestVersion) {
+        const latest = m === undefined || m.committed.size === 0 ? undefined : Math.max(...m.committed.keys())
+        if (latest === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version of model ${model} on this agent`)
+        return m!.committed.get(latest)!
+      }
+      const manifest = m?.committed.get(version)
+      if (manifest !== undefined) return manifest
+      if (m !== undefined && version <= m.retiredUpTo) throw new AgentError('ERR_WEIGHTS_RETIRED', `version ${version} of ${model} was retired (latest: ${m.committed.size > 0 ? Math.max(...m.committed.keys()) : 'none'})`)
+      throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model} on this agent`)
+    },
+    list: () => [...models.values()].flatMap(m => [...m.committed.values()]).sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version),
+    retire,
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * The weight-transfer agent (RLBoost §4.3) as one service: committed versions
+ * (version-store), publishing (publisher), the authenticated data server
+ * (tcp-server) and pulling (puller) over the transport interface.
+ */
+import { join } from 'node:path'
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import type { StateManager } from '../state/state-manager.ts'
+import { createDataAuth } from './data-auth.ts'
+import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
+import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
+import { createPuller, type PullResult } from './puller.ts'
+import type { LayoutRule, TargetLayout } from './reshard.ts'
+import { createTcpConnector } from './tcp-client.ts'
+import { createTcpWeightServer } from './tcp-server.ts'
+import type { ActivePull } from './transport.ts'
+import { createVersionStore, type WeightsManifest } from './version-store.ts'
+import type { WeightsConfig } from './weights-config.ts'
+
+export interface WeightsServiceOptions extends WeightsConfig {
+  /** Directory of the manifest files (<stateDir>/weights). */
+  manifestDir: string
+}
+
+export interface WeightsServiceComponents {
+  stateManager: StateManager
+  /** The cluster key (mesh/cluster-key.ts format), shared by every agent. */
+  clusterKey: Uint8Array
+  logger: Logger
+}
+
+/** A pull's target layout as the API takes it: rules, or a preset with its parameters. */
+export interface LayoutSpec {
+  tp: number
+  rank: number
+  rules?: LayoutRule[]
+  preset?: string
+  presetOptions?: PresetOptions
+}
+
+export interface PullOptions {
+  from: string
+  model: string
+  version: number
+  layout?: LayoutSpec
+  streams?: number
+  onProgress?: (doneBytes: number, totalBytes: number) => void
+  signal?: AbortSignal
+}
+
+export interface VersionSummary {
+  model: string
+  version: number
+  tensors: number
+  bytes: number
+  committedAtMs: number
+  durable: boolean
+}
+
+export interface WeightsService {
+  start(): Promise<void>
+  stop(): Promise<void>
+  /** host:port of the data server. */
+  address(): string
+  createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
+  publish(request: PublishRequest): Promise<WeightsManifest>
+  pull(options: PullOptions): Promise<PullResult>
+  list(): { versions: VersionSummary[], pulls: ActivePull[] }
+  manifest(model: string, version: number): WeightsManifest
+  retire(model: string, version: number): Promise<void>
+}
+
+/** Resolves a LayoutSpec against a manifest (presets take head counts from its metadata unless given). */
+export function resolveLayout (spec: LayoutSpec, manifest: WeightsManifest): TargetLayout {
+  if ((spec.rules === undefined) === (spec.preset === undefined)) throw new AgentError('ERR_LAYOUT_INVALID', 'a layout needs either rules or a preset')
+  const rules = spec.rules ?? presetRules(spec.preset!, { ...presetOptionsFromMetadata(manifest.metadata), ...spec.presetOptions })
+  return { tp: spec.tp, rank: spec.rank, rules }
+}
+
+export function createWeightsService (options: WeightsServiceOptions, components: WeightsServiceComponents): WeightsService {
+  const { stateManager, logger } = components
+  const auth = createDataAuth(components.clusterKey)
+  const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger })
+  const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable }, { stateManager, versions, logger })
+  const server = createTcpWeightServer({ listen: options.dataListen, authTimeoutMs: options.authTimeoutMs }, { stateManager, versions, auth, logger })
+  const puller = createPuller({ chunkBytes: options.chunkBytes }, { stateManager, connector: createTcpConnector(auth), versions, logger })
+
+  return {
+    async start () {
+      await versions.load()
+      await server.start()
+    },
+    async stop () {
+      await server.stop()
+      await publisher.close()
+    },
+    address: () => server.address,
+    createRegion: (model, version, tensors) => publisher.createRegion(model, version, tensors),
+    publish: request => publisher.publish(request),
+    pull: o => puller.pull({
+      from: o.from,
+      model: o.model,
+      version: o.version,
+      streams: o.streams ?? options.streams,
+      ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
+      ...(o.onProgress !== undefined ? { onProgress: o.onProgress } : {}),
+      ...(o.signal !== undefined ? { signal: o.signal } : {}),
+    }),
+    list: () => ({
+      versions: versions.list().map(m => ({ model: m.model, version: m.version, tensors: m.tensors.length, bytes: m.totalBytes, committedAtMs: m.committedAtMs, durable: m.durable })),
+      pulls: server.activePulls(),
+    }),
+    manifest: (model, version) => versions.get(model, version),
+    retire: (model, version) => versions.retire(model, version),
+  }
+}
+
+export const manifestDirOf = (stateDir: string): string => join(stateDir, 'weights')

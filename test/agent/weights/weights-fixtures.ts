@@ -1,0 +1,111 @@
+/**
+ * Fixtures of the weight tests: a safetensors writer (independent of the
+ * agent's reader), in-process weight services over real StateManagers and
+ * real TCP on loopback, and a TCP proxy that can cut or corrupt a connection.
+ */
+import { writeFileSync } from 'node:fs'
+import { createServer, connect, type Server, type Socket } from 'node:net'
+import { join } from 'node:path'
+import type { Test } from 'tap'
+import { pino } from 'pino'
+import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
+import { createWeightsService, type WeightsService } from '../../../agent/weights/weights-service.ts'
+import { defaultWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
+import { diskDir } from '../../native/helpers.ts'
+
+export const MiB = 2 ** 20
+export const logger = pino({ level: 'silent' })
+
+export interface FixtureTensor { name: string, dtype: 'f32' | 'bf16' | 'u8', shape: number[], data: Buffer }
+const stDtype = { f32: 'F32', bf16: 'BF16', u8: 'U8' } as const
+const elementBytes = { f32: 4, bf16: 2, u8: 1 } as const
+
+/** Deterministic bytes of a tensor (seeded xorshift), so any slice can be checked. */
+export function tensor (name: string, dtype: FixtureTensor['dtype'], shape: number[], seed: number): FixtureTensor {
+  const bytes = shape.reduce((a, b) => a * b, 1) * elementBytes[dtype]
+  const data = Buffer.alloc(bytes)
+  let x = (seed * 2654435761) >>> 0 || 1
+  for (let i = 0; i < bytes; i++) { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; data[i] = x & 0xff }
+  return { name, dtype, shape, data }
+}
+
+export function writeSafetensors (path: string, tensors: FixtureTensor[], metadata: Record<string, string> = {}): void {
+  const header: Record<string, unknown> = { __metadata__: metadata }
+  let offset = 0
+  for (const t of tensors) { header[t.name] = { dtype: stDtype[t.dtype], shape: t.shape, data_offsets: [offset, offset + t.data.length] }; offset += t.data.length }
+  let json = Buffer.from(JSON.stringify(header))
+  json = Buffer.concat([json, Buffer.alloc((8 - json.length % 8) % 8, 0x20)])
+  const len = Buffer.alloc(8)
+  len.writeBigUInt64LE(BigInt(json.length))
+  writeFileSync(path, Buffer.concat([len, json, ...tensors.map(t => t.data)]))
+}
+
+export const sharedKey = (): Uint8Array => parseClusterKey(generateClusterKey(), 'test key')
+
+export interface NodeFixture { sm: StateManager, weights: WeightsService, dir: string }
+
+/** A StateManager plus a weights service on 127.0.0.1:0, stopped at teardown. */
+export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB): Promise<NodeFixture> {
+  const sm = createStateManager({
+    hostPoolBytes: poolBytes, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 256 * MiB, directIo: true,
+    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
+  }, { logger })
+  await sm.start()
+  const weights = createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 256 * 1024, ...overrides, manifestDir: join(dir, 'weights') }, { stateManager: sm, clusterKey, logger })
+  await weights.start()
+  t.teardown(async () => { await weights.stop(); await sm.stop() })
+  return { sm, weights, dir }
+}
+
+/** Bytes of a stored key (through readHost, then a copy for the assertion). */
+export async function keyBytes (sm: StateManager, key: string): Promise<Buffer> {
+  const { viewHostRange } = await import('../../../native/index.ts')
+  const pinned = await sm.readHost(key)
+  try { return Buffer.from(viewHostRange(pinned.range)) } finally { pinned.release() }
+}
+
+export interface Proxy {
+  address: string
+  /** Server → client bytes forwarded so far (all connections). */
+  forwarded(): number
+  close(): Promise<void>
+}
+
+/**
+ * Forwards connections to `target`. `tamper` sees each server→client chunk
+ * with the running byte count of its connection and may return a changed
+ * chunk or 'cut' (the connection is destroyed, both sides).
+ */
+export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer, connectionBytes: number, connection: number) => Buffer | 'cut' = c => c): Promise<Proxy> {
+  const [host, port] = target.split(':') as [string, string]
+  let total = 0
+  let connections = 0
+  const sockets = new Set<Socket>()
+  const server: Server = createServer(client => {
+    const id = connections++
+    let seen = 0
+    const upstream = connect({ host, port: Number(port) })
+    sockets.add(client); sockets.add(upstream)
+    client.on('error', () => upstream.destroy())
+    upstream.on('error', () => client.destroy())
+    client.on('close', () => upstream.destroy())
+    upstream.on('close', () => client.destroy())
+    client.pipe(upstream)
+    upstream.on('data', (chunk: Buffer) => {
+      const out = tamper(chunk, seen, id)
+      seen += chunk.length
+      if (out === 'cut') { client.destroy(); upstream.destroy(); return }
+      total += out.length
+      if (!client.write(out)) { upstream.pause(); client.once('drain', () => upstream.resume()) }
+    })
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  const proxy: Proxy = {
+    address: `127.0.0.1:${(server.address() as { port: number }).port}`,
+    forwarded: () => total,
+    close: async () => { for (const s of sockets) s.destroy(); await new Promise<void>(resolve => server.close(() => resolve())) },
+  }
+  t.teardown(() => proxy.close())
+  return proxy
+}
