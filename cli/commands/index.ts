@@ -9,6 +9,7 @@ import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
+import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
 import { simTracePlacementCommand } from './sim-trace-placement.ts'
@@ -31,4 +32,5 @@ export const commands: Record<string, Command> = {
   'sim trace reward': simTraceRewardCommand,
   'sim placement': simPlacementCommand,
   'sim trace placement': simTracePlacementCommand,
+  'plan workflow': planWorkflowCommand,
 }
