@@ -79,7 +79,9 @@ export function validateRewardTrace (value: unknown, source = 'trace'): RewardTr
       const path = dottedPath(error.path) || '(root)'
       if (seen.has(path)) continue
       seen.add(path)
-      let message = `${error.message}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
+      const choices = (error.schema.anyOf as TSchema[] | undefined)?.map(option => option.const as unknown)
+      const expected = choices !== undefined && choices.every(c => c !== undefined) ? `Expected one of ${choices.map(c => JSON.stringify(c)).join(', ')}` : error.message
+      let message = `${expected}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
       if (error.message === 'Unexpected property') {
         const segments = error.path.split('/').filter(Boolean)
         const hint = closestName(segments.at(-1)!, Object.keys(propertiesAt(rewardTraceSchema, segments.slice(0, -1))))

@@ -33,7 +33,7 @@ t.test('schema problems name the field, with hints for misspelt keys', async t =
   bad.tasks[0].batches[0].requests[1].arrivalSec = 3
   delete bad.maxExtraDelayS
   const found = issues(bad)
-  t.match(found.join('\n'), /stages\[1\]\.resource: .*got "tpu"/)
+  t.match(found.join('\n'), /stages\[1\]\.resource: Expected one of "cpu", "gpu", got "tpu"/)
   t.match(found.join('\n'), /stages\[0\]\.timeoutS: Expected number to be greater than 0, got 0/)
   t.match(found.join('\n'), /tasks\[0\]\.batches\[1\]\.requests\[0\]\.stageS\[1\]: Expected number to be greater or equal to 0, got -1/)
   t.match(found.join('\n'), /tasks\[0\]\.batches\[0\]\.requests\[1\]\.arrivalSec: Unexpected property, got 3; did you mean "arrivalS"\?/)
