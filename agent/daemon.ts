@@ -13,6 +13,8 @@ import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
 import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
+import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.ts'
+import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from './errors.ts'
@@ -44,6 +46,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   let deviceLock: DeviceLockService | undefined
   let stateManager: StateManager | undefined
   let mesh: Mesh | undefined
+  let weights: WeightsService | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
@@ -57,6 +60,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     subsystems: runner.records(),
     native: capabilities,
     ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
+    ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
   })
 
   const specs: SubsystemSpec[] = [
@@ -117,6 +121,24 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     },
     {
+      // RLBoost §4.3 pull-based weight transfer: versions in the StateManager, served over TCP
+      // authenticated with the cluster key (the mesh's key file; --dev generates one like the mesh does).
+      id: 'weights',
+      requires: ['state'],
+      async create (context) {
+        if (!config.weights.enabled) return { skip: 'disabled by config (weights.enabled = false)' }
+        const sm = stateManager!
+        const clusterKey = config.mesh.clusterKeyFile === '' && dev
+          ? (await loadOrCreateDevClusterKey(config.node.stateDir)).key
+          : await loadClusterKey(config.mesh.clusterKeyFile)
+        const service = createWeightsService({ ...config.weights, manifestDir: manifestDirOf(config.node.stateDir) }, { stateManager: sm, clusterKey, logger: context.logger })
+        return {
+          async start () { await service.start(); weights = service },
+          async stop () { weights = undefined; await service.stop() },
+        }
+      },
+    },
+    {
       // Membership and availability gossip with the other agents (libp2p + gossipsub, SWIM).
       id: 'mesh',
       requires: ['identity'],
@@ -142,6 +164,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           locks: { deviceLock: () => deviceLock ?? { unavailable: subsystemReason('device-lock') } },
           state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
           mesh: { mesh: () => mesh ?? { unavailable: subsystemReason('mesh') } },
+          weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
         })
       },
     },

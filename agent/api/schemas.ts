@@ -34,6 +34,7 @@ export const StatusSchema = Type.Object({
   subsystems: Type.Array(SubsystemRecordSchema),
   native: Type.Optional(Type.Unknown({ description: 'capabilities of the native addon: cuda, directIo, hugePages, memlockLimitBytes, ...' })),
   mesh: Type.Optional(MeshStatusSchema),
+  weights: Type.Optional(Type.Object({ address: Type.String({ description: 'host:port of the weight data server (TCP)' }) })),
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 
 export type StatusBody = Static<typeof StatusSchema>

@@ -9,6 +9,12 @@ import { AgentError, isErrorCode, type ErrorBody } from '../errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
 import type { MeshInfo, PeerView } from '../../mesh/mesh-views.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
+import type { PullResult } from '../weights/puller.ts'
+import type { PublishRequest, WeightsRegion, TensorSpec } from '../weights/publisher.ts'
+import type { WeightsManifest } from '../weights/version-store.ts'
+import type { PullInProgress, VersionSummary } from '../weights/weights-service.ts'
+import type { ActivePull } from '../weights/transport.ts'
+import type { PullBodyType } from '../api/routes/weights.ts'
 import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
@@ -65,6 +71,15 @@ export interface AgentClient {
    * or the agent closes the stream. On a `waiter` event: offload and release.
    */
   gpuLockEvents(gpu: number, options?: GpuLockHolderOptions): AsyncIterable<GpuLockStreamEvent>
+  /** Versions on this agent, who pulls from it, the pulls it makes (GET /v1/weights). */
+  weights(options?: RequestOptions): Promise<{ address: string, versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }>
+  /** A shared-memory region to write a version into (POST /v1/weights/regions). */
+  weightsRegion(body: { model: string, version?: number, tensors: TensorSpec[] }, options?: RequestOptions): Promise<WeightsRegion>
+  /** Commits a version; answers when committed (no idle timeout). */
+  weightsPublish(body: PublishRequest, options?: RequestOptions): Promise<WeightsManifest>
+  /** Pulls a version or this rank's slices into the agent; answers when verified (no idle timeout). */
+  weightsPull(body: PullBodyType, options?: RequestOptions): Promise<PullResult>
+  weightsRetire(body: { model: string, version: number }, options?: RequestOptions): Promise<{ retired: true }>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -179,6 +194,11 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     releaseGpu: (gpu, o = {}) => call('POST', `/v1/locks/gpu/${gpu}/release`, holderBody(o), o.signal !== undefined ? { signal: o.signal } : {}),
     locks: o => call('GET', '/v1/locks', undefined, o),
     gpuLockEvents,
+    weights: o => call('GET', '/v1/weights', undefined, o),
+    weightsRegion: (body, o) => call('POST', '/v1/weights/regions', body, o),
+    weightsPublish: (body, o) => call('POST', '/v1/weights/publish', body, { idleTimeoutMs: 0, ...o }),
+    weightsPull: (body, o) => call('POST', '/v1/weights/pull', body, { idleTimeoutMs: 0, ...o }),
+    weightsRetire: (body, o) => call('POST', '/v1/weights/retire', body, o),
   }
 }
 

@@ -9,6 +9,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
+import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -160,6 +161,7 @@ export const configSchema = Type.Object({
   locks: LocksSection,
   mesh: MeshSection,
   state: StateSection,
+  weights: WeightsSection,
   shutdown: ShutdownSection,
 }, { additionalProperties: false })
 
@@ -196,6 +198,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       maxRecordBytes: 64 * 1024,
     },
     state: defaultStateConfig('/var/lib/agentd'),
+    weights: { ...defaultWeightsConfig },
     shutdown: { graceMs: 10_000 },
   }
 }
@@ -214,6 +217,7 @@ export function devConfig (hostname: string, stateDir: string): AgentConfig {
     api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '' },
     mesh: { ...base.mesh, listen: ['/ip4/127.0.0.1/tcp/0'], clusterKeyFile: '' },
     state: devStateConfig(stateDir),
+    weights: { ...devWeightsConfig },
     shutdown: { graceMs: 5_000 },
   }
 }

@@ -58,6 +58,14 @@ export interface VersionSummary {
   durable: boolean
 }
 
+export interface PullInProgress {
+  from: string
+  model: string
+  version: number | 'latest'
+  doneBytes: number
+  totalBytes: number
+}
+
 export interface WeightsService {
   start(): Promise<void>
   stop(): Promise<void>
@@ -66,7 +74,8 @@ export interface WeightsService {
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
   publish(request: PublishRequest): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
-  list(): { versions: VersionSummary[], pulls: ActivePull[] }
+  /** Versions held, connections pulling from this agent, and pulls this agent is making. */
+  list(): { versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
 }
@@ -84,6 +93,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable }, { stateManager, versions, logger })
   const server = createTcpWeightServer({ listen: options.dataListen, authTimeoutMs: options.authTimeoutMs }, { stateManager, versions, auth, logger })
+  const pulling = new Set<PullInProgress>()
   const puller = createPuller({ chunkBytes: options.chunkBytes }, { stateManager, connector: createTcpConnector(auth), versions, logger })
 
   return {
@@ -98,18 +108,27 @@ export function createWeightsService (options: WeightsServiceOptions, components
     address: () => server.address,
     createRegion: (model, version, tensors) => publisher.createRegion(model, version, tensors),
     publish: request => publisher.publish(request),
-    pull: o => puller.pull({
-      from: o.from,
-      model: o.model,
-      version: o.version,
-      streams: o.streams ?? options.streams,
-      ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
-      ...(o.onProgress !== undefined ? { onProgress: o.onProgress } : {}),
-      ...(o.signal !== undefined ? { signal: o.signal } : {}),
-    }),
+    async pull (o) {
+      const progress: PullInProgress = { from: o.from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
+      pulling.add(progress)
+      try {
+        return await puller.pull({
+          from: o.from,
+          model: o.model,
+          version: o.version,
+          streams: o.streams ?? options.streams,
+          onProgress: (done, totalBytes) => { progress.doneBytes = done; progress.totalBytes = totalBytes; o.onProgress?.(done, totalBytes) },
+          ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
+          ...(o.signal !== undefined ? { signal: o.signal } : {}),
+        })
+      } finally {
+        pulling.delete(progress)
+      }
+    },
     list: () => ({
       versions: versions.list().map(m => ({ model: m.model, version: m.version, tensors: m.tensors.length, bytes: m.totalBytes, committedAtMs: m.committedAtMs, durable: m.durable })),
       pulls: server.activePulls(),
+      pulling: [...pulling].map(p => ({ ...p })),
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),

@@ -17,6 +17,10 @@ import { simTraceRewardCommand } from './sim-trace-reward.ts'
 import { stateMaterializeCommand } from './state-materialize.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
+import { weightsListCommand } from './weights-list.ts'
+import { weightsPublishCommand } from './weights-publish.ts'
+import { weightsPullCommand } from './weights-pull.ts'
+import { weightsRetireCommand } from './weights-retire.ts'
 
 export const commands: Record<string, Command> = {
   status: statusCommand,
@@ -33,4 +37,8 @@ export const commands: Record<string, Command> = {
   'sim placement': simPlacementCommand,
   'sim trace placement': simTracePlacementCommand,
   'plan workflow': planWorkflowCommand,
+  'weights publish': weightsPublishCommand,
+  'weights pull': weightsPullCommand,
+  'weights list': weightsListCommand,
+  'weights retire': weightsRetireCommand,
 }

@@ -43,7 +43,7 @@ t.test('a corrupted chunk is detected by its checksum and refetched', async t =>
     if (!flipped && seen + chunk.length > MiB && seen < MiB) {
       flipped = true
       const copy = Buffer.from(chunk)
-      copy[MiB - seen] ^= 0x40
+      copy[MiB - seen] = copy[MiB - seen]! ^ 0x40
       return copy
     }
     return chunk

@@ -1,0 +1,22 @@
+/** agentctl weights list: versions on this agent (model, version, tensors, size), who is pulling from it, and its own pulls. */
+import type { Command } from '../command.ts'
+import { formatBytes, formatTable } from '../table.ts'
+
+export const weightsListCommand: Command = {
+  summary: 'weight versions on this agent, the data address, who is pulling from it, and pulls in progress',
+  async run ({ client, signal }) {
+    const body = await client.weights({ signal })
+    const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString()])
+    const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
+    const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
+    return {
+      json: body,
+      human: [
+        `data server ${body.address}`,
+        versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'DURABLE', 'COMMITTED'], versions) : 'no versions',
+        pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
+        ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
+      ].join('\n\n'),
+    }
+  },
+}

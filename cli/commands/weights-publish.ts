@@ -1,0 +1,44 @@
+/** agentctl weights publish: commit a version from a safetensors file, stored keys or a handed-out region. */
+import { resolve } from 'node:path'
+import type { PublishSource } from '../../agent/weights/publisher.ts'
+import { UsageError, type Command } from '../command.ts'
+import { formatBytes } from '../table.ts'
+
+export const weightsPublishCommand: Command = {
+  summary: 'publish a version of a model (versions are monotonic and immutable; old ones retire by weights.retainVersions)',
+  usage: '--model M [--version N] (--from-safetensors F | --from-keys PREFIX | --from-region NAME) [--meta KEY=VALUE ...]',
+  options: {
+    model: { type: 'string' }, version: { type: 'string' },
+    'from-safetensors': { type: 'string' }, 'from-keys': { type: 'string' }, 'from-region': { type: 'string' },
+    meta: { type: 'string', multiple: true },
+  },
+  async run ({ client, values, signal }) {
+    const model = values.model as string | undefined
+    if (model === undefined) throw new UsageError('weights publish needs --model')
+    const sources = (['from-safetensors', 'from-keys', 'from-region'] as const).filter(k => values[k] !== undefined)
+    if (sources.length !== 1) throw new UsageError('weights publish needs exactly one of --from-safetensors, --from-keys, --from-region')
+    const version = parseVersion(values.version as string | undefined, false)
+    const source: PublishSource = values['from-safetensors'] !== undefined
+      ? { kind: 'safetensors', path: resolve(values['from-safetensors'] as string) }
+      : values['from-keys'] !== undefined ? { kind: 'keys', prefix: values['from-keys'] as string } : { kind: 'region', region: values['from-region'] as string }
+    const metadata: Record<string, string> = {}
+    for (const pair of (values.meta as string[] | undefined) ?? []) {
+      const eq = pair.indexOf('=')
+      if (eq < 1) throw new UsageError(`--meta takes KEY=VALUE, got "${pair}"`)
+      metadata[pair.slice(0, eq)] = pair.slice(eq + 1)
+    }
+    const manifest = await client.weightsPublish({ model, source, ...(typeof version === 'number' ? { version } : {}), ...(Object.keys(metadata).length > 0 ? { metadata } : {}) }, { signal })
+    return {
+      json: { model: manifest.model, version: manifest.version, tensors: manifest.tensors.length, bytes: manifest.totalBytes, durable: manifest.durable },
+      human: `published ${manifest.model} v${manifest.version}: ${manifest.tensors.length} tensors, ${formatBytes(manifest.totalBytes)}${manifest.durable ? ' (on NVMe)' : ''}`,
+    }
+  },
+}
+
+/** "--version N" (or "latest" where allowed); undefined when absent. */
+export function parseVersion (text: string | undefined, latestAllowed: boolean): number | 'latest' | undefined {
+  if (text === undefined) return undefined
+  if (latestAllowed && text === 'latest') return 'latest'
+  if (!/^(0|[1-9]\d*)$/.test(text)) throw new UsageError(`--version must be a non-negative integer${latestAllowed ? ' or "latest"' : ''}, got "${text}"`)
+  return Number(text)
+}

@@ -1,0 +1,102 @@
+/**
+ * agentctl weights pull: the agent pulls a version (or one tensor-parallel
+ * rank's slices of it) from another agent into its StateManager, where
+ * rollout workers onload the keys. A progress bar on a terminal; --json prints
+ * { version, bytes, seconds, tensors }.
+ */
+import { readFile } from 'node:fs/promises'
+import { resolve } from 'node:path'
+import type { PullResult } from '../../agent/weights/puller.ts'
+import type { MaterializeResult } from '../../agent/state/materialize.ts'
+import { AgentError } from '../../agent/errors.ts'
+import { UsageError, type Command, type CommandContext } from '../command.ts'
+import { formatBytes } from '../table.ts'
+import { parseVersion } from './weights-publish.ts'
+
+const positiveInt = (name: string, text: string | undefined): number | undefined => {
+  if (text === undefined) return undefined
+  if (!/^[1-9]\d*$/.test(text)) throw new UsageError(`--${name} must be a positive integer, got "${text}"`)
+  return Number(text)
+}
+
+export const weightsPullCommand: Command = {
+  summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
+  usage: '--from HOST:PORT --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors]',
+  options: {
+    from: { type: 'string' }, model: { type: 'string' }, version: { type: 'string' }, layout: { type: 'string' }, preset: { type: 'string' },
+    tp: { type: 'string' }, rank: { type: 'string' }, heads: { type: 'string' }, 'kv-heads': { type: 'string' }, streams: { type: 'string' }, out: { type: 'string' },
+  },
+  async run (context) {
+    const { client, values, signal, json } = context
+    const from = values.from as string | undefined
+    const model = values.model as string | undefined
+    if (from === undefined || model === undefined) throw new UsageError('weights pull needs --from HOST:PORT and --model')
+    const version = parseVersion(values.version as string | undefined, true) ?? 'latest'
+    const tp = positiveInt('tp', values.tp as string | undefined)
+    const rankText = values.rank as string | undefined
+    if (rankText !== undefined && !/^(0|[1-9]\d*)$/.test(rankText)) throw new UsageError(`--rank must be a non-negative integer, got "${rankText}"`)
+    const layoutFile = values.layout as string | undefined
+    const preset = values.preset as string | undefined
+    if (layoutFile !== undefined && preset !== undefined) throw new UsageError('give --layout or --preset, not both')
+    const sliced = layoutFile !== undefined || preset !== undefined
+    if (sliced && (tp === undefined || rankText === undefined)) throw new UsageError('a layout needs --tp and --rank')
+    if (!sliced && (tp !== undefined || rankText !== undefined)) throw new UsageError('--tp/--rank need --layout F or --preset P')
+    const out = values.out as string | undefined
+    if (out !== undefined && sliced) throw new UsageError('--out writes a whole model; a sliced pull stays in the agent as keys')
+    let rules: unknown[] | undefined
+    if (layoutFile !== undefined) {
+      try {
+        rules = (JSON.parse(await readFile(layoutFile, 'utf8')) as { rules?: unknown[] }).rules
+      } catch (cause) {
+        throw new AgentError('ERR_LAYOUT_INVALID', `cannot read the layout ${layoutFile}: ${(cause as Error).message}`, { cause })
+      }
+      if (!Array.isArray(rules)) throw new AgentError('ERR_LAYOUT_INVALID', `${layoutFile}: expected { "rules": [...] }`)
+    }
+    const heads = positiveInt('heads', values.heads as string | undefined)
+    const kvHeads = positiveInt('kv-heads', values['kv-heads'] as string | undefined)
+    const streams = positiveInt('streams', values.streams as string | undefined)
+    const body = {
+      from, model, version,
+      ...(streams !== undefined ? { streams } : {}),
+      ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}) } } : {}),
+    }
+    const bar = !json && process.stderr.isTTY ? showProgress(context, from, model) : undefined
+    let result: PullResult
+    try {
+      result = await client.weightsPull(body, { signal })
+    } finally {
+      bar?.stop()
+    }
+    let written: MaterializeResult | undefined
+    if (out !== undefined) {
+      written = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { prefix: `weights/${model}/`, version: result.version, path: resolve(out), overwrite: true }, { signal, idleTimeoutMs: 0 })
+    }
+    const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
+    return {
+      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors },
+      human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
+        `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
+        `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}`,
+    }
+  },
+}
+
+/** Redraws a bar on stderr from the agent's pull progress (GET /v1/weights) until stopped. */
+function showProgress ({ client }: CommandContext, from: string, model: string): { stop(): void } {
+  let stopped = false
+  const draw = (done: number, total: number): void => {
+    const width = 30
+    const filled = total > 0 ? Math.round(width * done / total) : 0
+    process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${formatBytes(done)} / ${formatBytes(total)}`)
+  }
+  const loop = async (): Promise<void> => {
+    while (!stopped) {
+      const state = await client.weights().catch(() => undefined)
+      const mine = state?.pulling.find(p => p.from === from && p.model === model)
+      if (mine !== undefined && !stopped) draw(mine.doneBytes, mine.totalBytes)
+      await new Promise(resolve => setTimeout(resolve, 200))
+    }
+  }
+  void loop()
+  return { stop: () => { stopped = true; process.stderr.write('\r\x1b[K') } }
+}
