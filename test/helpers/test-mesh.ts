@@ -2,7 +2,7 @@
  * startTestMesh(t, { nodes }): N real agents (separate processes, from source)
  * on loopback, each with its own temp state dir, one cluster key, and the
  * first agent as every other agent's seed; resolves once every agent sees
- * every other one alive with a record. Everything is killed at teardown.
+ * every other one's record (and none of them dead). Everything is killed at teardown.
  * The leader-election tests reuse it.
  *
  * Agents run `--dev` with the StateManager off (no 256 MiB pinned host pool per
@@ -22,6 +22,8 @@ export interface TestMeshOptions {
   nodes: number
   /** Extra agentd flags for every agent. */
   args?: string[]
+  /** Extra agentd flags for the agent started index-th (0 = the seed), after `args`. */
+  nodeArgs?(index: number): string[]
   /** How long to wait for convergence, ms. Default 30000 + 2000 per node. */
   convergeTimeoutMs?: number
   /** Agents started at once (each start-up is CPU-bound; twenty at once on two cores starve each other). Default 4. */
@@ -55,7 +57,10 @@ export interface TestMesh {
   peerOf(observer: MeshAgent, target: MeshAgent): Promise<PeerView | undefined>
   /** Polls until `check` holds for every agent in `observers`; returns the time it took, ms. */
   waitFor(observers: MeshAgent[], check: (peers: PeerView[], observer: MeshAgent) => boolean, timeoutMs: number, what: string): Promise<number>
-  /** Every agent in `agents` sees every other one alive with a record. */
+  /**
+   * Every agent in `agents` has every other one's record and holds none of them dead (a member
+   * may be suspect for a moment on an overloaded host: it refutes, and its record is still seen).
+   */
   waitConverged(agents?: MeshAgent[], timeoutMs?: number): Promise<number>
 }
 
@@ -67,10 +72,11 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
   let seed = ''
 
   const addAgent = async (o: AddAgentOptions = {}): Promise<MeshAgent> => {
-    const name = o.name ?? `node${String(index++).padStart(2, '0')}`
+    const nth = index++
+    const name = o.name ?? `node${String(nth).padStart(2, '0')}`
     const stateDir = o.stateDir ?? join(dir, name)
     const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
-      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(o.args ?? [])]
+      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
     const agent = await spawnAgent(t, { stateDir, args, waitReady: false })
     // Twenty agents starting at once on two cores take a while to answer.
     await waitReady(agent, 90_000)
@@ -117,7 +123,7 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
     },
     waitFor,
     waitConverged (group = mesh.agents, timeoutMs = 30_000 + 2_000 * group.length) {
-      return waitFor(group, (peers, o) => group.every(a => a === o || peers.some(p => p.peerId === a.peerId && p.state === 'alive' && p.record !== null)),
+      return waitFor(group, (peers, o) => group.every(a => a === o || peers.some(p => p.peerId === a.peerId && p.state !== 'dead' && p.record !== null)),
         timeoutMs, `${group.length} agents to converge`)
     },
   }
