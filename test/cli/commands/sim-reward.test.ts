@@ -1,8 +1,15 @@
-// agentctl sim trace reward / sim reward: local commands, no agent.
+// agentctl sim trace reward / sim reward: local commands, no agent. End to end through
+// agentctl for output and exit codes; usage errors in-process (quicker).
 import t from 'tap'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, tempDir } from '../../helpers/agent-process.ts'
+import { UsageError, type CommandContext } from '../../../cli/command.ts'
+import { simRewardCommand } from '../../../cli/commands/sim-reward.ts'
+import { simTraceRewardCommand } from '../../../cli/commands/sim-trace-reward.ts'
+
+const context = (values: CommandContext['values']): CommandContext =>
+  ({ values, positionals: [], json: false, signal: new AbortController().signal, client: undefined as never })
 
 t.test('generate a trace, replay it, print the issue\'s JSON and a table', async t => {
   const dir = tempDir(t)
@@ -13,8 +20,8 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a table', async
   t.equal(trace.tasks.length, 2)
   t.equal(trace.tasks[0].batches.length, 3)
   t.equal(trace.tasks[0].batches[0].requests.length, 16)
-  const again = await runNode(agentctlMain, ['sim', 'trace', 'reward', '--tasks', '2', '--batch', '16', '--iterations', '3', '--seed', '5'])
-  t.equal(again.stdout, generated.stdout, 'same seed, same trace')
+  const again = await simTraceRewardCommand.run(context({ tasks: '2', batch: '16', iterations: '3', seed: '5' }))
+  t.equal(again.human, generated.stdout.trimEnd(), 'same seed, same trace')
   const file = join(dir, 'trace.json')
   writeFileSync(file, generated.stdout)
 
@@ -29,34 +36,33 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a table', async
   t.same(Object.keys(result.planner), ['calls', 'meanMs', 'maxMs', 'maxRequests'])
   t.equal(result.planner.calls, 8, 'one decision at each batch start and completion')
 
-  const human = await runNode(agentctlMain, ['sim', 'reward', '--trace', file, '--policy', 'zq-dedicated'])
-  t.equal(human.code, 0, human.stderr)
-  t.match(human.stdout, /policy\s+zq-dedicated\n/)
-  t.match(human.stdout, /TASK\s+BATCH\s+EARLIEST_S\s+COMPLETED_S\s+EXTRA_DELAY_S\ntask-0\s+1\s/)
+  const human = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated' }))
+  t.match(human.human, /policy\s+zq-dedicated\n/)
+  t.match(human.human, /TASK\s+BATCH\s+EARLIEST_S\s+COMPLETED_S\s+EXTRA_DELAY_S\ntask-0\s+1\s/)
 })
 
-t.test('bad usage exits 2 with a hint; a bad trace exits 1 with ERR_TRACE_INVALID naming the field', async t => {
-  const dir = tempDir(t)
-  const noPolicy = await runNode(agentctlMain, ['sim', 'reward', '--trace', 'x.json'])
-  t.equal(noPolicy.code, 2)
-  t.match(noPolicy.stderr, /--policy is required, one of distrs, zq-dedicated, history, ideal/)
+t.test('bad usage exits 2 with a hint', async t => {
   const typo = await runNode(agentctlMain, ['sim', 'reward', '--trace', 'x.json', '--policy', 'histroy'])
   t.equal(typo.code, 2)
   t.match(typo.stderr, /unknown policy "histroy"; did you mean "history"\?/)
-  t.match((await runNode(agentctlMain, ['sim', 'reward', '--policy', 'ideal'])).stderr, /--trace F is required/)
-  const badCount = await runNode(agentctlMain, ['sim', 'trace', 'reward', '--tasks', '2', '--batch', '8', '--iterations', '1', '--seed', '1'])
-  t.equal(badCount.code, 2)
-  t.match(badCount.stderr, /--iterations must be an integer >= 2 \(the first batch of each task is the planner's history\), got "1"/)
-  t.match((await runNode(agentctlMain, ['sim', 'trace', 'reward', '--tasks', 'two', '--batch', '8', '--iterations', '3', '--seed', '1'])).stderr, /--tasks must be an integer >= 1, got "two"/)
+  await t.rejects(simRewardCommand.run(context({ trace: 'x.json' })), new UsageError('sim reward: --policy is required, one of distrs, zq-dedicated, history, ideal'))
+  await t.rejects(simRewardCommand.run(context({ policy: 'ideal' })), /--trace F is required/)
+  await t.rejects(simTraceRewardCommand.run(context({ tasks: '2', batch: '8', iterations: '1', seed: '1' })),
+    /--iterations must be an integer >= 2 \(the first batch of each task is the planner's history\), got "1"/)
+  await t.rejects(simTraceRewardCommand.run(context({ tasks: 'two', batch: '8', iterations: '3', seed: '1' })), /--tasks must be an integer >= 1, got "two"/)
+  await t.rejects(simTraceRewardCommand.run(context({ tasks: '2', iterations: '3', seed: '1' })), /--batch is required/)
+})
 
-  const missing = await runNode(agentctlMain, ['sim', 'reward', '--trace', join(dir, 'none.json'), '--policy', 'distrs', '--json'])
-  t.equal(missing.code, 1)
-  t.equal(JSON.parse(missing.stdout).error.code, 'ERR_NOT_FOUND')
+t.test('a bad trace exits 1 with ERR_TRACE_INVALID naming the field', async t => {
+  const dir = tempDir(t)
   const bad = join(dir, 'bad.json')
   writeFileSync(bad, JSON.stringify({ stages: [{ name: 'c', resource: 'tpu', cost: 1, timeoutS: 5 }], maxExtraDelayS: 1, tasks: [] }))
   const invalid = await runNode(agentctlMain, ['sim', 'reward', '--trace', bad, '--policy', 'distrs'])
   t.equal(invalid.code, 1)
-  t.match(invalid.stderr, /ERR_TRACE_INVALID: .*bad\.json is not a valid reward trace:\n {2}stages\[0\]\.resource: /)
+  t.match(invalid.stderr, /ERR_TRACE_INVALID: .*bad\.json is not a valid reward trace:\n {2}stages\[0\]\.resource: Expected one of "cpu", "gpu", got "tpu"/)
+  const missing = await runNode(agentctlMain, ['--json', 'sim', 'reward', '--trace', join(dir, 'none.json'), '--policy', 'distrs'])
+  t.equal(missing.code, 1)
+  t.equal(JSON.parse(missing.stdout).error.code, 'ERR_NOT_FOUND')
   writeFileSync(bad, '{ not json')
-  t.match((await runNode(agentctlMain, ['sim', 'reward', '--trace', bad, '--policy', 'distrs'])).stderr, /ERR_TRACE_INVALID: .*bad\.json is not JSON/)
+  await t.rejects(simRewardCommand.run(context({ trace: bad, policy: 'distrs' })), { code: 'ERR_TRACE_INVALID', message: /bad\.json is not JSON/ })
 })
