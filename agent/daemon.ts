@@ -13,6 +13,7 @@ import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
 import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
+import { createLeaderService, type LeaderService, type LeaderTask } from '../mesh/election/leader-service.ts'
 import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
 import type { StatusBody } from './api/schemas.ts'
@@ -46,6 +47,13 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   let deviceLock: DeviceLockService | undefined
   let stateManager: StateManager | undefined
   let mesh: Mesh | undefined
+  let leader: LeaderService | undefined
+  /**
+   * Leader-only subsystems (the cluster policies of mesh/policies/): started in
+   * this order when this agent gains leadership and may act, stopped (their
+   * signal aborted) when it loses it.
+   */
+  const leaderTasks: LeaderTask[] = []
   let weights: WeightsService | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
@@ -60,6 +68,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     subsystems: runner.records(),
     native: capabilities,
     ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
+    ...(leader !== undefined ? { leader: leader.view() } : {}),
     ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
   })
 
@@ -153,6 +162,19 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     },
     {
+      // Leader election among the servers and fenced decisions over the mesh (mesh/election/).
+      id: 'leader',
+      requires: ['mesh'],
+      async create (context) {
+        const created = await createLeaderService({ config: config.election, stateDir: config.node.stateDir },
+          { logger: context.logger, mesh: mesh!, leaderTasks })
+        return {
+          async start (options) { await created.start(options); leader = created },
+          async stop () { leader = undefined; await created.stop() },
+        }
+      },
+    },
+    {
       id: 'api',
       requires: ['identity'],
       critical: true,
@@ -164,6 +186,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           locks: { deviceLock: () => deviceLock ?? { unavailable: subsystemReason('device-lock') } },
           state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
           mesh: { mesh: () => mesh ?? { unavailable: subsystemReason('mesh') } },
+          leader: { leader: () => leader ?? { unavailable: subsystemReason('leader') } },
           weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
         })
       },

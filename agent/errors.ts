@@ -48,6 +48,10 @@ export const errorStatus = {
   ERR_CLUSTER_KEY_INVALID: 400,
   ERR_MESH_ADDRESS: 400,
   ERR_MESH_UNAVAILABLE: 503,
+  // leader election (mesh/election/)
+  ERR_NOT_LEADER: 409,
+  ERR_ELECTION_STATE: 500,
+  ERR_LEADER_UNAVAILABLE: 503,
   // weights (agent/weights/)
   ERR_LAYOUT_INVALID: 400,
   ERR_WEIGHTS_NOT_FOUND: 404,

@@ -16,7 +16,7 @@ import type { NodeInventory } from '../agent/inventory/inventory.ts'
 import type { AvailabilityRecord, GpuAvailability } from './mesh-messages.ts'
 
 /** Record sections a subsystem may contribute. */
-export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights'>> & {
+export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights' | 'election'>> & {
   /** Weight data plane address, host:port. */
   weightsAddress?: string
 }

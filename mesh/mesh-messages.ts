@@ -9,6 +9,7 @@
  * - `suspect` / `dead`: membership claims by `from` about `subject` at the
  *   subject's `incarnation`; `dead` with reason "left" is a graceful leave
  *   (from === subject).
+ * - `decisions`: fenced decisions of the elected leader (mesh/election/).
  *
  * Later subsystems contribute record sections (hostPool, nvme, resident,
  * weights) through AvailabilityContributor (availability-publisher.ts); a
@@ -29,6 +30,13 @@ export const GpuAvailabilitySchema = Type.Object({
   health: Type.Union([Type.Literal('ok'), Type.Literal('unknown'), Type.Literal('failed')]),
   inUse: Type.Union([Type.Boolean(), Type.Null()], { description: 'a compute process holds the GPU; null when unknown' }),
 })
+
+/** The election's record section (mesh/election/): server or client, and the voter set once known. */
+export const ElectionAdvertSchema = Type.Object({
+  server: Type.Boolean({ description: 'started with --server (may vote)' }),
+  voterSetId: Type.String({ maxLength: 64, description: '"" until the voter set is bootstrapped or adopted' }),
+  voters: Type.Array(PeerIdString, { maxItems: 15 }),
+}, { additionalProperties: false })
 
 const TierAvailabilitySchema = Type.Object({ totalBytes: Bytes, freeBytes: Bytes })
 
@@ -51,6 +59,7 @@ export const AvailabilityRecordSchema = Type.Object({
   nvme: Type.Optional(TierAvailabilitySchema),
   resident: Type.Optional(Type.Array(Type.String({ maxLength: 512 }), { maxItems: 1024, description: 'namespaces resident on the node (StateManager)' })),
   weights: Type.Optional(Type.Array(Type.Object({ model: Type.String({ maxLength: 512 }), version: Type.Integer({ minimum: 0 }) }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
+  election: Type.Optional(ElectionAdvertSchema),
 }, { additionalProperties: false })
 
 export const MembershipClaimSchema = Type.Object({
@@ -62,12 +71,41 @@ export const MembershipClaimSchema = Type.Object({
   sentAtMs: Type.Integer({ minimum: 0 }),
 }, { additionalProperties: false })
 
-export const MeshMessageSchema = Type.Union([AvailabilityRecordSchema, MembershipClaimSchema])
+/** One fenced leader decision (mesh/election/decision-log.ts); seq counts from 1 within its epoch. */
+export const DecisionSchema = Type.Object({
+  seq: Type.Integer({ minimum: 1 }),
+  kind: Type.String({ minLength: 1, maxLength: 128 }),
+  payload: Type.Unknown(),
+}, { additionalProperties: false })
+
+/**
+ * Decisions of the leader `from` in `epoch` (its term): new ones as they are
+ * made, and periodically the epoch's recent decisions plus the full desired
+ * state (`state`: the latest payload per kind as of decision `state.seq`), so
+ * an agent that missed a message catches up.
+ */
+export const DecisionBatchSchema = Type.Object({
+  kind: Type.Literal('decisions'),
+  from: PeerIdString,
+  voterSetId: Type.String({ minLength: 1, maxLength: 64 }),
+  epoch: Type.Integer({ minimum: 1 }),
+  decisions: Type.Array(DecisionSchema, { maxItems: 256 }),
+  state: Type.Optional(Type.Object({
+    seq: Type.Integer({ minimum: 0 }),
+    entries: Type.Record(Type.String({ maxLength: 128 }), Type.Unknown()),
+  }, { additionalProperties: false })),
+  sentAtMs: Type.Integer({ minimum: 0 }),
+}, { additionalProperties: false })
+
+export const MeshMessageSchema = Type.Union([AvailabilityRecordSchema, MembershipClaimSchema, DecisionBatchSchema])
 
 export type GpuAvailability = Static<typeof GpuAvailabilitySchema>
 export type AvailabilityRecord = Static<typeof AvailabilityRecordSchema>
 export type MembershipClaim = Static<typeof MembershipClaimSchema>
 export type MeshMessage = Static<typeof MeshMessageSchema>
+export type ElectionAdvert = Static<typeof ElectionAdvertSchema>
+export type Decision = Static<typeof DecisionSchema>
+export type DecisionBatch = Static<typeof DecisionBatchSchema>
 
 /** The gossipsub topic every agent subscribes to. */
 export const meshTopic = '/agentd/mesh/1'

@@ -25,10 +25,10 @@ import { loadClusterKey, loadOrCreateDevClusterKey } from './cluster-key.ts'
 import { loadOrCreateNodeKey } from './node-key.ts'
 import { openIncarnationStore } from './incarnation.ts'
 import { chooseAnnounceAddress } from './announce-address.ts'
-import { createMeshNode } from './libp2p-node.ts'
+import { createMeshNode, type MeshLibp2p } from './libp2p-node.ts'
 import { createLibp2pProber } from './libp2p-prober.ts'
 import { decodeEnvelope, encodeEnvelope, type InvalidReason } from './signed-envelope.ts'
-import { meshTopic, type AvailabilityRecord, type MembershipClaim, type MeshMessage } from './mesh-messages.ts'
+import { meshTopic, type AvailabilityRecord, type DecisionBatch, type MembershipClaim, type MeshMessage } from './mesh-messages.ts'
 import { createMembership, type Member, type MembershipEvent } from './membership.ts'
 import { createLocalHealth } from './local-health.ts'
 import { createFailureDetector } from './failure-detector.ts'
@@ -64,7 +64,19 @@ export interface Mesh {
   /** Subsystems add record sections here and call `availabilityChanged()` when they change. */
   addAvailabilityContributor(contributor: AvailabilityContributor): void
   availabilityChanged(): void
+  /** The libp2p node, for subsystems with their own protocols (the election's RPC). */
+  readonly node: MeshLibp2p
+  /** Signs and publishes a message on the mesh topic. */
+  publish(message: MeshMessage): Promise<void>
+  /**
+   * The one handler of received `decisions` messages (the election); its
+   * answer decides whether gossipsub forwards the message: 'accepted' is
+   * forwarded, 'stale' and 'ignored' are not. Without a handler they are ignored.
+   */
+  setDecisionHandler(handler: ((batch: DecisionBatch) => Promise<DecisionVerdict>) | undefined): void
 }
+
+export type DecisionVerdict = 'accepted' | 'stale' | 'ignored'
 
 export async function createMesh (options: MeshOptions, components: MeshComponents): Promise<Mesh> {
   const { config } = options
@@ -162,6 +174,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     log,
   })
 
+  let decisionHandler: ((batch: DecisionBatch) => Promise<DecisionVerdict>) | undefined
   const validate = async (data: Uint8Array): Promise<TopicValidatorResult> => {
     stats.received.add()
     const decoded = await decodeEnvelope(data, config.maxRecordBytes)
@@ -171,6 +184,11 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       return TopicValidatorResult.Reject
     }
     const message = decoded.message
+    if (message.kind === 'decisions') {
+      const verdict = decisionHandler === undefined ? 'ignored' : await decisionHandler(message)
+      if (verdict === 'stale') stats.stale++
+      return verdict === 'accepted' ? TopicValidatorResult.Accept : TopicValidatorResult.Ignore
+    }
     const result = message.kind === 'record' ? membership.applyRecord(message) : membership.applyClaim(message)
     if (result === 'stale') { stats.stale++; return TopicValidatorResult.Ignore }
     if (message.kind === 'record') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
@@ -254,6 +272,9 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     subscribe: listener => membership.subscribe(listener),
     addAvailabilityContributor: c => publisher.addContributor(c),
     availabilityChanged: () => publisher.changed(),
+    node,
+    publish: publishMessage,
+    setDecisionHandler (handler) { decisionHandler = handler },
   }
 }
 

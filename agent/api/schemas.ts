@@ -1,6 +1,7 @@
 /** Schemas shared by every route: the error body and the status section types. */
 import { Type, type Static } from '@sinclair/typebox'
 import { MeshStatusSchema } from '../../mesh/mesh-views.ts'
+import { LeaderViewSchema } from '../../mesh/election/leader-views.ts'
 
 export const ErrorBodySchema = Type.Object({
   error: Type.Object({
@@ -34,6 +35,7 @@ export const StatusSchema = Type.Object({
   subsystems: Type.Array(SubsystemRecordSchema),
   native: Type.Optional(Type.Unknown({ description: 'capabilities of the native addon: cuda, directIo, hugePages, memlockLimitBytes, ...' })),
   mesh: Type.Optional(MeshStatusSchema),
+  leader: Type.Optional(LeaderViewSchema),
   weights: Type.Optional(Type.Object({ address: Type.String({ description: 'host:port of the weight data server (TCP)' }) })),
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 

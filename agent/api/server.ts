@@ -19,6 +19,7 @@ import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
 import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
 import { registerStateRoutes, type StateSource } from './routes/state.ts'
 import { registerMeshRoutes, type MeshSource } from './routes/mesh.ts'
+import { registerLeaderRoutes, type LeaderSource } from './routes/leader.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 
 declare module 'fastify' {
@@ -50,6 +51,8 @@ export interface ApiServerComponents {
   state?: StateSource
   /** The mesh; without it the mesh routes answer ERR_MESH_UNAVAILABLE. */
   mesh?: MeshSource
+  /** The leader election; without it the leader routes answer ERR_LEADER_UNAVAILABLE. */
+  leader?: LeaderSource
   /** The weight-transfer agent; without it the weights routes answer ERR_UNAVAILABLE. */
   weights?: WeightsSource
 }
@@ -114,6 +117,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
   registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) })
   registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
+  registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()

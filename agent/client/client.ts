@@ -8,6 +8,7 @@ import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
 import type { MeshInfo, PeerView } from '../../mesh/mesh-views.ts'
+import type { DecisionLogBody, LeaderViewBody } from '../../mesh/election/leader-views.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
 import type { PullResult } from '../weights/puller.ts'
 import type { PublishRequest, WeightsRegion, TensorSpec } from '../weights/publisher.ts'
@@ -58,6 +59,12 @@ export interface AgentClient {
   mesh(options?: RequestOptions): Promise<MeshInfo>
   /** The other agents (GET /v1/mesh/peers). */
   meshPeers(options?: RequestOptions): Promise<{ peers: PeerView[] }>
+  /** Who leads, epoch, backend, voters, this agent's role (GET /v1/leader). */
+  leader(options?: RequestOptions): Promise<LeaderViewBody>
+  /** This agent's decision log (GET /v1/leader/decisions). */
+  leaderDecisions(options?: RequestOptions): Promise<DecisionLogBody>
+  /** Publishes a decision; ERR_NOT_LEADER unless this agent is the acting leader (POST /v1/leader/decisions). */
+  decide(kind: string, payload: unknown, options?: RequestOptions): Promise<{ epoch: number, seq: number }>
   health(options?: RequestOptions): Promise<{ ok: true }>
   openapi(options?: RequestOptions): Promise<Record<string, unknown>>
   /** Waits until the GPU's device lock is granted (FIFO, re-entrant); see AcquireGpuOptions. */
@@ -185,6 +192,9 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     node: o => call('GET', '/v1/node', undefined, o),
     mesh: o => call('GET', '/v1/mesh', undefined, o),
     meshPeers: o => call('GET', '/v1/mesh/peers', undefined, o),
+    leader: o => call('GET', '/v1/leader', undefined, o),
+    leaderDecisions: o => call('GET', '/v1/leader/decisions', undefined, o),
+    decide: (kind, payload, o) => call('POST', '/v1/leader/decisions', { kind, payload }, o),
     health: o => call('GET', '/healthz', undefined, o),
     openapi: o => call('GET', '/v1/openapi.json', undefined, o),
     acquireGpu: (gpu, o = {}) => call('POST', `/v1/locks/gpu/${gpu}/acquire`,

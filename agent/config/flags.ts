@@ -32,6 +32,8 @@ const options = {
   'cluster-key': { type: 'string' },
   join: { type: 'string', multiple: true },
   'mesh-listen': { type: 'string', multiple: true },
+  server: { type: 'boolean' },
+  'bootstrap-expect': { type: 'string' },
   set: { type: 'string', multiple: true },
   'print-config': { type: 'boolean' },
   'config-reference': { type: 'boolean' },
@@ -51,6 +53,9 @@ export const agentdUsage = `usage: agentd [--config FILE] [--dev --state-dir DIR
   --join MULTIADDR    mesh.join: a seed agent to join, e.g. /ip4/10.0.0.5/tcp/7460 (repeatable)
   --mesh-listen MA    mesh.listen: a TCP multiaddr the mesh listens on (repeatable)
   --cluster-key FILE  mesh.clusterKeyFile: the cluster's pre-shared key (agentctl keygen)
+  --server            election.server=true: this agent may vote and lead
+  --bootstrap-expect N  election.bootstrapExpect: the first N servers that see each other
+                      become the voter set
   --set KEY=VALUE     any config key, e.g. --set api.bodyLimitBytes=2097152 (repeatable)
   --print-config      print the effective configuration as JSON and exit
   --config-reference  print the reference of every config key (Markdown) and exit
@@ -91,6 +96,9 @@ export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): Agentd
     const value = values[flag]
     if (Array.isArray(value)) assignments.push({ path: [...path], value, origin: `flag --${flag}` })
   }
+  if (values.server === true) assignments.push({ ...setFlagAssignment('election.server=true'), origin: 'flag --server' })
+  const expect = values['bootstrap-expect']
+  if (typeof expect === 'string') assignments.push({ ...setFlagAssignment(`election.bootstrapExpect=${expect}`), origin: 'flag --bootstrap-expect' })
   for (const expr of (values.set as string[] | undefined) ?? []) assignments.push(setFlagAssignment(expr))
 
   const stateDir = values['state-dir'] as string | undefined

@@ -9,6 +9,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
+import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
@@ -160,6 +161,7 @@ export const configSchema = Type.Object({
   inventory: InventorySection,
   locks: LocksSection,
   mesh: MeshSection,
+  election: ElectionSection,
   state: StateSection,
   weights: WeightsSection,
   shutdown: ShutdownSection,
@@ -197,6 +199,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       maxConnections: 1024,
       maxRecordBytes: 64 * 1024,
     },
+    election: { ...defaultElectionConfig },
     state: defaultStateConfig('/var/lib/agentd'),
     weights: { ...defaultWeightsConfig },
     shutdown: { graceMs: 10_000 },
@@ -216,6 +219,7 @@ export function devConfig (hostname: string, stateDir: string): AgentConfig {
     node: { ...base.node, stateDir },
     api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '' },
     mesh: { ...base.mesh, listen: ['/ip4/127.0.0.1/tcp/0'], clusterKeyFile: '' },
+    election: { ...devElectionConfig },
     state: devStateConfig(stateDir),
     weights: { ...devWeightsConfig },
     shutdown: { graceMs: 5_000 },

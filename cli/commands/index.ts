@@ -5,6 +5,7 @@
 import type { Command } from '../command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'
 import { keygenCommand } from './keygen.ts'
+import { leaderCommand } from './leader.ts'
 import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
@@ -29,6 +30,7 @@ export const commands: Record<string, Command> = {
   locks: locksCommand,
   peers: peersCommand,
   mesh: meshCommand,
+  leader: leaderCommand,
   keygen: keygenCommand,
   'inspect residency': inspectResidencyCommand,
   'state materialize': stateMaterializeCommand,

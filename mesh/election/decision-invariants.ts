@@ -1,0 +1,61 @@
+/**
+ * The safety invariants of fenced decisions, checked over the decision logs
+ * of every agent of a cluster (decision-log.ts entries, e.g. read from each
+ * agent's decisions.jsonl). Pure: the fault tests and the benchmark call it.
+ *
+ * 1. One leader per epoch: every decision applied anywhere in epoch e names
+ *    the same leader.
+ * 2. No stale decision applied: on each agent the applied (epoch, seq) pairs
+ *    (snapshots included) strictly increase, lexicographically — nothing of an
+ *    older epoch after a newer one, nothing twice, nothing out of order.
+ * 3. Gap-free: within an epoch an agent applies seq n+1 after n, unless a
+ *    snapshot at or after n+1 replaced the gap.
+ * 4. Agreement: the decision (epoch, seq) has the same digest everywhere.
+ */
+import type { DecisionLogEntry } from './decision-log.ts'
+
+export interface InvariantViolation {
+  invariant: 'one-leader-per-epoch' | 'no-stale-apply' | 'gap-free' | 'agreement'
+  agent: string
+  detail: string
+}
+
+export function checkDecisionInvariants (logs: ReadonlyMap<string, readonly DecisionLogEntry[]>): InvariantViolation[] {
+  const violations: InvariantViolation[] = []
+  const leaderOf = new Map<number, { leader: string, agent: string }>()
+  const digestOf = new Map<string, { digest: string, agent: string }>()
+  for (const [agent, entries] of logs) {
+    let last: { epoch: number, seq: number } | undefined
+    for (const e of entries) {
+      if (e.outcome === 'rejected') continue
+      const known = leaderOf.get(e.epoch)
+      if (known === undefined) leaderOf.set(e.epoch, { leader: e.leader, agent })
+      else if (known.leader !== e.leader) {
+        violations.push({ invariant: 'one-leader-per-epoch', agent, detail: `epoch ${e.epoch}: applied a decision of ${e.leader}, ${known.agent} one of ${known.leader}` })
+      }
+      if (last !== undefined && (e.epoch < last.epoch || (e.epoch === last.epoch && e.seq <= last.seq))) {
+        violations.push({ invariant: 'no-stale-apply', agent, detail: `applied ${e.epoch}/${e.seq} after ${last.epoch}/${last.seq}` })
+      } else if (e.outcome === 'applied' && e.seq !== 1 && (last === undefined || last.epoch !== e.epoch || last.seq !== e.seq - 1)) {
+        // The first entry of an epoch on an agent may start later only through a snapshot.
+        violations.push({ invariant: 'gap-free', agent, detail: `applied ${e.epoch}/${e.seq} after ${last === undefined ? 'nothing' : `${last.epoch}/${last.seq}`}` })
+      }
+      last = { epoch: e.epoch, seq: e.seq }
+      if (e.outcome !== 'applied') continue
+      const key = `${e.epoch}/${e.seq}`
+      const d = digestOf.get(key)
+      if (d === undefined) digestOf.set(key, { digest: e.digest, agent })
+      else if (d.digest !== e.digest) violations.push({ invariant: 'agreement', agent, detail: `decision ${key} has digest ${e.digest}, on ${d.agent} ${d.digest}` })
+    }
+  }
+  return violations
+}
+
+/** Parses a decisions.jsonl file's text (a torn last line from a killed agent is skipped). */
+export function parseDecisionLog (text: string): DecisionLogEntry[] {
+  const entries: DecisionLogEntry[] = []
+  for (const line of text.split('\n')) {
+    if (line.trim() === '') continue
+    try { entries.push(JSON.parse(line) as DecisionLogEntry) } catch { /* torn write of a killed agent */ }
+  }
+  return entries
+}

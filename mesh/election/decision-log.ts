@@ -1,0 +1,161 @@
+/**
+ * Fenced decisions, receiving side (every agent, the leader included for its
+ * own decisions). Contract:
+ *
+ * - Batches of another voter set, or from a sender outside the voter set, are
+ *   ignored (a --dev agent elsewhere on the mesh leads its own cluster).
+ * - epoch < highest epoch seen → every decision in it is rejected (logged once
+ *   per (epoch, seq)). The highest epoch is persisted (fsync) before anything
+ *   of a new epoch is applied, so a restart keeps rejecting older epochs.
+ * - epoch > highest → the new epoch starts: its sender is the epoch's leader.
+ *   A second sender claiming the same epoch is rejected and counted as a
+ *   violation (it cannot happen while the election is sound).
+ * - Within the epoch decisions are applied in seq order, each exactly once;
+ *   later ones wait for the gap to fill. A batch's `state` (the full desired
+ *   state as of state.seq) closes a gap the recent decisions cannot: the agent
+ *   adopts it and logs outcome "snapshot".
+ *
+ * Every outcome is appended to the log: in memory (the API serves the last
+ * `memoryEntries`) and to <stateDir>/decisions.jsonl, one JSON object per line,
+ * which the invariant checker (decision-invariants.ts) reads.
+ */
+import { appendFile } from 'node:fs/promises'
+import { createHash } from 'node:crypto'
+import type { Decision, DecisionBatch } from '../mesh-messages.ts'
+
+export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot'
+
+export interface DecisionLogEntry {
+  /** Wall clock when logged, ms since the epoch. */
+  atMs: number
+  epoch: number
+  leader: string
+  seq: number
+  kind: string
+  outcome: DecisionOutcome
+  /** Why it was rejected. */
+  reason?: string
+  /** SHA-256 (hex, 16 chars) of kind + payload: the same decision has the same digest everywhere. */
+  digest: string
+}
+
+export interface AppliedDecision {
+  epoch: number
+  leader: string
+  seq: number
+  kind: string
+  payload: unknown
+}
+
+export interface DecisionLogOptions {
+  /** The JSONL file every outcome is appended to. */
+  file: string
+  memoryEntries: number
+}
+
+export interface DecisionLogComponents {
+  voterSetId(): string
+  voters(): readonly string[]
+  highestEpoch(): number
+  /** Persists a higher epoch; resolves once durable. */
+  raiseEpoch(epoch: number): Promise<void>
+  /** Called for each applied decision, in order; must not throw. */
+  apply(decision: AppliedDecision): void
+  /** Called when a snapshot replaces the desired state. */
+  adoptState(epoch: number, leader: string, entries: Record<string, unknown>): void
+}
+
+export type BatchVerdict = 'accepted' | 'stale' | 'ignored'
+
+export interface DecisionLog {
+  /** Processes one batch; batches are processed one at a time in arrival order. */
+  receive(batch: DecisionBatch): Promise<BatchVerdict>
+  entries(): DecisionLogEntry[]
+  /** Highest applied (epoch, seq) and the epoch's leader. */
+  position(): { epoch: number, seq: number, leader: string | null }
+  counts(): { applied: number, rejected: number, snapshots: number, violations: number }
+}
+
+export function decisionDigest (kind: string, payload: unknown): string {
+  return createHash('sha256').update(kind).update('\0').update(JSON.stringify(payload ?? null)).digest('hex').slice(0, 16)
+}
+
+export function createDecisionLog (options: DecisionLogOptions, components: DecisionLogComponents): DecisionLog {
+  const memory: DecisionLogEntry[] = []
+  let epoch = components.highestEpoch()
+  let epochLeader: string | null = null
+  let appliedSeq = 0
+  let pending = new Map<number, Decision>()
+  const rejectedSeen = new Set<string>()
+  const counts = { applied: 0, rejected: 0, snapshots: 0, violations: 0 }
+  let queue: Promise<unknown> = Promise.resolve()
+  let fileChain: Promise<void> = Promise.resolve()
+
+  const record = (entry: DecisionLogEntry): void => {
+    memory.push(entry)
+    if (memory.length > options.memoryEntries) memory.splice(0, memory.length - options.memoryEntries)
+    const line = `${JSON.stringify(entry)}\n`
+    fileChain = fileChain.then(() => appendFile(options.file, line)).catch(() => {})
+  }
+
+  const reject = (batch: DecisionBatch, reason: string): void => {
+    for (const d of batch.decisions) {
+      const key = `${batch.epoch}/${batch.from}/${d.seq}`
+      if (rejectedSeen.has(key)) continue
+      rejectedSeen.add(key)
+      counts.rejected++
+      record({ atMs: Date.now(), epoch: batch.epoch, leader: batch.from, seq: d.seq, kind: d.kind, outcome: 'rejected', reason, digest: decisionDigest(d.kind, d.payload) })
+    }
+  }
+
+  async function process (batch: DecisionBatch): Promise<BatchVerdict> {
+    if (batch.voterSetId !== components.voterSetId() || !components.voters().includes(batch.from)) return 'ignored'
+    if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
+    if (batch.epoch > epoch) {
+      await components.raiseEpoch(batch.epoch)
+      epoch = batch.epoch
+      epochLeader = null
+      appliedSeq = 0
+      pending = new Map()
+    }
+    if (epochLeader === null) epochLeader = batch.from
+    if (epochLeader !== batch.from) {
+      counts.violations++
+      reject(batch, `epoch ${epoch} is led by ${epochLeader}`)
+      return 'stale'
+    }
+    for (const d of batch.decisions) if (d.seq > appliedSeq) pending.set(d.seq, d)
+    const drain = (): void => {
+      for (let next = pending.get(appliedSeq + 1); next !== undefined; next = pending.get(appliedSeq + 1)) {
+        pending.delete(next.seq)
+        appliedSeq = next.seq
+        counts.applied++
+        record({ atMs: Date.now(), epoch, leader: batch.from, seq: next.seq, kind: next.kind, outcome: 'applied', digest: decisionDigest(next.kind, next.payload) })
+        components.apply({ epoch, leader: batch.from, seq: next.seq, kind: next.kind, payload: next.payload })
+      }
+    }
+    drain()
+    if (batch.state !== undefined && batch.state.seq > appliedSeq) {
+      // A gap the recent decisions cannot fill: the desired state as of state.seq replaces it.
+      appliedSeq = batch.state.seq
+      for (const s of [...pending.keys()]) if (s <= appliedSeq) pending.delete(s)
+      counts.snapshots++
+      record({ atMs: Date.now(), epoch, leader: batch.from, seq: appliedSeq, kind: 'snapshot', outcome: 'snapshot', digest: decisionDigest('snapshot', batch.state.entries) })
+      components.adoptState(epoch, batch.from, batch.state.entries)
+      drain()
+    }
+    // Valid for the current epoch: forwarded even when nothing was new here (others may need it).
+    return 'accepted'
+  }
+
+  return {
+    receive (batch) {
+      const result = queue.then(() => process(batch))
+      queue = result.catch(() => {})
+      return result
+    },
+    entries: () => [...memory],
+    position: () => ({ epoch, seq: appliedSeq, leader: epochLeader }),
+    counts: () => ({ ...counts }),
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * The election's request/response protocol on the agent's libp2p node,
+ * `/agentd/election/1.0.0`: the requester opens a stream, writes one
+ * length-prefixed JSON request (raft-election.ts ElectionRequest) and reads
+ * one length-prefixed JSON response. The sender is the connection's remote
+ * peer, authenticated by noise inside the cluster's private network, so
+ * requests carry no signature of their own.
+ */
+import { peerIdFromString } from '@libp2p/peer-id'
+import { lpStream } from '@libp2p/utils'
+import type { Stream } from '@libp2p/interface'
+import type { MeshLibp2p } from '../libp2p-node.ts'
+import type { ElectionRequest, ElectionResponse, ElectionTransport } from './raft-election.ts'
+
+export const electionProtocol = '/agentd/election/1.0.0'
+const maxMessageBytes = 4096
+const handlerTimeoutMs = 5_000
+
+export interface ElectionRpc extends ElectionTransport {
+  /** Starts answering requests with `handler` (idempotent per node). */
+  register(handler: (from: string, request: ElectionRequest) => Promise<ElectionResponse>): Promise<void>
+  unregister(): Promise<void>
+}
+
+export function createElectionRpc (node: MeshLibp2p): ElectionRpc {
+  return {
+    async request (peer, request, signal) {
+      let stream: Stream | undefined
+      try {
+        stream = await node.dialProtocol(peerIdFromString(peer), electionProtocol, { signal })
+        const lp = lpStream(stream, { maxDataLength: maxMessageBytes })
+        await lp.write(new TextEncoder().encode(JSON.stringify(request)), { signal })
+        const reply = parseResponse(JSON.parse(new TextDecoder().decode((await lp.read({ signal })).subarray())))
+        await stream.close({ signal }).catch(() => {})
+        return reply
+      } catch (err) {
+        stream?.abort(err as Error)
+        throw err
+      }
+    },
+
+    async register (handler) {
+      await node.handle(electionProtocol, async (stream, connection) => {
+        const signal = AbortSignal.timeout(handlerTimeoutMs)
+        try {
+          const lp = lpStream(stream, { maxDataLength: maxMessageBytes })
+          const request = parseRequest(JSON.parse(new TextDecoder().decode((await lp.read({ signal })).subarray())))
+          const response = await handler(connection.remotePeer.toString(), request)
+          await lp.write(new TextEncoder().encode(JSON.stringify(response)), { signal })
+          await stream.close({ signal }).catch(() => {})
+        } catch (err) {
+          stream.abort(err as Error)
+        }
+      }, { runOnLimitedConnection: false })
+    },
+
+    async unregister () {
+      await node.unhandle(electionProtocol).catch(() => {})
+    },
+  }
+}
+
+const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0
+
+function parseRequest (v: unknown): ElectionRequest {
+  const r = v as Record<string, unknown>
+  if (typeof r !== 'object' || r === null || !isCount(r.term) || typeof r.voterSetId !== 'string') throw new Error('malformed election request')
+  if ((r.type === 'prevote' || r.type === 'vote') && typeof r.candidate === 'string') {
+    return { type: r.type, term: r.term, candidate: r.candidate, voterSetId: r.voterSetId }
+  }
+  if (r.type === 'heartbeat' && typeof r.leader === 'string') return { type: 'heartbeat', term: r.term, leader: r.leader, voterSetId: r.voterSetId }
+  throw new Error('malformed election request')
+}
+
+function parseResponse (v: unknown): ElectionResponse {
+  const r = v as Record<string, unknown>
+  if (typeof r !== 'object' || r === null || !isCount(r.term) || typeof r.granted !== 'boolean') throw new Error('malformed election response')
+  return typeof r.reason === 'string' ? { term: r.term, granted: r.granted, reason: r.reason } : { term: r.term, granted: r.granted }
+}

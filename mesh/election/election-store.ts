@@ -1,0 +1,71 @@
+/**
+ * What the election must not forget across a crash, in one small JSON file
+ * (<stateDir>/election.json) replaced atomically with fsync (durable-file.ts):
+ *
+ * - `term` and `votedFor`: Raft's persistent state. A vote is answered only
+ *   after the file holding it is on disk, so a voter that crashes and restarts
+ *   can never vote twice in one term.
+ * - `voters` and `voterSetId`: the voter set fixed at bootstrap (or adopted
+ *   from a peer's record); it never changes afterwards.
+ * - `highestEpoch`: the highest decision epoch this agent has seen; decisions
+ *   of a lower epoch are rejected, also after a restart.
+ *
+ * Writes are serialized (one at a time, in call order), so the file always
+ * holds the state of the latest completed `save`.
+ */
+import { readFile, mkdir } from 'node:fs/promises'
+import { join } from 'node:path'
+import { writeFileDurably } from '../../agent/durable-file.ts'
+import { AgentError } from '../../agent/errors.ts'
+
+export interface PersistedElection {
+  term: number
+  votedFor: string | null
+  voters: string[]
+  voterSetId: string
+  highestEpoch: number
+}
+
+export interface ElectionStore {
+  /** The state as last saved (a copy). */
+  current(): PersistedElection
+  /** Merges `patch` and resolves once the new state is fsynced. */
+  save(patch: Partial<PersistedElection>): Promise<void>
+}
+
+export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0 }
+
+export async function openElectionStore (stateDir: string): Promise<ElectionStore> {
+  await mkdir(stateDir, { recursive: true })
+  const file = join(stateDir, 'election.json')
+  let state: PersistedElection = { ...emptyElection }
+  try {
+    state = parsePersisted(JSON.parse(await readFile(file, 'utf8')))
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new AgentError('ERR_ELECTION_STATE', `cannot read ${file}: ${(err as Error).message}`, { cause: err })
+    }
+  }
+  let chain: Promise<void> = Promise.resolve()
+  return {
+    current: () => ({ ...state, voters: [...state.voters] }),
+    save (patch) {
+      state = { ...state, ...patch }
+      const snapshot = JSON.stringify(state)
+      chain = chain.catch(() => {}).then(() => writeFileDurably(file, snapshot, 0o600))
+      return chain
+    },
+  }
+}
+
+function parsePersisted (value: unknown): PersistedElection {
+  const v = value as Partial<PersistedElection>
+  const ok = typeof v === 'object' && v !== null &&
+    Number.isSafeInteger(v.term) && v.term! >= 0 &&
+    (v.votedFor === null || typeof v.votedFor === 'string') &&
+    Array.isArray(v.voters) && v.voters.every(x => typeof x === 'string') &&
+    typeof v.voterSetId === 'string' &&
+    Number.isSafeInteger(v.highestEpoch) && v.highestEpoch! >= 0
+  if (!ok) throw new Error('not a valid election state')
+  return v as PersistedElection
+}

@@ -1,0 +1,315 @@
+/**
+ * The election part of Raft (Ongaro & Ousterhout, §5.2, §9.6 PreVote, §6.4
+ * leader lease; etcd's CheckQuorum) among a fixed voter set. There is no log:
+ * the leader's authority is its term (the epoch of its decisions) and a lease
+ * renewed by a majority. Transport and persistence are components, so tests
+ * drive several instances in one process.
+ *
+ * Roles: follower → (election timeout, PreVote majority) → candidate →
+ * (vote majority) → leader → (lease lost or higher term seen) → follower.
+ * A node outside the voter set never campaigns and never votes.
+ *
+ * Timing (all monotonic, performance.now(); CLOCK_MONOTONIC keeps running
+ * while a process is stopped, so a SIGCONTed leader sees its lease expired):
+ *   heartbeatIntervalMs  leader → voters, renews the lease
+ *   electionTimeoutMinMs..electionTimeoutMaxMs  random per round; a follower
+ *                        that heard no leader for this long runs PreVote
+ *   leaseMs              < electionTimeoutMinMs; a leader acts only while
+ *                        now < (send time of a heartbeat round a majority
+ *                        acknowledged) + leaseMs, and steps down when that
+ *                        passes (CheckQuorum)
+ *   rpcTimeoutMs         one PreVote / vote / heartbeat request
+ *
+ * Why two leaders never act in one epoch:
+ *  1. One leader per term: a voter grants at most one vote per term, and the
+ *     vote is fsynced before the answer leaves (store.save), so even a crash
+ *     and restart cannot produce a second vote; two majorities of one voter
+ *     set intersect.
+ *  2. No overlap across terms: a voter that acknowledged leader L at time t
+ *     refuses every PreVote and vote until t + electionTimeoutMinMs (leader
+ *     stickiness). L's lease, from the send time s ≤ t of a round a majority
+ *     acknowledged, ends at s + leaseMs < t + electionTimeoutMinMs. A new
+ *     leader needs a majority, which contains one of those voters, so it is
+ *     elected only after L's lease ended (given clock rates that differ by
+ *     less than (electionTimeoutMinMs - leaseMs) / electionTimeoutMinMs).
+ *     The new leader additionally waits, from its own last contact with the
+ *     old leader, electionTimeoutMinMs before acting (LeaderState.actAfterMs).
+ *  3. Fencing: even a leader that checked its lease and was then frozen
+ *     publishes decisions stamped with its term; every agent persists the
+ *     highest epoch it has seen and rejects lower ones (decision-log.ts).
+ */
+
+export type ElectionRole = 'follower' | 'candidate' | 'leader'
+
+export type ElectionRequest =
+  | { type: 'prevote' | 'vote', term: number, candidate: string, voterSetId: string }
+  | { type: 'heartbeat', term: number, leader: string, voterSetId: string }
+
+export interface ElectionResponse {
+  term: number
+  granted: boolean
+  /** Why it was not granted (diagnostics). */
+  reason?: string
+}
+
+export interface ElectionTransport {
+  /** Sends one request to `peer`; rejects on timeout or when unreachable. */
+  request(peer: string, request: ElectionRequest, signal: AbortSignal): Promise<ElectionResponse>
+}
+
+export interface ElectionPersistence {
+  term: number
+  votedFor: string | null
+}
+
+export interface ElectionStorage {
+  current(): ElectionPersistence
+  /** Resolves once durable. */
+  save(patch: Partial<ElectionPersistence>): Promise<void>
+}
+
+export interface RaftElectionOptions {
+  self: string
+  /** The voter set (peer ids, this node may or may not be one) and its id. */
+  voters: readonly string[]
+  voterSetId: string
+  heartbeatIntervalMs: number
+  electionTimeoutMinMs: number
+  electionTimeoutMaxMs: number
+  leaseMs: number
+  rpcTimeoutMs: number
+}
+
+export interface RaftElectionComponents {
+  transport: ElectionTransport
+  storage: ElectionStorage
+  log: { info(obj: object, msg: string): void, warn(obj: object, msg: string): void, debug(obj: object, msg: string): void }
+  /** Monotonic ms; default performance.now. */
+  now?(): number
+  /** Random in [0, 1); default Math.random. */
+  random?(): number
+}
+
+export interface ElectionState {
+  role: ElectionRole
+  term: number
+  leaderId: string | null
+  votedFor: string | null
+  /** Leader only: monotonic ms until which the majority-renewed lease holds; 0 otherwise. */
+  leaseUntilMs: number
+  /** Leader only: monotonic ms from which it may act (previous lease waited out). */
+  actAfterMs: number
+}
+
+export interface RaftElection {
+  start(options: { signal: AbortSignal }): void
+  stop(): void
+  /** Answers a request from `from` (the authenticated sender). */
+  handle(from: string, request: ElectionRequest): Promise<ElectionResponse>
+  state(): ElectionState
+  /** Leader with a valid lease and the previous lease waited out. */
+  mayAct(): boolean
+  /** Role or term changed. */
+  onChange(listener: (state: ElectionState) => void): () => void
+}
+
+export function createRaftElection (options: RaftElectionOptions, components: RaftElectionComponents): RaftElection {
+  const { self, voters } = options
+  const now = components.now ?? (() => performance.now())
+  const random = components.random ?? Math.random
+  const log = components.log
+  const isVoter = voters.includes(self)
+  const others = voters.filter(v => v !== self)
+  const majority = Math.floor(voters.length / 2) + 1
+  const persisted = components.storage.current()
+  let term = persisted.term
+  let votedFor = persisted.votedFor
+  let role: ElectionRole = 'follower'
+  let leaderId: string | null = null
+  /** Last time a leader of the current term was heard (or a vote granted), monotonic ms; -Infinity: never. */
+  let lastLeaderContactMs = Number.NEGATIVE_INFINITY
+  let leaseUntilMs = 0
+  let actAfterMs = 0
+  let running = false
+  let electionTimer: NodeJS.Timeout | undefined
+  let heartbeatTimer: NodeJS.Timeout | undefined
+  let controller = new AbortController()
+  let campaigning = false
+  const listeners = new Set<(s: ElectionState) => void>()
+
+  const snapshot = (): ElectionState => ({ role, term, leaderId, votedFor, leaseUntilMs, actAfterMs })
+  const changed = (): void => {
+    const s = snapshot()
+    for (const l of listeners) {
+      try { l(s) } catch { /* a listener's failure is its own */ }
+    }
+  }
+  const inLeaderContact = (): boolean => now() - lastLeaderContactMs < options.electionTimeoutMinMs
+
+  const armElectionTimer = (delayMs?: number): void => {
+    clearTimeout(electionTimer)
+    if (!running || !isVoter) return
+    const span = options.electionTimeoutMaxMs - options.electionTimeoutMinMs
+    const delay = delayMs ?? options.electionTimeoutMinMs + random() * span
+    electionTimer = setTimeout(() => { void campaign() }, delay)
+    electionTimer.unref()
+  }
+
+  const becomeFollower = (newTerm: number, leader: string | null, why: string): Promise<void> | undefined => {
+    const wasLeader = role === 'leader'
+    const termChanged = newTerm > term
+    const before = role
+    if (termChanged) { term = newTerm; votedFor = null }
+    role = 'follower'
+    leaderId = leader
+    leaseUntilMs = 0
+    actAfterMs = 0
+    clearInterval(heartbeatTimer)
+    heartbeatTimer = undefined
+    if (wasLeader) { controller.abort(); controller = new AbortController() }
+    if (before !== 'follower' || termChanged) {
+      log.info({ term, leader, from: before, why }, 'election: follower')
+      changed()
+    }
+    return termChanged ? components.storage.save({ term, votedFor }) : undefined
+  }
+
+  /** One request to every other voter; calls onAnswer as answers arrive. */
+  const broadcast = (request: ElectionRequest, onAnswer: (peer: string, r: ElectionResponse) => void, signal: AbortSignal): Promise<void> =>
+    Promise.all(others.map(async peer => {
+      try {
+        const r = await components.transport.request(peer, request, AbortSignal.any([signal, AbortSignal.timeout(options.rpcTimeoutMs)]))
+        onAnswer(peer, r)
+      } catch (err) {
+        log.debug({ peer, type: request.type, err: (err as Error).message }, 'election request failed')
+      }
+    })).then(() => {})
+
+  /** Sends `request` to all other voters and resolves true once a majority (self included) granted. */
+  const gather = (request: ElectionRequest): Promise<boolean> => new Promise(resolve => {
+    let granted = 1
+    let answered = 0
+    if (granted >= majority) { resolve(true); return }
+    void broadcast(request, (_peer, r) => {
+      answered++
+      if (r.term > term) { void becomeFollower(r.term, null, `${request.type} answered with term ${r.term}`); resolve(false); return }
+      if (r.granted && ++granted >= majority) resolve(true)
+      else if (answered === others.length) resolve(false)
+    }, controller.signal).then(() => resolve(false))
+  })
+
+  async function campaign (): Promise<void> {
+    if (!running || role === 'leader' || campaigning) return
+    // Re-armed first: a round that gets no majority is retried after another random timeout.
+    armElectionTimer()
+    if (inLeaderContact()) return
+    campaigning = true
+    try {
+      const startTerm = term
+      const preVoteOk = await gather({ type: 'prevote', term: term + 1, candidate: self, voterSetId: options.voterSetId })
+      if (!running || !preVoteOk || term !== startTerm || (role as ElectionRole) === 'leader' || inLeaderContact()) return
+      term += 1
+      votedFor = self
+      role = 'candidate'
+      leaderId = null
+      await components.storage.save({ term, votedFor })
+      log.info({ term }, 'election: candidate')
+      changed()
+      const sentAt = now()
+      const electionTerm = term
+      const won = await gather({ type: 'vote', term, candidate: self, voterSetId: options.voterSetId })
+      if (!running || !won || term !== electionTerm || role !== 'candidate') return
+      becomeLeader(sentAt)
+    } finally {
+      campaigning = false
+    }
+  }
+
+  function becomeLeader (voteSentAtMs: number): void {
+    role = 'leader'
+    leaderId = self
+    clearTimeout(electionTimer)
+    // The votes are the first majority acknowledgement: voters restart their contact clock on granting.
+    leaseUntilMs = voteSentAtMs + options.leaseMs
+    // Previous lease: whoever led before was last heard by us at lastLeaderContactMs; its lease
+    // cannot outlast that by more than electionTimeoutMinMs (see the argument above).
+    actAfterMs = Math.max(now(), lastLeaderContactMs + options.electionTimeoutMinMs)
+    log.info({ term, voters: voters.length, actAfterMs: Math.round(actAfterMs - now()) }, 'election: leader')
+    changed()
+    heartbeatTimer = setInterval(heartbeatRound, options.heartbeatIntervalMs)
+    heartbeatTimer.unref()
+    heartbeatRound()
+  }
+
+  function heartbeatRound (): void {
+    if (role !== 'leader') return
+    const t = now()
+    if (t >= leaseUntilMs) {
+      // CheckQuorum: no majority renewed the lease in time; stop acting at once.
+      void becomeFollower(term, null, 'lease not renewed by a majority')
+      armElectionTimer()
+      return
+    }
+    const roundTerm = term
+    let acks = 1
+    if (acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
+    void broadcast({ type: 'heartbeat', term, leader: self, voterSetId: options.voterSetId }, (_peer, r) => {
+      if (r.term > term) { void becomeFollower(r.term, null, `heartbeat answered with term ${r.term}`); armElectionTimer(); return }
+      if (role === 'leader' && term === roundTerm && r.granted && ++acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
+    }, controller.signal)
+  }
+
+  return {
+    start ({ signal }) {
+      running = true
+      signal.addEventListener('abort', () => this.stop(), { once: true })
+      if (!isVoter) return
+      // A sole voter has nobody to wait for: it leads at once.
+      armElectionTimer(voters.length === 1 ? 0 : undefined)
+    },
+
+    stop () {
+      running = false
+      clearTimeout(electionTimer)
+      clearInterval(heartbeatTimer)
+      controller.abort()
+      if (role !== 'follower') { role = 'follower'; leaderId = null; leaseUntilMs = 0; changed() }
+    },
+
+    async handle (from, request) {
+      if (!isVoter || !voters.includes(from)) return { term, granted: false, reason: 'not in the voter set' }
+      if (request.voterSetId !== options.voterSetId) return { term, granted: false, reason: 'another voter set' }
+      if (request.type === 'heartbeat') {
+        if (request.leader !== from) return { term, granted: false, reason: 'sender is not the leader it names' }
+        if (request.term < term) return { term, granted: false, reason: 'stale term' }
+        const saving = request.term > term || role !== 'follower' || leaderId !== from
+          ? becomeFollower(request.term, from, 'heartbeat from the leader')
+          : undefined
+        lastLeaderContactMs = now()
+        armElectionTimer()
+        await saving
+        return { term, granted: true }
+      }
+      if (request.candidate !== from) return { term, granted: false, reason: 'sender is not the candidate it names' }
+      // Leader stickiness (CheckQuorum/PreVote): while a leader is heard, nobody else may win.
+      if (role === 'leader' && now() < leaseUntilMs) return { term, granted: false, reason: 'leader with a lease' }
+      if (role !== 'leader' && inLeaderContact()) return { term, granted: false, reason: 'a leader is heard' }
+      if (request.type === 'prevote') {
+        return request.term > term ? { term, granted: true } : { term, granted: false, reason: 'stale term' }
+      }
+      if (request.term < term) return { term, granted: false, reason: 'stale term' }
+      if (request.term > term) await becomeFollower(request.term, null, `vote request for term ${request.term}`)
+      if (votedFor !== null && votedFor !== from) return { term, granted: false, reason: `already voted for ${votedFor}` }
+      votedFor = from
+      // Durable before the answer leaves: a restart must not vote again in this term.
+      await components.storage.save({ term, votedFor })
+      lastLeaderContactMs = now()
+      armElectionTimer()
+      return { term, granted: true }
+    },
+
+    state: snapshot,
+    mayAct: () => role === 'leader' && now() < leaseUntilMs && now() >= actAfterMs,
+    onChange (listener) { listeners.add(listener); return () => listeners.delete(listener) },
+  }
+}
