@@ -1,0 +1,63 @@
+// Two real dev agents sharing a cluster key (and one with another key): publish with agentctl, pull over the data port, onload the pulled keys.
+import t from 'tap'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
+import { generateClusterKey } from '../../../mesh/cluster-key.ts'
+import { capabilities } from '../../../native/index.ts'
+import { makeShm } from '../../native/helpers.ts'
+import { tensor, writeSafetensors } from './weights-fixtures.ts'
+
+if (!capabilities.addon.loaded) {
+  t.comment(`skipped: the weights subsystem needs the native addon (${capabilities.addon.error})`)
+} else {
+  t.test('agentctl weights publish on A, pull on B (full and tp 2), onload on B; a third agent with another key is refused', async t => {
+    const dir = tempDir(t, 'agentd-w-')
+    const keyFile = join(dir, 'cluster.key')
+    writeFileSync(keyFile, generateClusterKey(), { mode: 0o600 })
+    const otherKey = join(dir, 'other.key')
+    writeFileSync(otherKey, generateClusterKey(), { mode: 0o600 })
+    const args = (state: string, key: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', key, '--set', 'weights.chunkBytes=262144', '--set', 'state.hostPoolBytes=67108864']
+    const aDir = tempDir(t); const bDir = tempDir(t); const cDir = tempDir(t)
+    const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir, keyFile) })
+    const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir, keyFile) })
+    const c = await spawnAgent(t, { stateDir: cDir, args: args(cDir, otherKey) })
+    const ctl = (agent: typeof a, ...words: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> => runNode(agentctlMain, ['--socket', agent.socketPath, ...words])
+    const tensors = [tensor('model.layers.0.mlp.down_proj.weight', 'bf16', [64, 512], 1), tensor('model.norm.weight', 'f32', [64], 2)]
+    const file = join(dir, 'm.safetensors')
+    writeSafetensors(file, tensors)
+
+    const published = await ctl(a, '--json', 'weights', 'publish', '--model', 'm', '--from-safetensors', file)
+    t.equal(published.code, 0, published.stderr)
+    t.match(JSON.parse(published.stdout), { model: 'm', version: 0, tensors: 2, durable: true })
+    const address = (await a.client.status()).weights?.address
+    t.match(address, /^127\.0\.0\.1:\d+$/, 'status reports the data address')
+
+    const pulled = await ctl(b, '--json', 'weights', 'pull', '--from', address!, '--model', 'm', '--streams', '2')
+    t.equal(pulled.code, 0, pulled.stderr)
+    const result = JSON.parse(pulled.stdout) as Record<string, unknown>
+    t.same(Object.keys(result).sort(), ['bytes', 'seconds', 'tensors', 'version'])
+    t.match(result, { version: 0, bytes: tensors[0]!.data.length + tensors[1]!.data.length, tensors: 2 })
+
+    // A rollout worker onloads the pulled key with the existing state API.
+    const shm = makeShm(t, tensors[0]!.data.length)
+    await b.client.call('POST', '/v1/state/onload', { tensors: [{ key: 'weights/m/model.layers.0.mlp.down_proj.weight:param@[0,0]/[64,512]:bf16#v0', target: { kind: 'shm', name: shm, offset: 0 } }] })
+    t.ok(readFileSync(`/dev/shm/${shm}`).equals(tensors[0]!.data), 'onloaded bytes equal the published tensor')
+
+    const sliced = await ctl(b, '--json', 'weights', 'pull', '--from', address!, '--model', 'm', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '1')
+    t.equal(sliced.code, 0, sliced.stderr)
+    t.equal(JSON.parse(sliced.stdout).bytes, tensors[0]!.data.length / 2 + tensors[1]!.data.length, 'rank 1 of 2: half the row-parallel tensor plus the replicated norm')
+
+    const list = await ctl(a, 'weights', 'list')
+    t.match(list.stdout, /m\s+0\s+2/)
+    const refused = await ctl(c, '--json', 'weights', 'pull', '--from', address!, '--model', 'm')
+    t.not(refused.code, 0)
+    t.match(JSON.parse(refused.stdout || refused.stderr), { error: { code: 'ERR_WEIGHTS_AUTH' } })
+    t.equal((await a.client.health()).ok, true, 'A still serves after refusing C')
+
+    const retired = await ctl(a, 'weights', 'retire', '--model', 'm', '--version', '0')
+    t.equal(retired.code, 0, retired.stderr)
+    const gone = await ctl(b, '--json', 'weights', 'pull', '--from', address!, '--model', 'm', '--version', '0')
+    t.match(JSON.parse(gone.stdout || gone.stderr), { error: { code: 'ERR_WEIGHTS_RETIRED' } })
+  })
+}
