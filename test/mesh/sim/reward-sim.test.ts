@@ -100,3 +100,12 @@ t.test('a policy that leaves an active batch without workers is an error, not a 
   const broken: RewardScalingPolicy = { ...staticAllocationPolicy([1.5], 'fcfs'), name: 'broken' }
   t.throws(() => simulateRewardService(handTrace, broken), /pool shared needs 1 whole worker counts, got \[1.5\]/)
 })
+
+t.test('the paper\'s qualitative claims hold on a small trace (the figures are in test/bench/reward-scaling.bench.ts)', async t => {
+  const trace = generateRewardTrace({ tasks: 3, batchSize: 256, iterations: 4, seed: 1 })
+  const [distrs, zq, history] = (['distrs', 'zq-dedicated', 'history'] as const).map(name => simulateRewardService(trace, createRewardScalingPolicy(name)))
+  t.ok(distrs!.gpuSeconds * 2 < zq!.gpuSeconds, `distrs ${distrs!.gpuSeconds.toFixed(0)} GPU-s vs zq-dedicated ${zq!.gpuSeconds.toFixed(0)}`)
+  t.ok(distrs!.cpuSeconds * 1.5 < zq!.cpuSeconds, `distrs ${distrs!.cpuSeconds.toFixed(0)} CPU-s vs zq-dedicated ${zq!.cpuSeconds.toFixed(0)}`)
+  t.ok(history!.avgExtraDelayS > 5 * distrs!.avgExtraDelayS, `history ${history!.avgExtraDelayS.toFixed(2)} s vs distrs ${distrs!.avgExtraDelayS.toFixed(2)} s average extra delay`)
+  t.ok(history!.gpuSeconds <= distrs!.gpuSeconds, 'without the timeout check fewer GPUs are held')
+})
