@@ -1,0 +1,132 @@
+/**
+ * Weight transfer between two local agentd processes (RLBoost §4.3), with
+ * baselines measured in the same run:
+ * 1. full pull of a MODEL_MIB model (default 2048) with S = 1 and 4 streams
+ *    vs `iperf3 -P S` on loopback (ratio = pull GB/s / iperf3 GB/s);
+ * 2. resharded pulls (llama preset) for TP = 2, 4, 8: bytes received / bytes
+ *    needed and time vs the full pull;
+ * 3. publish from a handed-out shared-memory region vs from a safetensors file.
+ * Usage: node test/bench/weights.bench.ts [--model-mib N] [--runs R]
+ * Medians of R runs (default 3). The agents run with durable publishes (NVMe) as in production.
+ */
+import { spawn, spawnSync } from 'node:child_process'
+import { mkdtempSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { spawnAgent } from '../helpers/agent-process.ts'
+import { generateClusterKey } from '../../mesh/cluster-key.ts'
+import { median } from './bench-stats.ts'
+
+const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' } } })
+const modelMiB = Number(values['model-mib'] ?? 2048)
+const runs = Number(values.runs ?? 3)
+const MiB = 2 ** 20
+const teardowns: Array<() => unknown> = []
+const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
+const dir = mkdtempSync(join(tmpdir(), 'agentd-wb-'))
+t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+
+// A Llama-like layer stack: hidden 4096, 32 heads, 8 kv heads (GQA), intermediate 11008, bf16; layers until MODEL_MIB.
+const hidden = 4096; const heads = 32; const kvHeads = 8; const inter = 11008
+const layer = (i: number): Array<{ name: string, shape: number[] }> => [
+  { name: `model.layers.${i}.self_attn.q_proj.weight`, shape: [hidden, hidden] },
+  { name: `model.layers.${i}.self_attn.k_proj.weight`, shape: [kvHeads * 128, hidden] },
+  { name: `model.layers.${i}.self_attn.v_proj.weight`, shape: [kvHeads * 128, hidden] },
+  { name: `model.layers.${i}.self_attn.o_proj.weight`, shape: [hidden, hidden] },
+  { name: `model.layers.${i}.mlp.gate_proj.weight`, shape: [inter, hidden] },
+  { name: `model.layers.${i}.mlp.up_proj.weight`, shape: [inter, hidden] },
+  { name: `model.layers.${i}.mlp.down_proj.weight`, shape: [hidden, inter] },
+  { name: `model.layers.${i}.input_layernorm.weight`, shape: [hidden] },
+]
+const tensors: Array<{ name: string, shape: number[] }> = [{ name: 'model.embed_tokens.weight', shape: [32000, hidden] }]
+const bytesOf = (s: number[]): number => s.reduce((a, b) => a * b, 1) * 2
+let total = bytesOf(tensors[0]!.shape)
+for (let i = 0; total < modelMiB * MiB; i++) for (const x of layer(i)) { if (total >= modelMiB * MiB) break; tensors.push(x); total += bytesOf(x.shape) }
+
+function writeModel (path: string): void {
+  const header: Record<string, unknown> = { __metadata__: { num_attention_heads: String(heads), num_key_value_heads: String(kvHeads) } }
+  let offset = 0
+  for (const x of tensors) { header[x.name] = { dtype: 'BF16', shape: x.shape, data_offsets: [offset, offset + bytesOf(x.shape)] }; offset += bytesOf(x.shape) }
+  let json = Buffer.from(JSON.stringify(header))
+  json = Buffer.concat([json, Buffer.alloc((8 - json.length % 8) % 8, 0x20)])
+  const fd = openSync(path, 'w')
+  const len = Buffer.alloc(8); len.writeBigUInt64LE(BigInt(json.length))
+  writeSync(fd, len); writeSync(fd, json)
+  const block = Buffer.alloc(16 * MiB)
+  for (let i = 0; i < block.length; i += 4) block.writeUInt32LE((i * 2654435761) >>> 0, i)
+  for (let left = offset; left > 0; left -= block.length) writeSync(fd, block, 0, Math.min(block.length, left))
+  closeSync(fd)
+}
+
+function iperf (streams: number): number {
+  const server = spawn('iperf3', ['-s', '-1', '-p', '5299'], { stdio: 'ignore' })
+  spawnSync('sleep', ['0.5'])
+  const out = spawnSync('iperf3', ['-c', '127.0.0.1', '-p', '5299', '-P', String(streams), '-t', '4', '-J'], { encoding: 'utf8' })
+  server.kill()
+  const parsed = JSON.parse(out.stdout) as { end: { sum_received: { bits_per_second: number } } }
+  return parsed.end.sum_received.bits_per_second / 8 / 1e9
+}
+
+const gb = (x: number): string => `${x.toFixed(2)} GB/s`
+try {
+  const keyFile = join(dir, 'cluster.key')
+  writeFileSync(keyFile, generateClusterKey(), { mode: 0o600 })
+  const poolBytes = Math.ceil((total * 2.3) / MiB) * MiB
+  const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn',
+    '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${8 * total}`, '--set', 'weights.retainVersions=2', '--set', 'mesh.enabled=false']
+  const aDir = join(dir, 'a'); const bDir = join(dir, 'b')
+  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir) })
+  const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir) })
+  const file = join(dir, 'model.safetensors')
+  writeModel(file)
+  console.log(`model: ${tensors.length} tensors, ${(total / MiB).toFixed(0)} MiB bf16 (Llama-like, GQA ${heads}/${kvHeads}); ${runs} runs each; load average ${(await import('node:os')).loadavg().map(x => x.toFixed(1)).join(' ')}`)
+
+  // 3. publish from file vs region (each a new version; durable: includes the NVMe write + fsync).
+  const fromFile: number[] = []; const fromRegion: number[] = []
+  let version = 0
+  for (let r = 0; r < runs; r++) {
+    let began = performance.now()
+    await a.client.weightsPublish({ model: 'bench', version: ++version, source: { kind: 'safetensors', path: file } })
+    fromFile.push((performance.now() - began) / 1000)
+    const region = await a.client.weightsRegion({ model: 'bench', version: ++version, tensors: tensors.map(x => ({ name: x.name, dtype: 'bf16' as const, shape: x.shape })) })
+    const fd = openSync(`/dev/shm/${region.region}`, 'r+') // the trainer's write (not timed): fill the region
+    const block = Buffer.alloc(16 * MiB, 7)
+    for (let at = 0; at < region.bytes; at += block.length) writeSync(fd, block, 0, Math.min(block.length, region.bytes - at), at)
+    closeSync(fd)
+    began = performance.now()
+    await a.client.weightsPublish({ model: 'bench', version, source: { kind: 'region', region: region.region } })
+    fromRegion.push((performance.now() - began) / 1000)
+  }
+  console.log(`publish from safetensors file: median ${median(fromFile).toFixed(2)} s (${gb(total / median(fromFile) / 1e9)})  [${fromFile.map(x => x.toFixed(2)).join(', ')}]`)
+  console.log(`publish from shm region:       median ${median(fromRegion).toFixed(2)} s (${gb(total / median(fromRegion) / 1e9)})  [${fromRegion.map(x => x.toFixed(2)).join(', ')}]  region/file time ratio ${(median(fromRegion) / median(fromFile)).toFixed(3)}`)
+  const address = (await a.client.status()).weights!.address
+
+  // 1. full pulls vs iperf3 -P S, interleaved in the same run.
+  const fullSeconds: Record<number, number[]> = {}
+  for (const streams of [1, 4]) {
+    const pulls: number[] = []; const baseline: number[] = []
+    for (let r = 0; r < runs; r++) {
+      await b.client.call('POST', '/v1/state/drop', { prefix: 'weights/' })
+      const res = await b.client.weightsPull({ from: address, model: 'bench', version, streams })
+      if (res.bytesReceived !== total) throw new Error(`received ${res.bytesReceived}, expected ${total}`)
+      pulls.push(total / res.seconds / 1e9)
+      baseline.push(iperf(streams))
+    }
+    fullSeconds[streams] = pulls.map(p => total / p / 1e9)
+    console.log(`full pull S=${streams}: median ${gb(median(pulls))} [${pulls.map(x => x.toFixed(2)).join(', ')}]; iperf3 -P ${streams}: median ${gb(median(baseline))} [${baseline.map(x => x.toFixed(2)).join(', ')}]; ratio ${(median(pulls) / median(baseline)).toFixed(3)}`)
+  }
+
+  // 2. resharded pulls, rank 0 of TP (llama preset; heads from the published metadata), 4 streams.
+  for (const tp of [2, 4, 8]) {
+    const secs: number[] = []; let received = 0; let needed = 0
+    for (let r = 0; r < runs; r++) {
+      await b.client.call('POST', '/v1/state/drop', { prefix: 'weights/' })
+      const res = await b.client.weightsPull({ from: address, model: 'bench', version, streams: 4, layout: { tp, rank: 0, preset: 'llama' } })
+      secs.push(res.seconds); received = res.bytesReceived; needed = res.bytes
+    }
+    console.log(`tp=${tp} rank 0: bytes needed ${needed} (${(needed / total).toFixed(4)} of the model), received ${received}, received/needed ${(received / needed).toFixed(4)} (+ 24-byte reply headers per piece); median ${median(secs).toFixed(2)} s vs full S=4 ${median(fullSeconds[4]!).toFixed(2)} s (time ratio ${(median(secs) / median(fullSeconds[4]!)).toFixed(3)})`)
+  }
+} finally {
+  for (const fn of teardowns.reverse()) await fn()
+}
