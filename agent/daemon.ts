@@ -187,6 +187,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
           mesh: { mesh: () => mesh ?? { unavailable: subsystemReason('mesh') } },
           leader: { leader: () => leader ?? { unavailable: subsystemReason('leader') } },
+          ...(config.election.faultInjection ? { fault: { mesh: () => mesh, leader: () => leader } } : {}),
           weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
         })
       },

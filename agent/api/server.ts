@@ -20,6 +20,7 @@ import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
 import { registerStateRoutes, type StateSource } from './routes/state.ts'
 import { registerMeshRoutes, type MeshSource } from './routes/mesh.ts'
 import { registerLeaderRoutes, type LeaderSource } from './routes/leader.ts'
+import { registerFaultRoutes, type FaultSource } from './routes/fault.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 
 declare module 'fastify' {
@@ -53,6 +54,8 @@ export interface ApiServerComponents {
   mesh?: MeshSource
   /** The leader election; without it the leader routes answer ERR_LEADER_UNAVAILABLE. */
   leader?: LeaderSource
+  /** Fault injection for test clusters (election.faultInjection); without it /v1/fault/* is 404. */
+  fault?: FaultSource
   /** The weight-transfer agent; without it the weights routes answer ERR_UNAVAILABLE. */
   weights?: WeightsSource
 }
@@ -118,6 +121,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) })
   registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
   registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
+  if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()

@@ -52,6 +52,9 @@ export const ElectionSection = Type.Object({
     maximum: 600_000,
     description: 'The acting leader re-publishes its epoch\'s recent decisions and the full desired state this often, in milliseconds. Default: 2000.',
   }),
+  faultInjection: Type.Boolean({
+    description: 'Test clusters only: serve /v1/fault/partition (refuse connections with given peers) and /v1/fault/stale-decision (publish a decision in the last epoch this agent led, ignoring its lease). Default: false.',
+  }),
 }, { additionalProperties: false })
 
 export type ElectionConfig = Static<typeof ElectionSection>
@@ -67,6 +70,7 @@ export const defaultElectionConfig: ElectionConfig = {
   rpcTimeoutMs: 300,
   viewGraceMs: 500,
   republishIntervalMs: 2000,
+  faultInjection: false,
 }
 
 export const devElectionConfig: ElectionConfig = { ...defaultElectionConfig, server: true, bootstrapExpect: 1 }

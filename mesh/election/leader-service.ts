@@ -76,6 +76,12 @@ export interface LeaderService {
   desiredState(): Record<string, unknown>
   /** Every applied decision, in order (agents apply what concerns them). */
   onApplied(listener: (decision: AppliedDecision) => void): () => void
+  /**
+   * Fault injection (tests): publishes a decision in the last epoch this agent
+   * led, with the next seq, ignoring the lease — what a leader frozen between
+   * its lease check and its publish would send. ERR_NOT_LEADER if it never led.
+   */
+  publishStaleDecision(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
 }
 
 const recentDecisions = 32
@@ -124,6 +130,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   })
 
   // Leader side of the current epoch.
+  /** The last epoch this agent acted in and its last seq (for publishStaleDecision). */
+  let lastLed: { epoch: number, seq: number } | undefined
   let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout } | undefined
   let supervisor: NodeJS.Timeout | undefined
   let bootstrapTimer: NodeJS.Timeout | undefined
@@ -139,6 +147,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       throw new AgentError('ERR_NOT_LEADER', `this agent is not the acting leader (self: ${v.self}, leader: ${v.leaderId ?? 'unknown'}, epoch ${v.epoch})`, { details: { leaderId: v.leaderId, epoch: v.epoch } })
     }
     const decision: Decision = { seq: ++a.seq, kind, payload }
+    lastLed = { epoch: a.epoch, seq: a.seq }
     a.recent.push(decision)
     if (a.recent.length > recentDecisions) a.recent.shift()
     const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [decision], sentAtMs: Date.now() }
@@ -296,5 +305,12 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     decisions: () => decisionLog.entries(),
     desiredState: () => ({ ...desired }),
     onApplied (listener) { appliedListeners.add(listener); return () => appliedListeners.delete(listener) },
+    async publishStaleDecision (kind, payload) {
+      if (lastLed === undefined) throw new AgentError('ERR_NOT_LEADER', 'this agent never led: no epoch to publish in')
+      const seq = ++lastLed.seq
+      log.warn({ epoch: lastLed.epoch, seq, kind }, 'fault injection: publishing a decision without a lease')
+      await publishBatch({ kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: lastLed.epoch, decisions: [{ seq, kind, payload }], sentAtMs: Date.now() })
+      return { epoch: lastLed.epoch, seq }
+    },
   }
 }
