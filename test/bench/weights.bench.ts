@@ -14,7 +14,7 @@ import { mkdtempSync, rmSync, writeFileSync, openSync, writeSync, closeSync } fr
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { spawnAgent } from '../helpers/agent-process.ts'
+import { spawnAgent, waitReady } from '../helpers/agent-process.ts'
 import { generateClusterKey } from '../../mesh/cluster-key.ts'
 import { median } from './bench-stats.ts'
 
@@ -76,8 +76,11 @@ try {
   const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn',
     '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${8 * total}`, '--set', 'weights.retainVersions=2', '--set', 'mesh.enabled=false']
   const aDir = join(dir, 'a'); const bDir = join(dir, 'b')
-  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir) })
-  const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir) })
+  // Reserving and pre-faulting multi-GiB pools takes a while on a loaded machine.
+  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir), waitReady: false })
+  const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir), waitReady: false })
+  await waitReady(a, 180_000)
+  await waitReady(b, 180_000)
   const file = join(dir, 'model.safetensors')
   writeModel(file)
   console.log(`model: ${tensors.length} tensors, ${(total / MiB).toFixed(0)} MiB bf16 (Llama-like, GQA ${heads}/${kvHeads}); ${runs} runs each; load average ${(await import('node:os')).loadavg().map(x => x.toFixed(1)).join(' ')}`)
