@@ -3,7 +3,7 @@ import { Type, type Static } from '@sinclair/typebox'
 
 export const StateSection = Type.Object({
   enabled: Type.Boolean({ description: 'Run the StateManager. Default: true.' }),
-  hostPoolBytes: Type.Integer({ minimum: 1 << 20, description: 'Bytes of the pinned host pool, reserved at start. Default: 4 GiB (dev: 256 MiB).' }),
+  hostPoolBytes: Type.Integer({ minimum: 1 << 20, description: 'Bytes of the pinned host pool, reserved at start. Default: 4 GiB (dev: 64 MiB).' }),
   lockHostPool: Type.Boolean({ description: 'mlock the host pool (needs LimitMEMLOCK=infinity under systemd). Default: true (dev: false).' }),
   nvmeDir: Type.String({ minLength: 1, description: 'Directory of the NVMe tier (object files + journal). Default: /var/lib/agentd/nvme (dev: DIR/nvme).' }),
   nvmeCapacityBytes: Type.Integer({ minimum: 1 << 20, description: 'Bytes the NVMe tier may hold. Default: 256 GiB (dev: 4 GiB).' }),
@@ -32,5 +32,5 @@ export function defaultStateConfig (stateDir: string): StateConfig {
 }
 
 export function devStateConfig (stateDir: string): StateConfig {
-  return { ...defaultStateConfig(stateDir), hostPoolBytes: 256 * 2 ** 20, lockHostPool: false, nvmeCapacityBytes: 4 * 2 ** 30 }
+  return { ...defaultStateConfig(stateDir), hostPoolBytes: 64 * 2 ** 20, lockHostPool: false, nvmeCapacityBytes: 4 * 2 ** 30 }
 }

@@ -66,8 +66,8 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   return agent
 }
 
-/** Polls /healthz until the agent answers; throws with its output if it exits or takes > 20 s. */
-export async function waitReady (agent: AgentProcess, timeoutMs = 20_000): Promise<void> {
+/** Polls /healthz until the agent answers; throws with its output if it exits or takes > 60 s (generous: CI machines are small and shared). */
+export async function waitReady (agent: AgentProcess, timeoutMs = 60_000): Promise<void> {
   const began = Date.now()
   for (;;) {
     if (agent.proc.exitCode !== null || agent.proc.signalCode !== null) {
