@@ -4,11 +4,11 @@ import { availableParallelism } from 'node:os'
 import { startTestMesh } from '../helpers/test-mesh.ts'
 
 // Twenty agents (each a libp2p node, a pinned pool and an HTTP server) starve one another on
-// fewer than 4 cores and the run says nothing about the mesh; AGENTD_TEST_CLUSTER20=1 forces it.
+// fewer than 4 cores and the run says nothing about the mesh; MESH_TEST_20_AGENTS=1 forces it.
 const cores = availableParallelism()
-const skip = process.env.AGENTD_TEST_CLUSTER20 === '1' || cores >= 4
+const skip = process.env.MESH_TEST_20_AGENTS === '1' || cores >= 4
   ? false
-  : `20 agent processes need >= 4 cores, this machine has ${cores} (set AGENTD_TEST_CLUSTER20=1 to run anyway; test/bench/mesh.bench.ts measures 20 agents)`
+  : `20 agent processes need >= 4 cores, this machine has ${cores} (set MESH_TEST_20_AGENTS=1 to run anyway; test/bench/mesh.bench.ts measures 20 agents)`
 
 t.test('a 20-agent cluster converges', { timeout: 180_000, skip }, async t => {
   const began = performance.now()
