@@ -146,36 +146,44 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       let failure: Error | undefined
       const fail = (err: Error): void => { if (failure === undefined) { failure = err; finished.reject(err) } }
       const take = (): Piece | undefined => again.pop() ?? pieces[nextPiece++]
-      request.signal?.addEventListener('abort', () => fail(request.signal!.reason as Error), { once: true })
+      const onAbort = (): void => fail(request.signal!.reason as Error)
+      request.signal?.addEventListener('abort', onAbort, { once: true })
 
       async function connection (initial: WeightStream | undefined): Promise<void> {
         let stream = initial
-        let failures = 0
-        let lastError: Error | undefined
-        while (failure === undefined && remaining > 0) {
-          if (stream === undefined || stream.closed) {
-            if (stream !== undefined) {
-              if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${request.from}`)
-              reconnects++
-              await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
-            }
-            try {
-              stream = await connector.open(request.from)
-            } catch (err) {
-              if ((err as AgentError).code === 'ERR_WEIGHTS_AUTH') throw err
-              lastError = err as Error
-              if (++failures > maxReconnects) throw err
-              await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
-              continue
-            }
-          }
-          const s = stream
-          await Promise.all(Array.from({ length: depth }, () => lane(s, () => { failures = 0 }).catch(err => { lastError = err as Error })))
-          if (failure !== undefined) return
-          if (!s.closed && remaining > 0 && again.length === 0 && nextPiece >= pieces.length) return // others hold the rest
-          if (lastError !== undefined && !s.closed) s.close()
+        try {
+          await fetchOver()
+        } finally {
+          stream?.close()
         }
-        stream?.close()
+
+        async function fetchOver (): Promise<void> {
+          let failures = 0
+          let lastError: Error | undefined
+          while (failure === undefined && remaining > 0) {
+            if (stream === undefined || stream.closed) {
+              if (stream !== undefined) {
+                if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${request.from}`)
+                reconnects++
+                await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
+              }
+              try {
+                stream = await connector.open(request.from)
+              } catch (err) {
+                if ((err as AgentError).code === 'ERR_WEIGHTS_AUTH') throw err
+                lastError = err as Error
+                if (++failures > maxReconnects) throw err
+                await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
+                continue
+              }
+            }
+            const s = stream
+            await Promise.all(Array.from({ length: depth }, () => lane(s, () => { failures = 0 }).catch(err => { lastError = err as Error })))
+            if (failure !== undefined) return
+            if (!s.closed && remaining > 0 && again.length === 0 && nextPiece >= pieces.length) return // others hold the rest
+            if (lastError !== undefined && !s.closed) s.close()
+          }
+        }
       }
 
       /** Fetches pieces over one stream until the queue is empty or the stream fails (its piece goes back). */
@@ -230,6 +238,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       } finally {
         fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
         await settled.catch(() => {})
+        request.signal?.removeEventListener('abort', onAbort)
       }
 
       const resultKeys: string[] = []

@@ -68,21 +68,26 @@ function iperf (streams: number): number {
   return parsed.end.sum_received.bits_per_second / 8 / 1e9
 }
 
+let stopping = false
 const gb = (x: number): string => `${x.toFixed(2)} GB/s`
 try {
   const keyFile = join(dir, 'cluster.key')
   writeFileSync(keyFile, generateClusterKey(), { mode: 0o600 })
-  const poolBytes = Math.ceil((total * 2.3) / MiB) * MiB
-  const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn',
+  // Pools sized for one resident version plus slack (older versions spill to NVMe): the machine is shared.
+  const pool = (factor: number): number => Math.ceil(total * factor / MiB) * MiB
+  const args = (state: string, poolBytes: number): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn',
     '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${8 * total}`, '--set', 'weights.retainVersions=2', '--set', 'mesh.enabled=false']
   const aDir = join(dir, 'a'); const bDir = join(dir, 'b')
+  const file = join(dir, 'model.safetensors')
+  writeModel(file) // before the agents start: a synchronous 2 GiB write would stall their log pipes
   // Reserving and pre-faulting multi-GiB pools takes a while on a loaded machine.
-  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir), waitReady: false })
-  const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir), waitReady: false })
+  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir, pool(1.3)), waitReady: false })
+  const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir, pool(1.1)), waitReady: false })
   await waitReady(a, 180_000)
   await waitReady(b, 180_000)
-  const file = join(dir, 'model.safetensors')
-  writeModel(file)
+  for (const [name, agent] of [['A', a], ['B', b]] as const) {
+    void agent.exited.then(exit => { if (!stopping) console.error(`agent ${name} exited (${JSON.stringify(exit)}):\n${agent.output().slice(-3000)}`) })
+  }
   console.log(`model: ${tensors.length} tensors, ${(total / MiB).toFixed(0)} MiB bf16 (Llama-like, GQA ${heads}/${kvHeads}); ${runs} runs each; load average ${(await import('node:os')).loadavg().map(x => x.toFixed(1)).join(' ')}`)
 
   // 3. publish from file vs region (each a new version; durable: includes the NVMe write + fsync).
@@ -131,5 +136,6 @@ try {
     console.log(`tp=${tp} rank 0: bytes needed ${needed} (${(needed / total).toFixed(4)} of the model), received ${received}, received/needed ${(received / needed).toFixed(4)} (+ 24-byte reply headers per piece); median ${median(secs).toFixed(2)} s vs full S=4 ${median(fullSeconds[4]!).toFixed(2)} s (time ratio ${(median(secs) / median(fullSeconds[4]!)).toFixed(3)})`)
   }
 } finally {
+  stopping = true
   for (const fn of teardowns.reverse()) await fn()
 }

@@ -93,10 +93,11 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
 
   app.post<{ Body: PullBodyType }>('/v1/weights/pull', {
     schema: { summary: 'Pull a version (or this rank\'s slices of it) from another agent into this agent\'s StateManager; answers when every byte is verified', body: PullBody, response: { 200: PullResultSchema, ...errorResponses } },
-  }, async request => {
+  }, async (request, reply) => {
     const { from, model, version, layout, streams } = request.body
+    // A caller that hangs up cancels its pull (the scratch memory is released, nothing is stored).
     const abort = new AbortController()
-    request.raw.socket.once('close', () => abort.abort(new AgentError('ERR_WEIGHTS_TRANSFER', 'the caller went away')))
+    reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort(new AgentError('ERR_WEIGHTS_TRANSFER', 'the caller went away')) })
     return await service().pull({
       from, model, version: version === 'latest' ? -1 : version, signal: abort.signal,
       ...(streams !== undefined ? { streams } : {}),

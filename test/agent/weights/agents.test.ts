@@ -7,6 +7,7 @@ import { generateClusterKey } from '../../../mesh/cluster-key.ts'
 import { capabilities } from '../../../native/index.ts'
 import { makeShm } from '../../native/helpers.ts'
 import { tensor, writeSafetensors } from './weights-fixtures.ts'
+import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 
 if (!capabilities.addon.loaded) {
   t.comment(`skipped: the weights subsystem needs the native addon (${capabilities.addon.error})`)
@@ -38,6 +39,17 @@ if (!capabilities.addon.loaded) {
     const result = JSON.parse(pulled.stdout) as Record<string, unknown>
     t.same(Object.keys(result).sort(), ['bytes', 'seconds', 'tensors', 'version'])
     t.match(result, { version: 0, bytes: tensors[0]!.data.length + tensors[1]!.data.length, tensors: 2 })
+
+    const out = join(dir, 'copy.safetensors')
+    const written = await ctl(b, 'weights', 'pull', '--from', address!, '--model', 'm', '--version', '0', '--out', out)
+    t.equal(written.code, 0, written.stderr)
+    const header = await readSafetensorsHeader(out)
+    const bytes = readFileSync(out)
+    for (const x of tensors) {
+      const entry = header.tensors.find(e => e.name === x.name)!
+      t.ok(bytes.subarray(header.dataStart + entry.start, header.dataStart + entry.end).equals(x.data), `--out holds ${x.name}`)
+    }
+    t.match(written.stdout, /pulled m v0: 2 tensors/)
 
     // A rollout worker onloads the pulled key with the existing state API.
     const shm = makeShm(t, tensors[0]!.data.length)
