@@ -21,7 +21,8 @@
  * Desired state. Every agent keeps the latest payload per decision kind as
  * applied; a new leader starts from its own copy. While acting, the leader
  * re-publishes the epoch's recent decisions and the full desired state every
- * republishIntervalMs, so an agent that missed a message catches up.
+ * republishIntervalMs, so an agent that missed a message catches up — when
+ * some other live agent advertises the same voter set (nobody else needs it).
  */
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
@@ -158,6 +159,12 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     return { epoch: a.epoch, seq: decision.seq }
   }
 
+  /** Some other live agent follows this voter set (a lone --dev agent among others re-publishes nothing). */
+  const followed = (): boolean => {
+    const id = store.current().voterSetId
+    return mesh.peers().some(p => p.state !== 'dead' && p.record?.election?.voterSetId === id)
+  }
+
   const startActing = (state: ElectionState): void => {
     const controller = new AbortController()
     const a = { epoch: state.term, seq: 0, recent: [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs) }
@@ -165,7 +172,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     acting = a
     log.info({ epoch: a.epoch }, 'leader: acting')
     const republish = (): void => {
-      if (acting !== a || election?.mayAct() !== true) return
+      if (acting !== a || election?.mayAct() !== true || !followed()) return
       const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() }
       void publishBatch(batch).catch(err => log.warn({ err }, 'decision republish failed'))
     }
