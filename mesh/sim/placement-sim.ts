@@ -163,7 +163,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   }
 
   function commit (run: JobRun, decision: PlacementDecision): void {
-    horizon.reserve(residentFor(decision, run.job, slotS), { allowConflicts: decision.conflictInstances > 0 })
+    horizon.reserve(residentFor(decision, run.job, slotS), { allowConflicts: !decision.strict })
     run.decision = decision
     run.placedNodes = decision.nodes
     run.planBaseIteration = run.iteration

@@ -30,10 +30,16 @@
  *   thresholds", §4.4). When no candidate fits strictly, a second pass
  *   admits a footprint with conflicting instances (segments overlapping a
  *   resident's busy time) on a node, predicting
- *     slowdown = P'/P + (c / K) · (B / P)
- *   with c conflicting instances on the group's worst node out of K in the
- *   window and B the mean padded busy block: each conflict is assumed to
- *   cost about one block of waiting, which HRRS serialises at run time.
+ *     slowdown = P'/P + (c / K) · 2B / P
+ *   with c conflicting instances on the group's worst node out of the K
+ *   instances of the job's first 12 periods (a sample: it bounds the cost)
+ *   and B the mean padded busy block: each conflict is assumed to cost about
+ *   two blocks (its own wait plus the chained delay it passes on, §7.1),
+ *   serialised by HRRS at run time.
+ * - Search bounds: the 48 cheapest candidates are tried strictly, the 8
+ *   cheapest with conflicts (scanning the emptiest nodes first, where
+ *   conflicts are fewest); nodes whose free time is smaller than the
+ *   footprint are skipped without a search.
  * - Admission (§7.2): the predicted slowdown must not exceed the job's
  *   maxSlowdown; nodes whose resident jobs already run slower than their own
  *   bound (observed duty-ratio slowdown) take no further jobs, nor do nodes
@@ -105,8 +111,16 @@ export interface PlacementDecision {
   readonly shiftSlots: number[]
   /** Predicted slowdown: P'/P plus the conflict term (1 for dedicated). */
   readonly predictedSlowdown: number
-  /** Instances (on the worst node) predicted to overlap a resident's busy time; > 0 means reserve with allowConflicts. */
+  /** Instances (on the worst node, within the sampled periods) overlapping a resident's busy time; > 0 means reserve with allowConflicts. */
   readonly conflictInstances: number
+  /** Instances the conflict count was taken over (the first periods of the job in the window). */
+  readonly conflictSampleInstances: number
+  /**
+   * Whether the whole footprint was verified free inside the window (reserve
+   * atomically); false for a conflict-tolerant placement, which must be
+   * reserved with allowConflicts.
+   */
+  readonly strict: boolean
   /** Eq. (1) cost, slots. */
   readonly costSlots: number
   /** Mean predicted interference of the chosen nodes, 0..1. */
@@ -128,6 +142,15 @@ const conflictCostBlocks = 2
  * which bounds the per-placement work on large clusters.
  */
 const rankingSample = 16
+
+/**
+ * Search bounds that keep one placement within milliseconds on a large,
+ * full cluster: the cheapest candidates (Eq. 1) tried strictly and with
+ * conflicts, and the periods over which conflicts are predicted.
+ */
+const maxStrictCandidates = 48
+const maxTolerantCandidates = 8
+const conflictSamplePeriods = 12
 
 /** The ResidentJob to reserve for a decision. */
 export function residentFor (decision: PlacementDecision, job: PlacementJob, slotS: number): ResidentJob {
@@ -162,7 +185,7 @@ function planDedicated (view: ClusterHorizonView, job: PlacementJob, now: number
   }
   if (nodes.length < job.nodes) return undefined
   const footprint: Footprint = { startSlot: now, periodSlots: length, periods: 1, busy: [[0, length]] }
-  return { jobId: job.id, mode: 'dedicated', nodes, footprint, startSlot: now, stretchedPeriodSlots: length, shiftSlots: job.segments.map(() => 0), predictedSlowdown: 1, conflictInstances: 0, costSlots: 0, interference: 0 }
+  return { jobId: job.id, mode: 'dedicated', nodes, footprint, startSlot: now, stretchedPeriodSlots: length, shiftSlots: job.segments.map(() => 0), predictedSlowdown: 1, conflictInstances: 0, conflictSampleInstances: 0, strict: true, costSlots: 0, interference: 0 }
 }
 
 /** A busy block of one period: offset and padded length in slots, and the job's segments (indices) it covers. */
@@ -180,7 +203,9 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   if (eligible.length < job.nodes) return undefined
   // Scan nodes in the policy's order of preference (pack: fullest first; spread: emptiest first).
   const freeOf = (n: number): number => view.node(n).freeSlots
-  eligible.sort(options.policy === 'pack' ? (a, b) => freeOf(a) - freeOf(b) || a - b : (a, b) => freeOf(b) - freeOf(a) || a - b)
+  const emptiestFirst = [...eligible].sort((a, b) => freeOf(b) - freeOf(a) || a - b)
+  if (options.policy === 'pack') eligible.sort((a, b) => freeOf(a) - freeOf(b) || a - b)
+  else eligible.splice(0, eligible.length, ...emptiestFirst)
 
   const aligned = alignedPhases(view, eligible, now, segments[0]!.offset, maxPeriod)
   const candidates = candidatePeriods(view, period, maxPeriod)
@@ -189,7 +214,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
 
   const blockMean = segments.reduce((sum, b) => sum + b.length, 0) / segments.length
   for (const tolerant of [false, true]) {
-    for (const candidate of candidates) {
+    for (const candidate of candidates.slice(0, tolerant ? maxTolerantCandidates : maxStrictCandidates)) {
       const base = candidate.periodSlots / period
       const headroom = job.maxSlowdown - base
       if (tolerant && headroom <= 0) continue
@@ -197,12 +222,15 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
       if (strictShifts === undefined && !tolerant) continue
       const shifts = strictShifts ?? segments.map(() => 0)
       const footprint = buildFootprint(segments, shifts, candidate, job.iterations)
-      const instances = instancesInWindow(view, footprint)
-      // Most conflicting instances a node may have: (c / K)·(B / P) <= headroom.
+      // The strict pass checks the whole window; the tolerant pass predicts conflicts from a sample of periods.
+      const until = tolerant ? Math.min(view.windowEnd, candidate.startSlot + conflictSamplePeriods * candidate.periodSlots) : view.windowEnd
+      const { instances, slots } = busyInWindow(view, footprint, until)
+      // Most conflicting instances a node may have: (c / K)·2B/P <= headroom.
       const budget = tolerant ? Math.floor(headroom * period / (conflictCostBlocks * blockMean) * instances) : 0
       const fitting: Array<{ n: number, conflicts: number }> = []
-      for (const n of eligible) {
-        const conflicts = conflictsOnNode(view, n, footprint, budget)
+      for (const n of tolerant ? emptiestFirst : eligible) {
+        if (!tolerant && view.node(n).freeSlots < slots) continue
+        const conflicts = conflictsOnNode(view, n, footprint, until, budget)
         if (conflicts <= budget) fitting.push({ n, conflicts })
         if (fitting.length >= job.nodes + rankingSample) break
       }
@@ -222,6 +250,8 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
         stretchedPeriodSlots: candidate.periodSlots,
         shiftSlots: segmentShifts(job, segments, shifts),
         predictedSlowdown: base + (instances === 0 ? 0 : conflictInstances / instances * conflictCostBlocks * blockMean / period),
+        conflictSampleInstances: instances,
+        strict: !tolerant,
         conflictInstances,
         costSlots: candidate.cost,
         interference: chosen.reduce((sum, c) => sum + c.interference, 0) / chosen.length,
@@ -231,19 +261,20 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   return undefined
 }
 
-/** Busy instances of the footprint inside the window. */
-function instancesInWindow (view: ClusterHorizonView, footprint: Footprint): number {
-  let count = 0
-  forEachBusyInstance(footprint, view.windowStart, view.windowEnd, () => { count++ })
-  return count
+/** Busy instances of the footprint, and their slots, from the window start to `until`. */
+function busyInWindow (view: ClusterHorizonView, footprint: Footprint, until: number): { instances: number, slots: number } {
+  let instances = 0
+  let slots = 0
+  forEachBusyInstance(footprint, view.windowStart, until, (a, b) => { instances++; slots += b - a })
+  return { instances, slots }
 }
 
-/** Instances of the footprint that do not fit in the node's free time; stops counting past `limit`. */
-function conflictsOnNode (view: ClusterHorizonView, node: number, footprint: Footprint, limit: number): number {
+/** Instances of the footprint before `until` that do not fit in the node's free time; stops counting past `limit`. */
+function conflictsOnNode (view: ClusterHorizonView, node: number, footprint: Footprint, until: number, limit: number): number {
   const set = view.node(node)
   if (set.freeSlots === view.slots) return 0
   let conflicts = 0
-  forEachBusyInstance(footprint, view.windowStart, view.windowEnd, (a, b) => {
+  forEachBusyInstance(footprint, view.windowStart, until, (a, b) => {
     if (!set.fits(a, b)) conflicts++
     return conflicts <= limit
   })

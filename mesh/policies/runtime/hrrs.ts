@@ -80,7 +80,9 @@ export function hrrsPriority (task: RuntimeTask, nowS: number, switchNeeded: boo
  * the returned starts (locks, residency) itself.
  */
 export function selectRunnable (queue: readonly RuntimeTask[], nodes: readonly NodeRuntimeState[], nowS: number, scheduler: RuntimeSchedulerName): RuntimeTask[] {
-  const keyed = queue.map(task => ({ task, key: scheduler === 'hrrs' ? hrrsPriority(task, nowS, needsContextSwitch(task, nodes)) : nowS - task.readyS }))
+  // A task whose nodes are all locked can neither start nor claim a free node this round.
+  const relevant = queue.filter(task => task.nodes.some(n => nodes[n]?.lockHolder === undefined))
+  const keyed = relevant.map(task => ({ task, key: scheduler === 'hrrs' ? hrrsPriority(task, nowS, needsContextSwitch(task, nodes)) : nowS - task.readyS }))
   keyed.sort((x, y) => y.key - x.key || x.task.readyS - y.task.readyS || (x.task.taskId < y.task.taskId ? -1 : x.task.taskId > y.task.taskId ? 1 : 0))
   // Node -> deadline: a lower-priority task may use a claimed node only if it ends by then
   // (-Infinity: taken by a task started in this round).

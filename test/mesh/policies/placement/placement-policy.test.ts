@@ -8,7 +8,7 @@ const job = (over: Partial<PlacementJob> = {}): PlacementJob => ({
 
 function place (h: ClusterHorizon, j: PlacementJob, policy: 'isolated' | 'pack' | 'spread' | 'spread-backfill') {
   const d = planPlacement(h, j, { policy })
-  if (d !== undefined) h.reserve(residentFor(d, j, h.slotS), { allowConflicts: d.conflictInstances > 0 })
+  if (d !== undefined) h.reserve(residentFor(d, j, h.slotS), { allowConflicts: !d.strict })
   return d
 }
 

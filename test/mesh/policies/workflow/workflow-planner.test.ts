@@ -21,7 +21,7 @@ t.test('long-tail generation: disaggregated and pipelined, rollout keeps 40 of 6
   t.same(range(plan, 'inference').gpus, [40, 64])
   t.same(range(plan, 'actor').gpus, [40, 64], 'inference and actor share the rest by context switching')
   t.equal(plan.granularity, 64)
-  const collocated = 320 + 30 + 90
+  const collocated = 330 + 30 + 90
   t.ok(collocated / plan.iterationS > 1.1, `speedup over collocated ${(collocated / plan.iterationS).toFixed(2)} (RLinf: 1.17-1.21)`)
 })
 
@@ -45,10 +45,10 @@ t.test('memory decides: a component that fits nowhere is an error; without co-re
 
 t.test('profile interpolation: linear between GPU counts, 1/g outside', async t => {
   const c = mathLongTail.components[0]!
-  t.equal(chunkSeconds(c, 40, 512), 365)
-  t.equal(chunkSeconds(c, 48, 512), 365 + (8 / 24) * (320 - 365))
+  t.equal(chunkSeconds(c, 40, 512), 370)
+  t.equal(chunkSeconds(c, 48, 512), 370 + (8 / 24) * (330 - 370))
   t.equal(chunkSeconds(c, 8, 512), 700 * 16 / 8)
-  t.equal(chunkSeconds(c, 128, 512), 320 * 64 / 128)
+  t.equal(chunkSeconds(c, 128, 512), 330 * 64 / 128)
   t.equal(chunkSeconds(c, 64, 128), Infinity, 'no profile at that granularity')
 })
 

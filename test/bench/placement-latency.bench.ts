@@ -1,0 +1,73 @@
+/**
+ * Placement latency (PlexRL §5.2.1): one job placed into a 256-node cluster
+ * holding 1,000 resident jobs on the 28,800-slot (8 h × 1 s) horizon, and
+ * the whole simulation of a generated 1,000-job trace.
+ * Goals: placement median < 10 ms; 1,000-job trace simulated in < 30 s.
+ * Baseline in the same run: the same probes against an empty cluster.
+ *
+ *   node_modules/.bin/node test/bench/placement-latency.bench.ts [--probes 40] [--trace-nodes 256] [--seed 1]
+ */
+import { parseArgs } from 'node:util'
+import { ClusterHorizon } from '../../mesh/policies/placement/cluster-horizon.ts'
+import { planPlacement, residentFor, type PlacementJob, type PlacementPolicyName } from '../../mesh/policies/placement/placement-policy.ts'
+import { generatePlacementTrace, type PlacementTraceJob } from '../../mesh/sim/placement-trace.ts'
+import { simulatePlacement } from '../../mesh/sim/placement-sim.ts'
+import { median } from './bench-stats.ts'
+
+const { values } = parseArgs({ options: { probes: { type: 'string', default: '40' }, 'trace-nodes': { type: 'string', default: '256' }, seed: { type: 'string', default: '1' } } })
+const probes = Number(values.probes)
+const seed = Number(values.seed)
+const nodes = 256
+const residents = 1000
+const maxJobsPerNode = 8
+
+const toJob = (j: PlacementTraceJob, gang: number): PlacementJob =>
+  ({ id: j.id, nodes: gang, periodS: j.periodS, iterations: j.iterations, segments: j.segments, maxSlowdown: j.maxSlowdown, profiled: true, switchS: j.switchS ?? 10 })
+
+// Residents: generated PlexRL-shaped jobs, gangs of 1-2 nodes so that 1,000 of them fit 256 nodes.
+const pool = generatePlacementTrace({ jobs: 3000, nodes, seed }).jobs
+const horizon = new ClusterHorizon({ nodes })
+let placed = 0
+for (const j of pool) {
+  if (placed === residents) break
+  const job = toJob(j, Math.min(j.nodes, 2))
+  const d = planPlacement(horizon, job, { policy: 'spread', maxJobsPerNode })
+  if (d === undefined) continue
+  horizon.reserve(residentFor(d, job, horizon.slotS), { allowConflicts: !d.strict })
+  placed++
+}
+const perNode = Array.from({ length: nodes }, (_, n) => horizon.jobsOn(n).size)
+const busy = Array.from({ length: nodes }, (_, n) => 1 - horizon.node(n).freeSlots / horizon.slots)
+console.log(`cluster: ${nodes} nodes, ${placed} resident jobs (${Math.min(...perNode)}-${Math.max(...perNode)} per node), ` +
+  `horizon ${horizon.slots} slots, mean reserved ${(busy.reduce((a, b) => a + b, 0) / nodes * 100).toFixed(1)} %`)
+if (placed < residents) console.log(`WARNING: only ${placed} residents fit`)
+
+const probeJobs = generatePlacementTrace({ jobs: probes, nodes, seed: seed + 1 }).jobs.map(j => toJob(j, j.nodes))
+function timeProbes (view: ClusterHorizon, policy: PlacementPolicyName): { ms: number[], placed: number } {
+  const ms: number[] = []
+  let ok = 0
+  for (const job of probeJobs) {
+    const t0 = process.hrtime.bigint()
+    const d = planPlacement(view, job, { policy, maxJobsPerNode })
+    ms.push(Number(process.hrtime.bigint() - t0) / 1e6)
+    if (d !== undefined) ok++
+  }
+  return { ms, placed: ok }
+}
+const empty = new ClusterHorizon({ nodes })
+for (const policy of ['pack', 'spread-backfill', 'isolated'] as const) {
+  const base = timeProbes(empty, policy)
+  const full = timeProbes(horizon, policy)
+  const sorted = [...full.ms].sort((a, b) => a - b)
+  console.log(`place one job (${policy.padEnd(15)}) median ${median(full.ms).toFixed(2)} ms  p90 ${sorted[Math.floor(sorted.length * 0.9)]!.toFixed(2)} ms  ` +
+    `placed ${full.placed}/${probes}   empty-cluster baseline median ${median(base.ms).toFixed(2)} ms   goal < 10 ms: ${median(full.ms) < 10 ? 'met' : 'NOT met'}`)
+}
+
+const traceNodes = Number(values['trace-nodes'])
+const trace = generatePlacementTrace({ jobs: 1000, nodes: traceNodes, seed })
+for (const policy of ['isolated', 'spread-backfill'] as const) {
+  const t0 = process.hrtime.bigint()
+  const r = simulatePlacement(trace, { policy })
+  const s = Number(process.hrtime.bigint() - t0) / 1e9
+  console.log(`simulate 1,000-job trace on ${traceNodes} nodes (${policy.padEnd(15)}) ${s.toFixed(1)} s  makespan ${(r.makespanS / 3600).toFixed(1)} h   goal < 30 s: ${s < 30 ? 'met' : 'NOT met'}`)
+}
