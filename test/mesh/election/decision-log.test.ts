@@ -1,0 +1,90 @@
+// Fenced decisions, receiving side: stale epochs rejected (also after a restart), seq order, exactly
+// once, snapshots close gaps, a second leader in one epoch is refused; the invariant checker flags
+// what the log must never show.
+import t from 'tap'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createDecisionLog, decisionDigest, type AppliedDecision, type DecisionLogEntry } from '../../../mesh/election/decision-log.ts'
+import { checkDecisionInvariants, parseDecisionLog } from '../../../mesh/election/decision-invariants.ts'
+import type { DecisionBatch } from '../../../mesh/mesh-messages.ts'
+
+const A = 'leaderA'
+const B = 'leaderB'
+
+function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0) {
+  const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>> }
+  const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
+    voterSetId: () => 'set',
+    voters: () => [A, B],
+    highestEpoch: () => state.highestEpoch,
+    async raiseEpoch (e) { state.highestEpoch = e },
+    apply: d => state.applied.push(d),
+    adoptState: (_e, _l, entries) => state.adopted.push(entries),
+  })
+  return { log, state, file: join(dir, 'decisions.jsonl') }
+}
+
+const batch = (from: string, epoch: number, seqs: number[], extra: Partial<DecisionBatch> = {}): DecisionBatch =>
+  ({ kind: 'decisions', from, voterSetId: 'set', epoch, decisions: seqs.map(seq => ({ seq, kind: 'k', payload: { seq } })), sentAtMs: 0, ...extra })
+
+t.test('in order, exactly once; gaps wait; a higher epoch fences the lower one', async t => {
+  const { log, state, file } = setup(t)
+  t.equal(await log.receive(batch(A, 1, [1])), 'accepted')
+  t.equal(await log.receive(batch(A, 1, [3])), 'accepted', 'seq 3 waits for 2')
+  t.same(state.applied.map(d => d.seq), [1])
+  await log.receive(batch(A, 1, [2, 3]))
+  await log.receive(batch(A, 1, [1, 2, 3]))
+  t.same(state.applied.map(d => d.seq), [1, 2, 3], 'applied in order, each once')
+  await log.receive(batch(B, 2, [1]))
+  t.equal(state.highestEpoch, 2, 'the new epoch is persisted before it is applied')
+  t.equal(await log.receive(batch(A, 1, [4])), 'stale', 'an older epoch is stale')
+  t.same(state.applied.map(d => `${d.epoch}/${d.seq}`), ['1/1', '1/2', '1/3', '2/1'])
+  t.same(log.counts(), { applied: 4, rejected: 1, snapshots: 0, violations: 0 })
+  await new Promise(resolve => setTimeout(resolve, 50))
+  const entries = parseDecisionLog(readFileSync(file, 'utf8'))
+  t.match(entries.at(-1), { epoch: 1, seq: 4, leader: A, outcome: 'rejected' }, 'the rejection is in the file')
+  t.same(checkDecisionInvariants(new Map([['x', entries]])), [], 'the log satisfies the invariants')
+})
+
+t.test('a restarted agent keeps rejecting epochs below the persisted one', async t => {
+  const { log, state } = setup(t, 5)
+  t.equal(await log.receive(batch(A, 4, [1])), 'stale')
+  t.same(state.applied, [])
+})
+
+t.test('a second sender in one epoch is refused and counted as a violation', async t => {
+  const { log, state } = setup(t)
+  await log.receive(batch(A, 3, [1]))
+  t.equal(await log.receive(batch(B, 3, [2])), 'stale')
+  t.same(state.applied.map(d => d.leader), [A])
+  t.equal(log.counts().violations, 1)
+})
+
+t.test('foreign voter sets and non-voters are ignored', async t => {
+  const { log, state } = setup(t)
+  t.equal(await log.receive(batch(A, 1, [1], { voterSetId: 'other' })), 'ignored')
+  t.equal(await log.receive(batch('stranger', 1, [1])), 'ignored')
+  t.same(state.applied, [])
+})
+
+t.test('a snapshot closes a gap the recent decisions cannot fill', async t => {
+  const { log, state } = setup(t)
+  await log.receive(batch(A, 1, [1]))
+  await log.receive(batch(A, 1, [6, 7], { state: { seq: 5, entries: { k: { seq: 5 } } } }))
+  t.same(state.adopted, [{ k: { seq: 5 } }], 'desired state adopted')
+  t.same(state.applied.map(d => d.seq), [1, 6, 7], 'then 6 and 7 applied in order')
+  t.same(log.position(), { epoch: 1, seq: 7, leader: A })
+})
+
+t.test('the invariant checker flags two leaders in an epoch, stale applies, gaps and disagreement', async t => {
+  const e = (epoch: number, seq: number, leader: string, payload: unknown = seq): DecisionLogEntry =>
+    ({ atMs: 0, epoch, seq, leader, kind: 'k', outcome: 'applied', digest: decisionDigest('k', payload) })
+  const found = checkDecisionInvariants(new Map([
+    ['x', [e(1, 1, A), e(2, 1, B), e(1, 2, A)]],
+    ['y', [e(1, 1, B, 'other'), e(1, 3, B)]],
+  ])).map(v => v.invariant).sort()
+  t.same(found, ['agreement', 'gap-free', 'no-stale-apply', 'one-leader-per-epoch', 'one-leader-per-epoch'])
+})
