@@ -126,10 +126,11 @@ t.test('the version retired mid-pull: a pull of that version fails, a pull of la
   t.same(b.sm.storedKeys('weights/'), [], 'a failed pull leaves no keys')
   await publishModel(t, a, 2, model(45))
   let publishing: Promise<unknown> | undefined
+  // Cut after 1 MiB; the reconnect reaches the server only once v3 is committed (which retires v2).
   const proxyC = await tcpProxy(t, a.weights.address(), (chunk, seen, connection) => {
     if (connection === 0 && seen + chunk.length > MiB) { publishing ??= publishModel(t, a, 3, v2); return 'cut' }
     return chunk
-  })
+  }, connection => connection > 0 ? publishing : undefined)
   const r = await c.weights.pull({ from: proxyC.address, model: 'm', version: -1, streams: 1 })
   await publishing
   t.equal(r.version, 3, 'latest restarted on the version that replaced the retired one')

@@ -77,13 +77,21 @@ export interface Proxy {
  * with the running byte count of its connection and may return a changed
  * chunk or 'cut' (the connection is destroyed, both sides).
  */
-export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer, connectionBytes: number, connection: number) => Buffer | 'cut' = c => c): Promise<Proxy> {
+export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer, connectionBytes: number, connection: number) => Buffer | 'cut' = c => c,
+  /** Connection n reaches the server only after the returned promise settles (undefined: at once). */
+  hold: (connection: number) => Promise<unknown> | undefined = () => undefined): Promise<Proxy> {
   const [host, port] = target.split(':') as [string, string]
   let total = 0
   let connections = 0
   const sockets = new Set<Socket>()
   const server: Server = createServer(client => {
     const id = connections++
+    client.pause()
+    const held = hold(id)
+    if (held === undefined) forward(client, id)
+    else void held.finally(() => { if (!client.destroyed) forward(client, id) })
+  })
+  function forward (client: Socket, id: number): void {
     let seen = 0
     const upstream = connect({ host, port: Number(port) })
     sockets.add(client); sockets.add(upstream)
@@ -99,7 +107,8 @@ export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer,
       total += out.length
       if (!client.write(out)) { upstream.pause(); client.once('drain', () => upstream.resume()) }
     })
-  })
+    client.resume()
+  }
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const proxy: Proxy = {
     address: `127.0.0.1:${(server.address() as { port: number }).port}`,
