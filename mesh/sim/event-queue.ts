@@ -1,3 +1,5 @@
+import { createPriorityHeap } from './priority-heap.ts'
+
 /**
  * The discrete-event engine shared by every simulator in mesh/sim/: a clock in
  * seconds and a binary min-heap of events ordered by (time, insertion order),
@@ -30,44 +32,10 @@ export interface EventQueue {
 }
 
 export function createEventQueue (startS = 0): EventQueue {
-  const heap: SimEvent[] = []
+  const heap = createPriorityHeap<SimEvent>((a, b) => a.atS < b.atS || (a.atS === b.atS && a.seq < b.seq))
   let nowS = startS
   let seq = 0
   let live = 0
-
-  const before = (a: SimEvent, b: SimEvent): boolean => a.atS < b.atS || (a.atS === b.atS && a.seq < b.seq)
-  const swap = (i: number, j: number): void => { const x = heap[i]!; heap[i] = heap[j]!; heap[j] = x }
-
-  function push (event: SimEvent): void {
-    heap.push(event)
-    let i = heap.length - 1
-    while (i > 0) {
-      const parent = (i - 1) >> 1
-      if (!before(heap[i]!, heap[parent]!)) break
-      swap(i, parent)
-      i = parent
-    }
-  }
-
-  function pop (): SimEvent | undefined {
-    const top = heap[0]
-    const last = heap.pop()
-    if (heap.length > 0 && last !== undefined) {
-      heap[0] = last
-      let i = 0
-      for (;;) {
-        const l = 2 * i + 1
-        const r = l + 1
-        let m = i
-        if (l < heap.length && before(heap[l]!, heap[m]!)) m = l
-        if (r < heap.length && before(heap[r]!, heap[m]!)) m = r
-        if (m === i) break
-        swap(i, m)
-        i = m
-      }
-    }
-    return top
-  }
 
   return {
     get nowS () { return nowS },
@@ -75,7 +43,7 @@ export function createEventQueue (startS = 0): EventQueue {
     at (atS, run) {
       if (!Number.isFinite(atS) || atS < nowS) throw new RangeError(`cannot schedule at ${atS}s: now is ${nowS}s`)
       const event: SimEvent = { atS, seq: seq++, run, cancelled: false }
-      push(event)
+      heap.push(event)
       live++
       return event
     },
@@ -88,12 +56,12 @@ export function createEventQueue (startS = 0): EventQueue {
     },
     runUntil (untilS = Infinity) {
       let ran = 0
-      while (heap.length > 0 && heap[0]!.atS <= untilS) {
-        const event = pop()!
-        if (event.cancelled) continue
+      for (let next = heap.peek(); next !== undefined && next.atS <= untilS; next = heap.peek()) {
+        heap.pop()
+        if (next.cancelled) continue
         live--
-        nowS = event.atS
-        event.run()
+        nowS = next.atS
+        next.run()
         ran++
       }
       if (Number.isFinite(untilS) && untilS > nowS) nowS = untilS

@@ -1,7 +1,8 @@
 /**
  * A binary min-heap under a caller's strict order `before(a, b)` (a is served
- * first). The stage queues of the planner's SIMULATE and of the replay
- * simulator are this heap under earliestBatchFirst or firstComeFirstServed.
+ * first). The event queue of every simulator is this heap under (time,
+ * insertion order); the replay simulator's stage queues are it under
+ * earliestBatchFirst or firstComeFirstServed.
  */
 export interface PriorityHeap<T> {
   readonly size: number

@@ -17,6 +17,23 @@ export const agentctlMain = join(repoRoot, 'cli/agentctl.ts')
 
 interface Teardown { teardown(fn: () => unknown): void }
 
+/**
+ * Every child this module started and that is still running. tap kills a test
+ * file that times out, and then no teardown runs: these children are killed
+ * when the test process exits or is told to stop, so none outlives it.
+ */
+const children = new Set<ChildProcess>()
+const killChildren = (): void => { for (const child of children) child.kill('SIGKILL') }
+process.once('exit', killChildren)
+for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+  process.once(signal, () => { killChildren(); process.exit(128 + (signal === 'SIGINT' ? 2 : signal === 'SIGHUP' ? 1 : 15)) })
+}
+function track<T extends ChildProcess> (child: T): T {
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  return child
+}
+
 export interface AgentProcess {
   proc: ChildProcess
   stateDir: string
@@ -48,7 +65,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
   const env = { ...withoutAgentdEnv(process.env), ...options.env }
-  const proc = spawn(process.execPath, [agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  const proc = track(spawn(process.execPath, [agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
   proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
@@ -91,7 +108,7 @@ export function withoutAgentdEnv (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 /** Runs a node entry point to completion: exit code, stdout, stderr. */
 export function runNode (entry: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null, stdout: string, stderr: string }> {
   return new Promise(resolve => {
-    const proc = spawn(process.execPath, [entry, ...args], { env: { ...withoutAgentdEnv(process.env), ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    const proc = track(spawn(process.execPath, [entry, ...args], { env: { ...withoutAgentdEnv(process.env), ...env }, stdio: ['ignore', 'pipe', 'pipe'] }))
     let stdout = ''
     let stderr = ''
     proc.stdout.on('data', (c: Buffer) => { stdout += c.toString() })
