@@ -6,7 +6,7 @@
  * 2. resharded pulls (llama preset) for TP = 2, 4, 8: bytes received / bytes
  *    needed and time vs the full pull;
  * 3. publish from a handed-out shared-memory region vs from a safetensors file.
- * Usage: node test/bench/weights.bench.ts [--model-mib N] [--runs R]
+ * Usage: node test/bench/weights.bench.ts [--model-mib N] [--runs R] [--no-region]
  * Medians of R runs (default 3). The agents run with durable publishes (NVMe) as in production.
  */
 import { spawn, spawnSync } from 'node:child_process'
@@ -18,7 +18,9 @@ import { spawnAgent, waitReady } from '../helpers/agent-process.ts'
 import { generateClusterKey } from '../../mesh/cluster-key.ts'
 import { median } from './bench-stats.ts'
 
-const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' } } })
+const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' }, 'no-region': { type: 'boolean' } } })
+/** --no-region skips the region publish (it needs a second copy of the model in /dev/shm: memory-tight machines). */
+const withRegion = values['no-region'] !== true
 const modelMiB = Number(values['model-mib'] ?? 2048)
 const runs = Number(values.runs ?? 3)
 const MiB = 2 ** 20
@@ -97,6 +99,7 @@ try {
     let began = performance.now()
     await a.client.weightsPublish({ model: 'bench', version: ++version, source: { kind: 'safetensors', path: file } })
     fromFile.push((performance.now() - began) / 1000)
+    if (!withRegion) continue
     const region = await a.client.weightsRegion({ model: 'bench', version: ++version, tensors: tensors.map(x => ({ name: x.name, dtype: 'bf16' as const, shape: x.shape })) })
     const fd = openSync(`/dev/shm/${region.region}`, 'r+') // the trainer's write (not timed): fill the region
     const block = Buffer.alloc(16 * MiB, 7)
@@ -107,7 +110,7 @@ try {
     fromRegion.push((performance.now() - began) / 1000)
   }
   console.log(`publish from safetensors file: median ${median(fromFile).toFixed(2)} s (${gb(total / median(fromFile) / 1e9)})  [${fromFile.map(x => x.toFixed(2)).join(', ')}]`)
-  console.log(`publish from shm region:       median ${median(fromRegion).toFixed(2)} s (${gb(total / median(fromRegion) / 1e9)})  [${fromRegion.map(x => x.toFixed(2)).join(', ')}]  region/file time ratio ${(median(fromRegion) / median(fromFile)).toFixed(3)}`)
+  if (withRegion) console.log(`publish from shm region:       median ${median(fromRegion).toFixed(2)} s (${gb(total / median(fromRegion) / 1e9)})  [${fromRegion.map(x => x.toFixed(2)).join(', ')}]  region/file time ratio ${(median(fromRegion) / median(fromFile)).toFixed(3)}`)
   const address = (await a.client.status()).weights!.address
 
   // 1. full pulls vs iperf3 -P S, interleaved in the same run.
