@@ -49,6 +49,8 @@ export interface PlacementSimOptions {
    * Default 32.
    */
   backfillDepth?: number
+  /** Passed to the placement policy (conflict cost in its slowdown prediction). Default 2. */
+  conflictCostBlocks?: number
 }
 
 export interface PlacementSimJob {
@@ -149,7 +151,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       const run = waiting[i]!
       let decision: PlacementDecision | undefined
       if (run.lastFailedVersion !== capacityVersion) {
-        decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode })
+        decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks })
         if (decision === undefined) run.lastFailedVersion = capacityVersion
       }
       if (decision === undefined) {
@@ -234,7 +236,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     horizon.release(run.spec.id)
     capacityVersion++
     run.job = { ...run.job, profiled: true, iterations: run.spec.iterations - run.iteration }
-    const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode })
+    const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks })
       ?? planPlacement(horizon, { ...run.job, profiled: false }, { policy: options.policy, nowSlot: horizon.windowStart, maxJobsPerNode })
     if (decision !== undefined) commit(run, decision)
     tryPlace()

@@ -34,8 +34,8 @@
  *   with c conflicting instances on the group's worst node out of the K
  *   instances of the job's first 12 periods (a sample: it bounds the cost)
  *   and B the mean padded busy block: each conflict is assumed to cost about
- *   two blocks (its own wait plus the chained delay it passes on, §7.1),
- *   serialised by HRRS at run time.
+ *   two blocks (its own wait plus the chained delay it passes on, §7.1;
+ *   `conflictCostBlocks`), serialised by HRRS at run time.
  * - Search bounds: the 48 cheapest candidates are tried strictly, the 8
  *   cheapest with conflicts (scanning the emptiest nodes first, where
  *   conflicts are fewest); nodes whose free time is smaller than the
@@ -97,6 +97,8 @@ export interface PlacementOptions {
   observedSlowdown?: ReadonlyMap<string, number>
   /** Start phases tried per candidate period. Default 16. */
   phasesPerPeriod?: number
+  /** Blocks of waiting a predicted conflict costs in the slowdown prediction. Default 2. */
+  conflictCostBlocks?: number
 }
 
 export interface PlacementDecision {
@@ -130,11 +132,13 @@ export interface PlacementDecision {
 export const defaultMaxJobsPerNode = 4
 
 /**
- * Blocks of waiting one conflicting instance is predicted to cost: the
- * delayed segment waits about one block, and the delay it passes on to the
- * job's next operations (§7.1 chained delay) about one more.
+ * Default blocks of waiting one conflicting instance is predicted to cost:
+ * the delayed segment waits about one block, and the delay it passes on to
+ * the job's next operations (§7.1 chained delay) about one more. Larger
+ * values admit fewer conflicts: realised slowdowns stay nearer the jobs'
+ * bounds at the price of density (see test/bench/placement-policies.bench.ts).
  */
-const conflictCostBlocks = 2
+export const defaultConflictCostBlocks = 2
 
 /**
  * Fitting nodes beyond the gang size that are ranked by interference: nodes
@@ -213,6 +217,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
     .sort((a, b) => a.cost - b.cost || a.periodSlots - b.periodSlots)
 
   const blockMean = segments.reduce((sum, b) => sum + b.length, 0) / segments.length
+  const conflictCostBlocks = options.conflictCostBlocks ?? defaultConflictCostBlocks
   for (const tolerant of [false, true]) {
     for (const candidate of candidates.slice(0, tolerant ? maxTolerantCandidates : maxStrictCandidates)) {
       const base = candidate.periodSlots / period
