@@ -26,6 +26,23 @@ export async function copyHostRange (binding: NativeBinding, dst: HostRange, src
     src.length, threads))
 }
 
+/** A strided gather: `runs` runs of `runBytes` bytes, `srcStride` bytes apart from src.offset, into dst (runs × runBytes long). */
+export interface GatherShape { runBytes: number, runs: number, srcStride: number }
+
+export async function gatherHostRuns (binding: NativeBinding, dst: HostRange, src: HostRange, shape: GatherShape,
+  options: ThreadOptions = {}): Promise<void> {
+  checkHostRange(dst, 'dst')
+  checkHostRange(src, 'src')
+  const runBytes = checkInteger(shape.runBytes, 'runBytes', 1, Number.MAX_SAFE_INTEGER)
+  const runs = checkInteger(shape.runs, 'runs', 1, Number.MAX_SAFE_INTEGER)
+  const srcStride = checkInteger(shape.srcStride, 'srcStride', runBytes, Number.MAX_SAFE_INTEGER)
+  if (dst.length !== runBytes * runs) throw new AgentError('ERR_ARG_INVALID', `dst.length ${dst.length} differs from runs × runBytes ${runBytes * runs}`)
+  if (src.length < srcStride * (runs - 1) + runBytes) throw new AgentError('ERR_ARG_INVALID', `src.length ${src.length} is shorter than the gather's span`)
+  const threads = checkInteger(options.threads ?? 0, 'threads', 0, 1024)
+  await awaitNative(() => binding.gatherHost(dst.memory.region, dst.offset, src.memory.region, src.offset,
+    runBytes, runs, srcStride, threads))
+}
+
 /** One plain single-threaded memcpy of the same bytes: the copy benchmark's baseline. */
 export async function memcpyBaseline (binding: NativeBinding, dst: HostRange, src: HostRange): Promise<void> {
   await copyHostRange(binding, dst, src, { threads: 1 })

@@ -14,7 +14,7 @@ import type { DeviceCopyOptions, DeviceMemory, DeviceRange } from './cuda-ipc.ts
 import * as directFile from './direct-file.ts'
 import type { DirectFile, OpenFileOptions } from './direct-file.ts'
 import * as hostCopy from './host-copy.ts'
-import type { ThreadOptions } from './host-copy.ts'
+import type { GatherShape, ThreadOptions } from './host-copy.ts'
 import { checkHostRange, type HostRange } from './host-memory.ts'
 import * as hostPool from './host-pool.ts'
 import type { HostPool, HostPoolOptions } from './host-pool.ts'
@@ -30,7 +30,7 @@ export { defaultAlignment, ExtentAllocator } from './extent-allocator.ts'
 export type { DeviceCopyOptions, DeviceMemory, DeviceRange, IpcHandle } from './cuda-ipc.ts'
 export { parseIpcHandle } from './cuda-ipc.ts'
 export type { DirectFile, OpenFileOptions, TransferOptions } from './direct-file.ts'
-export type { ThreadOptions } from './host-copy.ts'
+export type { GatherShape, ThreadOptions } from './host-copy.ts'
 export type { HostMemory, HostRange } from './host-memory.ts'
 export type { HostPool, HostPoolInfo, HostPoolOptions } from './host-pool.ts'
 export type { NativeFileInfo, NativeTransferResult } from './native-binding.ts'
@@ -208,6 +208,15 @@ export function openSharedMemory (name: string, options: { minBytes?: number } =
 /** Copies `src` into `dst` on native threads. */
 export async function copyHost (dst: HostRange, src: HostRange, options: ThreadOptions = {}): Promise<void> {
   await hostCopy.copyHostRange(binding(), dst, src, options)
+}
+
+/**
+ * A strided gather on native threads: `runs` runs of `runBytes` bytes,
+ * `srcStride` apart from `src.offset`, packed into `dst` (e.g. a row-parallel
+ * slice of a weight matrix into a contiguous reply buffer).
+ */
+export async function gatherHost (dst: HostRange, src: HostRange, shape: GatherShape, options: ThreadOptions = {}): Promise<void> {
+  await hostCopy.gatherHostRuns(binding(), dst, src, shape, options)
 }
 
 /** A single plain memcpy of the same bytes (benchmark baseline). */

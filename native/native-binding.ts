@@ -101,6 +101,9 @@ export interface NativeBinding {
   /** threads: 0 = the whole CPU pool, 1 = one plain memcpy. */
   copyHost (dst: NativeRegion, dstOffset: number, src: NativeRegion, srcOffset: number,
     length: number, threads: number): Promise<void>
+  /** Copies `runs` runs of `runBytes`, `srcStride` apart in src, to consecutive dst bytes. threads: 0 = the whole CPU pool. */
+  gatherHost (dst: NativeRegion, dstOffset: number, src: NativeRegion, srcOffset: number,
+    runBytes: number, runs: number, srcStride: number, threads: number): Promise<void>
   /** CRC-32C (unsigned). threads: 0 = the whole CPU pool. */
   checksumRegion (region: NativeRegion, offset: number, length: number, threads: number): Promise<number>
   checksumBuffer (bytes: Uint8Array): Promise<number>

@@ -259,3 +259,20 @@ export function sliceRuns (tensor: TensorInfo, dim: number | null, ranges: reado
   }
   return runs
 }
+
+/** Runs of equal length at a constant stride: one native gather call each. */
+export interface StridedRuns { offset: number, runBytes: number, runs: number, stride: number }
+
+/** Groups consecutive runs into strided gathers (a row-parallel slice window becomes ~3 groups instead of one per row). */
+export function groupRuns (runs: readonly ByteRun[]): StridedRuns[] {
+  const groups: StridedRuns[] = []
+  for (const run of runs) {
+    const g = groups[groups.length - 1]
+    if (g !== undefined && g.runBytes === run.length) {
+      const stride = g.runs === 1 ? run.offset - g.offset : g.stride
+      if (stride >= run.length && run.offset === g.offset + stride * g.runs) { g.stride = stride; g.runs++; continue }
+    }
+    groups.push({ offset: run.offset, runBytes: run.length, runs: 1, stride: run.length })
+  }
+  return groups
+}

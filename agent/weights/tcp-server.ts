@@ -5,7 +5,8 @@
  * at a time and reads the next only when the previous reply's bytes were
  * accepted by the socket ('drain'), so a slow puller holds at most one reply.
  * Whole-tensor replies are Buffers over pinned pool memory (no copy); sliced
- * replies are gathered by native threads into a pool scratch range. Nothing is
+ * replies are gathered by native threads (strided gathers, one call per run
+ * pattern) into a pool scratch range. Nothing is
  * copied on the event loop. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
@@ -13,7 +14,7 @@
 import { createServer, type Server, type Socket } from 'node:net'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { checksum, copyHost, viewHostRange, type HostRange } from '../../native/index.ts'
+import { checksum, gatherHost, viewHostRange, type HostRange } from '../../native/index.ts'
 import { dtypeBytes } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import type { DataAuth } from './data-auth.ts'
@@ -21,7 +22,7 @@ import {
   authBytes, decodeAuth, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHello, encodeReplyHeader,
   Op, requestHeaderBytes, Status, type ReadRequest, type StatusCode,
 } from './protocol.ts'
-import { sliceRuns } from './reshard.ts'
+import { groupRuns, sliceRuns } from './reshard.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
 import type { VersionStore, WeightsManifest } from './version-store.ts'
 
@@ -41,8 +42,8 @@ export interface TcpWeightServerComponents {
   logger: Logger
 }
 
-/** Runs under 1 MiB are copied by one native thread each (splitting them costs more than it buys). */
-const smallRunBytes = 2 ** 20
+/** Gathers under 1 MiB run on one native thread (splitting them costs more than it buys). */
+const smallGatherBytes = 2 ** 20
 
 export function splitHostPort (address: string): { host: string, port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(address)
@@ -164,10 +165,11 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         const scratch = await sm.scratch(req.byteLength)
         try {
           let at = 0
-          await Promise.all(runs.map(run => {
-            const dst = { memory: scratch.range.memory, offset: scratch.range.offset + at, length: run.length }
-            at += run.length
-            return copyHost(dst, sub(run.offset, run.length), run.length < smallRunBytes ? { threads: 1 } : {})
+          await Promise.all(groupRuns(runs).map(g => {
+            const bytes = g.runBytes * g.runs
+            const dst = { memory: scratch.range.memory, offset: scratch.range.offset + at, length: bytes }
+            at += bytes
+            return gatherHost(dst, sub(g.offset, g.stride * (g.runs - 1) + g.runBytes), { runBytes: g.runBytes, runs: g.runs, srcStride: g.stride }, bytes < smallGatherBytes ? { threads: 1 } : {})
           }))
           await send(Status.ok, requestId, scratch.view, await checksum(scratch.range))
         } finally {

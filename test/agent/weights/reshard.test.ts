@@ -1,6 +1,6 @@
 // The reshard planner against an independent reference slicing (element-wise, by index arithmetic) for every rule kind and random shapes.
 import t from 'tap'
-import { planReshard, sliceRuns, parseLayoutRules, type LayoutRule, type TensorInfo } from '../../../agent/weights/reshard.ts'
+import { groupRuns, planReshard, sliceRuns, parseLayoutRules, type LayoutRule, type TensorInfo } from '../../../agent/weights/reshard.ts'
 import { presetRules } from '../../../agent/weights/layout-presets.ts'
 
 /** Seeded PRNG (mulberry32). */
@@ -150,4 +150,22 @@ t.test('bad layouts fail with ERR_LAYOUT_INVALID and say why', async t => {
   t.throws(() => planReshard([{ name: 'x.qkv_proj.weight', shape: [48, 4], elementBytes: 2 }], { tp: 2, rank: 0, rules: presetRules('llama') }), { message: /head counts/ })
   t.throws(() => planReshard([], { tp: 2, rank: 2, rules: [] }), { message: /rank must be in 0..1/ })
   t.throws(() => presetRules('gpt9'), { code: 'ERR_LAYOUT_INVALID' })
+})
+
+t.test('groupRuns: strided runs of one length become one gather; the groups cover the runs in order', async t => {
+  t.same(groupRuns([{ offset: 10, length: 4 }, { offset: 30, length: 4 }, { offset: 50, length: 4 }, { offset: 70, length: 2 }, { offset: 100, length: 8 }]),
+    [{ offset: 10, runBytes: 4, runs: 3, stride: 20 }, { offset: 70, runBytes: 2, runs: 1, stride: 2 }, { offset: 100, runBytes: 8, runs: 1, stride: 8 }])
+  const random = rng(7)
+  for (let trial = 0; trial < 50; trial++) {
+    const shape = [1 + Math.floor(random() * 9), 8 * (1 + Math.floor(random() * 6)), 1 + Math.floor(random() * 3)]
+    const dim = Math.floor(random() * 2)
+    const count = 1 + Math.floor(random() * (shape[dim]! - 1))
+    const ranges = [{ start: Math.floor(random() * (shape[dim]! - count + 1)), count }]
+    const info = { name: 'w', shape, elementBytes: 2 }
+    const bytes = shape.reduce((a, b) => a * b, 1) * 2 / shape[dim]! * count
+    const from = Math.floor(random() * bytes / 2)
+    const runs = sliceRuns(info, dim, ranges, from, bytes - from)
+    const expanded = groupRuns(runs).flatMap(g => Array.from({ length: g.runs }, (_, i) => ({ offset: g.offset + i * g.stride, length: g.runBytes })))
+    t.same(expanded, runs, `shape [${shape}] dim ${dim}`)
+  }
 })
