@@ -74,6 +74,8 @@ export interface DecisionLog {
   /** Highest applied (epoch, seq) and the epoch's leader. */
   position(): { epoch: number, seq: number, leader: string | null }
   counts(): { applied: number, rejected: number, snapshots: number, violations: number }
+  /** Resolves once every entry logged so far is appended to the file. */
+  flush(): Promise<void>
 }
 
 export function decisionDigest (kind: string, payload: unknown): string {
@@ -157,5 +159,6 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     entries: () => [...memory],
     position: () => ({ epoch, seq: appliedSeq, leader: epochLeader }),
     counts: () => ({ ...counts }),
+    flush: () => fileChain,
   }
 }

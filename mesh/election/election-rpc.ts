@@ -5,20 +5,33 @@
  * one length-prefixed JSON response. The sender is the connection's remote
  * peer, authenticated by noise inside the cluster's private network, so
  * requests carry no signature of their own.
+ *
+ * Besides the election's requests, `{ type: 'decisions', batch }` is the
+ * leader's direct catch-up for a voter whose heartbeat answers show it lags
+ * behind the decisions (a gossip message it never got); its answer is
+ * granted when the batch was accepted.
  */
 import { peerIdFromString } from '@libp2p/peer-id'
 import { lpStream } from '@libp2p/utils'
 import type { Stream } from '@libp2p/interface'
 import type { MeshLibp2p } from '../libp2p-node.ts'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
 import type { ElectionRequest, ElectionResponse, ElectionTransport } from './raft-election.ts'
+import { DecisionBatchSchema, type DecisionBatch } from '../mesh-messages.ts'
 
 export const electionProtocol = '/agentd/election/1.0.0'
-const maxMessageBytes = 4096
+/** Requests carry at most a catch-up batch of decisions (leader-service.ts). */
+const maxMessageBytes = 1024 * 1024
 const handlerTimeoutMs = 5_000
 
+export type ElectionRpcRequest = ElectionRequest | { type: 'decisions', batch: DecisionBatch }
+
+const checkBatch = TypeCompiler.Compile(DecisionBatchSchema)
+
 export interface ElectionRpc extends ElectionTransport {
+  request(peer: string, request: ElectionRpcRequest, signal: AbortSignal): Promise<ElectionResponse>
   /** Starts answering requests with `handler` (idempotent per node). */
-  register(handler: (from: string, request: ElectionRequest) => Promise<ElectionResponse>): Promise<void>
+  register(handler: (from: string, request: ElectionRpcRequest) => Promise<ElectionResponse>): Promise<void>
   unregister(): Promise<void>
 }
 
@@ -62,8 +75,9 @@ export function createElectionRpc (node: MeshLibp2p): ElectionRpc {
 
 const isCount = (x: unknown): x is number => Number.isSafeInteger(x) && (x as number) >= 0
 
-function parseRequest (v: unknown): ElectionRequest {
+function parseRequest (v: unknown): ElectionRpcRequest {
   const r = v as Record<string, unknown>
+  if (typeof r === 'object' && r !== null && r.type === 'decisions' && checkBatch.Check(r.batch)) return { type: 'decisions', batch: r.batch }
   if (typeof r !== 'object' || r === null || !isCount(r.term) || typeof r.voterSetId !== 'string') throw new Error('malformed election request')
   if ((r.type === 'prevote' || r.type === 'vote') && typeof r.candidate === 'string') {
     return { type: r.type, term: r.term, candidate: r.candidate, voterSetId: r.voterSetId }
@@ -75,5 +89,9 @@ function parseRequest (v: unknown): ElectionRequest {
 function parseResponse (v: unknown): ElectionResponse {
   const r = v as Record<string, unknown>
   if (typeof r !== 'object' || r === null || !isCount(r.term) || typeof r.granted !== 'boolean') throw new Error('malformed election response')
-  return typeof r.reason === 'string' ? { term: r.term, granted: r.granted, reason: r.reason } : { term: r.term, granted: r.granted }
+  const response: ElectionResponse = { term: r.term, granted: r.granted }
+  if (typeof r.reason === 'string') response.reason = r.reason
+  const applied = r.applied as Record<string, unknown> | undefined
+  if (typeof applied === 'object' && applied !== null && isCount(applied.epoch) && isCount(applied.seq)) response.applied = { epoch: applied.epoch, seq: applied.seq }
+  return response
 }

@@ -159,6 +159,25 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     return { epoch: a.epoch, seq: decision.seq }
   }
 
+  /**
+   * A voter whose heartbeat answers show it behind the acting leader's
+   * decisions for catchUpAfterAnswers answers in a row gets the epoch's recent
+   * decisions and the desired state directly, over the election protocol.
+   */
+  const lagging = new Map<string, number>()
+  const catchUpAfterAnswers = 5
+  const catchUp = (peer: string, applied: { epoch: number, seq: number } | undefined): void => {
+    const a = acting
+    if (a === undefined || applied === undefined || a.seq === 0) return
+    const behind = applied.epoch < a.epoch || (applied.epoch === a.epoch && applied.seq < a.seq)
+    const count = behind ? (lagging.get(peer) ?? 0) + 1 : 0
+    lagging.set(peer, count >= catchUpAfterAnswers ? 0 : count)
+    if (count < catchUpAfterAnswers || election?.mayAct() !== true) return
+    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() }
+    log.info({ peer, applied, epoch: a.epoch, seq: a.seq }, 'voter lags behind the decisions: sending them directly')
+    void rpc.request(peer, { type: 'decisions', batch }, AbortSignal.timeout(config.rpcTimeoutMs * 3)).catch(err => log.debug({ peer, err: (err as Error).message }, 'direct catch-up failed'))
+  }
+
   /** Some other live agent follows this voter set (a lone --dev agent among others re-publishes nothing). */
   const followed = (): boolean => {
     const id = store.current().voterSetId
@@ -217,7 +236,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       electionTimeoutMaxMs: config.electionTimeoutMaxMs,
       leaseMs: config.leaseMs,
       rpcTimeoutMs: config.rpcTimeoutMs,
-    }, { transport: rpc, storage: store, log })
+    }, {
+      transport: rpc,
+      storage: store,
+      log,
+      appliedPosition: () => { const p = decisionLog.position(); return { epoch: p.epoch, seq: p.seq } },
+      onHeartbeatAnswer: (peer, r) => catchUp(peer, r.applied),
+    })
     election.onChange(() => supervise())
     election.start({ signal })
     supervisor = setInterval(supervise, Math.max(20, Math.floor(config.heartbeatIntervalMs / 2)))
@@ -282,9 +307,15 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       })
       mesh.availabilityChanged()
       mesh.setDecisionHandler(batch => decisionLog.receive(batch))
-      await rpc.register((from, request) => election !== undefined
-        ? election.handle(from, request)
-        : Promise.resolve({ term: store.current().term, granted: false, reason: 'no voter set yet' }))
+      await rpc.register(async (from, request) => {
+        if (request.type === 'decisions') {
+          if (request.batch.from !== from) return { term: store.current().term, granted: false, reason: 'sender is not the batch\'s leader' }
+          return { term: store.current().term, granted: await decisionLog.receive(request.batch) === 'accepted' }
+        }
+        return election !== undefined
+          ? election.handle(from, request)
+          : { term: store.current().term, granted: false, reason: 'no voter set yet' }
+      })
       if (store.current().voters.length > 0) {
         startElection()
       } else {
@@ -304,6 +335,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         election?.stop()
         mesh.setDecisionHandler(undefined)
         await rpc.unregister()
+        await decisionLog.flush()
       })()
       return stopped
     },

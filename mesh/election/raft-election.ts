@@ -50,6 +50,8 @@ export interface ElectionResponse {
   granted: boolean
   /** Why it was not granted (diagnostics). */
   reason?: string
+  /** Heartbeat answers: the highest decision the voter applied (components.appliedPosition). */
+  applied?: { epoch: number, seq: number }
 }
 
 export interface ElectionTransport {
@@ -88,6 +90,10 @@ export interface RaftElectionComponents {
   now?(): number
   /** Random in [0, 1); default Math.random. */
   random?(): number
+  /** Follower side: reported in every heartbeat answer, so the leader sees who lags behind its decisions. */
+  appliedPosition?(): { epoch: number, seq: number }
+  /** Leader side: every heartbeat answer, as it arrives. */
+  onHeartbeatAnswer?(peer: string, response: ElectionResponse): void
 }
 
 export interface ElectionState {
@@ -253,7 +259,8 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     const roundTerm = term
     let acks = 1
     if (acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
-    void broadcast({ type: 'heartbeat', term, leader: self, voterSetId: options.voterSetId }, (_peer, r) => {
+    void broadcast({ type: 'heartbeat', term, leader: self, voterSetId: options.voterSetId }, (peer, r) => {
+      components.onHeartbeatAnswer?.(peer, r)
       if (r.term > term) { void becomeFollower(r.term, null, `heartbeat answered with term ${r.term}`); armElectionTimer(); return }
       if (role === 'leader' && term === roundTerm && r.granted && ++acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
     }, controller.signal)
@@ -288,7 +295,8 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
         lastLeaderContactMs = now()
         armElectionTimer()
         await saving
-        return { term, granted: true }
+        const applied = components.appliedPosition?.()
+        return applied !== undefined ? { term, granted: true, applied } : { term, granted: true }
       }
       if (request.candidate !== from) return { term, granted: false, reason: 'sender is not the candidate it names' }
       // Leader stickiness (CheckQuorum/PreVote): while a leader is heard, nobody else may win.

@@ -43,7 +43,7 @@ t.test('in order, exactly once; gaps wait; a higher epoch fences the lower one',
   t.equal(await log.receive(batch(A, 1, [4])), 'stale', 'an older epoch is stale')
   t.same(state.applied.map(d => `${d.epoch}/${d.seq}`), ['1/1', '1/2', '1/3', '2/1'])
   t.same(log.counts(), { applied: 4, rejected: 1, snapshots: 0, violations: 0 })
-  await new Promise(resolve => setTimeout(resolve, 50))
+  await log.flush()
   const entries = parseDecisionLog(readFileSync(file, 'utf8'))
   t.match(entries.at(-1), { epoch: 1, seq: 4, leader: A, outcome: 'rejected' }, 'the rejection is in the file')
   t.same(checkDecisionInvariants(new Map([['x', entries]])), [], 'the log satisfies the invariants')

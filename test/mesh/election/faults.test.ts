@@ -4,6 +4,7 @@ import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { decisionLoad, decisionViolations, readDecisionLogs, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
 import type { MeshAgent } from '../../helpers/test-mesh.ts'
+import { partition } from '../../helpers/election-faults.ts'
 
 const faultArgs = ['--set', 'election.faultInjection=true']
 
@@ -68,12 +69,6 @@ t.test('partition 1|2: the isolated leader stops acting and elects nobody; the m
   await sleep(300)
   t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
 })
-
-/** Cuts every connection between side `a` and side `b` (both directions); `heal` agents refuse nobody again. */
-async function partition (a: MeshAgent[], b: MeshAgent[], heal: MeshAgent[] = []): Promise<void> {
-  const deny = (who: MeshAgent, peers: MeshAgent[]): Promise<unknown> => who.client.call('PUT', '/v1/fault/partition', { deny: peers.map(p => p.peerId) })
-  await Promise.all([...a.map(x => deny(x, b)), ...b.map(x => deny(x, a)), ...heal.map(x => deny(x, []))])
-}
 
 function rejected (agent: MeshAgent, epoch: number, seq: number): boolean {
   return readDecisionLogs([agent]).get(agent.name)!.some(e => e.epoch === epoch && e.seq === seq && e.outcome === 'rejected')
