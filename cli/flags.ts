@@ -2,6 +2,7 @@
 import { readFile } from 'node:fs/promises'
 import { AgentError } from '../agent/errors.ts'
 import { UsageError } from './command.ts'
+import { closestName } from '../agent/config/schema-walk.ts'
 
 /** A required (unless `fallback` is given) integer flag >= min; UsageError naming the command otherwise. */
 export function integerFlag (command: string, value: unknown, name: string, min: number, fallback?: number): number {
@@ -18,7 +19,10 @@ export function integerFlag (command: string, value: unknown, name: string, min:
 export function choiceFlag<T extends string> (command: string, value: unknown, name: string, choices: readonly T[], fallback?: T): T {
   if (value === undefined && fallback !== undefined) return fallback
   if (typeof value !== 'string') throw new UsageError(`${command}: --${name} is required (one of ${choices.join(', ')})`)
-  if (!(choices as readonly string[]).includes(value)) throw new UsageError(`${command}: --${name} must be one of ${choices.join(', ')}, got "${value}"`)
+  if (!(choices as readonly string[]).includes(value)) {
+    const hint = closestName(value, choices)
+    throw new UsageError(`${command}: --${name} must be one of ${choices.join(', ')}, got "${value}"${hint !== undefined ? `; did you mean "${hint}"?` : ''}`)
+  }
   return value as T
 }
 

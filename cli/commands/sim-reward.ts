@@ -4,13 +4,11 @@
  * CPU/GPU worker-seconds, extra delay per batch and the planner's cost. Runs
  * locally; no agent needed.
  */
-import { readFileSync } from 'node:fs'
-import { AgentError } from '../../agent/errors.ts'
-import { closestName } from '../../agent/config/schema-walk.ts'
-import { createRewardScalingPolicy, rewardPolicyNames, type RewardPolicyName } from '../../mesh/policies/reward-scaling/policies.ts'
+import { createRewardScalingPolicy, rewardPolicyNames } from '../../mesh/policies/reward-scaling/policies.ts'
 import { simulateRewardService, type RewardSimulationResult } from '../../mesh/sim/reward-sim.ts'
 import { parseRewardTrace } from '../../mesh/sim/reward-trace.ts'
 import { UsageError, type Command } from '../command.ts'
+import { choiceFlag, readInputFile } from '../flags.ts'
 import { formatTable } from '../table.ts'
 
 export const simRewardCommand: Command = {
@@ -20,28 +18,11 @@ export const simRewardCommand: Command = {
   async run ({ values }) {
     const file = values.trace
     if (typeof file !== 'string') throw new UsageError('sim reward: --trace F is required (a file from `agentctl sim trace reward`)')
-    const policy = parsePolicyName(values.policy)
-    const trace = parseRewardTrace(readTraceFile(file), file)
+    const policy = choiceFlag('sim reward', values.policy, 'policy', rewardPolicyNames)
+    const trace = parseRewardTrace(await readInputFile(file, 'trace file'), file)
     const result = simulateRewardService(trace, createRewardScalingPolicy(policy))
     return { json: result, human: renderRewardSimulation(result) }
   },
-}
-
-function parsePolicyName (value: unknown): RewardPolicyName {
-  if (typeof value !== 'string') throw new UsageError(`sim reward: --policy is required, one of ${rewardPolicyNames.join(', ')}`)
-  if ((rewardPolicyNames as readonly string[]).includes(value)) return value as RewardPolicyName
-  const hint = closestName(value, rewardPolicyNames)
-  throw new UsageError(`sim reward: unknown policy "${value}"${hint !== undefined ? `; did you mean "${hint}"?` : ''} (one of ${rewardPolicyNames.join(', ')})`)
-}
-
-function readTraceFile (file: string): string {
-  try {
-    return readFileSync(file, 'utf8')
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code
-    if (code === 'ENOENT') throw new AgentError('ERR_NOT_FOUND', `trace file ${file} does not exist`, { cause: err })
-    throw new AgentError('ERR_IO', `cannot read trace file ${file}: ${(err as Error).message}`, { cause: err })
-  }
 }
 
 export function renderRewardSimulation (result: RewardSimulationResult): string {

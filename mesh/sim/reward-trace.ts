@@ -16,10 +16,8 @@
  *   is its history before the replay window (the planner needs the previous
  *   batch, DistRS Alg. 1–2): it is not replayed, so every task needs >= 2.
  */
-import { Type, type Static, type TSchema } from '@sinclair/typebox'
-import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { AgentError } from '../../agent/errors.ts'
-import { closestName } from '../../agent/config/schema-walk.ts'
+import { Type, type Static } from '@sinclair/typebox'
+import { createInputValidator } from './validate-input.ts'
 
 const stageSchema = Type.Object({
   name: Type.String({ minLength: 1, description: 'stage name, unique' }),
@@ -54,54 +52,25 @@ export type RewardTraceStage = Static<typeof stageSchema>
 export type RewardTraceBatch = Static<typeof batchSchema>
 export type RewardTraceRequest = Static<typeof requestSchema>
 
-const compiledTrace = TypeCompiler.Compile(rewardTraceSchema)
-const MAX_ISSUES = 10
 /** Slack for a duration recorded at exactly its timeout after rounding, seconds. */
 const TIMEOUT_SLACK_S = 1e-6
 
+const validator = createInputValidator(rewardTraceSchema, 'ERR_TRACE_INVALID', 'reward trace', consistencyIssues)
+
 /** Parses trace JSON text; throws AgentError ERR_TRACE_INVALID naming the bad fields. */
 export function parseRewardTrace (text: string, source = 'trace'): RewardTrace {
-  let value: unknown
-  try {
-    value = JSON.parse(text)
-  } catch (err) {
-    throw new AgentError('ERR_TRACE_INVALID', `${source} is not JSON: ${(err as Error).message}`, { cause: err })
-  }
-  return validateRewardTrace(value, source)
+  return validator.parse(text, source)
 }
 
 /** Checks shape and consistency; returns the value typed. Throws AgentError ERR_TRACE_INVALID. */
 export function validateRewardTrace (value: unknown, source = 'trace'): RewardTrace {
-  const issues: Array<{ path: string, message: string }> = []
-  if (!compiledTrace.Check(value)) {
-    const seen = new Set<string>()
-    for (const error of compiledTrace.Errors(value)) {
-      const path = dottedPath(error.path) || '(root)'
-      if (seen.has(path)) continue
-      seen.add(path)
-      const choices = (error.schema.anyOf as TSchema[] | undefined)?.map(option => option.const as unknown)
-      const expected = choices !== undefined && choices.every(c => c !== undefined) ? `Expected one of ${choices.map(c => JSON.stringify(c)).join(', ')}` : error.message
-      let message = `${expected}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
-      if (error.message === 'Unexpected property') {
-        const segments = error.path.split('/').filter(Boolean)
-        const hint = closestName(segments.at(-1)!, Object.keys(propertiesAt(rewardTraceSchema, segments.slice(0, -1))))
-        if (hint !== undefined) message += `; did you mean "${hint}"?`
-      }
-      issues.push({ path, message })
-      if (issues.length >= MAX_ISSUES) break
-    }
-  } else {
-    consistencyIssues(value, issues)
-  }
-  if (issues.length > 0) {
-    const lines = issues.map(i => `  ${i.path}: ${i.message}`)
-    throw new AgentError('ERR_TRACE_INVALID', `${source} is not a valid reward trace:\n${lines.join('\n')}`, { details: issues })
-  }
-  return value as RewardTrace
+  return validator.parse(value, source)
 }
 
-function consistencyIssues (trace: RewardTrace, issues: Array<{ path: string, message: string }>): void {
-  const add = (path: string, message: string): boolean => { issues.push({ path, message }); return issues.length >= MAX_ISSUES }
+/** Cross-field rules of a schema-valid trace; `report` collects issues (the validator keeps the first 10). */
+function consistencyIssues (trace: RewardTrace, report: (path: string, message: string) => void): void {
+  let count = 0
+  const add = (path: string, message: string): boolean => { report(path, message); return ++count >= 10 }
   const stageNames = new Set<string>()
   for (const [j, stage] of trace.stages.entries()) {
     if (stageNames.has(stage.name) && add(`stages[${j}].name`, `duplicate stage name "${stage.name}"`)) return
@@ -129,18 +98,4 @@ function consistencyIssues (trace: RewardTrace, issues: Array<{ path: string, me
       }
     }
   }
-}
-
-/** "/tasks/0/batches/1/startS" → "tasks[0].batches[1].startS" */
-function dottedPath (pointer: string): string {
-  return pointer.split('/').filter(Boolean).reduce((out, seg) => /^\d+$/.test(seg) ? `${out}[${seg}]` : out === '' ? seg : `${out}.${seg}`, '')
-}
-
-function propertiesAt (schema: TSchema, segments: readonly string[]): Record<string, TSchema> {
-  let node: TSchema | undefined = schema
-  for (const seg of segments) {
-    if (node === undefined) return {}
-    node = /^\d+$/.test(seg) ? (node.items as TSchema | undefined) : (node.properties as Record<string, TSchema> | undefined)?.[seg]
-  }
-  return (node?.properties as Record<string, TSchema> | undefined) ?? {}
 }

@@ -44,10 +44,13 @@ export function createInputValidator<S extends TSchema> (
         const seen = new Set<string>()
         for (const error of compiled.Errors(value)) {
           const segments = error.path.split('/').filter(Boolean)
-          const path = dottedPath(segments)
+          const path = dottedPath(segments) || '(root)'
           if (seen.has(path)) continue
           seen.add(path)
-          let message = `${error.message}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
+          // A union of literals says which values it takes, not just "Expected union value".
+          const choices = (error.schema.anyOf as TSchema[] | undefined)?.map(option => option.const as unknown)
+          const expected = choices !== undefined && choices.every(c => c !== undefined) ? `Expected one of ${choices.map(c => JSON.stringify(c)).join(', ')}` : error.message
+          let message = `${expected}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
           if (error.message === 'Unexpected property') {
             const parent = schemaAt(schema, segments.slice(0, -1))
             const hint = parent === undefined ? undefined : closestName(segments.at(-1)!, Object.keys(propertiesOf(parent)))
@@ -60,7 +63,7 @@ export function createInputValidator<S extends TSchema> (
         consistency(value as Static<S>, (path, message) => { if (issues.length < maxIssues) issues.push({ path, message }) })
       }
       if (issues.length > 0) {
-        const lines = issues.map(i => `  ${i.path || '(root)'}: ${i.message}`)
+        const lines = issues.map(i => `  ${i.path}: ${i.message}`)
         throw new AgentError(code, `${source} is not a valid ${what}:\n${lines.join('\n')}`, { details: issues })
       }
       return value as Static<S>
