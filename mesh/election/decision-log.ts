@@ -56,14 +56,17 @@ export interface DecisionLogOptions {
 export interface DecisionLogComponents {
   voterSetId(): string
   voters(): readonly string[]
-  highestEpoch(): number
-  /** Persists a higher epoch; resolves once durable. */
-  raiseEpoch(epoch: number): Promise<void>
+  /** The persisted position: highest epoch seen, its leader, last seq applied in it. */
+  persisted(): DecisionPosition
+  /** Persists the position; resolves once durable. Called before a decision is applied. */
+  persist(position: DecisionPosition): Promise<void>
   /** Called for each applied decision, in order; must not throw. */
   apply(decision: AppliedDecision): void
   /** Called when a snapshot replaces the desired state. */
   adoptState(epoch: number, leader: string, entries: Record<string, unknown>): void
 }
+
+export interface DecisionPosition { epoch: number, leader: string | null, seq: number }
 
 export type BatchVerdict = 'accepted' | 'stale' | 'ignored'
 
@@ -84,9 +87,10 @@ export function decisionDigest (kind: string, payload: unknown): string {
 
 export function createDecisionLog (options: DecisionLogOptions, components: DecisionLogComponents): DecisionLog {
   const memory: DecisionLogEntry[] = []
-  let epoch = components.highestEpoch()
-  let epochLeader: string | null = null
-  let appliedSeq = 0
+  const start = components.persisted()
+  let epoch = start.epoch
+  let epochLeader: string | null = start.leader
+  let appliedSeq = start.seq
   let pending = new Map<number, Decision>()
   const rejectedSeen = new Set<string>()
   const counts = { applied: 0, rejected: 0, snapshots: 0, violations: 0 }
@@ -114,37 +118,42 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     if (batch.voterSetId !== components.voterSetId() || !components.voters().includes(batch.from)) return 'ignored'
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
     if (batch.epoch > epoch) {
-      await components.raiseEpoch(batch.epoch)
+      await components.persist({ epoch: batch.epoch, leader: batch.from, seq: 0 })
       epoch = batch.epoch
-      epochLeader = null
+      epochLeader = batch.from
       appliedSeq = 0
       pending = new Map()
     }
-    if (epochLeader === null) epochLeader = batch.from
+    if (epochLeader === null) {
+      await components.persist({ epoch, leader: batch.from, seq: appliedSeq })
+      epochLeader = batch.from
+    }
     if (epochLeader !== batch.from) {
       counts.violations++
       reject(batch, `epoch ${epoch} is led by ${epochLeader}`)
       return 'stale'
     }
     for (const d of batch.decisions) if (d.seq > appliedSeq) pending.set(d.seq, d)
-    const drain = (): void => {
+    const drain = async (): Promise<void> => {
       for (let next = pending.get(appliedSeq + 1); next !== undefined; next = pending.get(appliedSeq + 1)) {
         pending.delete(next.seq)
+        await components.persist({ epoch, leader: batch.from, seq: next.seq })
         appliedSeq = next.seq
         counts.applied++
         record({ atMs: Date.now(), epoch, leader: batch.from, seq: next.seq, kind: next.kind, outcome: 'applied', digest: decisionDigest(next.kind, next.payload) })
         components.apply({ epoch, leader: batch.from, seq: next.seq, kind: next.kind, payload: next.payload })
       }
     }
-    drain()
+    await drain()
     if (batch.state !== undefined && batch.state.seq > appliedSeq) {
       // A gap the recent decisions cannot fill: the desired state as of state.seq replaces it.
+      await components.persist({ epoch, leader: batch.from, seq: batch.state.seq })
       appliedSeq = batch.state.seq
       for (const s of [...pending.keys()]) if (s <= appliedSeq) pending.delete(s)
       counts.snapshots++
       record({ atMs: Date.now(), epoch, leader: batch.from, seq: appliedSeq, kind: 'snapshot', outcome: 'snapshot', digest: decisionDigest('snapshot', batch.state.entries) })
       components.adoptState(epoch, batch.from, batch.state.entries)
-      drain()
+      await drain()
     }
     // Valid for the current epoch: forwarded even when nothing was new here (others may need it).
     return 'accepted'

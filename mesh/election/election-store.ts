@@ -7,8 +7,10 @@
  *   can never vote twice in one term.
  * - `voters` and `voterSetId`: the voter set fixed at bootstrap (or adopted
  *   from a peer's record); it never changes afterwards.
- * - `highestEpoch`: the highest decision epoch this agent has seen; decisions
- *   of a lower epoch are rejected, also after a restart.
+ * - `highestEpoch`, `epochLeader`, `appliedSeq`: the highest decision epoch
+ *   this agent has seen, its leader and the last seq applied in it; saved
+ *   before a decision is applied, so after a restart nothing older is
+ *   applied and nothing is applied twice (gossip may deliver a message again).
  *
  * Writes are serialized (one at a time, in call order), so the file always
  * holds the state of the latest completed `save`.
@@ -24,6 +26,8 @@ export interface PersistedElection {
   voters: string[]
   voterSetId: string
   highestEpoch: number
+  epochLeader: string | null
+  appliedSeq: number
 }
 
 export interface ElectionStore {
@@ -33,7 +37,7 @@ export interface ElectionStore {
   save(patch: Partial<PersistedElection>): Promise<void>
 }
 
-export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0 }
+export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0 }
 
 export async function openElectionStore (stateDir: string): Promise<ElectionStore> {
   await mkdir(stateDir, { recursive: true })
@@ -59,13 +63,15 @@ export async function openElectionStore (stateDir: string): Promise<ElectionStor
 }
 
 function parsePersisted (value: unknown): PersistedElection {
-  const v = value as Partial<PersistedElection>
+  const v = { epochLeader: null, appliedSeq: 0, ...(value as object) } as Partial<PersistedElection>
   const ok = typeof v === 'object' && v !== null &&
     Number.isSafeInteger(v.term) && v.term! >= 0 &&
     (v.votedFor === null || typeof v.votedFor === 'string') &&
     Array.isArray(v.voters) && v.voters.every(x => typeof x === 'string') &&
     typeof v.voterSetId === 'string' &&
-    Number.isSafeInteger(v.highestEpoch) && v.highestEpoch! >= 0
+    Number.isSafeInteger(v.highestEpoch) && v.highestEpoch! >= 0 &&
+    (v.epochLeader === null || typeof v.epochLeader === 'string') &&
+    Number.isSafeInteger(v.appliedSeq) && v.appliedSeq! >= 0
   if (!ok) throw new Error('not a valid election state')
   return v as PersistedElection
 }

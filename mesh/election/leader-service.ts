@@ -116,8 +116,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const decisionLog: DecisionLog = createDecisionLog({ file: join(options.stateDir, 'decisions.jsonl'), memoryEntries: 10_000 }, {
     voterSetId: () => store.current().voterSetId,
     voters: () => store.current().voters,
-    highestEpoch: () => store.current().highestEpoch,
-    raiseEpoch: epoch => store.save({ highestEpoch: epoch }),
+    persisted: () => { const p = store.current(); return { epoch: p.highestEpoch, leader: p.epochLeader, seq: p.appliedSeq } },
+    persist: p => store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq }),
     apply (d) {
       desired[d.kind] = d.payload
       for (const l of appliedListeners) {

@@ -12,15 +12,15 @@ import type { DecisionBatch } from '../../../mesh/mesh-messages.ts'
 const A = 'leaderA'
 const B = 'leaderB'
 
-function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0) {
+function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0, persisted: { leader: string | null, seq: number } = { leader: null, seq: 0 }) {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
-  const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>> }
+  const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>>, persisted: [] as string[] }
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
     voterSetId: () => 'set',
     voters: () => [A, B],
-    highestEpoch: () => state.highestEpoch,
-    async raiseEpoch (e) { state.highestEpoch = e },
+    persisted: () => ({ epoch: state.highestEpoch, ...persisted }),
+    async persist (p) { state.highestEpoch = p.epoch; state.persisted.push(`${p.epoch}/${p.seq}`) },
     apply: d => state.applied.push(d),
     adoptState: (_e, _l, entries) => state.adopted.push(entries),
   })
@@ -53,6 +53,16 @@ t.test('a restarted agent keeps rejecting epochs below the persisted one', async
   const { log, state } = setup(t, 5)
   t.equal(await log.receive(batch(A, 4, [1])), 'stale')
   t.same(state.applied, [])
+})
+
+t.test('after a restart, decisions of the persisted epoch delivered again are not applied twice', async t => {
+  const { log, state } = setup(t, 8, { leader: A, seq: 5 })
+  await log.receive(batch(A, 8, [1, 2, 3, 4, 5]))
+  t.same(state.applied, [], 'seq 1..5 were applied before the restart')
+  await log.receive(batch(A, 8, [6]))
+  t.same(state.applied.map(d => d.seq), [6], 'the epoch continues at 6')
+  t.same(state.persisted, ['8/6'], 'the position is persisted before the decision is applied')
+  t.equal(await log.receive(batch(B, 8, [7])), 'stale', 'the persisted epoch leader is kept across the restart')
 })
 
 t.test('a second sender in one epoch is refused and counted as a violation', async t => {
