@@ -13,7 +13,10 @@
  * - Retention keeps the last `retainVersions` of each model; retiring removes
  *   the manifest first (new readers get ERR_WEIGHTS_RETIRED), then drops the
  *   keys the version owns (StateManager.drop waits for in-flight readers).
- * Manifest files: `<dir>/<model>/v<version>.json`. All of it runs on the event loop.
+ * Manifest files: `<dir>/<model>/v<version>.json`; `<dir>/<model>/retired.json`
+ * (`{ "retiredUpTo": N }`, written durably before a manifest is removed) keeps
+ * versions monotonic and "retired" distinguishable from "never existed" across
+ * restarts. All of it runs on the event loop.
  */
 import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -112,6 +115,8 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     if (m === undefined || manifest === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model}`)
     m.committed.delete(version)
     m.retiredUpTo = Math.max(m.retiredUpTo, version)
+    await mkdir(join(options.dir, model), { recursive: true })
+    await writeFileDurably(join(options.dir, model, 'retired.json'), JSON.stringify({ retiredUpTo: m.retiredUpTo }), 0o640)
     if (manifest.durable) await unlink(manifestFile(model, version)).catch(() => {})
     if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
     logger.info({ model, version }, 'weights version retired')
@@ -123,6 +128,8 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       const stored = new Set(stateManager.storedKeys('weights/').map(k => k.text))
       for (const model of await readdir(options.dir).catch(() => [] as string[])) {
         if (!modelNamePattern.test(model)) continue
+        const retired = await readFile(join(options.dir, model, 'retired.json'), 'utf8').then(text => (JSON.parse(text) as { retiredUpTo?: unknown }).retiredUpTo, () => undefined)
+        if (Number.isSafeInteger(retired)) modelOf(model).retiredUpTo = retired as number
         for (const file of await readdir(join(options.dir, model))) {
           const match = /^v(0|[1-9]\d*)\.json$/.exec(file)
           if (match === null) continue
@@ -137,8 +144,8 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
             continue
           }
           const missing = manifest.tensors.find(t => !stored.has(t.key))
-          if (missing !== undefined) {
-            logger.warn({ model, version: manifest.version, missing: missing.key }, 'weights version discarded at start: a key is not stored')
+          if (manifest.version <= modelOf(model).retiredUpTo || missing !== undefined) {
+            logger.warn({ model, version: manifest.version, missing: missing?.key ?? null }, 'weights version discarded at start: retired before a crash, or a key is not stored')
             await unlink(path).catch(() => {})
             if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
             continue

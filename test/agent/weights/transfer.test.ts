@@ -31,11 +31,20 @@ t.test('a version published with 1 MiB+ tensors survives a restart of the publis
   await a.weights.publish({ model: 'm', version: 7, source: { kind: 'safetensors', path: file } })
   await a.weights.stop()
   await a.sm.stop()
-  const again = await weightsNode(t, key, {}, a.dir)
+  const again = await weightsNode(t, key, { retainVersions: 1 }, a.dir)
   t.same(again.weights.list().versions.map(v => v.version), [7])
   const b = await weightsNode(t, key)
   const r = await b.weights.pull({ from: again.weights.address(), model: 'm', version: 7, streams: 2 })
   t.ok((await keyBytes(b.sm, r.keys[0]!)).equals(big.data))
+  // Retire everything, restart: versions stay monotonic and the retired one is reported as retired.
+  await again.weights.retire('m', 7)
+  await again.weights.stop()
+  await again.sm.stop()
+  const third = await weightsNode(t, key, {}, a.dir)
+  t.same(third.weights.list().versions, [])
+  t.throws(() => third.weights.manifest('m', 7), { code: 'ERR_WEIGHTS_RETIRED' })
+  await t.rejects(third.weights.publish({ model: 'm', version: 5, source: { kind: 'safetensors', path: file } }), { code: 'ERR_WEIGHTS_VERSION_EXISTS' })
+  t.equal((await third.weights.publish({ model: 'm', source: { kind: 'safetensors', path: file } })).version, 8, 'the next version continues after the retired one')
 })
 
 t.test('resharded pull (llama preset, tp 4, GQA from the metadata): each rank receives exactly its bytes', async t => {
