@@ -41,3 +41,12 @@ t.test('usage lists every command with its flags', async t => {
   t.match(text, /sim reward\s+reward simulator\n\s+sim reward --trace F \[--policy P\]/)
   t.match(text, /--socket PATH/)
 })
+
+t.test('the README lists exactly the commands agentctl has (generated from the registry)', async t => {
+  const { readFileSync } = await import('node:fs')
+  const { commands: registry } = await import('../../cli/commands/index.ts')
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+  const block = /<!-- agentctl-usage:start -->\n```\n([\s\S]*?)\n```\n<!-- agentctl-usage:end -->/.exec(readme)
+  t.ok(block, 'README has the agentctl-usage block')
+  t.equal(block?.[1], usageText(registry), 'README block is current (regenerate with: npx agentctl --help)')
+})
