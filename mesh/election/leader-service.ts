@@ -131,8 +131,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   })
 
   // Leader side of the current epoch.
-  /** The last epoch this agent acted in and its last seq (for publishStaleDecision). */
-  let lastLed: { epoch: number, seq: number } | undefined
+  /**
+   * The last epoch this agent acted in, its last seq and recent decisions. A
+   * lease that lapsed and was renewed by a late majority acknowledgement
+   * resumes acting in the same epoch: the sequence continues (a seq is never
+   * given to two decisions). publishStaleDecision publishes in it.
+   */
+  let lastLed: { epoch: number, seq: number, recent: Decision[] } | undefined
   let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout } | undefined
   let supervisor: NodeJS.Timeout | undefined
   let bootstrapTimer: NodeJS.Timeout | undefined
@@ -148,7 +153,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       throw new AgentError('ERR_NOT_LEADER', `this agent is not the acting leader (self: ${v.self}, leader: ${v.leaderId ?? 'unknown'}, epoch ${v.epoch})`, { details: { leaderId: v.leaderId, epoch: v.epoch } })
     }
     const decision: Decision = { seq: ++a.seq, kind, payload }
-    lastLed = { epoch: a.epoch, seq: a.seq }
+    lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
     a.recent.push(decision)
     if (a.recent.length > recentDecisions) a.recent.shift()
     const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [decision], sentAtMs: Date.now() }
@@ -186,17 +191,19 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
 
   const startActing = (state: ElectionState): void => {
     const controller = new AbortController()
-    const a = { epoch: state.term, seq: 0, recent: [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs) }
+    const resumed = lastLed !== undefined && lastLed.epoch === state.term ? lastLed : undefined
+    const a = { epoch: state.term, seq: resumed?.seq ?? 0, recent: resumed?.recent ?? [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs) }
     a.republish.unref()
     acting = a
-    log.info({ epoch: a.epoch }, 'leader: acting')
+    lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
+    log.info({ epoch: a.epoch, resumedAtSeq: resumed?.seq }, 'leader: acting')
     const republish = (): void => {
       if (acting !== a || election?.mayAct() !== true || !followed()) return
       const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() }
       void publishBatch(batch).catch(err => log.warn({ err }, 'decision republish failed'))
     }
     void (async () => {
-      await decide('leader', { leader: self, epoch: a.epoch, voters: store.current().voters })
+      if (resumed === undefined) await decide('leader', { leader: self, epoch: a.epoch, voters: store.current().voters })
       const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => ({ ...desired }) }
       for (const task of components.leaderTasks) {
         if (controller.signal.aborted) return
