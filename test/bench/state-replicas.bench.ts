@@ -35,6 +35,12 @@ const expected = Array.from({ length: tensors }, (_, i) => sha(content.subarray(
 const replicas = [0, 1, 2, 3].map(r => { const name = `agentd-replica-${process.pid}-${r}`; writeFileSync(`/dev/shm/${name}`, content); return name })
 const target = `agentd-replica-${process.pid}-target`
 writeFileSync(`/dev/shm/${target}`, Buffer.alloc(tensorBytes))
+// Gigabytes of shared memory and a state dir: removed however the script ends.
+process.once('exit', () => {
+  for (const name of [...replicas, target]) rmSync(`/dev/shm/${name}`, { force: true })
+  rmSync(nvmeDir, { recursive: true, force: true })
+  rmSync(stateDir, { recursive: true, force: true })
+})
 const key = (i: number): string => `job42/actor/model.layers.${i}.mlp.up_proj.weight:param@[0,0]/[4096,2048]:bf16#v17`
 
 async function start (): Promise<{ proc: ChildProcess, client: AgentClient }> {
@@ -82,7 +88,4 @@ console.log('\n$ agentctl inspect residency (keys elided)')
 console.log(execFileSync(process.execPath, [join(repo, 'dist/cli/agentctl.js'), '--socket', join(stateDir, 'agentd.sock'), 'inspect', 'residency'], { encoding: 'utf8' }).split('\n').slice(0, 12).join('\n'))
 proc.kill('SIGTERM')
 await new Promise(resolve => proc.once('exit', resolve))
-for (const name of [...replicas, target]) rmSync(`/dev/shm/${name}`, { force: true })
-rmSync(nvmeDir, { recursive: true, force: true })
-rmSync(stateDir, { recursive: true, force: true })
 if (wrong + wrongAfter > 0 || copies !== tensors) process.exitCode = 1
