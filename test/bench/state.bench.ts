@@ -32,6 +32,13 @@ const src = `agentd-bench-src-${process.pid}`
 const dst = `agentd-bench-dst-${process.pid}`
 writeFileSync(`/dev/shm/${src}`, Buffer.alloc(totalBytes, 0x5a))
 writeFileSync(`/dev/shm/${dst}`, Buffer.alloc(totalBytes))
+const small = `agentd-bench-small-${process.pid}`
+// A gigabyte of shared memory per object and two directories: removed however the script ends.
+process.once('exit', () => {
+  for (const name of [src, dst, small]) rmSync(`/dev/shm/${name}`, { force: true })
+  rmSync(dir, { recursive: true, force: true })
+  rmSync(stateDir, { recursive: true, force: true })
+})
 const key = (run: number, i: number): string => `bench/model/layer${i}.w:param@[0]/[${chunkBytes / 2}]:bf16#v${run}`
 
 async function startAgent (): Promise<{ proc: ChildProcess, client: AgentClient }> {
@@ -69,7 +76,6 @@ for (let r = 0; r < runs; r++) {
 }
 
 // Small requests: 4 KiB offloads of fresh keys vs /healthz.
-const small = `agentd-bench-small-${process.pid}`
 writeFileSync(`/dev/shm/${small}`, Buffer.alloc(4096, 1))
 const health: number[] = []
 const offload4k: number[] = []
@@ -105,6 +111,3 @@ report('restore: fio read (baseline)', fio.read)
 report('restore: onload from NVMe after restart', api.restore, fio.read)
 console.log(`latency GET /healthz (baseline)            p50 ${median(health).toFixed(0)} us  p99 ${percentile(health, 0.99).toFixed(0)} us`)
 console.log(`latency 4 KiB offload                      p50 ${median(offload4k).toFixed(0)} us  p99 ${percentile(offload4k, 0.99).toFixed(0)} us  ratio p50 ${(median(offload4k) / median(health)).toFixed(2)}`)
-for (const name of [src, dst, small]) rmSync(`/dev/shm/${name}`, { force: true })
-rmSync(dir, { recursive: true, force: true })
-rmSync(stateDir, { recursive: true, force: true })
