@@ -201,6 +201,11 @@ export function createStateManager (options: StateManagerOptions, components: St
     void tracked.finally(() => background.delete(tracked))
   }
 
+  /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
+  function newEntry (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): Entry {
+    return { key, host, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs: now(), checksum: nvmeChecksum, pins: 0, unpinned: [] }
+  }
+
   function pin (entry: Entry): () => void {
     entry.pins++
     return () => {
@@ -363,12 +368,18 @@ export function createStateManager (options: StateManagerOptions, components: St
     const scope = createClientMemoryScope(mappings)
     // Everything below until the first await runs in one tick: the plan cannot race another batch.
     const writers = new Map<string, PromiseWithResolvers<boolean>>()
-    const extents = new Map<string, Extent>()
     const created: Entry[] = []
     const counted: Entry[] = []
     try {
       const sources = keys.map((k, i) => scope.open(items[i]!.source, k.bytes, `tensors[${i}].source`))
-      const toWrite = keys.filter((k, i) => keys.findIndex(o => o.text === k.text) === i && !entries.has(k.text) && !inflight.has(k.text))
+      // Keys this batch writes first: first occurrence in the batch, not stored, not being written.
+      const toWrite: StateKey[] = []
+      const seen = new Set<string>()
+      for (const k of keys) {
+        if (seen.has(k.text)) continue
+        seen.add(k.text)
+        if (!entries.has(k.text) && !inflight.has(k.text)) toWrite.push(k)
+      }
       checkQuotas(toWrite)
       for (const k of toWrite) {
         const done = Promise.withResolvers<boolean>()
@@ -381,33 +392,21 @@ export function createStateManager (options: StateManagerOptions, components: St
 
       const results = await mapConcurrently(keys, copyConcurrency, async (k, i): Promise<OffloadResult> => {
         if (firstOf.delete(k.text)) {
-          // Space is taken per key just before its copy, so a batch larger than the
-          // pool spills its own earlier keys; the extent is tracked for rollback.
-          const extent = await allocateHost(k.bytes, keep)
-          extents.set(k.text, extent)
-          fillingBytes += k.bytes
-          try {
-            await sources[i]!.readInto(keyRange(extent, k))
-          } finally {
-            fillingBytes -= k.bytes
-            wakeAllocators()
-          }
-          extents.delete(k.text)
-          counters.offloadCopies++
-          const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
-          entries.set(k.text, entry)
+          const entry = await copyIn(k, sources[i]!, keep)
           created.push(entry)
           writers.get(k.text)!.resolve(true)
           inflight.delete(k.text)
           return { key: k.text, tier: 'host', deduplicated: false, durable: false }
         }
-        const before = counters.offloadCopies
-        const entry = await awaitStored(k, sources[i]!, keep)
-        entry.replicas++
-        const copied = counters.offloadCopies !== before && entry.replicas === 1
+        const { entry, copied } = await awaitStored(k, sources[i]!, keep)
         entry.lastUseMs = now()
-        counted.push(entry)
-        if (!copied) counters.deduplicated++
+        if (copied) {
+          created.push(entry)
+        } else {
+          entry.replicas++
+          counted.push(entry)
+          counters.deduplicated++
+        }
         const result: OffloadResult = { key: k.text, tier: entry.host !== undefined ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
         return result
@@ -421,7 +420,6 @@ export function createStateManager (options: StateManagerOptions, components: St
       return results
     } catch (err) {
       for (const [key, done] of writers) { if (inflight.get(key) === done.promise) inflight.delete(key); done.resolve(false) }
-      for (const extent of extents.values()) hostPool().free(extent)
       for (const entry of counted) entry.replicas--
       for (const entry of created) if (--entry.replicas === 0) await remove(entry)
       throw err
@@ -431,24 +429,46 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  /** Waits for a key another batch is writing; if that write failed, stores it from `source`. */
-  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<Entry> {
+  /**
+   * Copies `source` into a new host extent and stores it as `k` with one
+   * replica. Space is taken just before the copy (so a batch larger than the
+   * pool spills its own earlier keys) and counts as in-flight pool use while
+   * it fills; a failed copy frees it.
+   */
+  async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<Entry> {
+    const extent = await allocateHost(k.bytes, keep)
+    fillingBytes += k.bytes
+    try {
+      await source.readInto(keyRange(extent, k))
+    } catch (err) {
+      hostPool().free(extent)
+      throw err
+    } finally {
+      fillingBytes -= k.bytes
+      wakeAllocators()
+    }
+    counters.offloadCopies++
+    const entry = newEntry(k, extent)
+    entries.set(k.text, entry)
+    return entry
+  }
+
+  /**
+   * Waits for a key another batch is writing. If that write failed, stores it
+   * from `source` itself (`copied: true`, the entry already counts this replica).
+   */
+  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<{ entry: Entry, copied: boolean }> {
     for (;;) {
       const existing = entries.get(k.text)
-      if (existing !== undefined) return existing
+      if (existing !== undefined) return { entry: existing, copied: false }
       const pending = inflight.get(k.text)
       if (pending !== undefined) { await pending; continue }
       const done = Promise.withResolvers<boolean>()
       inflight.set(k.text, done.promise)
       try {
-        const extent = await allocateHost(k.bytes, keep)
-        const range = keyRange(extent, k)
-        await source.readInto(range)
-        counters.offloadCopies++
-        const entry: Entry = { key: k, host: extent, onNvme: false, replicas: 0, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] }
-        entries.set(k.text, entry)
+        const entry = await copyIn(k, source, keep)
         done.resolve(true)
-        return entry
+        return { entry, copied: true }
       } catch (err) {
         done.resolve(false)
         throw err
@@ -593,7 +613,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
       recovered = await nvme.open()
       for (const obj of nvme.objects()) {
-        entries.set(obj.key, { key: parseKey(obj.key), host: undefined, onNvme: true, replicas: 1, lastUseMs: now(), checksum: obj.checksum, pins: 0, unpinned: [] })
+        entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
       }
       logger.info({ hostPoolBytes: options.hostPoolBytes, nvmeDir: options.nvmeDir, ...recovered }, 'state manager ready')
     },
@@ -655,7 +675,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         return false
       }
       scratchExtents.delete(handle)
-      entries.set(k.text, { key: k, host: extent, onNvme: false, replicas: 1, lastUseMs: now(), checksum: undefined, pins: 0, unpinned: [] })
+      entries.set(k.text, newEntry(k, extent))
       maybeSpill()
       return true
     },

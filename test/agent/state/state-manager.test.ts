@@ -210,3 +210,18 @@ t.test('one batch larger than the host pool spills its own earlier keys, and onl
   await sm.onload(keys.map((k, i) => ({ key: k, target: { kind: 'shm', name: dst, offset: i * MiB } })))
   t.ok(shmBytes(dst).equals(data), 'the whole batch restores byte-exact through a pool a third its size')
 })
+
+t.test('the same key twice in one batch is copied once and counted twice', async t => {
+  const sm = await manager(t)
+  const src = makeShm(t, patternBytes(2 * MiB, 77))
+  const k = key('job12/a', 'w', MiB)
+  const results = await sm.offload([
+    { key: k, source: { kind: 'shm', name: src, offset: 0 } },
+    { key: k, source: { kind: 'shm', name: src, offset: MiB } },
+  ])
+  t.same(results.map(r => r.deduplicated), [false, true])
+  const r = sm.residency()
+  t.equal(r.counters.offloadCopies, 1)
+  t.match(r.keys, [{ key: k, replicas: 2 }])
+  t.equal(r.logicalBytes, 2 * MiB)
+})
