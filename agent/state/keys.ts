@@ -77,11 +77,6 @@ export function formatKey (key: Omit<StateKey, 'text' | 'bytes'>): string {
   return `${key.namespace}/${key.fqn}:${key.role}@[${key.offsets.join(',')}]/[${key.shape.join(',')}]:${key.dtype}#v${key.version}`
 }
 
-/** True when `key` lies under `prefix` (a namespace or any leading part of the key text). */
-export function hasPrefix (key: string, prefix: string): boolean {
-  return key.startsWith(prefix)
-}
-
 function splitDims (text: string): number[] {
   return text === '' ? [] : text.split(',').map(Number)
 }
