@@ -18,7 +18,7 @@ import type { GatherShape, ThreadOptions } from './host-copy.ts'
 import { checkHostRange, type HostRange } from './host-memory.ts'
 import * as hostPool from './host-pool.ts'
 import type { HostPool, HostPoolOptions } from './host-pool.ts'
-import type { NativeBinding, NativeCudaDevice, NativeFileInfo } from './native-binding.ts'
+import type { NativeBinding, NativeCudaInfo, NativeFileInfo } from './native-binding.ts'
 import { callNative } from './native-error.ts'
 import * as sharedMemory from './shared-memory.ts'
 import type { SharedMemoryObject } from './shared-memory.ts'
@@ -92,16 +92,8 @@ function binding (): NativeBinding {
 
 export interface Capabilities {
   addon: { loaded: boolean, path: string | null, error: string | null }
-  cuda: {
-    /** Built against a CUDA toolkit. */
-    compiled: boolean
-    available: boolean
-    /** "<cuda error name>: <text>" (e.g. no driver) or another reason; null when available. */
-    reason: string | null
-    runtimeVersion: number
-    driverVersion: number
-    devices: NativeCudaDevice[]
-  }
+  /** As the addon reports it (see NativeCudaInfo); when the addon is missing, compiled/available false with its load error. */
+  cuda: NativeCudaInfo
   /**
    * O_DIRECT is used per file where the filesystem takes it; whether a given
    * directory's does is `probeDirectIo(dir)`, and each file's `info()`.
