@@ -1,20 +1,15 @@
 /**
  * The election's request/response protocol on the agent's libp2p node,
- * `/agentd/election/1.0.0`: the requester opens a stream, writes one
- * length-prefixed JSON request (raft-election.ts ElectionRequest) and reads
- * one length-prefixed JSON response. The sender is the connection's remote
- * peer, authenticated by noise inside the cluster's private network, so
- * requests carry no signature of their own.
+ * `/agentd/election/1.0.0`: one JSON request (raft-election.ts
+ * ElectionRequest), one JSON response (json-protocol.ts).
  *
  * Besides the election's requests, `{ type: 'decisions', batch }` is the
  * leader's direct catch-up for a voter whose heartbeat answers show it lags
  * behind the decisions (a gossip message it never got); its answer is
  * granted when the batch was accepted.
  */
-import { peerIdFromString } from '@libp2p/peer-id'
-import { lpStream } from '@libp2p/utils'
-import type { Stream } from '@libp2p/interface'
 import type { MeshLibp2p } from '../libp2p-node.ts'
+import { handleJson, requestJson } from '../json-protocol.ts'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import type { ElectionRequest, ElectionResponse, ElectionTransport } from './raft-election.ts'
 import { DecisionBatchSchema, type DecisionBatch } from '../mesh-messages.ts'
@@ -36,37 +31,14 @@ export interface ElectionRpc extends ElectionTransport {
 }
 
 export function createElectionRpc (node: MeshLibp2p): ElectionRpc {
+  const protocol = { protocol: electionProtocol, maxMessageBytes }
   return {
     async request (peer, request, signal) {
-      let stream: Stream | undefined
-      try {
-        stream = await node.dialProtocol(peerIdFromString(peer), electionProtocol, { signal })
-        const lp = lpStream(stream, { maxDataLength: maxMessageBytes })
-        await lp.write(new TextEncoder().encode(JSON.stringify(request)), { signal })
-        const reply = parseResponse(JSON.parse(new TextDecoder().decode((await lp.read({ signal })).subarray())))
-        await stream.close({ signal }).catch(() => {})
-        return reply
-      } catch (err) {
-        stream?.abort(err as Error)
-        throw err
-      }
+      return parseResponse(await requestJson(node, peer, protocol, request, signal))
     },
-
     async register (handler) {
-      await node.handle(electionProtocol, async (stream, connection) => {
-        const signal = AbortSignal.timeout(handlerTimeoutMs)
-        try {
-          const lp = lpStream(stream, { maxDataLength: maxMessageBytes })
-          const request = parseRequest(JSON.parse(new TextDecoder().decode((await lp.read({ signal })).subarray())))
-          const response = await handler(connection.remotePeer.toString(), request)
-          await lp.write(new TextEncoder().encode(JSON.stringify(response)), { signal })
-          await stream.close({ signal }).catch(() => {})
-        } catch (err) {
-          stream.abort(err as Error)
-        }
-      }, { runOnLimitedConnection: false })
+      await handleJson(node, { ...protocol, handlerTimeoutMs }, async (from, message) => handler(from, parseRequest(message)))
     },
-
     async unregister () {
       await node.unhandle(electionProtocol).catch(() => {})
     },

@@ -35,6 +35,7 @@ import { openElectionStore, type ElectionStore } from './election-store.ts'
 import { createElectionRpc } from './election-rpc.ts'
 import { createRaftElection, type ElectionState, type RaftElection } from './raft-election.ts'
 import type { LeaderViewBody } from './leader-views.ts'
+import { createLeaderCalls, type LeaderCallHandler, type LeaderCallOptions } from './leader-calls.ts'
 import { createDecisionLog, type AppliedDecision, type DecisionLog, type DecisionLogEntry } from './decision-log.ts'
 
 /** A leader-only subsystem (the cluster policies): runs while this agent acts as leader. */
@@ -49,6 +50,8 @@ export interface LeaderContext {
   signal: AbortSignal
   decide(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
   desiredState(): Record<string, unknown>
+  /** Answers leader calls to `method` (leader-calls.ts) until `signal` aborts. */
+  handleCalls(method: string, handler: LeaderCallHandler): void
 }
 
 export type LeaderView = LeaderViewBody
@@ -75,6 +78,11 @@ export interface LeaderService {
   decide(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
   decisions(): DecisionLogEntry[]
   desiredState(): Record<string, unknown>
+  /**
+   * Runs `method` on the acting leader — this agent when it acts, else over
+   * the mesh — retrying across leader changes (leader-calls.ts).
+   */
+  callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
   /** Every applied decision, in order (agents apply what concerns them). */
   onApplied(listener: (decision: AppliedDecision) => void): () => void
   /**
@@ -86,6 +94,8 @@ export interface LeaderService {
 }
 
 const recentDecisions = 32
+/** How long a leader call waits for an acting leader by default: covers a failover (lease + election + view grace). */
+const leaderCallTimeoutMs = 10_000
 
 export function voterSetIdOf (voters: readonly string[]): string {
   return createHash('sha256').update([...voters].sort().join('\n')).digest('hex').slice(0, 16)
@@ -108,6 +118,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const self = mesh.status().peerId
   const store: ElectionStore = await openElectionStore(options.stateDir)
   const rpc = createElectionRpc(mesh.node)
+  const calls = createLeaderCalls({
+    node: mesh.node,
+    self,
+    leadership: () => { const v = view(); return { leaderId: v.leaderId, acting: v.acting } },
+    logger: log,
+    defaultTimeoutMs: leaderCallTimeoutMs,
+  })
   let election: RaftElection | undefined
   let signal: AbortSignal = AbortSignal.abort()
   let desired: Record<string, unknown> = {}
@@ -204,7 +221,11 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     }
     void (async () => {
       if (resumed === undefined) await decide('leader', { leader: self, epoch: a.epoch, voters: store.current().voters })
-      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => ({ ...desired }) }
+      const handleCalls = (method: string, handler: LeaderCallHandler): void => {
+        const unregister = calls.handle(method, handler)
+        controller.signal.addEventListener('abort', unregister, { once: true })
+      }
+      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => ({ ...desired }), handleCalls }
       for (const task of components.leaderTasks) {
         if (controller.signal.aborted) return
         await Promise.resolve(task.start(context)).catch(err => log.error({ err, task: task.name }, 'leader task failed'))
@@ -323,6 +344,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
           ? election.handle(from, request)
           : { term: store.current().term, granted: false, reason: 'no voter set yet' }
       })
+      await calls.start()
       if (store.current().voters.length > 0) {
         startElection()
       } else {
@@ -342,6 +364,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         election?.stop()
         mesh.setDecisionHandler(undefined)
         await rpc.unregister()
+        await calls.stop()
         await decisionLog.flush()
       })()
       return stopped
@@ -349,6 +372,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     view,
     decide,
     decisions: () => decisionLog.entries(),
+    callLeader: (method, body, options) => calls.call(method, body, options),
     desiredState: () => ({ ...desired }),
     onApplied (listener) { appliedListeners.add(listener); return () => appliedListeners.delete(listener) },
     async publishStaleDecision (kind, payload) {

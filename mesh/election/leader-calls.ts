@@ -1,0 +1,153 @@
+/**
+ * Calls to the acting leader from any agent, `/agentd/leader-call/1.0.0`
+ * (json-protocol.ts): `{ method, body }` → `{ ok: true, result }` or
+ * `{ ok: false, code, message, leaderId }`. The cluster policies that run on
+ * the leader (jobs, the reward proxy) register their methods here, and an
+ * agent's local API forwards what a trainer or `agentctl` submits to it.
+ *
+ * Contract:
+ * - A method is answered only while this agent acts as leader; otherwise the
+ *   answer is ERR_NOT_LEADER with the leader this agent knows of, and the
+ *   caller tries again there (or the same peer once it acts).
+ * - `call` retries across leader changes and transport failures until its
+ *   timeout, then fails with ERR_LEADER_UNAVAILABLE. A handler's AgentError
+ *   reaches the caller with its code and message, and is not retried. A
+ *   request may therefore run more than once (a leader that acted on it and
+ *   died before answering): handlers must be idempotent (request ids).
+ * - The caller is the connection's remote peer (noise inside the cluster's
+ *   private network); handlers validate their bodies.
+ */
+import type { Logger } from 'pino'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { AgentError, errorStatus, type ErrorCode } from '../../agent/errors.ts'
+import type { MeshLibp2p } from '../libp2p-node.ts'
+import { handleJson, requestJson } from '../json-protocol.ts'
+
+export const leaderCallProtocol = '/agentd/leader-call/1.0.0'
+const maxMessageBytes = 4 * 1024 * 1024
+const handlerTimeoutMs = 30_000
+const retryDelayMs = 100
+
+export interface LeaderCaller {
+  /** Peer id of the agent that made the call (this agent's own id for a local call). */
+  peerId: string
+}
+
+export type LeaderCallHandler = (body: unknown, caller: LeaderCaller) => Promise<unknown>
+
+export interface LeaderCallOptions {
+  /** Give up after this long, ms. Default: the service's defaultTimeoutMs. */
+  timeoutMs?: number
+  signal?: AbortSignal
+}
+
+export interface LeaderCalls {
+  /** Answers `method` with `handler` while this agent acts as leader; returns the unregistration. */
+  handle(method: string, handler: LeaderCallHandler): () => void
+  /** Runs `method` on the acting leader (here when this agent acts) and returns its result. */
+  call(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
+  start(): Promise<void>
+  stop(): Promise<void>
+}
+
+export interface LeaderCallsComponents {
+  node: MeshLibp2p
+  self: string
+  /** Who leads as this agent knows it, and whether this agent acts as leader now. */
+  leadership(): { leaderId: string | null, acting: boolean }
+  logger: Logger
+  defaultTimeoutMs: number
+}
+
+type Answer = { ok: true, result: unknown } | { ok: false, code: string, message: string, leaderId: string | null }
+
+const methodPattern = /^[a-z][a-z0-9.-]{0,63}$/
+
+export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
+  const handlers = new Map<string, LeaderCallHandler>()
+  const protocol = { protocol: leaderCallProtocol, maxMessageBytes }
+
+  /** What this agent answers a call with (local or remote). */
+  const answer = async (method: unknown, body: unknown, caller: LeaderCaller): Promise<Answer> => {
+    const { leaderId, acting } = c.leadership()
+    if (!acting) return { ok: false, code: 'ERR_NOT_LEADER', message: `${c.self} does not act as leader`, leaderId }
+    const handler = typeof method === 'string' ? handlers.get(method) : undefined
+    if (handler === undefined) return { ok: false, code: 'ERR_NOT_FOUND', message: `the leader has no method ${JSON.stringify(method)}`, leaderId }
+    try {
+      return { ok: true, result: await handler(body, caller) }
+    } catch (err) {
+      if (err instanceof AgentError) return { ok: false, code: err.code, message: err.message, leaderId }
+      c.logger.error({ err, method }, 'leader call failed')
+      return { ok: false, code: 'ERR_INTERNAL', message: `leader call ${String(method)} failed: ${(err as Error).message}`, leaderId }
+    }
+  }
+
+  const parseAnswer = (v: unknown): Answer => {
+    const a = v as Record<string, unknown>
+    if (typeof a !== 'object' || a === null) throw new Error('malformed leader-call answer')
+    if (a.ok === true) return { ok: true, result: a.result }
+    if (a.ok === false && typeof a.code === 'string' && typeof a.message === 'string') {
+      return { ok: false, code: a.code, message: a.message, leaderId: typeof a.leaderId === 'string' ? a.leaderId : null }
+    }
+    throw new Error('malformed leader-call answer')
+  }
+
+  return {
+    handle (method, handler) {
+      if (!methodPattern.test(method)) throw new AgentError('ERR_ARG_INVALID', `leader-call method ${JSON.stringify(method)} must match ${methodPattern}`)
+      if (handlers.has(method)) throw new AgentError('ERR_ARG_INVALID', `leader-call method ${method} is already handled`)
+      handlers.set(method, handler)
+      return () => { if (handlers.get(method) === handler) handlers.delete(method) }
+    },
+
+    async call (method, body, options = {}) {
+      const timeoutMs = options.timeoutMs ?? c.defaultTimeoutMs
+      const deadline = performance.now() + timeoutMs
+      const signal = options.signal !== undefined ? AbortSignal.any([options.signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs)
+      let last = 'no leader known yet'
+      let hint: string | null = null
+      while (performance.now() < deadline && !signal.aborted) {
+        const { leaderId, acting } = c.leadership()
+        const followingHint = hint !== null
+        const target: string | null = acting ? c.self : (hint ?? leaderId)
+        hint = null
+        let a: Answer | undefined
+        if (target === c.self) {
+          a = await answer(method, body, { peerId: c.self })
+        } else if (target !== null) {
+          a = await requestJson(c.node, target, protocol, { method, body }, signal).then(parseAnswer, (err: Error) => {
+            last = `${target}: ${err.message}`
+            return undefined
+          })
+        }
+        if (a?.ok === true) return a.result
+        if (a !== undefined && a.code !== 'ERR_NOT_LEADER') {
+          const code: ErrorCode = a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL'
+          throw new AgentError(code, a.message)
+        }
+        if (a !== undefined) {
+          last = `${target} answered: ${a.message} (its leader: ${a.leaderId ?? 'unknown'})`
+          // Follow the answering agent's idea of the leader at once, but only one hop per round.
+          if (!followingHint && a.leaderId !== null && a.leaderId !== target) { hint = a.leaderId; continue }
+        }
+        await sleep(retryDelayMs, undefined, { signal }).catch(() => {})
+      }
+      if (options.signal?.aborted === true) throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} cancelled (${last})`)
+      throw new AgentError('ERR_LEADER_UNAVAILABLE', `no acting leader answered ${method} within ${timeoutMs} ms (last: ${last})`)
+    },
+
+    async start () {
+      await handleJson(c.node, { ...protocol, handlerTimeoutMs }, async (from, message) => {
+        const m = message as Record<string, unknown>
+        if (typeof m !== 'object' || m === null || typeof m.method !== 'string') {
+          return { ok: false, code: 'ERR_BAD_REQUEST', message: 'a leader call is { method, body }', leaderId: c.leadership().leaderId }
+        }
+        return answer(m.method, m.body, { peerId: from })
+      })
+    },
+
+    async stop () {
+      await c.node.unhandle(leaderCallProtocol).catch(() => {})
+    },
+  }
+}

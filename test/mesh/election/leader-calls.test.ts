@@ -1,0 +1,97 @@
+// Leader calls between real libp2p nodes in this process (same protocol stack as the agents):
+// forwarding to the acting leader, following a stale agent's hint, errors, retries and timeouts.
+import t from 'tap'
+import pino from 'pino'
+import { generateKeyPair } from '@libp2p/crypto/keys'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
+import { createMeshNode, type MeshLibp2p } from '../../../mesh/libp2p-node.ts'
+import { createLeaderCalls, leaderCallProtocol, type LeaderCalls } from '../../../mesh/election/leader-calls.ts'
+import { requestJson } from '../../../mesh/json-protocol.ts'
+import { AgentError } from '../../../agent/errors.ts'
+
+const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
+
+interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: { leaderId: string | null, acting: boolean } }
+
+async function startAgents (t: { teardown(fn: () => unknown): void }, n: number): Promise<Agent[]> {
+  const agents: Agent[] = []
+  for (let i = 0; i < n; i++) {
+    const node = await createMeshNode({
+      privateKey: await generateKeyPair('Ed25519'),
+      clusterKey,
+      listen: ['/ip4/127.0.0.1/tcp/0'],
+      announce: { ip: '127.0.0.1', family: 4, source: 'test' },
+      trustedCidrs: ['127.0.0.0/8'],
+      connectionPingIntervalMs: 1000,
+      maxConnections: 16,
+      maxMessageDataBytes: 1 << 20,
+      userAgent: 'agentd-test/0',
+    })
+    await node.start()
+    const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false } } as Agent
+    agent.calls = createLeaderCalls({ node, self: agent.id, leadership: () => agent.leadership, logger: pino({ level: 'silent' }), defaultTimeoutMs: 2_000 })
+    await agent.calls.start()
+    agents.push(agent)
+    t.teardown(async () => { await agent.calls.stop(); await node.stop() })
+  }
+  for (const a of agents) for (const b of agents) if (a !== b) await a.node.dial(b.node.getMultiaddrs()[0]!)
+  return agents
+}
+
+const lead = (agents: Agent[], leader: Agent | null, knownBy: Agent[] = agents): void => {
+  for (const a of agents) a.leadership = { leaderId: knownBy.includes(a) ? leader?.id ?? null : a.leadership.leaderId, acting: a === leader }
+}
+
+t.test('a call runs on the acting leader, from it and from any other agent, with the caller identified', async t => {
+  const [a, b, c] = await startAgents(t, 3) as [Agent, Agent, Agent]
+  const seen: string[] = []
+  b.calls.handle('jobs.echo', async (body, caller) => { seen.push(caller.peerId); return { echoed: body, on: b.id } })
+  lead([a, b, c], b)
+  t.same(await a.calls.call('jobs.echo', { x: 1 }), { echoed: { x: 1 }, on: b.id }, 'forwarded from a follower')
+  t.same(await b.calls.call('jobs.echo', [2]), { echoed: [2], on: b.id }, 'run locally on the leader')
+  t.same(seen, [a.id, b.id], 'the handler sees who called')
+})
+
+t.test('a stale view is corrected by the answering agent\'s hint; a leader change mid-way is retried', async t => {
+  const [a, b, c] = await startAgents(t, 3) as [Agent, Agent, Agent]
+  b.calls.handle('m', async () => 'from b')
+  c.calls.handle('m', async () => 'from c')
+  lead([a, b, c], c, [b, c])
+  a.leadership = { leaderId: b.id, acting: false } // a still thinks b leads
+  t.equal(await a.calls.call('m', null), 'from c', 'b answered ERR_NOT_LEADER naming c; a followed')
+
+  lead([a, b, c], null) // nobody acts for a while, then b takes over
+  setTimeout(() => lead([a, b, c], b), 300)
+  const started = performance.now()
+  t.equal(await a.calls.call('m', null), 'from b', 'retried until a leader acted')
+  t.ok(performance.now() - started >= 250, 'it waited for the new leader')
+})
+
+t.test('handler errors keep their code and are not retried; unknown methods and bad requests are refused', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  let runs = 0
+  b.calls.handle('jobs.submit', async () => { runs++; throw new AgentError('ERR_BAD_REQUEST', 'job spec: nodes must be >= 1') })
+  b.calls.handle('crash', async () => { throw new Error('boom') })
+  lead([a, b], b)
+  await t.rejects(a.calls.call('jobs.submit', {}), { code: 'ERR_BAD_REQUEST', message: 'job spec: nodes must be >= 1' })
+  t.equal(runs, 1, 'a refused request is not retried')
+  await t.rejects(a.calls.call('crash', {}), { code: 'ERR_INTERNAL', message: /boom/ })
+  await t.rejects(a.calls.call('nope', {}), { code: 'ERR_NOT_FOUND', message: /no method "nope"/ })
+  t.same(await requestJson(a.node, b.id, { protocol: leaderCallProtocol, maxMessageBytes: 1 << 20 }, 'garbage', AbortSignal.timeout(2000)),
+    { ok: false, code: 'ERR_BAD_REQUEST', message: 'a leader call is { method, body }', leaderId: b.id }, 'a malformed request gets a clear answer')
+  t.throws(() => b.calls.handle('Bad Name', async () => 1), { code: 'ERR_ARG_INVALID' })
+  t.throws(() => b.calls.handle('crash', async () => 1), { code: 'ERR_ARG_INVALID', message: /already handled/ })
+})
+
+t.test('with no acting leader the call fails after its timeout; unregistered methods stop answering', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  const unregister = b.calls.handle('m', async () => 1)
+  lead([a, b], null)
+  await t.rejects(a.calls.call('m', null, { timeoutMs: 400 }), { code: 'ERR_LEADER_UNAVAILABLE', message: /within 400 ms/ })
+  lead([a, b], b)
+  t.equal(await a.calls.call('m', null), 1)
+  unregister()
+  await t.rejects(a.calls.call('m', null), { code: 'ERR_NOT_FOUND' })
+  await b.node.stop() // the leader is gone: transport failures are retried until the timeout
+  await t.rejects(a.calls.call('m', null, { timeoutMs: 500 }), { code: 'ERR_LEADER_UNAVAILABLE', message: new RegExp(b.id) })
+})
