@@ -64,10 +64,12 @@ if [ -d "$src/native/build" ]; then
   run cp -a "$src/native/build" "$root/native/build"
 fi
 
-# Entry points that run the bundled Node.js, whatever node is on PATH.
-for bin in agentd:dist/agent/main.js agentctl:dist/cli/agentctl.js; do
-  name=${bin%%:*}; entry=${bin#*:}
-  printf '#!/bin/sh\nexec %s/node_modules/.bin/node %s/%s "$@"\n' "$prefix" "$prefix" "$entry" | write_file "$root/bin/$name" 0755
+# Entry points that run the bundled Node.js, whatever node is on PATH; the
+# agent with its Node.js flags (agent/node-flags.ts, kept in step by a test).
+agentd_node_flags='--max-semi-space-size=1'
+for bin in "agentd:dist/agent/main.js:$agentd_node_flags" 'agentctl:dist/cli/agentctl.js:'; do
+  name=${bin%%:*}; rest=${bin#*:}; entry=${rest%%:*}; flags=${rest#*:}
+  printf '#!/bin/sh\nexec %s/node_modules/.bin/node %s%s/%s "$@"\n' "$prefix" "${flags:+$flags }" "$prefix" "$entry" | write_file "$root/bin/$name" 0755
 done
 run mkdir -p "$destdir/usr/local/bin"
 run ln -sfn "$prefix/bin/agentctl" "$destdir/usr/local/bin/agentctl"

@@ -7,8 +7,9 @@
  *   logged every other one alive (log timestamps, one clock, no polling);
  * - dissemination: record receipt − publish time over the idle minute, per
  *   agent (GET /v1/mesh): median of the agents' p50, max of their p99;
- * - idle CPU (utime+stime over the idle window, % of one core) and RSS per
- *   agent, with an agent whose mesh is disabled as the baseline in the same run;
+ * - idle CPU (utime+stime over the idle window, % of one core), RSS and PSS
+ *   per agent — built agents as installed (dist/, agent/node-flags.ts) — with
+ *   an agent whose mesh is disabled as the baseline in the same run;
  * - detection: SIGKILL one agent, then SIGSTOP another; time until the last
  *   other agent logged it dead (and suspect first, for SIGSTOP); then SIGCONT
  *   and the time until every agent sees it alive again (refutation).
@@ -31,6 +32,8 @@ const lines = (a: { output(): string }): LogLine[] => a.output().split('\n').fil
 const ms = (iso: string): number => Date.parse(iso)
 const cpuTicks = (pid: number): number => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' '); return Number(f[11]) + Number(f[12]) }
 const rssMiB = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024
+/** Proportional set size: the Node.js binary's text (~55 MB of RSS) is shared by every agent on a host. */
+const pssMiB = (pid: number): number => Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))![1]) / 1024
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round = (x: number, d = 1): number => Math.round(x * 10 ** d) / 10 ** d
 
@@ -48,9 +51,9 @@ async function run (n: number): Promise<Record<string, unknown>> {
   const teardowns: Array<() => unknown> = []
   const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
   try {
-    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000 })
+    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built: true })
     const baselineDir = tempDir(t)
-    const baseline = await spawnAgent(t, { stateDir: baselineDir, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
+    const baseline = await spawnAgent(t, { stateDir: baselineDir, built: true, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
     const agents = mesh.agents
 
     const lastStart = Math.max(...agents.map(a => ms(lines(a).find(l => l.msg === 'mesh started')!.time)))
@@ -65,6 +68,7 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const seconds = (performance.now() - idleBegan) / 1000
     const cpu = pids.map((p, i) => (cpuTicks(p) - before[i]!) / clkTck / seconds * 100)
     const rss = pids.map(rssMiB)
+    const pss = pids.map(pssMiB)
     const infos = await Promise.all(agents.map(a => a.client.mesh()))
     const p50s = infos.map(i => i.dissemination.p50Ms ?? NaN)
     const p99s = infos.map(i => i.dissemination.p99Ms ?? NaN)
@@ -94,7 +98,8 @@ async function run (n: number): Promise<Record<string, unknown>> {
         windowS: round(seconds),
         cpuPercentOfCore: { median: round(median(cpu.slice(0, -1)), 2), max: round(Math.max(...cpu.slice(0, -1)), 2) },
         rssMiB: { median: round(median(rss.slice(0, -1))), max: round(Math.max(...rss.slice(0, -1))) },
-        baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!) },
+        pssMiB: { median: round(median(pss.slice(0, -1))), max: round(Math.max(...pss.slice(0, -1))) },
+        baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!), pssMiB: round(pss.at(-1)!) },
       },
       sigkill: { detectedByAllMs: Math.max(...delays(killDead, killAt)), medianMs: median(delays(killDead, killAt)) },
       sigstop: {

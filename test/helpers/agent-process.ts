@@ -10,9 +10,12 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient, type AgentClient } from '../../agent/client/client.ts'
+import { agentNodeFlags } from '../../agent/node-flags.ts'
 
 export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 export const agentMain = join(repoRoot, 'agent/main.ts')
+/** The built agent (what is installed): type stripping of the sources adds ~15 MB of RSS. */
+export const builtAgentMain = join(repoRoot, 'dist/agent/main.js')
 export const agentctlMain = join(repoRoot, 'cli/agentctl.ts')
 
 interface Teardown { teardown(fn: () => unknown): void }
@@ -58,6 +61,8 @@ export interface SpawnOptions {
   stateDir?: string
   /** Wait until the API answers (default true). */
   waitReady?: boolean
+  /** Run the built agent (dist/, needs `npm run build`) instead of the sources: for memory figures. Default false. */
+  built?: boolean
 }
 
 export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Promise<AgentProcess> {
@@ -65,7 +70,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
   const env = { ...withoutAgentdEnv(process.env), ...options.env }
-  const proc = track(spawn(process.execPath, [agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }))
+  const proc = track(spawn(process.execPath, [...agentNodeFlags, options.built === true ? builtAgentMain : agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
   proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })

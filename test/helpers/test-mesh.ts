@@ -26,6 +26,8 @@ export interface TestMeshOptions {
   nodeArgs?(index: number): string[]
   /** How long to wait for convergence, ms. Default 30000 + 2000 per node. */
   convergeTimeoutMs?: number
+  /** Run the built agents (dist/) instead of the sources (SpawnOptions.built). Default false. */
+  built?: boolean
   /** Agents started at once (each start-up is CPU-bound; twenty at once on two cores starve each other). Default 4. */
   startConcurrency?: number
 }
@@ -77,7 +79,7 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
     const stateDir = o.stateDir ?? join(dir, name)
     const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
       '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
-    const agent = await spawnAgent(t, { stateDir, args, waitReady: false })
+    const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false })
     // Twenty agents starting at once on two cores take a while to answer.
     await waitReady(agent, 90_000)
     const status = await agent.client.status()

@@ -5,6 +5,7 @@ import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, wri
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { repoRoot, tempDir } from '../helpers/agent-process.ts'
+import { agentNodeFlags } from '../../agent/node-flags.ts'
 
 const run = promisify(execFile)
 const installScript = join(repoRoot, 'systemd/install.sh')
@@ -33,7 +34,8 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
     t.ok(existsSync(join(prefix, path)), `${path} installed`)
   }
   const wrapper = readFileSync(join(prefix, 'bin/agentd'), 'utf8')
-  t.match(wrapper, 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/agent/main.js "$@"', 'runs the bundled Node.js')
+  t.match(wrapper, `exec /opt/agentd/node_modules/.bin/node ${agentNodeFlags.join(' ')} /opt/agentd/dist/agent/main.js "$@"`, 'runs the bundled Node.js with the agent\'s flags (agent/node-flags.ts)')
+  t.match(readFileSync(join(prefix, 'bin/agentctl'), 'utf8'), 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/cli/agentctl.js "$@"')
   t.equal(statSync(join(prefix, 'bin/agentctl')).mode & 0o111, 0o111, 'wrappers are executable')
   const unit = readFileSync(join(root, 'etc/systemd/system/agentd.service'), 'utf8')
   t.match(unit, /^ExecStart=\/opt\/agentd\/bin\/agentd --config \/etc\/agentd\/agentd\.toml$/m)
