@@ -8,11 +8,13 @@ import type { AgentConfig } from './config/schema.ts'
 import { createSubsystemRunner, type SubsystemRecord, type SubsystemSpec } from './subsystems.ts'
 import { loadOrCreateNodeId } from './node-identity.ts'
 import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
+import { createGpuSampler, type GpuSampler } from './inventory/gpu-sampler.ts'
 import { createApiServer } from './api/server.ts'
 import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
 import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
+import { gpusFromInventory, stateSections } from '../mesh/availability-publisher.ts'
 import { createLeaderService, type LeaderService, type LeaderTask } from '../mesh/election/leader-service.ts'
 import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
@@ -44,6 +46,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   const startedAt = performance.now()
   let nodeId = ''
   let inventory: NodeInventory | undefined
+  let gpuSampler: GpuSampler | undefined
   let deviceLock: DeviceLockService | undefined
   let stateManager: StateManager | undefined
   let mesh: Mesh | undefined
@@ -94,10 +97,18 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     {
       id: 'inventory',
       requires: [],
-      async create () {
+      async create (context) {
         const probe = { hostname: config.node.name, ...(config.inventory.gpus !== undefined ? { gpuOverride: config.inventory.gpus } : {}) }
         inventory = await probeInventory(probe)
-        return { stop: async () => {} }
+        const devices = inventory.gpus.devices
+        if (config.inventory.gpuSampleIntervalMs === 0 || devices.length === 0) return { stop: async () => {} }
+        const sampler = createGpuSampler({ command: config.inventory.nvidiaSmiCommand, intervalMs: config.inventory.gpuSampleIntervalMs, timeoutMs: 10_000 },
+          { devices, logger: context.logger, onChange: () => mesh?.availabilityChanged() })
+        gpuSampler = sampler
+        return {
+          start: async options => sampler.start(options),
+          stop: async () => { gpuSampler = undefined; sampler.stop() },
+        }
       },
     },
     {
@@ -156,7 +167,13 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
         const created = await createMesh({ config: config.mesh, dev, stateDir: config.node.stateDir, nodeName: config.node.name, version: agentVersion },
           { logger: context.logger, inventory: () => inventory })
         return {
-          async start (options) { await created.start(options); mesh = created },
+          async start (options) {
+            // The StateManager starts earlier; its sections are read at every publication (heartbeat).
+            created.addAvailabilityContributor({ name: 'state', collect: () => stateManager !== undefined ? stateSections(stateManager.availability()) : {} })
+            created.addAvailabilityContributor({ name: 'gpus', collect: () => gpuSampler !== undefined ? { gpus: gpusFromInventory(inventory, gpuSampler.samples()) } : {} })
+            await created.start(options)
+            mesh = created
+          },
           async stop () { mesh = undefined; await created.stop() },
         }
       },

@@ -14,6 +14,8 @@ import { availableParallelism, loadavg, totalmem, freemem } from 'node:os'
 import { readFileSync } from 'node:fs'
 import type { NodeInventory } from '../agent/inventory/inventory.ts'
 import type { AvailabilityRecord, GpuAvailability } from './mesh-messages.ts'
+import type { StateAvailability } from '../agent/state/state-manager.ts'
+import type { GpuSample } from '../agent/inventory/gpu-sampler.ts'
 
 /** Record sections a subsystem may contribute. */
 export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights' | 'election'>> & {
@@ -128,16 +130,27 @@ export function createAvailabilityPublisher (options: AvailabilityPublisherOptio
   }
 }
 
-export function gpusFromInventory (inventory: NodeInventory | undefined): GpuAvailability[] {
-  return (inventory?.gpus.devices ?? []).map(g => ({
+/** Most namespaces a record lists (the schema's bound); the rest are left out, sorted order decides. */
+export const maxResidentNamespaces = 1024
+
+/** The StateManager's record sections: host pool and NVMe tier free bytes, resident namespaces. */
+export function stateSections (a: StateAvailability): AvailabilitySections {
+  return { hostPool: a.hostPool, nvme: a.nvme, resident: a.namespaces.slice(0, maxResidentNamespaces) }
+}
+
+/**
+ * The GPUs of the inventory with their latest sample (agent/inventory/gpu-sampler.ts,
+ * in inventory order); without one, free memory, health and holder are unknown.
+ */
+export function gpusFromInventory (inventory: NodeInventory | undefined, samples: readonly GpuSample[] = []): GpuAvailability[] {
+  return (inventory?.gpus.devices ?? []).map((g, i) => ({
     index: g.index,
     model: g.model,
     uuid: g.uuid,
     memoryTotalBytes: g.memoryBytes,
-    // The inventory knows totals only; a usage sampler (or the StateManager's device tier) contributes these.
-    memoryFreeBytes: null,
-    health: 'unknown',
-    inUse: null,
+    memoryFreeBytes: samples[i]?.memoryFreeBytes ?? null,
+    health: samples[i]?.health ?? 'unknown',
+    inUse: samples[i]?.inUse ?? null,
   }))
 }
 

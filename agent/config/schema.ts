@@ -64,6 +64,15 @@ export const InventorySection = Type.Object({
   gpus: Type.Optional(Type.Array(GpuOverride, {
     description: 'When set, replaces GPU detection: a list of { model, memoryBytes, uuid, pciBus }. Default: unset (detect).',
   })),
+  gpuSampleIntervalMs: Type.Integer({
+    minimum: 0,
+    maximum: 3_600_000,
+    description: 'How often each GPU\'s free memory, health and holder are sampled with nvidia-smi for the mesh record, in milliseconds; 0 turns sampling off (they are reported unknown). Default: 5000.',
+  }),
+  nvidiaSmiCommand: Type.String({
+    minLength: 1,
+    description: 'The nvidia-smi executable used for GPU sampling (a bare name is looked up on PATH). Default: "nvidia-smi".',
+  }),
 }, { additionalProperties: false })
 
 export const ShutdownSection = Type.Object({
@@ -177,7 +186,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     node: { name: hostname, stateDir: '/var/lib/agentd' },
     api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024 },
     log: { level: 'info' },
-    inventory: {},
+    inventory: { gpuSampleIntervalMs: 5000, nvidiaSmiCommand: 'nvidia-smi' },
     locks: { ...defaultLocksConfig },
     mesh: {
       enabled: true,

@@ -98,6 +98,13 @@ export interface Residency {
   keys: ResidencyKey[]
 }
 
+export interface StateAvailability {
+  hostPool: { totalBytes: number, freeBytes: number }
+  nvme: { totalBytes: number, freeBytes: number }
+  /** Namespaces with at least one stored key, sorted. */
+  namespaces: string[]
+}
+
 /** Totals since start. */
 export interface StateCounters {
   /** Client → pool copies actually performed (first writers). */
@@ -124,6 +131,8 @@ export interface StateManager {
   /** Scheduler hints: keys under each prefix are needed in `inMs`. Replaces earlier hints. */
   setHints(hints: Array<{ prefix: string, inMs: number }>): void
   residency(prefix?: string): Residency
+  /** Capacity and free bytes per tier and the resident namespaces, for the mesh record (O(keys), no copies). */
+  availability(): StateAvailability
   /** What NVMe recovery found at start. */
   recovery(): NvmeRecovery | undefined
   /** Parsed keys currently stored (for in-process exporters: materialize, weights). */
@@ -573,6 +582,17 @@ export function createStateManager (options: StateManagerOptions, components: St
     return cold.length
   }
 
+  function availability (): StateAvailability {
+    const p = hostPool()
+    const namespaces = new Set<string>()
+    for (const e of entries.values()) namespaces.add(e.key.namespace)
+    return {
+      hostPool: { totalBytes: p.sizeBytes, freeBytes: p.fragmentation().freeBytes },
+      nvme: { totalBytes: nvme!.capacityBytes, freeBytes: Math.max(0, nvme!.capacityBytes - nvme!.usedBytes()) },
+      namespaces: [...namespaces].sort(),
+    }
+  }
+
   function residency (prefix = ''): Residency {
     const p = hostPool()
     const frag = p.fragmentation()
@@ -637,6 +657,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       for (const h of list) if (h.inMs <= options.prefetchHorizonMs) prefetch({ prefix: h.prefix })
     },
     residency,
+    availability,
     recovery: () => recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
     async readHost (text) {

@@ -45,6 +45,8 @@ export interface AddAgentOptions {
   stateDir?: string
   clusterKeyFile?: string
   args?: string[]
+  /** Extra environment of the agent process. */
+  env?: NodeJS.ProcessEnv
 }
 
 export interface TestMesh {
@@ -79,7 +81,7 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
     const stateDir = o.stateDir ?? join(dir, name)
     const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
       '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
-    const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false })
+    const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false, ...(o.env !== undefined ? { env: o.env } : {}) })
     // Twenty agents starting at once on two cores take a while to answer.
     await waitReady(agent, 90_000)
     const status = await agent.client.status()
