@@ -9,9 +9,9 @@
  * others in order, each attempt bounded by `requestTimeoutMs`; the call fails
  * with ERR_ETCD_UNAVAILABLE when none answers (network error, timeout, 5xx)
  * and with ERR_ETCD when etcd answers with an error (4xx, gRPC error body).
- * Only idempotent requests are retried on another endpoint; a transaction
- * that may have been applied is not (it fails with ERR_ETCD_UNAVAILABLE and
- * the caller re-reads).
+ * Every request here may be retried on another endpoint: ranges, keep-alives
+ * and revokes are idempotent, createIfAbsent compares before it writes, and a
+ * lease granted twice leaves one unused lease that expires by its TTL.
  *
  * Revisions and lease ids are int64: lease ids are kept as decimal strings;
  * revisions are numbers (safe integers up to 2^53, far beyond any cluster's
@@ -92,8 +92,8 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
   const endpoints = options.endpoints.map(e => e.replace(/\/$/, ''))
   let preferred = 0
 
-  /** One POST; retried on the other endpoints only when `idempotent`. */
-  const call = async (path: string, body: Json, idempotent: boolean, signal?: AbortSignal): Promise<Json> => {
+  /** One POST, tried on each endpoint in turn until one answers. */
+  const call = async (path: string, body: Json, signal?: AbortSignal): Promise<Json> => {
     const failures: string[] = []
     for (let i = 0; i < endpoints.length; i++) {
       const index = (preferred + i) % endpoints.length
@@ -107,12 +107,10 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
       } catch (err) {
         if (signal?.aborted === true) throw err
         failures.push(`${endpoints[index]}: ${(err as Error).name === 'TimeoutError' ? `no answer within ${options.requestTimeoutMs} ms` : ((err as Error).cause as Error | undefined)?.message ?? (err as Error).message}`)
-        if (!idempotent) break
         continue
       }
       if (response.status >= 500 && response.status !== 501) {
         failures.push(`${endpoints[index]}: HTTP ${response.status} ${text.slice(0, 200)}`)
-        if (!idempotent) break
         continue
       }
       let json: Json
@@ -146,20 +144,20 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
 
   return {
     async grantLease (ttlS, signal) {
-      const j = await call('/v3/lease/grant', { TTL: ttlS }, false, signal)
+      const j = await call('/v3/lease/grant', { TTL: ttlS }, signal)
       if (typeof j.ID !== 'string') throw new AgentError('ERR_ETCD', `etcd granted no lease id: ${JSON.stringify(j).slice(0, 200)}`)
       return { id: j.ID, ttlS: int(j.TTL, 'TTL'), header: header(j) }
     },
     async keepAlive (id, signal) {
       // The gateway maps the bidirectional stream to one request → one `result`.
-      const j = await call('/v3/lease/keepalive', { ID: id }, true, signal)
+      const j = await call('/v3/lease/keepalive', { ID: id }, signal)
       const r = j.result as Json | undefined
       if (typeof r !== 'object' || r === null) throw new AgentError('ERR_ETCD', `etcd keep-alive answered without a result: ${JSON.stringify(j).slice(0, 200)}`)
       return { ttlS: int(r.TTL, 'TTL'), header: header(r) }
     },
     async revokeLease (id, signal) {
       try {
-        await call('/v3/lease/revoke', { ID: id }, true, signal)
+        await call('/v3/lease/revoke', { ID: id }, signal)
       } catch (err) {
         // Already gone is what revoking wants.
         if ((err as AgentError).code === 'ERR_ETCD' && /not found/i.test((err as Error).message)) return
@@ -172,7 +170,7 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
         compare: [{ key: k, target: 'CREATE', result: 'EQUAL', create_revision: '0' }],
         success: [{ request_put: { key: k, value: b64(value), lease } }],
         failure: [{ request_range: { key: k } }],
-      }, false, signal)
+      }, signal)
       const h = header(j)
       if (j.succeeded === true) return { created: true, kv: { key, value, createRevision: h.revision, modRevision: h.revision, lease }, header: h }
       const responses = j.responses as Json[] | undefined
@@ -181,11 +179,11 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
       return { created: false, kv: keyValue(kvs[0]), header: h }
     },
     async rangePrefix (prefix, signal) {
-      const j = await call('/v3/kv/range', { key: b64(prefix), range_end: Buffer.from(prefixEnd(prefix), 'latin1').toString('base64'), sort_order: 'ASCEND', sort_target: 'CREATE' }, true, signal)
+      const j = await call('/v3/kv/range', { key: b64(prefix), range_end: Buffer.from(prefixEnd(prefix), 'latin1').toString('base64'), sort_order: 'ASCEND', sort_target: 'CREATE' }, signal)
       return { kvs: ((j.kvs ?? []) as Json[]).map(keyValue), header: header(j) }
     },
     async status (signal) {
-      return header(await call('/v3/maintenance/status', {}, true, signal))
+      return header(await call('/v3/maintenance/status', {}, signal))
     },
   }
 }

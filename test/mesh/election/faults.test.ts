@@ -1,15 +1,14 @@
-// Fenced decisions under faults, with real agents on loopback: a frozen leader (SIGSTOP/SIGCONT)
-// and a 1|2 network partition (connection gater driven by the test-only /v1/fault routes).
+// Fenced decisions under faults, with real agents on loopback: a frozen leader (SIGSTOP/SIGCONT, on
+// the embedded backend and on etcd) and a 1|2 network partition (connection gater driven by the test-only /v1/fault routes).
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { decisionLoad, decisionViolations, readDecisionLogs, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
-import type { MeshAgent } from '../../helpers/test-mesh.ts'
-import { partition } from '../../helpers/election-faults.ts'
+import { backendSkip, decisionLoad, decisionViolations, readDecisionLogs, startBackendCluster, startElectionCluster, testBackends, waitForLeader } from '../../helpers/test-election.ts'
+import { partition, publishStaleUntilRejected } from '../../helpers/election-faults.ts'
 
 const faultArgs = ['--set', 'election.faultInjection=true']
 
-t.test('SIGSTOP of the leader: a new leader takes over; after SIGCONT the old one steps down and its decisions are rejected everywhere', async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, args: faultArgs })
+for (const backend of testBackends) t.test(`${backend}: SIGSTOP of the leader: a new leader takes over; after SIGCONT the old one steps down and its decisions are rejected everywhere`, { skip: backendSkip(backend) }, async t => {
+  const cluster = await startBackendCluster(t, backend, { servers: 3, args: faultArgs })
   const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
   const old = first.leader!
   await old.client.decide('test', { before: 'freeze' })
@@ -29,17 +28,8 @@ t.test('SIGSTOP of the leader: a new leader takes over; after SIGCONT the old on
     await t.rejects(old.client.decide('test', { after: 'resume' }), { code: 'ERR_NOT_LEADER' }, 'it refuses to decide')
   }
 
-  // What a leader frozen between its lease check and its publish would send after SIGCONT. One
-  // publish may go to nobody while its gossip connections come back, so it is repeated.
-  const staleSeqs: number[] = []
-  const deadline = performance.now() + 20_000
-  while (!others.every(a => rejectedStale(a, old, first.epoch, staleSeqs))) {
-    if (performance.now() > deadline) throw new Error(`stale decisions ${staleSeqs.join(',')} not rejected by every other agent`)
-    const stale = await old.client.call<{ epoch: number, seq: number }>('POST', '/v1/fault/stale-decision', { kind: 'test', payload: { stale: true } })
-    t.equal(stale.epoch, first.epoch, `a decision of the old epoch is published (seq ${stale.seq})`)
-    staleSeqs.push(stale.seq)
-    await sleep(500)
-  }
+  // What a leader frozen between its lease check and its publish would send after SIGCONT.
+  const staleSeqs = await publishStaleUntilRejected(old, others, first.epoch)
   t.pass('every other agent logged it as rejected')
   for (const a of others) {
     t.notOk(readDecisionLogs([a]).get(a.name)!.some(e => e.epoch === first.epoch && staleSeqs.includes(e.seq) && e.outcome !== 'rejected'), `${a.name} applied none of them`)
@@ -80,7 +70,3 @@ t.test('partition 1|2: the isolated leader stops acting and elects nobody; the m
   await sleep(300)
   t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
 })
-
-function rejectedStale (agent: MeshAgent, from: MeshAgent, epoch: number, seqs: number[]): boolean {
-  return readDecisionLogs([agent]).get(agent.name)!.some(e => e.epoch === epoch && e.leader === from.peerId && seqs.includes(e.seq) && e.outcome === 'rejected')
-}
