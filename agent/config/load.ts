@@ -10,6 +10,7 @@ import { parse as parseToml } from 'smol-toml'
 import { Value } from '@sinclair/typebox/value'
 import type { TSchema } from '@sinclair/typebox'
 import { AgentError } from '../errors.ts'
+import { validateElectionConfig } from '../../mesh/election/election-config.ts'
 import { configSchema, defaultConfig, devConfig, type AgentConfig } from './schema.ts'
 import {
   closestName, describeExpected, isObjectSchema, leafPaths, propertiesOf, schemaAt, schemaType,
@@ -87,6 +88,8 @@ export function loadConfig (layers: ConfigLayers): LoadedConfig {
     issues.push({ key, origin: originOf(origins, path), message: `expected ${expected}, got ${JSON.stringify(error.value)}` })
   }
   if (issues.length > 0) throw configError(issues)
+  // Cross-field rules of the sections that have them.
+  validateElectionConfig((config as AgentConfig).election)
   return { config: config as AgentConfig, dev, configFile, origins }
 }
 

@@ -2,7 +2,7 @@
  * Fenced decisions, receiving side (every agent, the leader included for its
  * own decisions). Contract:
  *
- * - Batches of another voter set, or from a sender outside the voter set, are
+ * - Batches of another voter set, or from a sender that may not lead in it, are
  *   ignored (a --dev agent elsewhere on the mesh leads its own cluster).
  * - epoch < highest epoch seen → every decision in it is rejected (logged once
  *   per (epoch, seq)). The highest epoch is persisted (fsync) before anything
@@ -55,7 +55,8 @@ export interface DecisionLogOptions {
 
 export interface DecisionLogComponents {
   voterSetId(): string
-  voters(): readonly string[]
+  /** `peer` may lead an epoch of this voter set (the embedded backend: a voter; etcd: a server seen campaigning). */
+  mayDecide(peer: string): boolean
   /** The persisted position: highest epoch seen, its leader, last seq applied in it. */
   persisted(): DecisionPosition
   /** Persists the position; resolves once durable. Called before a decision is applied. */
@@ -115,7 +116,7 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
   }
 
   async function process (batch: DecisionBatch): Promise<BatchVerdict> {
-    if (batch.voterSetId !== components.voterSetId() || !components.voters().includes(batch.from)) return 'ignored'
+    if (batch.voterSetId !== components.voterSetId() || !components.mayDecide(batch.from)) return 'ignored'
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
     if (batch.epoch > epoch) {
       await components.persist({ epoch: batch.epoch, leader: batch.from, seq: 0 })

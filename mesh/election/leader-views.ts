@@ -3,9 +3,9 @@ import { Type, type Static } from '@sinclair/typebox'
 
 export const LeaderViewSchema = Type.Object({
   leaderId: Type.Union([Type.String(), Type.Null()], { description: 'peer id of the leader of `epoch`; null when unknown' }),
-  epoch: Type.Integer({ minimum: 0, description: 'the election term, stamped on every decision' }),
-  backend: Type.Literal('embedded'),
-  voters: Type.Array(Type.String(), { description: 'peer ids of the voter set; empty until bootstrapped or adopted' }),
+  epoch: Type.Integer({ minimum: 0, description: 'stamped on every decision: the election term (embedded) or the leader key\'s create revision (etcd)' }),
+  backend: Type.Union([Type.Literal('embedded'), Type.Literal('etcd')], { description: 'election.backend: the embedded Raft-style election or etcd' }),
+  voters: Type.Array(Type.String(), { description: 'embedded: peer ids of the voter set, empty until bootstrapped or adopted; etcd: the servers campaigning now, leader first' }),
   self: Type.Union([Type.Literal('leader'), Type.Literal('follower'), Type.Literal('candidate'), Type.Literal('client')]),
   selfId: Type.String({ description: 'this agent\'s peer id' }),
   voterSetId: Type.String(),

@@ -1,10 +1,12 @@
 /**
- * Leader election benchmark with real agents on loopback (embedded backend).
+ * Leader election benchmark with real agents on loopback, embedded and etcd
+ * backends in the same run (etcd: a real etcd on loopback, test timing:
+ * lease TTL 1 s; skipped with a note when /usr/bin/etcd is missing).
  *
  *   node_modules/.bin/node test/bench/election.bench.ts [trials=5] [randomRuns=20] [steps=5]
- *   (trials=0 skips the failover part)
+ *   (trials=0 skips the failover part; randomRuns=0 the randomized part)
  *
- * - failover: for 3 and 5 servers, `trials` times each SIGKILL and SIGSTOP of
+ * - failover: per backend, for 3 and 5 servers, `trials` times each SIGKILL and SIGSTOP of
  *   the acting leader; time from the fault to the first decision of the new
  *   epoch applied on every surviving agent (their decisions.jsonl, one clock);
  *   the fault is repaired (restart / SIGCONT) before the next trial;
@@ -23,7 +25,7 @@
  * 20 randomized runs × 5 faults (seeds 100-119, 3 and 5 servers): 82 epochs,
  * 1646 decisions applied, 0 invariant violations, every run converged.
  */
-import { startElectionCluster } from '../helpers/test-election.ts'
+import { backendSkip, startBackendCluster, startElectionCluster, testBackends } from '../helpers/test-election.ts'
 import { failover, liveCluster, randomFaultRun, type FailoverFault } from '../helpers/election-faults.ts'
 
 const trials = Number(process.argv[2] ?? 5)
@@ -40,17 +42,28 @@ function scope () {
 const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))]!
 
 console.log('# failover: fault → first decision of the new epoch applied on every survivor (ms)')
-console.log('servers  fault    trials  median    p90      max')
-for (const servers of trials > 0 ? [3, 5] : []) {
-  const s = scope()
-  try {
-    const live = liveCluster(await startElectionCluster(s.t, { servers, args: faultArgs }))
-    for (const fault of ['SIGKILL', 'SIGSTOP'] as FailoverFault[]) {
-      const ms: number[] = []
-      for (let i = 0; i < trials; i++) ms.push((await failover(live, fault)).failoverMs)
-      console.log(`${String(servers).padEnd(9)}${fault.padEnd(9)}${String(trials).padEnd(8)}${String(pct(ms, 0.5)).padEnd(10)}${String(pct(ms, 0.9)).padEnd(9)}${Math.max(...ms)}   [${ms.join(', ')}]`)
-    }
-  } finally { await s.close() }
+console.log('backend   servers  fault    trials  median    p90      max')
+const medians = new Map<string, number>()
+for (const backend of trials > 0 ? testBackends : []) {
+  const skip = backendSkip(backend)
+  if (skip !== false) { console.log(`${backend.padEnd(10)}skipped: ${skip}`); continue }
+  for (const servers of [3, 5]) {
+    const s = scope()
+    try {
+      const live = liveCluster(await startBackendCluster(s.t, backend, { servers, args: faultArgs }))
+      for (const fault of ['SIGKILL', 'SIGSTOP'] as FailoverFault[]) {
+        const ms: number[] = []
+        for (let i = 0; i < trials; i++) ms.push((await failover(live, fault)).failoverMs)
+        medians.set(`${backend}/${servers}/${fault}`, pct(ms, 0.5))
+        console.log(`${backend.padEnd(10)}${String(servers).padEnd(9)}${fault.padEnd(9)}${String(trials).padEnd(8)}${String(pct(ms, 0.5)).padEnd(10)}${String(pct(ms, 0.9)).padEnd(9)}${Math.max(...ms)}   [${ms.join(', ')}]`)
+      }
+    } finally { await s.close() }
+  }
+}
+for (const [key, etcdMs] of medians) {
+  if (!key.startsWith('etcd/')) continue
+  const embeddedMs = medians.get(key.replace(/^etcd/, 'embedded'))
+  if (embeddedMs !== undefined) console.log(`etcd / embedded median, ${key.slice(5)}: ${(etcdMs / embeddedMs).toFixed(2)}`)
 }
 
 console.log(`\n# randomized fault runs: ${randomRuns} runs × ${steps} faults`)

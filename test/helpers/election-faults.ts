@@ -6,6 +6,8 @@
  *   from the fault to the first decision of the new epoch applied on every
  *   surviving agent (read from their decisions.jsonl, one wall clock), then
  *   repair the fault (restart / SIGCONT) and wait for one agreed leader again;
+ * - publishStaleUntilRejected: what a leader frozen between its lease check
+ *   and its publish would send after it resumes, until everyone rejected it;
  * - randomFaultRun(seed): a seeded sequence of faults (leader or follower
  *   SIGKILL + restart, leader SIGSTOP + SIGCONT, minority|majority partition +
  *   heal) under a steady flow of decisions, then the invariants over every
@@ -39,9 +41,10 @@ export function liveCluster (cluster: ElectionCluster): LiveCluster {
 
 const portOf = (a: MeshAgent): string => /\/tcp\/(\d+)/.exec(a.meshAddress)![1]!
 
-/** Restarts a killed agent with the same state dir and port (so seeds stay valid). */
+/** Restarts a killed agent with the same state dir, port (so seeds stay valid) and role (server or client). */
 export async function restartAgent (live: LiveCluster, agent: MeshAgent): Promise<MeshAgent> {
-  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, '--set', 'election.faultInjection=true'] })
+  const server = !live.cluster.clients.some(c => c.name === agent.name)
+  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, '--set', 'election.faultInjection=true', '--set', `election.server=${server}`] })
   live.agents[live.agents.indexOf(agent)] = again
   return again
 }
@@ -124,4 +127,24 @@ export async function randomFaultRun (live: LiveCluster, seed: number, steps: nu
 export async function partition (a: MeshAgent[], b: MeshAgent[], heal: MeshAgent[] = []): Promise<void> {
   const deny = (who: MeshAgent, peers: MeshAgent[]): Promise<unknown> => who.client.call('PUT', '/v1/fault/partition', { deny: peers.map(p => p.peerId) })
   await Promise.all([...a.map(x => deny(x, b)), ...b.map(x => deny(x, a)), ...heal.map(x => deny(x, []))])
+}
+
+/**
+ * Makes `old` publish decisions of `epoch` (an epoch it led, now superseded) through the
+ * fault route until every agent in `others` logged one of them as rejected; returns their
+ * seqs. One publish may go to nobody while gossip connections come back, so it repeats.
+ */
+export async function publishStaleUntilRejected (old: MeshAgent, others: MeshAgent[], epoch: number, timeoutMs = 20_000): Promise<number[]> {
+  const seqs: number[] = []
+  const rejected = (a: MeshAgent): boolean =>
+    readDecisionLogs([a]).get(a.name)!.some(e => e.epoch === epoch && e.leader === old.peerId && seqs.includes(e.seq) && e.outcome === 'rejected')
+  const deadline = performance.now() + timeoutMs
+  while (!others.every(rejected)) {
+    if (performance.now() > deadline) throw new Error(`stale decisions ${seqs.join(',')} of epoch ${epoch} not rejected by every other agent`)
+    const stale = await old.client.call<{ epoch: number, seq: number }>('POST', '/v1/fault/stale-decision', { kind: 'test', payload: { stale: true } })
+    if (stale.epoch !== epoch) throw new Error(`the stale decision went out in epoch ${stale.epoch}, not ${epoch}`)
+    seqs.push(stale.seq)
+    await sleep(500)
+  }
+  return seqs
 }

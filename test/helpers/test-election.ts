@@ -1,6 +1,6 @@
 /**
  * Election clusters of real agents on loopback (startTestMesh with
- * --bootstrap-expect), and what the election tests ask of them: wait for one
+ * --bootstrap-expect, or on the etcd backend with a test etcd), and what the election tests ask of them: wait for one
  * leader that acts, make decisions, read every agent's decision log and check
  * the invariants (mesh/election/decision-invariants.ts).
  */
@@ -11,6 +11,7 @@ import { startTestMesh, type MeshAgent, type TestMesh } from './test-mesh.ts'
 import { checkDecisionInvariants, parseDecisionLog, type InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { DecisionLogEntry } from '../../mesh/election/decision-log.ts'
 import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
+import { etcdSkipReason, startEtcd, type EtcdProcess } from './etcd-process.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 
@@ -20,6 +21,14 @@ export interface ElectionClusterOptions {
   clients?: number
   /** Extra flags for every agent. */
   args?: string[]
+  /** Elect through this etcd (test/helpers/etcd-process.ts) instead of the embedded backend. */
+  etcd?: { endpoint: string, leaseTtlS?: number }
+}
+
+/** The flags that put an agent on the etcd backend (test timing: 1 s lease, 50 ms polls). */
+export function etcdBackendArgs (etcd: { endpoint: string, leaseTtlS?: number }): string[] {
+  return ['--set', 'election.backend=etcd', '--set', `election.etcdEndpoints=${JSON.stringify([etcd.endpoint])}`,
+    '--set', `election.etcdLeaseTtlS=${etcd.leaseTtlS ?? 1}`, '--set', 'election.etcdRequestTimeoutMs=250', '--set', 'election.etcdPollIntervalMs=50']
 }
 
 export interface ElectionCluster extends TestMesh {
@@ -31,10 +40,26 @@ export async function startElectionCluster (t: Teardown, options: ElectionCluste
   const clients = options.clients ?? 0
   const mesh = await startTestMesh(t, {
     nodes: options.servers + clients,
-    args: ['--bootstrap-expect', String(options.servers), ...(options.args ?? [])],
+    args: [...(options.etcd !== undefined ? etcdBackendArgs(options.etcd) : ['--bootstrap-expect', String(options.servers)]), ...(options.args ?? [])],
     nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false'],
   })
   return Object.assign(mesh, { servers: mesh.agents.slice(0, options.servers), clients: mesh.agents.slice(options.servers) })
+}
+
+export type TestBackend = 'embedded' | 'etcd'
+/** The backends the kill, freeze and restart tests run against. */
+export const testBackends: readonly TestBackend[] = ['embedded', 'etcd']
+
+/** tap's `skip` option for a test on `backend`: the reason it cannot run here, or false. */
+export function backendSkip (backend: TestBackend): string | false {
+  return backend === 'etcd' ? etcdSkipReason() ?? false : false
+}
+
+/** startElectionCluster on `backend`; for etcd, first a test etcd (killed at teardown). */
+export async function startBackendCluster (t: Teardown, backend: TestBackend, options: Omit<ElectionClusterOptions, 'etcd'>): Promise<ElectionCluster & { etcd?: EtcdProcess }> {
+  if (backend === 'embedded') return startElectionCluster(t, options)
+  const etcd = await startEtcd(t)
+  return Object.assign(await startElectionCluster(t, { ...options, etcd: { endpoint: etcd.endpoint } }), { etcd })
 }
 
 export interface Agreement {

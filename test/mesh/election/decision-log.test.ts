@@ -18,7 +18,7 @@ function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0, pers
   const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>>, persisted: [] as string[] }
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
     voterSetId: () => 'set',
-    voters: () => [A, B],
+    mayDecide: (peer: string) => [A, B].includes(peer),
     persisted: () => ({ epoch: state.highestEpoch, ...persisted }),
     async persist (p) { state.highestEpoch = p.epoch; state.persisted.push(`${p.epoch}/${p.seq}`) },
     apply: d => state.applied.push(d),

@@ -2,7 +2,8 @@
 import t from 'tap'
 import { parseAgentdArgs } from '../../../agent/config/flags.ts'
 import { loadConfig } from '../../../agent/config/load.ts'
-import { validateElectionConfig } from '../../../mesh/election/leader-service.ts'
+import { validateElectionConfig } from '../../../mesh/election/election-config.ts'
+import { agentMain, runNode, tempDir } from '../../helpers/agent-process.ts'
 import { defaultElectionConfig } from '../../../mesh/election/election-config.ts'
 
 const load = (argv: string[]) => {
@@ -26,4 +27,22 @@ t.test('cross-field rules: a lease ends before any voter may vote again', async 
   t.throws(() => validateElectionConfig({ ...defaultElectionConfig, leaseMs: 1000 }), { code: 'ERR_CONFIG_INVALID', message: /leaseMs must be < election.electionTimeoutMinMs/ })
   t.throws(() => validateElectionConfig({ ...defaultElectionConfig, electionTimeoutMaxMs: 900 }), { code: 'ERR_CONFIG_INVALID' })
   t.throws(() => validateElectionConfig({ ...defaultElectionConfig, heartbeatIntervalMs: 500 }), { code: 'ERR_CONFIG_INVALID', message: /heartbeatIntervalMs/ })
+})
+
+t.test('etcd backend: endpoints required and checked, at load time', async t => {
+  t.match(load(['--set', 'election.backend=etcd', '--set', 'election.etcdEndpoints=["http://127.0.0.1:2379"]']), { backend: 'etcd', etcdEndpoints: ['http://127.0.0.1:2379'], etcdLeaseTtlS: 2, etcdPrefix: '/agentd/election/' })
+  t.throws(() => load(['--set', 'election.backend=etcd']), { code: 'ERR_CONFIG_INVALID', message: /etcdEndpoints must list at least one/ }, 'no endpoints')
+  t.throws(() => load(['--set', 'election.backend=etcd', '--set', 'election.etcdEndpoints=["10.0.0.1:2379"]']), { code: 'ERR_CONFIG_INVALID', message: /"10.0.0.1:2379" (is not a URL|must be http)/ }, 'no scheme')
+  t.throws(() => load(['--set', 'election.backend=etcd', '--set', 'election.etcdEndpoints=["http://h:2379/v3"]']), { code: 'ERR_CONFIG_INVALID', message: /no path/ }, 'a path')
+  t.throws(() => load(['--set', 'election.backend=etcd', '--set', 'election.etcdEndpoints=["http://h:2379"]', '--set', 'election.etcdLeaseTtlS=1', '--set', 'election.etcdRequestTimeoutMs=400']), { code: 'ERR_CONFIG_INVALID', message: /etcdRequestTimeoutMs/ }, 'timeout above a third of the TTL')
+  t.throws(() => load(['--set', 'election.backend=zookeeper']), { code: 'ERR_CONFIG_INVALID' }, 'unknown backend')
+  t.throws(() => load(['--set', 'election.etcdPrefix=agentd']), { code: 'ERR_CONFIG_INVALID' }, 'a prefix must start and end with /')
+  t.doesNotThrow(() => load(['--set', 'election.etcdEndpoints=["not a url"]']), 'endpoints are only checked for the etcd backend')
+})
+
+t.test('agentd exits 78 (EX_CONFIG) on an etcd backend without endpoints', async t => {
+  const dir = tempDir(t)
+  const r = await runNode(agentMain, ['--dev', '--state-dir', dir, '--set', 'election.backend=etcd'])
+  t.equal(r.code, 78, 'exit code 78')
+  t.match(r.stderr, /election\.etcdEndpoints must list at least one etcd client URL/, 'the message names the key')
 })

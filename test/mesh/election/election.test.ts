@@ -1,26 +1,27 @@
-// Leader election with real agents on loopback: 3 servers + 1 client, then SIGKILL of the leader.
+// Leader election with real agents on loopback: 3 servers + 1 client, then SIGKILL of the leader;
+// on the embedded backend and on etcd (a real etcd on loopback).
 import t from 'tap'
-import { decisionViolations, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
+import { backendSkip, decisionViolations, startBackendCluster, testBackends, waitForLeader } from '../../helpers/test-election.ts'
 import { runNode, agentctlMain } from '../../helpers/agent-process.ts'
 
-t.test('3 servers and a client agree on one leader; SIGKILL of the leader → a new leader with a higher epoch', async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, clients: 1 })
+for (const backend of testBackends) t.test(`${backend}: 3 servers and a client agree on one leader; SIGKILL of the leader → a new leader with a higher epoch`, { skip: backendSkip(backend) }, async t => {
+  const cluster = await startBackendCluster(t, backend, { servers: 3, clients: 1 })
   const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
   t.ok(first.leader !== undefined && cluster.servers.includes(first.leader), `a server leads (epoch ${first.epoch}, agreed in ${Math.round(first.ms)} ms)`)
   const leader = first.leader!
 
   const views = await Promise.all(cluster.agents.map(a => a.client.leader()))
   t.same(views.map(v => v.self).sort(), ['client', 'follower', 'follower', 'leader'], 'roles: one leader, two followers, one client')
-  t.same(new Set(views.map(v => v.voters.join(','))).size, 1, 'everyone knows the same voter set')
+  t.same(new Set(views.map(v => [...v.voters].sort().join(','))).size, 1, 'everyone knows the same voter set')
   t.equal(views[0]!.voters.length, 3, 'three voters (the client is not one)')
   t.ok(!views[0]!.voters.includes(cluster.clients[0]!.peerId), 'the client does not vote')
 
   const status = await cluster.clients[0]!.client.status()
-  t.match(status.leader, { leaderId: first.leaderId, epoch: first.epoch, backend: 'embedded', self: 'client' }, 'GET /v1/status has a leader section')
+  t.match(status.leader, { leaderId: first.leaderId, epoch: first.epoch, backend, self: 'client' }, 'GET /v1/status has a leader section')
 
   const cli = await runNode(agentctlMain, ['--socket', cluster.clients[0]!.socketPath, 'leader', '--json'])
   t.equal(cli.code, 0, 'agentctl leader --json exits 0')
-  t.same(JSON.parse(cli.stdout), { leaderId: first.leaderId, epoch: first.epoch, backend: 'embedded', voters: views[0]!.voters, self: 'client' }, 'agentctl leader --json')
+  t.same(JSON.parse(cli.stdout), { leaderId: first.leaderId, epoch: first.epoch, backend, voters: views[0]!.voters, self: 'client' }, 'agentctl leader --json')
 
   // Decisions: only the leader may make them; everyone applies them in order.
   const follower = cluster.servers.find(a => a !== leader)!

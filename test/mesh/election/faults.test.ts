@@ -1,15 +1,13 @@
-// Fenced decisions under faults, with real agents on loopback: a frozen leader (SIGSTOP/SIGCONT)
-// and a 1|2 network partition (connection gater driven by the test-only /v1/fault routes).
+// Fenced decisions under faults, with real agents on loopback: a frozen leader (SIGSTOP/SIGCONT, on
+// the embedded backend and on etcd). Partitions: partition.test.ts.
 import t from 'tap'
-import { setTimeout as sleep } from 'node:timers/promises'
-import { decisionLoad, decisionViolations, readDecisionLogs, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
-import type { MeshAgent } from '../../helpers/test-mesh.ts'
-import { partition } from '../../helpers/election-faults.ts'
+import { backendSkip, decisionViolations, readDecisionLogs, startBackendCluster, testBackends, waitForLeader } from '../../helpers/test-election.ts'
+import { publishStaleUntilRejected } from '../../helpers/election-faults.ts'
 
 const faultArgs = ['--set', 'election.faultInjection=true']
 
-t.test('SIGSTOP of the leader: a new leader takes over; after SIGCONT the old one steps down and its decisions are rejected everywhere', async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, args: faultArgs })
+for (const backend of testBackends) t.test(`${backend}: SIGSTOP of the leader: a new leader takes over; after SIGCONT the old one steps down and its decisions are rejected everywhere`, { skip: backendSkip(backend) }, async t => {
+  const cluster = await startBackendCluster(t, backend, { servers: 3, args: faultArgs })
   const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
   const old = first.leader!
   await old.client.decide('test', { before: 'freeze' })
@@ -29,58 +27,11 @@ t.test('SIGSTOP of the leader: a new leader takes over; after SIGCONT the old on
     await t.rejects(old.client.decide('test', { after: 'resume' }), { code: 'ERR_NOT_LEADER' }, 'it refuses to decide')
   }
 
-  // What a leader frozen between its lease check and its publish would send after SIGCONT. One
-  // publish may go to nobody while its gossip connections come back, so it is repeated.
-  const staleSeqs: number[] = []
-  const deadline = performance.now() + 20_000
-  while (!others.every(a => rejectedStale(a, old, first.epoch, staleSeqs))) {
-    if (performance.now() > deadline) throw new Error(`stale decisions ${staleSeqs.join(',')} not rejected by every other agent`)
-    const stale = await old.client.call<{ epoch: number, seq: number }>('POST', '/v1/fault/stale-decision', { kind: 'test', payload: { stale: true } })
-    t.equal(stale.epoch, first.epoch, `a decision of the old epoch is published (seq ${stale.seq})`)
-    staleSeqs.push(stale.seq)
-    await sleep(500)
-  }
+  // What a leader frozen between its lease check and its publish would send after SIGCONT.
+  const staleSeqs = await publishStaleUntilRejected(old, others, first.epoch)
   t.pass('every other agent logged it as rejected')
   for (const a of others) {
     t.notOk(readDecisionLogs([a]).get(a.name)!.some(e => e.epoch === first.epoch && staleSeqs.includes(e.seq) && e.outcome !== 'rejected'), `${a.name} applied none of them`)
   }
   t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
 })
-
-t.test('partition 1|2: the isolated leader stops acting and elects nobody; the majority elects a leader; healing converges on one', async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, args: faultArgs })
-  const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
-  const minority = first.leader!
-  const majority = cluster.agents.filter(a => a !== minority)
-  const load = decisionLoad(() => cluster.agents, 'load')
-  t.teardown(() => load.stop())
-  await sleep(500)
-
-  await partition([minority], majority)
-  const partitionedAt = performance.now()
-  const second = await waitForLeader(cluster.agents, majority, 20_000, first.epoch)
-  t.ok(second.epoch > first.epoch, `the majority elected ${second.leader?.name} for epoch ${second.epoch}`)
-  // The old lease ends leaseMs after its last majority round; leave margin, then watch the minority.
-  await sleep(Math.max(0, 1500 - (performance.now() - partitionedAt)))
-  const frozenView = await minority.client.leader()
-  const watchUntil = performance.now() + 3000
-  while (performance.now() < watchUntil) {
-    const v = await minority.client.leader()
-    t.not(v.self, 'leader', 'minority: not a leader') // one assertion per poll keeps the evidence in the TAP output
-    t.equal(v.epoch, frozenView.epoch, 'minority: no term inflation (PreVote)')
-    t.same(v.applied, frozenView.applied, 'minority: applies nothing new')
-    await sleep(500)
-  }
-
-  await partition([], [], cluster.agents)
-  const healed = await waitForLeader(cluster.agents, cluster.agents, 30_000, first.epoch)
-  t.ok(healed.epoch >= second.epoch, `healed: everyone follows ${healed.leader?.name} in epoch ${healed.epoch}`)
-  const { made } = await load.stop()
-  t.ok(made > 0, `${made} decisions made during the run`)
-  await sleep(300)
-  t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
-})
-
-function rejectedStale (agent: MeshAgent, from: MeshAgent, epoch: number, seqs: number[]): boolean {
-  return readDecisionLogs([agent]).get(agent.name)!.some(e => e.epoch === epoch && e.leader === from.peerId && seqs.includes(e.seq) && e.outcome === 'rejected')
-}
