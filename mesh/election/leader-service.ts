@@ -61,6 +61,12 @@ export interface LeaderServiceOptions {
   config: ElectionConfig
   /** Where election.json and decisions.jsonl live. */
   stateDir: string
+  /**
+   * Largest mesh message accepted, bytes (mesh.maxRecordBytes). A republish
+   * carries as many of the recent decisions as fit beside the desired state
+   * (which closes any gap the others would have). Default 65536.
+   */
+  maxBatchBytes?: number
 }
 
 export interface LeaderServiceComponents {
@@ -94,6 +100,8 @@ export interface LeaderService {
 }
 
 const recentDecisions = 32
+/** Room left in a batch for its envelope and fields around the decisions, bytes. */
+const batchOverheadBytes = 1024
 /** How long a leader call waits for an acting leader by default: covers a failover (lease + election + view grace). */
 const leaderCallTimeoutMs = 10_000
 
@@ -129,6 +137,20 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   let signal: AbortSignal = AbortSignal.abort()
   let desired: Record<string, unknown> = {}
   const appliedListeners = new Set<(d: AppliedDecision) => void>()
+
+  /** A batch of the desired state and the newest recent decisions that fit in one mesh message with it. */
+  const stateBatch = (epoch: number, seq: number, recent: readonly Decision[]): DecisionBatch => {
+    const entries = { ...desired }
+    let room = (options.maxBatchBytes ?? 65_536) - batchOverheadBytes - Buffer.byteLength(JSON.stringify(entries))
+    let first = recent.length
+    while (first > 0) {
+      const bytes = Buffer.byteLength(JSON.stringify(recent[first - 1])) + 1
+      if (bytes > room) break
+      room -= bytes
+      first--
+    }
+    return { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch, decisions: recent.slice(first), state: { seq, entries }, sentAtMs: Date.now() }
+  }
 
   const decisionLog: DecisionLog = createDecisionLog({ file: join(options.stateDir, 'decisions.jsonl'), memoryEntries: 10_000 }, {
     voterSetId: () => store.current().voterSetId,
@@ -195,7 +217,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     const count = behind ? (lagging.get(peer) ?? 0) + 1 : 0
     lagging.set(peer, count >= catchUpAfterAnswers ? 0 : count)
     if (count < catchUpAfterAnswers || election?.mayAct() !== true) return
-    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() }
+    const batch = stateBatch(a.epoch, a.seq, a.recent)
     log.info({ peer, applied, epoch: a.epoch, seq: a.seq }, 'voter lags behind the decisions: sending them directly')
     void rpc.request(peer, { type: 'decisions', batch }, AbortSignal.timeout(config.rpcTimeoutMs * 3)).catch(err => log.debug({ peer, err: (err as Error).message }, 'direct catch-up failed'))
   }
@@ -216,7 +238,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     log.info({ epoch: a.epoch, resumedAtSeq: resumed?.seq }, 'leader: acting')
     const republish = (): void => {
       if (acting !== a || election?.mayAct() !== true || !followed()) return
-      const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: store.current().voterSetId, epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() }
+      const batch = stateBatch(a.epoch, a.seq, a.recent)
       void publishBatch(batch).catch(err => log.warn({ err }, 'decision republish failed'))
     }
     void (async () => {
