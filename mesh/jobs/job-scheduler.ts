@@ -134,16 +134,7 @@ export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs:
 function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions): JobRecord | undefined {
   const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
   if (eligible.length < queued.spec.nodes) return undefined
-  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
-  const horizon = new ClusterHorizon({ nodes: eligible.length, slotS: table.slotS, startSlot: nowSlot, ...(options.horizonSlots !== undefined ? { slots: options.horizonSlots } : {}) })
-  for (const r of table.jobs) {
-    if (r.state !== 'RUNNING' || r.placement === null) continue
-    const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
-    const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
-    if (on.length === 0 || footprintEnd(footprint) <= nowSlot) continue
-    // Admitted earlier (possibly with bounded conflicts): held as it is, never re-checked.
-    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots: Math.max(1, durationSlots(r.spec.periodS, table.slotS)), dedicated: r.placement.mode === 'dedicated', maxSlowdown: r.spec.maxSlowdown }, { allowConflicts: true })
-  }
+  const horizon = horizonOf(table, eligible, nowSlot, options)
   const decision = planPlacement(horizon, placementJobOf(queued.spec), { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode })
   if (decision === undefined) return undefined
   const chosen = decision.nodes.map(i => eligible[i]!)
@@ -156,6 +147,24 @@ function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[
     placement: { mode: decision.mode, startSlot: f.startSlot, periodSlots: f.periodSlots, periods: f.periods, busy: f.busy.map(([a, b]) => [a, b] as [number, number]), shiftSlots: decision.shiftSlots, predictedSlowdown: decision.predictedSlowdown, strict: decision.strict },
     startedAtMs: nowMs,
   }
+}
+
+/**
+ * The placement view over `eligible` (node i = eligible[i]) at `nowSlot`: the
+ * footprint of every RUNNING job reserved on those of its nodes that are
+ * eligible, as admitted (conflicts included, never re-checked).
+ */
+export function horizonOf (table: JobTable, eligible: readonly LiveNode[], nowSlot: number, options: Pick<PlacementRoundOptions, 'horizonSlots'> = {}): ClusterHorizon {
+  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
+  const horizon = new ClusterHorizon({ nodes: eligible.length, slotS: table.slotS, startSlot: nowSlot, ...(options.horizonSlots !== undefined ? { slots: options.horizonSlots } : {}) })
+  for (const r of table.jobs) {
+    if (r.state !== 'RUNNING' || r.placement === null) continue
+    const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
+    const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
+    if (on.length === 0 || footprintEnd(footprint) <= nowSlot) continue
+    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots: Math.max(1, durationSlots(r.spec.periodS, table.slotS)), dedicated: r.placement.mode === 'dedicated', maxSlowdown: r.spec.maxSlowdown }, { allowConflicts: true })
+  }
+  return horizon
 }
 
 function replaceJob (table: JobTable, job: JobRecord): JobTable {
