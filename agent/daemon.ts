@@ -17,6 +17,8 @@ import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
 import { gpusFromInventory, stateSections } from '../mesh/availability-publisher.ts'
 import { createLeaderService, type LeaderService, type LeaderTask } from '../mesh/election/leader-service.ts'
 import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.ts'
+import { createJobsLeaderTask } from '../mesh/jobs/jobs-leader-task.ts'
+import { createJobsService, type JobsService } from '../mesh/jobs/jobs-service.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
@@ -58,6 +60,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
    */
   const leaderTasks: LeaderTask[] = []
   let weights: WeightsService | undefined
+  let jobs: JobsService | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
@@ -183,11 +186,30 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       id: 'leader',
       requires: ['mesh'],
       async create (context) {
-        const created = await createLeaderService({ config: config.election, stateDir: config.node.stateDir },
+        const m = mesh!
+        // The job table travels in one mesh message: half of the record limit leaves room for the batch around it.
+        leaderTasks.push(createJobsLeaderTask({ config: config.placement, maxTableBytes: Math.floor(config.mesh.maxRecordBytes / 2) }, {
+          logger: context.logger.child({ task: 'jobs' }),
+          mesh: m,
+          self: () => ({ peerId: m.status().peerId, name: config.node.name, gpus: inventory?.gpus.devices.length ?? 0 }),
+        }))
+        const created = await createLeaderService({ config: config.election, stateDir: config.node.stateDir, maxBatchBytes: config.mesh.maxRecordBytes },
           { logger: context.logger, mesh: mesh!, leaderTasks })
         return {
           async start (options) { await created.start(options); leader = created },
           async stop () { leader = undefined; await created.stop() },
+        }
+      },
+    },
+    {
+      // Every agent's view of the leader's job table; submissions forwarded to the acting leader (mesh/jobs/).
+      id: 'jobs',
+      requires: ['leader'],
+      async create (context) {
+        const service = createJobsService({ slotS: config.placement.slotS }, { logger: context.logger, leader: leader!, selfPeerId: mesh!.status().peerId })
+        return {
+          async start () { service.start(); jobs = service },
+          async stop () { jobs = undefined; service.stop() },
         }
       },
     },
@@ -206,6 +228,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           leader: { leader: () => leader ?? { unavailable: subsystemReason('leader') } },
           ...(config.election.faultInjection ? { fault: { mesh: () => mesh, leader: () => leader } } : {}),
           weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
+          jobs: { jobs: () => jobs ?? { unavailable: subsystemReason('jobs') } },
         })
       },
     },

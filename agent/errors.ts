@@ -44,6 +44,11 @@ export const errorStatus = {
   // simulators (mesh/sim/)
   ERR_TRACE_INVALID: 400,
   ERR_WORKFLOW_INVALID: 400,
+  // jobs (mesh/jobs/)
+  ERR_JOB_INVALID: 400,
+  ERR_JOB_CONFLICT: 409,
+  ERR_JOB_NOT_FOUND: 404,
+  ERR_JOBS_FULL: 507,
   // mesh (mesh/)
   ERR_CLUSTER_KEY_INVALID: 400,
   ERR_MESH_ADDRESS: 400,

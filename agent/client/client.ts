@@ -16,6 +16,8 @@ import type { WeightsManifest } from '../weights/version-store.ts'
 import type { PullInProgress, VersionSummary } from '../weights/weights-service.ts'
 import type { ActivePull } from '../weights/transport.ts'
 import type { PullBodyType } from '../api/routes/weights.ts'
+import type { JobsView } from '../../mesh/jobs/job-table.ts'
+import type { CompleteAnswer, SubmitAnswer } from '../../mesh/jobs/jobs-leader-task.ts'
 import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
@@ -87,6 +89,12 @@ export interface AgentClient {
   /** Pulls a version or this rank's slices into the agent; answers when verified (no idle timeout). */
   weightsPull(body: PullBodyType, options?: RequestOptions): Promise<PullResult>
   weightsRetire(body: { model: string, version: number }, options?: RequestOptions): Promise<{ retired: true }>
+  /** The job table this agent applied (GET /v1/jobs). */
+  jobs(options?: RequestOptions): Promise<JobsView>
+  /** Submits a job spec; answers once the leader published it (POST /v1/jobs; may wait out a failover). */
+  submitJob(spec: unknown, options?: RequestOptions): Promise<SubmitAnswer>
+  /** A job reports it finished (POST /v1/jobs/:id/complete). */
+  completeJob(id: string, options?: RequestOptions): Promise<CompleteAnswer>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -209,6 +217,9 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     weightsPublish: (body, o) => call('POST', '/v1/weights/publish', body, { idleTimeoutMs: 0, ...o }),
     weightsPull: (body, o) => call('POST', '/v1/weights/pull', body, { idleTimeoutMs: 0, ...o }),
     weightsRetire: (body, o) => call('POST', '/v1/weights/retire', body, o),
+    jobs: o => call('GET', '/v1/jobs', undefined, o),
+    submitJob: (spec, o) => call('POST', '/v1/jobs', spec, o),
+    completeJob: (id, o) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/complete`, {}, o),
   }
 }
 

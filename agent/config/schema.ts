@@ -10,6 +10,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
+import { PlacementSection, defaultPlacementConfig } from '../../mesh/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
@@ -171,6 +172,7 @@ export const configSchema = Type.Object({
   locks: LocksSection,
   mesh: MeshSection,
   election: ElectionSection,
+  placement: PlacementSection,
   state: StateSection,
   weights: WeightsSection,
   shutdown: ShutdownSection,
@@ -209,6 +211,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       maxRecordBytes: 64 * 1024,
     },
     election: { ...defaultElectionConfig },
+    placement: { ...defaultPlacementConfig },
     state: defaultStateConfig('/var/lib/agentd'),
     weights: { ...defaultWeightsConfig },
     shutdown: { graceMs: 10_000 },

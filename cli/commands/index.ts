@@ -4,6 +4,8 @@
  */
 import type { Command } from '../command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'
+import { jobsListCommand } from './jobs-list.ts'
+import { jobsSubmitCommand } from './jobs-submit.ts'
 import { keygenCommand } from './keygen.ts'
 import { leaderCommand } from './leader.ts'
 import { locksCommand } from './locks.ts'
@@ -43,4 +45,6 @@ export const commands: Record<string, Command> = {
   'weights pull': weightsPullCommand,
   'weights list': weightsListCommand,
   'weights retire': weightsRetireCommand,
+  'jobs submit': jobsSubmitCommand,
+  'jobs list': jobsListCommand,
 }

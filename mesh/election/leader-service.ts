@@ -54,6 +54,12 @@ export interface LeaderServiceOptions {
   config: ElectionConfig
   /** Where election.json and decisions.jsonl live. */
   stateDir: string
+  /**
+   * Largest mesh message accepted, bytes (mesh.maxRecordBytes). A republish
+   * carries as many of the recent decisions as fit beside the desired state
+   * (which closes any gap the others would have). Default 65536.
+   */
+  maxBatchBytes?: number
 }
 
 export interface LeaderServiceComponents {
@@ -87,6 +93,8 @@ export interface LeaderService {
 }
 
 const recentDecisions = 32
+/** Room left in a batch for its envelope and fields around the decisions, bytes. */
+const batchOverheadBytes = 1024
 /** How long a leader call waits for an acting leader by default: covers a failover (lease + election + view grace). */
 const leaderCallTimeoutMs = 10_000
 
@@ -110,6 +118,20 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   let signal: AbortSignal = AbortSignal.abort()
   let desired: Record<string, unknown> = {}
   const appliedListeners = new Set<(d: AppliedDecision) => void>()
+
+  /** A batch of the desired state and the newest recent decisions that fit in one mesh message with it. */
+  const stateBatch = ({ epoch, seq, recent }: { epoch: number, seq: number, recent: readonly Decision[] }): DecisionBatch => {
+    const entries = { ...desired }
+    let room = (options.maxBatchBytes ?? 65_536) - batchOverheadBytes - Buffer.byteLength(JSON.stringify(entries))
+    let first = recent.length
+    while (first > 0) {
+      const bytes = Buffer.byteLength(JSON.stringify(recent[first - 1])) + 1
+      if (bytes > room) break
+      room -= bytes
+      first--
+    }
+    return { kind: 'decisions', from: self, voterSetId: election.voterSetId(), epoch, decisions: recent.slice(first), state: { seq, entries }, sentAtMs: Date.now() }
+  }
 
   const decisionLog: DecisionLog = createDecisionLog({ file: join(options.stateDir, 'decisions.jsonl'), memoryEntries: 10_000 }, {
     voterSetId: () => election.voterSetId(),
@@ -172,9 +194,6 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout } | undefined
   let supervisor: NodeJS.Timeout | undefined
 
-  /** The epoch's recent decisions and the full desired state as of its last seq. */
-  const stateBatch = (a: { epoch: number, seq: number, recent: Decision[] }): DecisionBatch =>
-    ({ kind: 'decisions', from: self, voterSetId: election.voterSetId(), epoch: a.epoch, decisions: [...a.recent], state: { seq: a.seq, entries: { ...desired } }, sentAtMs: Date.now() })
 
   const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
     const a = acting

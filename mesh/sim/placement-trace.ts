@@ -21,14 +21,14 @@ import { Type, type Static } from '@sinclair/typebox'
 import { createInputValidator } from './validate-input.ts'
 import { createSeededRandom } from './seeded-random.ts'
 
-const segmentSchema = Type.Object({
+export const segmentSchema = Type.Object({
   offsetS: Type.Number({ minimum: 0, description: 'start within the period, seconds' }),
   durationS: Type.Number({ exclusiveMinimum: 0, description: 'GPU-busy time, seconds' }),
 }, { additionalProperties: false })
 
-const jobSchema = Type.Object({
+/** The fields of a job shared by traces and by jobs submitted to a live cluster (mesh/jobs/job-spec.ts). */
+export const jobFields = {
   id: Type.String({ minLength: 1 }),
-  submitS: Type.Number({ minimum: 0 }),
   nodes: Type.Integer({ minimum: 1 }),
   periodS: Type.Number({ exclusiveMinimum: 0 }),
   iterations: Type.Integer({ minimum: 1 }),
@@ -36,7 +36,9 @@ const jobSchema = Type.Object({
   maxSlowdown: Type.Number({ minimum: 1 }),
   profiled: Type.Optional(Type.Boolean()),
   switchS: Type.Optional(Type.Number({ minimum: 0 })),
-}, { additionalProperties: false })
+}
+
+const jobSchema = Type.Object({ ...jobFields, submitS: Type.Number({ minimum: 0 }) }, { additionalProperties: false })
 
 export const placementTraceSchema = Type.Object({
   cluster: Type.Object({
@@ -60,14 +62,20 @@ const validator = createInputValidator(placementTraceSchema, 'ERR_TRACE_INVALID'
     if (ids.has(job.id)) add(`${at}.id`, `duplicate job id "${job.id}"`)
     ids.add(job.id)
     if (job.nodes > trace.cluster.nodes) add(`${at}.nodes`, `needs ${job.nodes} nodes, the cluster has ${trace.cluster.nodes}`)
-    let end = 0
-    job.segments.forEach((s, i) => {
-      if (s.offsetS < end) add(`${at}.segments[${i}].offsetS`, `starts at ${s.offsetS} s, before the previous segment ends at ${end} s (segments are ordered and disjoint)`)
-      end = s.offsetS + s.durationS
-      if (end > job.periodS + 1e-9) add(`${at}.segments[${i}]`, `ends at ${end} s, after the ${job.periodS} s period`)
-    })
+    checkJobSegments(job, at, add)
   })
 })
+
+/** The segments of one period are ordered, disjoint and end within it; each problem is added under `at`. */
+export function checkJobSegments (job: { periodS: number, segments: ReadonlyArray<{ offsetS: number, durationS: number }> }, at: string, add: (path: string, message: string) => void): void {
+  const prefix = at === '' ? '' : `${at}.`
+  let end = 0
+  job.segments.forEach((s, i) => {
+    if (s.offsetS < end) add(`${prefix}segments[${i}].offsetS`, `starts at ${s.offsetS} s, before the previous segment ends at ${end} s (segments are ordered and disjoint)`)
+    end = s.offsetS + s.durationS
+    if (end > job.periodS + 1e-9) add(`${prefix}segments[${i}]`, `ends at ${end} s, after the ${job.periodS} s period`)
+  })
+}
 
 /** Parses trace JSON text (or an already parsed value); throws AgentError ERR_TRACE_INVALID naming the bad fields. */
 export function parsePlacementTrace (input: unknown, source = 'trace'): PlacementTrace {

@@ -1,0 +1,49 @@
+/**
+ * /v1/jobs: thin adapters over the jobs service (mesh/jobs/), ERR_UNAVAILABLE
+ * with its reason when it is not running.
+ *   GET  /v1/jobs                this agent's applied job table (no leader contact)
+ *   POST /v1/jobs                submit a job spec (mesh/jobs/job-spec.ts); forwarded to the acting leader,
+ *                                answered once the decision holding it is published; idempotent by id
+ *   POST /v1/jobs/:id/complete   a job reports it finished (idempotent)
+ */
+import type { FastifyInstance } from 'fastify'
+import { Type } from '@sinclair/typebox'
+import { AgentError } from '../../errors.ts'
+import type { JobsService } from '../../../mesh/jobs/jobs-service.ts'
+import { JobRecordSchema, JobsViewSchema } from '../../../mesh/jobs/job-table.ts'
+import { jobIdPattern } from '../../../mesh/jobs/job-spec.ts'
+import { errorResponses } from '../schemas.ts'
+
+export interface JobsSource {
+  jobs(): JobsService | { unavailable: string }
+}
+
+const Decision = Type.Union([Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), Type.Null()], { description: 'the decision holding the job (null: an earlier leader published it)' })
+const conflictResponses = { 409: Type.Ref('ErrorBody'), 507: Type.Ref('ErrorBody') }
+
+export function registerJobsRoutes (app: FastifyInstance, source: JobsSource): void {
+  const jobs = (): JobsService => {
+    const j = source.jobs()
+    if ('unavailable' in j) throw new AgentError('ERR_UNAVAILABLE', `jobs are not available: ${j.unavailable}`)
+    return j
+  }
+  app.get('/v1/jobs', {
+    schema: { summary: 'The job table this agent applied: every job, its state and nodes, the decision it came from, the jobs placed on this node', response: { 200: JobsViewSchema, ...errorResponses } },
+  }, async () => jobs().list())
+
+  app.post('/v1/jobs', {
+    schema: {
+      summary: 'Submit a job (id, nodes, gpusPerNode, periodS, iterations, segments, maxSlowdown, profiled, switchS); the acting leader places it or queues it',
+      body: Type.Unknown({ description: 'a job spec; validated with per-field messages (ERR_JOB_INVALID)' }),
+      response: { 200: Type.Object({ job: JobRecordSchema, created: Type.Boolean({ description: 'false: the same spec was already submitted' }), decision: Decision }), ...conflictResponses, ...errorResponses },
+    },
+  }, async request => jobs().submit(request.body))
+
+  app.post<{ Params: { id: string } }>('/v1/jobs/:id/complete', {
+    schema: {
+      summary: 'A running job reports that it finished',
+      params: Type.Object({ id: Type.String({ pattern: jobIdPattern }) }),
+      response: { 200: Type.Object({ job: JobRecordSchema, decision: Decision }), ...conflictResponses, ...errorResponses },
+    },
+  }, async request => jobs().complete(request.params.id))
+}

@@ -1,0 +1,26 @@
+/**
+ * agentctl jobs submit F: submits the job spec in file F (JSON, format in
+ * mesh/jobs/job-spec.ts) to the cluster through this agent, which forwards it
+ * to the acting leader. Answers once the leader published it: placed
+ * (RUNNING, with its nodes) or QUEUED. Resubmitting the same spec is a no-op.
+ */
+import { parseJobSpec } from '../../mesh/jobs/job-spec.ts'
+import { UsageError, type Command } from '../command.ts'
+import { readInputFile } from '../flags.ts'
+import { renderJobs } from './jobs-list.ts'
+
+export const jobsSubmitCommand: Command = {
+  summary: 'submit a job spec (JSON) to the cluster: the leader places it or queues it; same id + same spec again is a no-op',
+  usage: 'F',
+  maxPositionals: 1,
+  async run ({ client, positionals, signal }) {
+    const path = positionals[0]
+    if (path === undefined) throw new UsageError('jobs submit: the job spec file F is required')
+    // Checked here too, so a bad file is reported with its path before any agent is asked.
+    const spec = parseJobSpec(await readInputFile(path, 'job spec'), path)
+    const answer = await client.submitJob(spec, { signal, idleTimeoutMs: 0 })
+    const how = answer.created ? 'submitted' : 'already submitted with this spec'
+    const where = answer.decision === null ? '' : ` (decision ${answer.decision.epoch}/${answer.decision.seq})`
+    return { json: answer, human: `job ${answer.job.id} ${how}${where}\n\n${renderJobs([answer.job])}` }
+  },
+}
