@@ -154,7 +154,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
         const clusterKey = config.mesh.clusterKeyFile === '' && dev
           ? (await loadOrCreateDevClusterKey(config.node.stateDir)).key
           : await loadClusterKey(config.mesh.clusterKeyFile)
-        const service = createWeightsService({ ...config.weights, manifestDir: manifestDirOf(config.node.stateDir) }, { stateManager: sm, clusterKey, logger: context.logger })
+        // The mesh starts later: its peers and change notifications are read through `mesh` when used.
+        const service = createWeightsService({ ...config.weights, manifestDir: manifestDirOf(config.node.stateDir) },
+          { stateManager: sm, clusterKey, logger: context.logger, meshPeers: () => mesh?.peers(), availabilityChanged: () => mesh?.availabilityChanged() })
         return {
           async start () { await service.start(); weights = service },
           async stop () { weights = undefined; await service.stop() },
@@ -169,6 +171,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
         if (!config.mesh.enabled) return { skip: 'disabled by config (mesh.enabled = false)' }
         const created = await createMesh({ config: config.mesh, dev, stateDir: config.node.stateDir, nodeName: config.node.name, version: agentVersion },
           { logger: context.logger, inventory: () => inventory })
+        created.addAvailabilityContributor({ name: 'weights', collect: () => weights?.advert() ?? {} })
         return {
           async start (options) {
             // The StateManager starts earlier; its sections are read at every publication (heartbeat).

@@ -45,6 +45,7 @@ class PinnedHostPool implements HostPool {
   readonly sizeBytes: number
   readonly label = 'host pool'
   readonly #allocator: ExtentAllocator
+  #whole: Buffer | undefined
 
   constructor (region: NativeRegion, sizeBytes: number) {
     this.region = region
@@ -70,7 +71,13 @@ class PinnedHostPool implements HostPool {
 
   view (extent: Extent): Buffer {
     this.#checkAllocated(extent)
-    return callNative(() => this.region.view(extent.offset, extent.length))
+    return this.viewBytes(extent.offset, extent.length)
+  }
+
+  viewBytes (offset: number, length: number): Buffer {
+    // One view over the pool for its lifetime (it lives as long as the agent).
+    this.#whole ??= callNative(() => this.region.view(0, this.sizeBytes))
+    return this.#whole.subarray(offset, offset + length)
   }
 
   fragmentation (): FragmentationReport {
@@ -82,6 +89,7 @@ class PinnedHostPool implements HostPool {
   }
 
   close (): void {
+    this.#whole = undefined // views handed out keep the mapping; new ones fail with the region
     this.region.close()
   }
 

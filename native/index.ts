@@ -189,7 +189,7 @@ export async function createHostPool (options: HostPoolOptions): Promise<HostPoo
  */
 export function viewHostRange (range: HostRange): Buffer {
   checkHostRange(range, 'range')
-  return callNative(() => range.memory.region.view(range.offset, range.length))
+  return range.memory.viewBytes(range.offset, range.length)
 }
 
 /** Maps /dev/shm/<name>; ERR_SHM_NOT_FOUND / ERR_SHM_TOO_SMALL. */

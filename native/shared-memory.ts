@@ -51,7 +51,12 @@ class MappedSharedMemory implements SharedMemoryObject {
 
   view (offset: number, length: number): Buffer {
     const range = this.range(offset, length)
-    return callNative(() => this.region.view(range.offset, range.length))
+    return this.viewBytes(range.offset, range.length)
+  }
+
+  viewBytes (offset: number, length: number): Buffer {
+    // Not cached: a mapping that is closed should not outlive its last view by much.
+    return callNative(() => this.region.view(offset, length))
   }
 
   close (): void {

@@ -5,7 +5,14 @@
  *   copy; the version references them and does not drop them when retired;
  * - `region`: a shared-memory object the agent creates and hands out
  *   (`createRegion`), the trainer writes every tensor at its offset, then
- *   publishes it: one native copy into the pool per tensor, no serialization;
+ *   publishes it: one native copy into the pool per tensor, no serialization.
+ *   Not zero copy: the pool is one private anonymous mapping (hugetlb or THP)
+ *   that cannot be handed to a trainer without exposing every other key in
+ *   it, and StateManager keys live in pool extents (eviction, spill and
+ *   accounting rely on that). Zero copy needs keys backed by a mapped shm
+ *   object (StateManager support for external host ranges); what it would
+ *   save is the copy, measured against publishing the same bytes from keys
+ *   (no copy) in README "Weights";
  * - `safetensors`: a file read by native threads straight into pool memory.
  * Every publish either commits a complete version or leaves nothing behind
  * (its reservation released, the keys it created dropped).

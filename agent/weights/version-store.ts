@@ -79,6 +79,8 @@ export interface VersionStoreOptions {
 export interface VersionStoreComponents {
   stateManager: StateManager
   logger: Logger
+  /** Called after the set of committed versions changed (load, commit, retire); must not throw. */
+  changed?: () => void
 }
 
 /** The key of a tensor of a published version: namespace weights/<model>, whole tensor. */
@@ -120,6 +122,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     if (manifest.durable) await unlink(manifestFile(model, version)).catch(() => {})
     if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
     logger.info({ model, version }, 'weights version retired')
+    components.changed?.()
   }
 
   return {
@@ -154,6 +157,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
         }
       }
       logger.info({ models: models.size, versions: [...models.values()].reduce((a, m) => a + m.committed.size, 0) }, 'weights versions loaded')
+      components.changed?.()
     },
     reserve (model, version) {
       checkModelName(model)
@@ -177,6 +181,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       logger.info({ model: manifest.model, version: manifest.version, tensors: manifest.tensors.length, bytes: manifest.totalBytes }, 'weights version committed')
       const old = [...m.committed.keys()].sort((a, b) => a - b).slice(0, Math.max(0, m.committed.size - options.retainVersions))
       for (const version of old) await retire(manifest.model, version)
+      components.changed?.()
     },
     get (model, version) {
       const m = models.get(model)

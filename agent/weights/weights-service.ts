@@ -7,7 +7,10 @@ import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
 import type { StateManager } from '../state/state-manager.ts'
+import type { AvailabilitySections } from '../../mesh/availability-publisher.ts'
+import type { PeerView } from '../../mesh/mesh-views.ts'
 import { createDataAuth } from './data-auth.ts'
+import { pickHolder, weightsAdvert } from './holders.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
 import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
 import { createPuller, type PullResult } from './puller.ts'
@@ -28,6 +31,10 @@ export interface WeightsServiceComponents {
   /** The cluster key (mesh/cluster-key.ts format), shared by every agent. */
   clusterKey: Uint8Array
   logger: Logger
+  /** The local agent's view of its mesh peers; undefined while the mesh is not running. Used by pulls without `from`. */
+  meshPeers?: () => PeerView[] | undefined
+  /** Tells the mesh that advert() changed (the served versions); a no-op while the mesh is not running. */
+  availabilityChanged?: () => void
 }
 
 /** A pull's target layout as the API takes it: rules, or a preset with its parameters. */
@@ -40,7 +47,8 @@ export interface LayoutSpec {
 }
 
 export interface PullOptions {
-  from: string
+  /** host:port of the serving agent; absent: a holder advertised in the mesh (holders.ts pickHolder). */
+  from?: string
   model: string
   version: number
   layout?: LayoutSpec
@@ -78,6 +86,8 @@ export interface WeightsService {
   list(): { versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
+  /** This agent's `weights` section of its mesh availability record: data address and the versions it serves. */
+  advert(): AvailabilitySections
 }
 
 /** Resolves a LayoutSpec against a manifest (presets take head counts from its metadata unless given). */
@@ -90,7 +100,7 @@ export function resolveLayout (spec: LayoutSpec, manifest: WeightsManifest): Tar
 export function createWeightsService (options: WeightsServiceOptions, components: WeightsServiceComponents): WeightsService {
   const { stateManager, logger } = components
   const auth = createDataAuth(components.clusterKey)
-  const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger })
+  const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable }, { stateManager, versions, logger })
   const server = createTcpWeightServer({ listen: options.dataListen, authTimeoutMs: options.authTimeoutMs }, { stateManager, versions, auth, logger })
   const pulling = new Set<PullInProgress>()
@@ -109,11 +119,12 @@ export function createWeightsService (options: WeightsServiceOptions, components
     createRegion: (model, version, tensors) => publisher.createRegion(model, version, tensors),
     publish: request => publisher.publish(request),
     async pull (o) {
-      const progress: PullInProgress = { from: o.from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
+      const from = o.from ?? holderOf(o.model, o.version)
+      const progress: PullInProgress = { from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
       pulling.add(progress)
       try {
         return await puller.pull({
-          from: o.from,
+          from,
           model: o.model,
           version: o.version,
           streams: o.streams ?? options.streams,
@@ -132,6 +143,16 @@ export function createWeightsService (options: WeightsServiceOptions, components
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),
+    advert: () => weightsAdvert(server.address, versions.list()),
+  }
+
+  /** The data address of an alive peer advertising the version (the highest one for latest). */
+  function holderOf (model: string, version: number): string {
+    const peers = components.meshPeers?.()
+    if (peers === undefined) throw new AgentError('ERR_MESH_UNAVAILABLE', 'a pull without a serving agent\'s address (from) finds one in the mesh, which is not running on this agent')
+    const holder = pickHolder(peers, model, version)
+    logger.info({ model, version, holder: holder.node, address: holder.address, advertised: holder.version }, 'weights holder chosen from the mesh')
+    return holder.address
   }
 }
 

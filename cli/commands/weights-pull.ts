@@ -1,6 +1,7 @@
 /**
  * agentctl weights pull: the agent pulls a version (or one tensor-parallel
- * rank's slices of it) from another agent into its StateManager, where
+ * rank's slices of it) from another agent (--from, or a holder the agent
+ * finds in its mesh view) into its StateManager, where
  * rollout workers onload the keys. A progress bar on a terminal; --json prints
  * { version, bytes, seconds, tensors }.
  */
@@ -21,7 +22,7 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
 
 export const weightsPullCommand: Command = {
   summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
-  usage: '--from HOST:PORT --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors]',
+  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors]',
   options: {
     from: { type: 'string' }, model: { type: 'string' }, version: { type: 'string' }, layout: { type: 'string' }, preset: { type: 'string' },
     tp: { type: 'string' }, rank: { type: 'string' }, heads: { type: 'string' }, 'kv-heads': { type: 'string' }, streams: { type: 'string' }, out: { type: 'string' },
@@ -30,7 +31,7 @@ export const weightsPullCommand: Command = {
     const { client, values, signal, json } = context
     const from = values.from as string | undefined
     const model = values.model as string | undefined
-    if (from === undefined || model === undefined) throw new UsageError('weights pull needs --from HOST:PORT and --model')
+    if (model === undefined) throw new UsageError('weights pull needs --model (and --from HOST:PORT unless an agent in the mesh advertises the model)')
     const version = parseVersion(values.version as string | undefined, true) ?? 'latest'
     const tp = positiveInt('tp', values.tp as string | undefined)
     const rankText = values.rank as string | undefined
@@ -56,7 +57,8 @@ export const weightsPullCommand: Command = {
     const kvHeads = positiveInt('kv-heads', values['kv-heads'] as string | undefined)
     const streams = positiveInt('streams', values.streams as string | undefined)
     const body = {
-      from, model, version,
+      model, version,
+      ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
       ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}) } } : {}),
     }
@@ -82,7 +84,7 @@ export const weightsPullCommand: Command = {
 }
 
 /** Redraws a bar on stderr from the agent's pull progress (GET /v1/weights) until stopped. */
-function showProgress ({ client }: CommandContext, from: string, model: string): { stop(): void } {
+function showProgress ({ client }: CommandContext, from: string | undefined, model: string): { stop(): void } {
   let stopped = false
   const draw = (done: number, total: number): void => {
     const width = 30
@@ -92,7 +94,7 @@ function showProgress ({ client }: CommandContext, from: string, model: string):
   const loop = async (): Promise<void> => {
     while (!stopped) {
       const state = await client.weights().catch(() => undefined)
-      const mine = state?.pulling.find(p => p.from === from && p.model === model)
+      const mine = state?.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
       if (mine !== undefined && !stopped) draw(mine.doneBytes, mine.totalBytes)
       await new Promise(resolve => setTimeout(resolve, 200))
     }

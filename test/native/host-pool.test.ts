@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
-import { capabilities, checksum, checksumBytes, copyHost, createHostPool } from '../../native/index.ts'
+import { capabilities, checksum, checksumBytes, copyHost, createHostPool, viewHostRange } from '../../native/index.ts'
 import { patternBytes } from './helpers.ts'
 
 const MiB = 2 ** 20
@@ -29,6 +29,9 @@ t.test('extents are views over the same native bytes, and free returns them', as
   t.equal(Buffer.compare(pool.view(b).subarray(0, 100_000), data), 0, 'copied through native threads')
   t.equal(await checksum(pool.range(b, 0, 100_000)), await checksumBytes(data), 'checksums agree')
   t.equal(pool.fragmentation().usedExtents, 2)
+  t.equal(pool.view(a).buffer, pool.view(b).buffer, 'every view shares one backing store (no new external memory per view)')
+  t.equal(viewHostRange(pool.range(b, 10, 20)).buffer, pool.view(b).buffer)
+  t.equal(viewHostRange(pool.range(b, 10, 20)).byteOffset, pool.view(b).byteOffset + 10)
   pool.free(a)
   t.throws(() => pool.free(a), { code: 'ERR_EXTENT_INVALID' }, 'double free rejected')
   t.throws(() => pool.view(a), { code: 'ERR_EXTENT_INVALID' }, 'no view of a freed extent')
@@ -45,6 +48,7 @@ t.test('a view keeps the memory mapped after close; closed pools reject work', a
   pool.close()
   pool.close()
   t.equal(view[4095], 0x5a, 'the view still reads the bytes')
+  t.throws(() => pool.viewBytes(0, 4096), { code: 'ERR_RESOURCE_CLOSED' }, 'no new view of a closed pool')
   await t.rejects(checksum({ memory: pool, offset: 0, length: 4096 }), { code: 'ERR_RESOURCE_CLOSED' })
 })
 

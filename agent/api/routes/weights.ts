@@ -37,7 +37,7 @@ const LayoutBody = Type.Object({
   kvHeads: Type.Optional(Type.Integer({ minimum: 1 })),
 }, { additionalProperties: false })
 const PullBody = Type.Object({
-  from: Type.String({ minLength: 3, maxLength: 300, description: 'host:port of the serving agent\'s data server' }),
+  from: Type.Optional(Type.String({ minLength: 3, maxLength: 300, description: 'host:port of the serving agent\'s data server; absent: an alive agent that advertises the version in the mesh (the highest version for latest)' })),
   model: Model,
   version: VersionOrLatest,
   layout: Type.Optional(LayoutBody),
@@ -99,7 +99,8 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
     const abort = new AbortController()
     reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort(new AgentError('ERR_WEIGHTS_TRANSFER', 'the caller went away')) })
     return await service().pull({
-      from, model, version: version === 'latest' ? -1 : version, signal: abort.signal,
+      model, version: version === 'latest' ? -1 : version, signal: abort.signal,
+      ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
       ...(layout !== undefined
         ? {

@@ -1,0 +1,48 @@
+// Two real agents in one mesh: each advertises its data address and served versions in its availability
+// record, and `agentctl weights pull` without --from finds a holder in the local agent's mesh view.
+import t from 'tap'
+import { join } from 'node:path'
+import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
+import { startTestMesh, type MeshAgent } from '../../helpers/test-mesh.ts'
+import { capabilities } from '../../../native/index.ts'
+import { tensor, writeSafetensors } from './weights-fixtures.ts'
+
+if (!capabilities.addon.loaded) {
+  t.comment(`skipped: the weights subsystem needs the native addon (${capabilities.addon.error})`)
+} else {
+  t.test('weights versions are advertised in the mesh and a pull without --from takes the latest from an alive holder', async t => {
+    const mesh = await startTestMesh(t, { nodes: 2, args: ['--set', 'state.enabled=true', '--set', 'state.hostPoolBytes=33554432', '--set', 'weights.chunkBytes=262144', '--set', 'weights.durable=false'] })
+    const [a, b] = mesh.agents as [MeshAgent, MeshAgent]
+    const ctl = (agent: MeshAgent, ...words: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> => runNode(agentctlMain, ['--socket', agent.socketPath, '--json', ...words])
+    const advertised = (observer: MeshAgent, holder: MeshAgent, model: string, version: number, what: string): Promise<number> =>
+      mesh.waitFor([observer], peers => peers.some(p => p.peerId === holder.peerId && p.record?.weights?.some(w => w.model === model && w.version === version) === true), 15_000, what)
+
+    const none = await ctl(b, 'weights', 'pull', '--model', 'm')
+    t.not(none.code, 0, 'nothing to pull yet')
+    t.match(JSON.parse(none.stdout || none.stderr), { error: { code: 'ERR_WEIGHTS_NOT_FOUND', message: /no alive agent in the mesh advertises model m/ } })
+
+    const tensors = [tensor('model.layers.0.mlp.down_proj.weight', 'bf16', [64, 512], 1), tensor('model.norm.weight', 'f32', [64], 2)]
+    const file = join(mesh.dir, 'm.safetensors')
+    writeSafetensors(file, tensors)
+    for (const version of ['1', '2']) {
+      const published = await ctl(a, 'weights', 'publish', '--model', 'm', '--version', version, '--from-safetensors', file)
+      t.equal(published.code, 0, published.stderr)
+    }
+    await advertised(b, a, 'm', 2, 'B sees A advertise m v2')
+    const record = (await mesh.peerOf(b, a))!.record!
+    t.equal(record.addresses.weights, (await a.client.status()).weights!.address, 'the record carries A\'s data address')
+    t.same(record.weights, [{ model: 'm', version: 2 }, { model: 'm', version: 1 }])
+
+    const pulled = await ctl(b, 'weights', 'pull', '--model', 'm')
+    t.equal(pulled.code, 0, pulled.stderr)
+    t.match(JSON.parse(pulled.stdout), { version: 2, tensors: 2, bytes: tensors[0]!.data.length + tensors[1]!.data.length }, 'the latest advertised version')
+    const older = await ctl(b, 'weights', 'pull', '--model', 'm', '--version', '1', '--preset', 'llama', '--tp', '2', '--rank', '0')
+    t.equal(older.code, 0, older.stderr)
+    t.match(JSON.parse(older.stdout), { version: 1, bytes: tensors[0]!.data.length / 2 + tensors[1]!.data.length }, 'an exact older version, sliced')
+
+    // The full copy B pulled is served by B and advertised: a late joiner can pull it from either agent.
+    await advertised(a, b, 'm', 2, 'A sees B advertise its pulled copy of m v2')
+    const missing = await ctl(b, 'weights', 'pull', '--model', 'm', '--version', '7')
+    t.match(JSON.parse(missing.stdout || missing.stderr), { error: { code: 'ERR_WEIGHTS_NOT_FOUND', message: /version 7 of model m/ } })
+  })
+}
