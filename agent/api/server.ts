@@ -22,6 +22,7 @@ import { registerMeshRoutes, type MeshSource } from './routes/mesh.ts'
 import { registerLeaderRoutes, type LeaderSource } from './routes/leader.ts'
 import { registerFaultRoutes, type FaultSource } from './routes/fault.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
+import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -58,6 +59,8 @@ export interface ApiServerComponents {
   fault?: FaultSource
   /** The weight-transfer agent; without it the weights routes answer ERR_UNAVAILABLE. */
   weights?: WeightsSource
+  /** The reward service; without it the reward routes answer ERR_UNAVAILABLE. */
+  reward?: RewardSource
 }
 
 export interface ApiServer extends Subsystem {
@@ -123,6 +126,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
   if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
+  registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

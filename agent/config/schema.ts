@@ -11,6 +11,7 @@ import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
+import { RewardSection, defaultRewardConfig } from '../reward/reward-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -164,6 +165,7 @@ export const configSchema = Type.Object({
   election: ElectionSection,
   state: StateSection,
   weights: WeightsSection,
+  reward: RewardSection,
   shutdown: ShutdownSection,
 }, { additionalProperties: false })
 
@@ -202,6 +204,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     election: { ...defaultElectionConfig },
     state: defaultStateConfig('/var/lib/agentd'),
     weights: { ...defaultWeightsConfig },
+    reward: { ...defaultRewardConfig, stages: [] },
     shutdown: { graceMs: 10_000 },
   }
 }
