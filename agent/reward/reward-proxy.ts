@@ -210,11 +210,11 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     dispatch(request.stage)
   }
 
-  /** Live workers of a stage, by the latest reports. */
-  const liveWorkersOf = (stage: number): number => {
+  /** Live workers of a stage by the latest reports, other than `except`. */
+  const liveWorkersOf = (stage: number, except?: string): number => {
     const name = stages[stage]!.name
     let n = 0
-    for (const r of reports.values()) for (const s of r.workers.values()) if (s === name) n++
+    for (const r of reports.values()) for (const [id, s] of r.workers) if (s === name && id !== except) n++
     return n
   }
 
@@ -227,7 +227,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const entry = queue.pop()!
       const r = entry.request
       if (r.queueEntry !== entry || r.state !== 'queued') continue
-      if (r.excludeWorker === workerId && liveWorkersOf(stage) > 1) { aside.push(entry); continue }
+      if (r.excludeWorker === workerId && liveWorkersOf(stage, workerId) > 0) { aside.push(entry); continue }
       found = r
       break
     }
@@ -531,12 +531,10 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
 
     tick () {
       const t = now()
-      for (const [node, report] of reports) {
-        if (t - report.atMs > options.leaseTimeoutMs) {
-          loseLeasesWhere(l => l.node === node, () => `its agent has not reported for ${options.leaseTimeoutMs} ms`)
-          report.workers.clear()
-        }
-      }
+      // An agent that has not reported for leaseTimeoutMs (or never did, since the lease began) loses its leases.
+      const silent = (node: string, since: number): boolean => t - (reports.get(node)?.atMs ?? since) > options.leaseTimeoutMs
+      loseLeasesWhere(l => silent(l.node, l.startedMs), () => `its agent has not reported for ${options.leaseTimeoutMs} ms`)
+      for (const report of reports.values()) if (silent(report.node, 0)) report.workers.clear()
       for (const [id, r] of requests) {
         if (r.state === 'done' && t - r.finishedMs > options.resultRetentionMs) { requests.delete(id); r.batch.requests.delete(r) }
       }
