@@ -16,6 +16,9 @@ import type { WeightsManifest } from '../weights/version-store.ts'
 import type { PullInProgress, VersionSummary } from '../weights/weights-service.ts'
 import type { ActivePull } from '../weights/transport.ts'
 import type { PullBodyType } from '../api/routes/weights.ts'
+import type { RewardStatus } from '../reward/reward-messages.ts'
+import type { ResultAnswer, SubmitAnswer } from '../reward/reward-submitter.ts'
+import type { WorkerInfo } from '../reward/worker-supervisor.ts'
 import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
@@ -87,6 +90,14 @@ export interface AgentClient {
   /** Pulls a version or this rank's slices into the agent; answers when verified (no idle timeout). */
   weightsPull(body: PullBodyType, options?: RequestOptions): Promise<PullResult>
   weightsRetire(body: { model: string, version: number }, options?: RequestOptions): Promise<{ retired: true }>
+  /** Batch-start hint of the reward service (POST /v1/reward/batches). */
+  rewardBatchStart(body: { task: string, batch: number, size: number }, options?: RequestOptions): Promise<unknown>
+  /** Submits a reward request; answers once the leader holds it (POST /v1/reward/requests). */
+  rewardSubmit(body: { task: string, batch: number, requestId: string, payload: unknown, batchSize?: number }, options?: RequestOptions): Promise<SubmitAnswer>
+  /** A request's result, long-polling up to waitMs (GET /v1/reward/requests/:id). */
+  rewardResult(requestId: string, waitMs?: number, options?: RequestOptions): Promise<ResultAnswer>
+  /** The reward service from the leader, plus this agent's workers (GET /v1/reward/status). */
+  rewardStatus(options?: RequestOptions): Promise<RewardStatus & { local: { node: string, pending: number, done: number, workers: WorkerInfo[] } }>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -209,6 +220,10 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     weightsPublish: (body, o) => call('POST', '/v1/weights/publish', body, { idleTimeoutMs: 0, ...o }),
     weightsPull: (body, o) => call('POST', '/v1/weights/pull', body, { idleTimeoutMs: 0, ...o }),
     weightsRetire: (body, o) => call('POST', '/v1/weights/retire', body, o),
+    rewardBatchStart: (body, o) => call('POST', '/v1/reward/batches', body, o),
+    rewardSubmit: (body, o) => call('POST', '/v1/reward/requests', body, o),
+    rewardResult: (id, waitMs = 0, o = {}) => call('GET', `/v1/reward/requests/${encodeURIComponent(id)}?waitMs=${waitMs}`, undefined, { idleTimeoutMs: waitMs + timeoutMs, ...o }),
+    rewardStatus: o => call('GET', '/v1/reward/status', undefined, o),
   }
 }
 

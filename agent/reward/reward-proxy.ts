@@ -34,7 +34,7 @@ import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../mesh/sim/priority-heap.ts'
 import { earliestBatchFirst, type QueueKey } from '../../mesh/policies/reward-scaling/queue-order.ts'
-import type { ActiveBatch, BatchHistory, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'
+import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'
 import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-placement.ts'
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
@@ -108,6 +108,8 @@ interface Batch {
   doneIds: Set<string>
   /** Every id submitted to it or reported done (at most size). */
   known: Set<string>
+  /** What finished here, as the planner's history of this batch (DistRS Alg. 2 input). */
+  finished: HistoricalRequest[]
   completed: boolean
   lastActivityMs: number
 }
@@ -193,7 +195,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     if (completedBatches.has(key)) throw new AgentError('ERR_BAD_REQUEST', `batch ${index} of task ${task} has already completed`)
     const startMs = now()
     const priorityS = options.policy.batchPriorityS({ startS: secondsOf(startMs), history: history[task], stages: plannerStages })
-    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), completed: false, lastActivityMs: startMs }
+    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: [], completed: false, lastActivityMs: startMs }
     batches.set(key, batch)
     log.info({ task, batch: index, size }, 'reward batch started')
     components.onBatchBoundary('batch-start', task, index)
@@ -282,6 +284,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     r.result = { requestId: r.id, task: r.batch.task, batch: r.batch.index, ...result, stageS: r.stageMs.map(secondsOf) }
     const batch = r.batch
     batch.doneIds.add(r.id)
+    batch.finished.push({ offsetS: secondsOf(r.arrivedMs - batch.startMs), stageS: r.stageMs.map(secondsOf) })
     batch.lastActivityMs = r.finishedMs
     for (const wake of resultWaiters) wake()
     if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
@@ -291,10 +294,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     batch.completed = true
     batches.delete(batch.key)
     completedBatches.set(batch.key, now())
-    const recorded = [...batch.requests].filter(r => r.result !== undefined)
-    if (recorded.length > 0) {
-      history[batch.task] = { requests: recorded.map(r => ({ offsetS: secondsOf(r.arrivedMs - batch.startMs), stageS: r.stageMs.map(secondsOf) })) }
-    }
+    if (batch.finished.length > 0) history[batch.task] = { requests: batch.finished }
     log.info({ task: batch.task, batch: batch.index, size: batch.size, seconds: secondsOf(now() - batch.startMs) }, 'reward batch completed')
     components.onBatchBoundary('batch-complete', batch.task, batch.index)
   }

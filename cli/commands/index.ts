@@ -10,6 +10,7 @@ import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
+import { rewardStatusCommand } from './reward-status.ts'
 import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
@@ -43,4 +44,5 @@ export const commands: Record<string, Command> = {
   'weights pull': weightsPullCommand,
   'weights list': weightsListCommand,
   'weights retire': weightsRetireCommand,
+  'reward status': rewardStatusCommand,
 }
