@@ -27,6 +27,8 @@ export const leaderCallProtocol = '/agentd/leader-call/1.0.0'
 const maxMessageBytes = 4 * 1024 * 1024
 const handlerTimeoutMs = 30_000
 const retryDelayMs = 100
+/** How long after it began to act a leader answers an unknown method as "not ready" (retried) rather than ERR_NOT_FOUND, ms. */
+const taskStartGraceMs = 3000
 
 export interface LeaderCaller {
   /** Peer id of the agent that made the call (this agent's own id for a local call). */
@@ -55,6 +57,8 @@ export interface LeaderCallsComponents {
   self: string
   /** Who leads as this agent knows it, and whether this agent acts as leader now. */
   leadership(): { leaderId: string | null, acting: boolean }
+  /** When this agent last began to act as leader (performance.now(), ms). Default: never. */
+  actingSinceMs?(): number
   logger: Logger
   defaultTimeoutMs: number
 }
@@ -72,6 +76,10 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     const { leaderId, acting } = c.leadership()
     if (!acting) return { ok: false, code: 'ERR_NOT_LEADER', message: `${c.self} does not act as leader`, leaderId }
     const handler = typeof method === 'string' ? handlers.get(method) : undefined
+    // A leader that has just begun to act starts its tasks (which register their methods) after its first decision.
+    if (handler === undefined && performance.now() - (c.actingSinceMs?.() ?? -Infinity) < taskStartGraceMs) {
+      return { ok: false, code: 'ERR_NOT_LEADER', message: `${c.self} acts as leader but its leader tasks are still starting`, leaderId: c.self }
+    }
     if (handler === undefined) return { ok: false, code: 'ERR_NOT_FOUND', message: `the leader has no method ${JSON.stringify(method)}`, leaderId }
     try {
       return { ok: true, result: await handler(body, caller) }

@@ -122,10 +122,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     node: mesh.node,
     self,
     leadership: () => { const v = view(); return { leaderId: v.leaderId, acting: v.acting } },
+    actingSinceMs: () => actingSinceMs,
     logger: log,
     defaultTimeoutMs: leaderCallTimeoutMs,
   })
   let election: RaftElection | undefined
+  /** When this agent last began to act (its leader tasks start after the epoch's first decision). */
+  let actingSinceMs = -Infinity
   let signal: AbortSignal = AbortSignal.abort()
   let desired: Record<string, unknown> = {}
   const appliedListeners = new Set<(d: AppliedDecision) => void>()
@@ -212,6 +215,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     const a = { epoch: state.term, seq: resumed?.seq ?? 0, recent: resumed?.recent ?? [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs) }
     a.republish.unref()
     acting = a
+    actingSinceMs = performance.now()
     lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
     log.info({ epoch: a.epoch, resumedAtSeq: resumed?.seq }, 'leader: acting')
     const republish = (): void => {

@@ -14,7 +14,8 @@ timing and failures:
    "endAt": "<stage>"}                      finish with the reward at this stage (skip the rest)
 
 SIGTERM: finish the current request, then exit 0. It exits when its agent
-(parent) dies, so a killed agent leaves no workers behind.
+(parent) dies or has not answered for AGENT_GONE_S, so a killed agent leaves
+no workers behind.
 """
 import os
 import signal
@@ -24,6 +25,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python"))
 from agentd_client import AgentClient, AgentError  # noqa: E402
 
+AGENT_GONE_S = 5.0
 RETRYABLE = {"ERR_AGENT_UNREACHABLE", "ERR_LEADER_UNAVAILABLE", "ERR_UNAVAILABLE", "ERR_NOT_LEADER"}
 
 
@@ -48,11 +50,18 @@ def main():
     parent = os.getppid()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    unreachable_since = None
     while not stop and os.getppid() == parent:
         try:
             lease = agent.reward_fetch(worker_id, wait_ms=1000)
+            unreachable_since = None
         except AgentError as err:
-            if err.code not in RETRYABLE:
+            if err.code == "ERR_AGENT_UNREACHABLE":
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > AGENT_GONE_S:
+                    print("the agent is gone: exiting", file=sys.stderr, flush=True)
+                    return 0
+            elif err.code not in RETRYABLE:
                 print(f"fetch failed: {err}", file=sys.stderr, flush=True)
             time.sleep(0.2)
             continue
