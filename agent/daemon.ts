@@ -20,6 +20,8 @@ import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.t
 import { createJobsLeaderTask } from '../mesh/jobs/jobs-leader-task.ts'
 import { createJobsService, type JobsService } from '../mesh/jobs/jobs-service.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
+import { createRewardLeaderTask } from './reward/reward-leader-task.ts'
+import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from './errors.ts'
@@ -59,8 +61,11 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
    * signal aborted) when it loses it.
    */
   const leaderTasks: LeaderTask[] = []
+  // DistRS reward proxy and worker scaling (agent/reward/), while this agent leads.
+  if (config.reward.enabled) leaderTasks.push(createRewardLeaderTask({ config: config.reward }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh?.status().peerId ?? '' }))
   let weights: WeightsService | undefined
   let jobs: JobsService | undefined
+  let reward: RewardService | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
@@ -217,6 +222,25 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     },
     {
+      // The reward service on this agent: trainers' submissions and results, and the supervised reward workers.
+      id: 'reward',
+      requires: ['leader', 'inventory'],
+      async create (context) {
+        if (!config.reward.enabled) return { skip: 'disabled by config (reward.enabled = false)' }
+        const created = createRewardService({
+          config: config.reward,
+          socketPath: config.api.socketPath,
+          nodeName: config.node.name,
+          detectedCpuCores: inventory?.cpu.cores ?? 0,
+          gpus: inventory?.gpus.devices.length ?? 0,
+        }, { logger: context.logger, selfId: mesh!.status().peerId, leader: leader! })
+        return {
+          async start (options) { await created.start(options); reward = created },
+          async stop () { reward = undefined; await created.stop() },
+        }
+      },
+    },
+    {
       id: 'api',
       requires: ['identity'],
       critical: true,
@@ -232,6 +256,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           ...(config.election.faultInjection ? { fault: { mesh: () => mesh, leader: () => leader } } : {}),
           weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
           jobs: { jobs: () => jobs ?? { unavailable: subsystemReason('jobs') } },
+          reward: { reward: () => reward ?? { unavailable: subsystemReason('reward') } },
         })
       },
     },

@@ -67,6 +67,10 @@ export const errorStatus = {
   ERR_WEIGHTS_AUTH: 401,
   ERR_WEIGHTS_PROTOCOL: 502,
   ERR_WEIGHTS_TRANSFER: 502,
+  // reward service (agent/reward/)
+  ERR_REWARD_CONFLICT: 409,
+  ERR_REWARD_FULL: 429,
+  ERR_REWARD_LEASE_LOST: 410,
 } as const
 
 export type ErrorCode = keyof typeof errorStatus

@@ -23,6 +23,7 @@ import { registerLeaderRoutes, type LeaderSource } from './routes/leader.ts'
 import { registerFaultRoutes, type FaultSource } from './routes/fault.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 import { registerJobsRoutes, type JobsSource } from './routes/jobs.ts'
+import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -61,6 +62,8 @@ export interface ApiServerComponents {
   weights?: WeightsSource
   /** Jobs (mesh/jobs/); without it the jobs routes answer ERR_UNAVAILABLE. */
   jobs?: JobsSource
+  /** The reward service; without it the reward routes answer ERR_UNAVAILABLE. */
+  reward?: RewardSource
 }
 
 export interface ApiServer extends Subsystem {
@@ -127,6 +130,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
+  registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

@@ -17,7 +17,10 @@ import type { PullInProgress, VersionSummary } from '../weights/weights-service.
 import type { ActivePull } from '../weights/transport.ts'
 import type { PullBodyType } from '../api/routes/weights.ts'
 import type { JobsView } from '../../mesh/jobs/job-table.ts'
-import type { CompleteAnswer, SubmitAnswer } from '../../mesh/jobs/jobs-leader-task.ts'
+import type { CompleteAnswer, SubmitAnswer as JobSubmitAnswer } from '../../mesh/jobs/jobs-leader-task.ts'
+import type { RewardStatus } from '../reward/reward-messages.ts'
+import type { ResultAnswer, SubmitAnswer as RewardSubmitAnswer } from '../reward/reward-submitter.ts'
+import type { WorkerInfo } from '../reward/worker-supervisor.ts'
 import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
@@ -92,9 +95,17 @@ export interface AgentClient {
   /** The job table this agent applied (GET /v1/jobs). */
   jobs(options?: RequestOptions): Promise<JobsView>
   /** Submits a job spec; answers once the leader published it (POST /v1/jobs; may wait out a failover). */
-  submitJob(spec: unknown, options?: RequestOptions): Promise<SubmitAnswer>
+  submitJob(spec: unknown, options?: RequestOptions): Promise<JobSubmitAnswer>
   /** A job reports it finished (POST /v1/jobs/:id/complete). */
   completeJob(id: string, options?: RequestOptions): Promise<CompleteAnswer>
+  /** Batch-start hint of the reward service (POST /v1/reward/batches). */
+  rewardBatchStart(body: { task: string, batch: number, size: number }, options?: RequestOptions): Promise<unknown>
+  /** Submits a reward request; answers once the leader holds it (POST /v1/reward/requests). */
+  rewardSubmit(body: { task: string, batch: number, requestId: string, payload: unknown, batchSize?: number }, options?: RequestOptions): Promise<RewardSubmitAnswer>
+  /** A request's result, long-polling up to waitMs (GET /v1/reward/requests/:id). */
+  rewardResult(requestId: string, waitMs?: number, options?: RequestOptions): Promise<ResultAnswer>
+  /** The reward service from the leader, plus this agent's workers (GET /v1/reward/status). */
+  rewardStatus(options?: RequestOptions): Promise<RewardStatus & { local: { node: string, pending: number, done: number, workers: WorkerInfo[] } }>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -220,6 +231,10 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     jobs: o => call('GET', '/v1/jobs', undefined, o),
     submitJob: (spec, o) => call('POST', '/v1/jobs', spec, o),
     completeJob: (id, o) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/complete`, {}, o),
+    rewardBatchStart: (body, o) => call('POST', '/v1/reward/batches', body, o),
+    rewardSubmit: (body, o) => call('POST', '/v1/reward/requests', body, o),
+    rewardResult: (id, waitMs = 0, o = {}) => call('GET', `/v1/reward/requests/${encodeURIComponent(id)}?waitMs=${waitMs}`, undefined, { idleTimeoutMs: waitMs + timeoutMs, ...o }),
+    rewardStatus: o => call('GET', '/v1/reward/status', undefined, o),
   }
 }
 

@@ -12,6 +12,7 @@ import { StateSection, defaultStateConfig, devStateConfig } from '../state/state
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
 import { PlacementSection, defaultPlacementConfig } from '../../mesh/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
+import { RewardSection, defaultRewardConfig } from '../reward/reward-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -175,6 +176,7 @@ export const configSchema = Type.Object({
   placement: PlacementSection,
   state: StateSection,
   weights: WeightsSection,
+  reward: RewardSection,
   shutdown: ShutdownSection,
 }, { additionalProperties: false })
 
@@ -214,6 +216,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     placement: { ...defaultPlacementConfig },
     state: defaultStateConfig('/var/lib/agentd'),
     weights: { ...defaultWeightsConfig },
+    reward: { ...defaultRewardConfig, stages: [] },
     shutdown: { graceMs: 10_000 },
   }
 }

@@ -12,6 +12,7 @@ import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
+import { rewardStatusCommand } from './reward-status.ts'
 import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
@@ -47,4 +48,5 @@ export const commands: Record<string, Command> = {
   'weights retire': weightsRetireCommand,
   'jobs submit': jobsSubmitCommand,
   'jobs list': jobsListCommand,
+  'reward status': rewardStatusCommand,
 }

@@ -53,8 +53,12 @@ export interface LeaderCalls {
 export interface LeaderCallsComponents {
   node: MeshLibp2p
   self: string
-  /** Who leads as this agent knows it, and whether this agent acts as leader now. */
-  leadership(): { leaderId: string | null, acting: boolean }
+  /**
+   * Who leads as this agent knows it, whether this agent acts as leader now,
+   * and whether its leader tasks have started (they register their methods;
+   * until then a call is answered "not ready" and retried, not ERR_NOT_FOUND).
+   */
+  leadership(): { leaderId: string | null, acting: boolean, tasksStarted: boolean }
   logger: Logger
   defaultTimeoutMs: number
 }
@@ -69,8 +73,9 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
 
   /** What this agent answers a call with (local or remote). */
   const answer = async (method: unknown, body: unknown, caller: LeaderCaller): Promise<Answer> => {
-    const { leaderId, acting } = c.leadership()
+    const { leaderId, acting, tasksStarted } = c.leadership()
     if (!acting) return { ok: false, code: 'ERR_NOT_LEADER', message: `${c.self} does not act as leader`, leaderId }
+    if (!tasksStarted) return { ok: false, code: 'ERR_NOT_LEADER', message: `${c.self} acts as leader but its leader tasks are still starting`, leaderId: c.self }
     const handler = typeof method === 'string' ? handlers.get(method) : undefined
     if (handler === undefined) return { ok: false, code: 'ERR_NOT_FOUND', message: `the leader has no method ${JSON.stringify(method)}`, leaderId }
     try {

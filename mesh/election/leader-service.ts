@@ -111,7 +111,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const calls = createLeaderCalls({
     node: mesh.node,
     self,
-    leadership: () => { const v = view(); return { leaderId: v.leaderId, acting: v.acting } },
+    leadership: () => { const v = view(); return { leaderId: v.leaderId, acting: v.acting, tasksStarted: v.acting && acting?.tasksStarted === true } },
     logger: log,
     defaultTimeoutMs: leaderCallTimeoutMs,
   })
@@ -191,9 +191,9 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
    * publishStaleDecision publishes in it.
    */
   let lastLed: { epoch: number, seq: number, recent: Decision[] } | undefined
-  let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout } | undefined
+  /** tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on). */
+  let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean } | undefined
   let supervisor: NodeJS.Timeout | undefined
-
 
   const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
     const a = acting
@@ -222,7 +222,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const startActing = (state: LeaderElectionState): void => {
     const controller = new AbortController()
     const resumed = lastLed !== undefined && lastLed.epoch === state.epoch ? lastLed : undefined
-    const a = { epoch: state.epoch, seq: resumed?.seq ?? 0, recent: resumed?.recent ?? [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs) }
+    const a = { epoch: state.epoch, seq: resumed?.seq ?? 0, recent: resumed?.recent ?? [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
     a.republish.unref()
     acting = a
     lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
@@ -242,6 +242,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         if (controller.signal.aborted) return
         await Promise.resolve(task.start(context)).catch(err => log.error({ err, task: task.name }, 'leader task failed'))
       }
+      a.tasksStarted = true
     })().catch(err => log.warn({ err: (err as Error).message }, 'leader start-up decision failed'))
   }
 

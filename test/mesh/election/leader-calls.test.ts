@@ -11,7 +11,7 @@ import { AgentError } from '../../../agent/errors.ts'
 
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
 
-interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: { leaderId: string | null, acting: boolean } }
+interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: { leaderId: string | null, acting: boolean, tasksStarted: boolean } }
 
 async function startAgents (t: { teardown(fn: () => unknown): void }, n: number): Promise<Agent[]> {
   const agents: Agent[] = []
@@ -28,7 +28,7 @@ async function startAgents (t: { teardown(fn: () => unknown): void }, n: number)
       userAgent: 'agentd-test/0',
     })
     await node.start()
-    const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false } } as Agent
+    const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false, tasksStarted: false } } as Agent
     agent.calls = createLeaderCalls({ node, self: agent.id, leadership: () => agent.leadership, logger: pino({ level: 'silent' }), defaultTimeoutMs: 2_000 })
     await agent.calls.start()
     agents.push(agent)
@@ -39,7 +39,7 @@ async function startAgents (t: { teardown(fn: () => unknown): void }, n: number)
 }
 
 const lead = (agents: Agent[], leader: Agent | null, knownBy: Agent[] = agents): void => {
-  for (const a of agents) a.leadership = { leaderId: knownBy.includes(a) ? leader?.id ?? null : a.leadership.leaderId, acting: a === leader }
+  for (const a of agents) a.leadership = { leaderId: knownBy.includes(a) ? leader?.id ?? null : a.leadership.leaderId, acting: a === leader, tasksStarted: a === leader }
 }
 
 t.test('a call runs on the acting leader, from it and from any other agent, with the caller identified', async t => {
@@ -57,7 +57,7 @@ t.test('a stale view is corrected by the answering agent\'s hint; a leader chang
   b.calls.handle('m', async () => 'from b')
   c.calls.handle('m', async () => 'from c')
   lead([a, b, c], c, [b, c])
-  a.leadership = { leaderId: b.id, acting: false } // a still thinks b leads
+  a.leadership = { leaderId: b.id, acting: false, tasksStarted: false } // a still thinks b leads
   t.equal(await a.calls.call('m', null), 'from c', 'b answered ERR_NOT_LEADER naming c; a followed')
 
   lead([a, b, c], null) // nobody acts for a while, then b takes over
@@ -94,4 +94,12 @@ t.test('with no acting leader the call fails after its timeout; unregistered met
   await t.rejects(a.calls.call('m', null), { code: 'ERR_NOT_FOUND' })
   await b.node.stop() // the leader is gone: transport failures are retried until the timeout
   await t.rejects(a.calls.call('m', null, { timeoutMs: 500 }), { code: 'ERR_LEADER_UNAVAILABLE', message: new RegExp(b.id) })
+})
+
+t.test('a leader whose tasks are still starting answers "not ready": the call waits for them instead of failing', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  lead([a, b], b)
+  b.leadership = { leaderId: b.id, acting: true, tasksStarted: false }
+  setTimeout(() => { b.calls.handle('late', async () => 'registered late'); b.leadership = { ...b.leadership, tasksStarted: true } }, 300)
+  t.equal(await a.calls.call('late', null), 'registered late')
 })

@@ -201,6 +201,52 @@ class AgentClient:
         query = "" if holder is None else "?holder=" + quote(holder, safe="")
         return self._transport.events(f"/v1/locks/gpu/{int(gpu)}/events{query}")
 
+    # Reward service (agent/reward/): trainers submit and collect, supervised workers fetch and complete.
+
+    def reward_batch_start(self, task: str, batch: int, size: int) -> Dict[str, Any]:
+        """Batch-start hint: batch ``batch`` of ``task`` starts now with ``size`` requests (the leader scales for it)."""
+        return self.call("POST", "/v1/reward/batches", {"task": task, "batch": batch, "size": size})
+
+    def reward_submit(self, task: str, batch: int, request_id: str, payload: Any, *, batch_size: Optional[int] = None) -> Dict[str, Any]:
+        """Submits a reward request; returns ``{requestId, duplicate}`` once the leader holds it.
+
+        Idempotent by ``request_id``: submitting it again (after a timeout, or to
+        be sure) answers ``duplicate: true``; other content under the same id is
+        ``ERR_REWARD_CONFLICT``.
+        """
+        body: Dict[str, Any] = {"task": task, "batch": batch, "requestId": request_id, "payload": payload}
+        if batch_size is not None:
+            body["batchSize"] = batch_size
+        return self.call("POST", "/v1/reward/requests", body)
+
+    def reward_result(self, request_id: str, *, wait_ms: int = 0) -> Dict[str, Any]:
+        """``{state: "pending"}`` or ``{state: "done", result: {status, reward, ...}}``, waiting up to ``wait_ms`` (at most 20000)."""
+        return self._transport.request("GET", f"/v1/reward/requests/{quote(request_id, safe='')}?waitMs={int(wait_ms)}",
+                                       timeout_s=None if wait_ms <= 0 else wait_ms / 1000 + 30)
+
+    def reward_status(self) -> Dict[str, Any]:
+        """Tasks, batches in flight, queue lengths per stage, workers per stage per node (from the leader)."""
+        return self.call("GET", "/v1/reward/status")
+
+    def reward_fetch(self, worker_id: str, *, wait_ms: int = 1000) -> Optional[Dict[str, Any]]:
+        """A supervised worker's next request of its stage (a lease), or ``None`` after ``wait_ms``."""
+        body = self._transport.request("POST", "/v1/reward/work/fetch", {"workerId": worker_id, "waitMs": int(wait_ms)},
+                                       timeout_s=wait_ms / 1000 + 30)
+        return body["lease"]
+
+    def reward_complete(self, worker_id: str, lease_id: str, *, reward: Optional[float] = None, output: Any = None,
+                        error: Optional[str] = None) -> None:
+        """Ends a lease: ``reward`` ends the request (required at the last stage), ``output`` goes to the next stage,
+        ``error`` fails it. ``ERR_REWARD_LEASE_LOST`` when the lease timed out or was lost meanwhile."""
+        body: Dict[str, Any] = {"workerId": worker_id, "leaseId": lease_id}
+        if reward is not None:
+            body["reward"] = reward
+        if output is not None:
+            body["output"] = output
+        if error is not None:
+            body["error"] = error
+        self.call("POST", "/v1/reward/work/complete", body)
+
 
 def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
     if (keys is None) == (prefix is None):

@@ -1,0 +1,71 @@
+/**
+ * /v1/reward: thin adapters over the reward service (ERR_UNAVAILABLE with its
+ * reason when it is not running).
+ *   POST /v1/reward/batches             batch-start hint { task, batch, size }
+ *   POST /v1/reward/requests            submit { task, batch, requestId, payload, batchSize? }; answers once the leader holds it
+ *   GET  /v1/reward/requests/:id        the result (?waitMs= long-polls up to 20 s); state pending or done
+ *   GET  /v1/reward/status              tasks, batches in flight, queues per stage, workers per stage per node
+ *   POST /v1/reward/work/fetch          a supervised worker takes a request of its stage (long-poll)
+ *   POST /v1/reward/work/complete       ... and posts its reward, output or error
+ */
+import type { FastifyInstance } from 'fastify'
+import { Type, type Static } from '@sinclair/typebox'
+import { AgentError } from '../../errors.ts'
+import type { RewardService } from '../../reward/reward-service.ts'
+import { BatchStartBody, CompleteBody, RequestId, SubmitBody, WorkerId } from '../../reward/reward-messages.ts'
+import { errorResponses } from '../schemas.ts'
+
+export interface RewardSource {
+  reward(): RewardService | { unavailable: string }
+}
+
+const WaitMs = Type.Integer({ minimum: 0, maximum: 20_000 })
+const FetchWorkBody = Type.Object({ workerId: WorkerId, waitMs: WaitMs }, { additionalProperties: false })
+const conflict = { 409: Type.Ref('ErrorBody'), 410: Type.Ref('ErrorBody'), 429: Type.Ref('ErrorBody') }
+
+export function registerRewardRoutes (app: FastifyInstance, source: RewardSource): void {
+  const service = (): RewardService => {
+    const s = source.reward()
+    if ('unavailable' in s) throw new AgentError('ERR_UNAVAILABLE', `the reward service is not running: ${s.unavailable}`)
+    return s
+  }
+  /** An abort signal that fires when the caller hangs up (long-polls stop waiting). */
+  const hangUp = (reply: { raw: NodeJS.EventEmitter & { writableFinished: boolean } }): AbortSignal => {
+    const abort = new AbortController()
+    reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort() })
+    return abort.signal
+  }
+
+  app.post<{ Body: Static<typeof BatchStartBody> }>('/v1/reward/batches', {
+    schema: { summary: 'Batch-start hint: the batch starts now with `size` requests (the planner scales for it)', body: BatchStartBody, response: { ...errorResponses, ...conflict } },
+  }, async request => await service().batchStart(request.body))
+
+  app.post<{ Body: Static<typeof SubmitBody> }>('/v1/reward/requests', {
+    schema: {
+      summary: 'Submit a reward request; answers once the leader holds it (idempotent by requestId)',
+      body: SubmitBody,
+      response: { 200: Type.Object({ requestId: Type.String(), duplicate: Type.Boolean() }), ...errorResponses, ...conflict },
+    },
+  }, async request => await service().submit(request.body))
+
+  app.get<{ Params: { id: string }, Querystring: { waitMs?: number } }>('/v1/reward/requests/:id', {
+    schema: {
+      summary: 'The result of a request submitted through this agent; waitMs long-polls',
+      params: Type.Object({ id: RequestId }),
+      querystring: Type.Object({ waitMs: Type.Optional(WaitMs) }, { additionalProperties: false }),
+      response: errorResponses,
+    },
+  }, async (request, reply) => await service().result(request.params.id, request.query.waitMs ?? 0, hangUp(reply)))
+
+  app.get('/v1/reward/status', {
+    schema: { summary: 'The reward service: tasks, batches in flight, queue lengths per stage, workers per stage per node', response: errorResponses },
+  }, async () => await service().status())
+
+  app.post<{ Body: Static<typeof FetchWorkBody> }>('/v1/reward/work/fetch', {
+    schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBody, response: { ...errorResponses, ...conflict } },
+  }, async (request, reply) => await service().fetchWork(request.body, hangUp(reply)))
+
+  app.post<{ Body: Static<typeof CompleteBody> }>('/v1/reward/work/complete', {
+    schema: { summary: 'A worker posts the reward (ends the request), the output for the next stage, or an error', body: CompleteBody, response: { ...errorResponses, ...conflict } },
+  }, async request => await service().completeWork(request.body))
+}

@@ -1,0 +1,122 @@
+/**
+ * The reward service's leader task: while this agent acts as leader it hosts
+ * the proxy (reward-proxy.ts) for the epoch, answers the `reward.*` leader
+ * calls with it, and scales the workers: at every batch start and completion
+ * (DistRS §5.2) it runs the configured policy (Alg. 2 + Alg. 1 over the live
+ * queues and the history) and places the result on the agents that report
+ * capacity (worker-placement.ts), published as the fenced decision
+ * `reward-workers` (each agent's supervisor applies its own part). It also
+ * re-plans when an agent first reports (new capacity) while workers are
+ * unplaced. A new leader starts from the placement in the desired state.
+ */
+import type { Logger } from 'pino'
+import type { LeaderContext, LeaderTask } from '../../mesh/election/leader-service.ts'
+import { createRewardScalingPolicy } from '../../mesh/policies/reward-scaling/policies.ts'
+import { placeRewardWorkers, type WorkerAssignment } from '../../mesh/policies/reward-scaling/worker-placement.ts'
+import { stageCost, type RewardConfig } from './reward-config.ts'
+import { createRewardProxy, type RewardProxy } from './reward-proxy.ts'
+import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'
+
+export interface RewardLeaderTaskOptions {
+  config: RewardConfig
+  /** How often leases of silent agents and idle batches are checked, ms. Default: config.heartbeatIntervalMs. */
+  tickMs?: number
+}
+
+export interface RewardLeaderTaskComponents {
+  logger: Logger
+  /** This agent's mesh peer id (the leader id in status). */
+  selfId(): string
+}
+
+export interface RewardLeaderTask extends LeaderTask {
+  /** The proxy of the epoch this agent leads now; undefined while it does not. */
+  proxy(): RewardProxy | undefined
+}
+
+export function createRewardLeaderTask (options: RewardLeaderTaskOptions, components: RewardLeaderTaskComponents): RewardLeaderTask {
+  const { config } = options
+  const log = components.logger
+  let current: RewardProxy | undefined
+  const policy = createRewardScalingPolicy(config.policy)
+  const placementStages = config.stages.map(s => ({ name: s.name, resource: s.resource, coresPerWorker: s.coresPerWorker, cost: stageCost(s) }))
+
+  return {
+    name: 'reward-proxy',
+    proxy: () => current,
+    start (context: LeaderContext) {
+      let plan = (context.desiredState()[rewardWorkersKind] as RewardWorkersPayload | undefined) ?? null
+      let planCalls = 0
+      let planPending = false
+      const knownNodes = new Set<string>()
+
+      const replan = (why: string): void => {
+        if (planPending || context.signal.aborted) return
+        planPending = true
+        // Coalesces the boundaries of one instant (a batch completing as another starts).
+        setImmediate(() => {
+          planPending = false
+          if (context.signal.aborted) return
+          const snapshot = proxy.plannerSnapshot((Math.imul(context.epoch, 0x9e3779b1) + planCalls++) >>> 0)
+          const decision = policy.decide(snapshot)
+          const wanted = config.stages.map((_, j) => decision.pools.reduce((sum, pool) => sum + (pool.workers[j] ?? 0), 0))
+          const placed = placeRewardWorkers(placementStages, wanted, proxy.nodes(), plan?.workers ?? {} as WorkerAssignment)
+          const next: RewardWorkersPayload = {
+            workers: placed.workers,
+            wanted: Object.fromEntries(config.stages.map((s, j) => [s.name, wanted[j]!])),
+            unplaced: placed.unplaced,
+          }
+          if (plan !== null && JSON.stringify(plan) === JSON.stringify(next)) return
+          plan = next
+          log.info({ why, wanted: next.wanted, unplaced: next.unplaced, workers: next.workers, batches: snapshot.batches.length }, 'reward workers planned')
+          context.decide(rewardWorkersKind, next).catch(err => log.warn({ err: (err as Error).message }, 'reward-workers decision not published'))
+        })
+      }
+
+      const proxy = createRewardProxy({
+        stages: config.stages,
+        timeoutReward: config.timeoutReward,
+        maxPayloadBytes: config.maxPayloadBytes,
+        maxPendingRequests: config.maxPendingRequests,
+        leaseTimeoutMs: config.leaseTimeoutMs,
+        resultRetentionMs: config.resultRetentionMs,
+        maxExtraDelayMs: config.maxExtraDelayMs,
+        policy,
+      }, {
+        logger: log,
+        now: () => performance.now(),
+        onBatchBoundary: (reason, task, batch) => replan(`${reason} ${task}#${batch}`),
+        plan: () => plan,
+        leaderId: components.selfId(),
+      })
+      current = proxy
+
+      context.handleCalls('reward.batch-start', async body => proxy.batchStart(body))
+      context.handleCalls('reward.submit', async (body, caller) => proxy.submit(body, caller.peerId))
+      context.handleCalls('reward.fetch', async body => await proxy.fetch(body, context.signal))
+      context.handleCalls('reward.complete', async body => proxy.complete(body))
+      context.handleCalls('reward.heartbeat', async body => {
+        const answer = proxy.heartbeat(body)
+        const node = (body as { node: string }).node
+        if (!knownNodes.has(node)) {
+          knownNodes.add(node)
+          if (plan !== null && Object.values(plan.unplaced).some(n => n > 0)) replan(`agent ${node} reported capacity`)
+        }
+        return answer
+      })
+      context.handleCalls('reward.worker-lost', async body => proxy.workerLost(body))
+      context.handleCalls('reward.await', async body => await proxy.awaitResults(body, context.signal))
+      context.handleCalls('reward.resync', async body => proxy.resync(body))
+      context.handleCalls('reward.status', async () => proxy.status())
+
+      const ticker = setInterval(() => proxy.tick(), options.tickMs ?? config.heartbeatIntervalMs)
+      ticker.unref()
+      context.signal.addEventListener('abort', () => {
+        clearInterval(ticker)
+        proxy.stop()
+        if (current === proxy) current = undefined
+      }, { once: true })
+      log.info({ epoch: context.epoch, stages: config.stages.map(s => s.name), policy: config.policy }, 'reward proxy serving')
+    },
+  }
+}

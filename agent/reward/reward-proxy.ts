@@ -1,0 +1,578 @@
+/**
+ * The reward proxy (DistRS §4–5) that the acting leader hosts, one per epoch:
+ * trainers' requests in per-stage Earliest-Batch-First queues, leases for the
+ * workers that fetch them, stage timeouts, results until the submitting agent
+ * collected them, and the active batches and history the scaling planner
+ * reads (plannerSnapshot).
+ *
+ * Contract:
+ * - submit is idempotent by requestId: the same id with the same task, batch
+ *   and payload answers the request's state; different content is
+ *   ERR_REWARD_CONFLICT. A batch starts with its hint (batchStart) or with the
+ *   first request that carries batchSize; it completes when `size` of its
+ *   requests have results (here, or reported done by resync).
+ * - A request runs its stages in order. A worker fetches a lease (long-poll),
+ *   then completes it with a reward (the request ends at that stage; required
+ *   at the last one), an output for the next stage, or an error (the request
+ *   fails). A lease ends with the timeout result (status timeout, reward
+ *   timeoutReward) stageTimeoutMs after it was handed out, whatever the worker
+ *   does later.
+ * - A lease is lost when its worker is reported dead (workerLost), is missing
+ *   from its agent's heartbeat, or its agent has not reported for
+ *   leaseTimeoutMs. The request is then queued again at the same stage for a
+ *   different worker, once; a second loss ends it as failed.
+ * - Acknowledged requests survive a leader change through the submitting
+ *   agents (reward-submitter.ts): each keeps every request it got an answer for
+ *   until it holds the result, and a new leader that answers `unknown` for one
+ *   gets the batch (resync) and the request again. This proxy's state lives
+ *   only in the leader's memory; a new epoch starts empty.
+ *
+ * Times: `now()` is a monotonic clock in ms; the planner gets seconds on it.
+ */
+import { randomUUID } from 'node:crypto'
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import { createPriorityHeap, type PriorityHeap } from '../../mesh/sim/priority-heap.ts'
+import { earliestBatchFirst, type QueueKey } from '../../mesh/policies/reward-scaling/queue-order.ts'
+import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'
+import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-placement.ts'
+import type { RewardStageSpec } from './reward-config.ts'
+import { stageCost } from './reward-config.ts'
+import {
+  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, ResyncBody, SubmitBody, WorkerLostBody, requestDigest, validatorOf,
+  type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
+} from './reward-messages.ts'
+
+export interface RewardProxyOptions {
+  stages: readonly RewardStageSpec[]
+  /** Reward of a timed-out or failed request. */
+  timeoutReward: number
+  /** Largest payload / output, JSON bytes. */
+  maxPayloadBytes: number
+  /** Requests held at once (any state); beyond it submit is ERR_REWARD_FULL. */
+  maxPendingRequests: number
+  /** An agent silent this long loses its leases, ms. */
+  leaseTimeoutMs: number
+  /** A done request nobody collected is forgotten after this long, ms. */
+  resultRetentionMs: number
+  /** A batch with no submission or result for this long is dropped (its trainer is gone), ms. Default 600000. */
+  batchIdleTimeoutMs?: number
+  /** D of the planner's constraint, ms. */
+  maxExtraDelayMs: number
+  /** Gives a starting batch its EBF priority (the scaling policy's estimate, DistRS §5.2). */
+  policy: Pick<RewardScalingPolicy, 'batchPriorityS'>
+}
+
+export interface RewardProxyComponents {
+  logger: Logger
+  /** Monotonic clock, ms. */
+  now(): number
+  /** Tells the scaler that a batch started or completed (DistRS §5.2: decide now). */
+  onBatchBoundary(reason: 'batch-start' | 'batch-complete', task: string, batch: number): void
+  /** The scaler's latest decision, for status. */
+  plan(): RewardWorkersPayload | null
+  leaderId: string
+}
+
+export interface RewardProxy {
+  batchStart(body: unknown): { task: string, batch: number, size: number, started: boolean }
+  submit(body: unknown, submitter: string): { requestId: string, state: RequestState, duplicate: boolean }
+  /** Long-poll: a lease of the worker's stage, or null after waitMs. */
+  fetch(body: unknown, signal: AbortSignal): Promise<{ lease: RewardLease | null }>
+  complete(body: unknown): { accepted: true }
+  heartbeat(body: unknown): { ok: true }
+  workerLost(body: unknown): { ok: true }
+  /** Long-poll: results among `ids` (at least one, or none after waitMs), and the ids this leader does not know. */
+  awaitResults(body: unknown, signal: AbortSignal): Promise<{ results: RewardResult[], unknown: string[] }>
+  resync(body: unknown): { batches: number }
+  status(): RewardStatus
+  /** Checks silent agents' leases and idle batches; call periodically. */
+  tick(): void
+  plannerSnapshot(seed: number): PlannerSnapshot
+  /** Agents that reported within leaseTimeoutMs, with their capacity. */
+  nodes(): PlacementNode[]
+  stop(): void
+}
+
+export type RequestState = 'queued' | 'running' | 'done'
+
+interface Batch {
+  task: string
+  index: number
+  key: string
+  startMs: number
+  size: number
+  priorityS: number
+  requests: Set<ProxyRequest>
+  /** Ids with a result: here or, after a leader change, reported by resync. */
+  doneIds: Set<string>
+  /** Every id submitted to it or reported done (at most size). */
+  known: Set<string>
+  /** What finished here, as the planner's history of this batch (DistRS Alg. 2 input). */
+  finished: HistoricalRequest[]
+  completed: boolean
+  lastActivityMs: number
+}
+
+interface Lease { id: string, workerId: string, node: string, startedMs: number, timer: NodeJS.Timeout }
+
+interface ProxyRequest {
+  id: string
+  batch: Batch
+  payload: unknown
+  digest: string
+  submitter: string
+  arrivedMs: number
+  stage: number
+  state: RequestState
+  /** The previous stage's output. */
+  input: unknown
+  /** The one retry after a lost worker is used. */
+  retried: boolean
+  attempt: number
+  excludeWorker: string | undefined
+  queueEntry: QueueEntry | undefined
+  enqueuedMs: number
+  lease: Lease | undefined
+  stageMs: number[]
+  result: RewardResult | undefined
+  finishedMs: number
+}
+
+interface QueueEntry extends QueueKey { request: ProxyRequest }
+
+interface NodeReport { node: string, nodeName: string, cpuCores: number, gpus: number, stages: string[], workers: Map<string, string>, atMs: number }
+
+interface FetchWaiter { workerId: string, node: string, resolve(lease: RewardLease | null): void }
+
+const validators = {
+  batchStart: validatorOf(BatchStartBody, 'batch-start hint'),
+  submit: validatorOf(SubmitBody, 'reward request'),
+  fetch: validatorOf(FetchBody, 'fetch'),
+  complete: validatorOf(CompleteBody, 'completion'),
+  heartbeat: validatorOf(HeartbeatBody, 'worker report'),
+  workerLost: validatorOf(WorkerLostBody, 'lost-worker report'),
+  await: validatorOf(AwaitBody, 'result wait'),
+  resync: validatorOf(ResyncBody, 'resync'),
+}
+
+const batchKey = (task: string, batch: number): string => `${task}#${batch}`
+
+export function jsonBytes (value: unknown): number {
+  return value === undefined ? 0 : Buffer.byteLength(JSON.stringify(value))
+}
+
+export function createRewardProxy (options: RewardProxyOptions, components: RewardProxyComponents): RewardProxy {
+  const { stages } = options
+  const log = components.logger
+  const now = components.now
+  const stageIndex = new Map(stages.map((s, i) => [s.name, i]))
+  const plannerStages: RewardStage[] = stages.map(s => ({ name: s.name, resource: s.resource, cost: stageCost(s), timeoutS: s.timeoutMs / 1000 }))
+  const batchIdleTimeoutMs = options.batchIdleTimeoutMs ?? 600_000
+  const requests = new Map<string, ProxyRequest>()
+  const batches = new Map<string, Batch>()
+  const history: Record<string, BatchHistory> = {}
+  const completedBatches = new Map<string, number>()
+  const queues: Array<PriorityHeap<QueueEntry>> = stages.map(() => createPriorityHeap<QueueEntry>(earliestBatchFirst))
+  const queued = stages.map(() => 0)
+  const running = stages.map(() => 0)
+  const leases = new Map<string, ProxyRequest>()
+  const fetchWaiters: FetchWaiter[][] = stages.map(() => [])
+  const resultWaiters = new Set<() => void>()
+  const reports = new Map<string, NodeReport>()
+  let seq = 0
+  let stopped = false
+
+  const secondsOf = (ms: number): number => ms / 1000
+
+  const startBatch = (task: string, index: number, size: number): { batch: Batch, started: boolean } => {
+    const key = batchKey(task, index)
+    const existing = batches.get(key)
+    if (existing !== undefined) {
+      if (size > existing.size) existing.size = size
+      return { batch: existing, started: false }
+    }
+    if (completedBatches.has(key)) throw new AgentError('ERR_BAD_REQUEST', `batch ${index} of task ${task} has already completed`)
+    const startMs = now()
+    const priorityS = options.policy.batchPriorityS({ startS: secondsOf(startMs), history: history[task], stages: plannerStages })
+    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: [], completed: false, lastActivityMs: startMs }
+    batches.set(key, batch)
+    log.info({ task, batch: index, size }, 'reward batch started')
+    components.onBatchBoundary('batch-start', task, index)
+    return { batch, started: true }
+  }
+
+  const enqueue = (request: ProxyRequest): void => {
+    request.state = 'queued'
+    request.enqueuedMs = now()
+    const entry: QueueEntry = { request, priorityS: request.batch.priorityS, enqueuedS: secondsOf(request.enqueuedMs), seq: seq++ }
+    request.queueEntry = entry
+    queues[request.stage]!.push(entry)
+    queued[request.stage]!++
+    dispatch(request.stage)
+  }
+
+  /** Live workers of a stage by the latest reports, other than `except`. */
+  const liveWorkersOf = (stage: number, except?: string): number => {
+    const name = stages[stage]!.name
+    let n = 0
+    for (const r of reports.values()) for (const [id, s] of r.workers) if (s === name && id !== except) n++
+    return n
+  }
+
+  /** Takes the first request a worker may run (a retried one skips the worker that lost it, when the stage has another). */
+  const take = (stage: number, workerId: string): ProxyRequest | undefined => {
+    const queue = queues[stage]!
+    const aside: QueueEntry[] = []
+    let found: ProxyRequest | undefined
+    while (queue.size > 0) {
+      const entry = queue.pop()!
+      const r = entry.request
+      if (r.queueEntry !== entry || r.state !== 'queued') continue
+      if (r.excludeWorker === workerId && liveWorkersOf(stage, workerId) > 0) { aside.push(entry); continue }
+      found = r
+      break
+    }
+    for (const entry of aside) queue.push(entry)
+    return found
+  }
+
+  const leaseFor = (r: ProxyRequest, workerId: string, node: string): RewardLease => {
+    const stage = stages[r.stage]!
+    queued[r.stage]!--
+    running[r.stage]!++
+    r.queueEntry = undefined
+    r.state = 'running'
+    const id = randomUUID()
+    const timer = setTimeout(() => timeOut(r, id), stage.timeoutMs)
+    timer.unref()
+    r.lease = { id, workerId, node, startedMs: now(), timer }
+    leases.set(id, r)
+    return {
+      leaseId: id, requestId: r.id, task: r.batch.task, batch: r.batch.index, stage: stage.name, attempt: r.attempt, payload: r.payload,
+      ...(r.stage > 0 ? { input: r.input } : {}), timeoutMs: stage.timeoutMs, lastStage: r.stage === stages.length - 1,
+    }
+  }
+
+  const dispatch = (stage: number): void => {
+    const waiters = fetchWaiters[stage]!
+    while (waiters.length > 0 && queued[stage]! > 0) {
+      const waiter = waiters[0]!
+      const r = take(stage, waiter.workerId)
+      if (r === undefined) return
+      waiters.shift()
+      waiter.resolve(leaseFor(r, waiter.workerId, waiter.node))
+    }
+  }
+
+  /** Ends the lease of a running request; returns the seconds it ran. */
+  const endLease = (r: ProxyRequest): void => {
+    const lease = r.lease
+    if (lease === undefined) return
+    clearTimeout(lease.timer)
+    leases.delete(lease.id)
+    running[r.stage]!--
+    r.stageMs[r.stage] = (r.stageMs[r.stage] ?? 0) + now() - lease.startedMs
+    r.lease = undefined
+  }
+
+  const finish = (r: ProxyRequest, result: Omit<RewardResult, 'requestId' | 'task' | 'batch' | 'stageS'>): void => {
+    if (r.state === 'queued' && r.queueEntry !== undefined) { queued[r.stage]!--; r.queueEntry = undefined }
+    endLease(r)
+    r.state = 'done'
+    r.finishedMs = now()
+    r.result = { requestId: r.id, task: r.batch.task, batch: r.batch.index, ...result, stageS: r.stageMs.map(secondsOf) }
+    const batch = r.batch
+    batch.doneIds.add(r.id)
+    batch.finished.push({ offsetS: secondsOf(r.arrivedMs - batch.startMs), stageS: r.stageMs.map(secondsOf) })
+    batch.lastActivityMs = r.finishedMs
+    for (const wake of resultWaiters) wake()
+    if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
+  }
+
+  const completeBatch = (batch: Batch): void => {
+    batch.completed = true
+    batches.delete(batch.key)
+    completedBatches.set(batch.key, now())
+    if (batch.finished.length > 0) history[batch.task] = { requests: batch.finished }
+    log.info({ task: batch.task, batch: batch.index, size: batch.size, seconds: secondsOf(now() - batch.startMs) }, 'reward batch completed')
+    components.onBatchBoundary('batch-complete', batch.task, batch.index)
+  }
+
+  const timeOut = (r: ProxyRequest, leaseId: string): void => {
+    if (r.lease?.id !== leaseId || stopped) return
+    const stage = stages[r.stage]!
+    log.info({ requestId: r.id, stage: stage.name, timeoutMs: stage.timeoutMs }, 'reward request timed out')
+    finish(r, { status: 'timeout', reward: options.timeoutReward, stage: stage.name, message: `stage ${stage.name} took longer than ${stage.timeoutMs} ms` })
+  }
+
+  /** The worker holding the request's lease is gone: once more on another worker, then failed. */
+  const loseLease = (r: ProxyRequest, why: string): void => {
+    const lease = r.lease
+    if (lease === undefined) return
+    endLease(r)
+    const stage = stages[r.stage]!.name
+    if (r.retried) {
+      log.warn({ requestId: r.id, stage, worker: lease.workerId, why }, 'reward request lost its worker twice: failed')
+      finish(r, { status: 'failed', reward: options.timeoutReward, stage, message: `lost its worker twice at stage ${stage} (last: ${lease.workerId}: ${why})` })
+      return
+    }
+    log.info({ requestId: r.id, stage, worker: lease.workerId, why }, 'reward request lost its worker: retried once')
+    r.retried = true
+    r.attempt++
+    r.excludeWorker = lease.workerId
+    enqueue(r)
+  }
+
+  const loseLeasesWhere = (match: (lease: Lease) => boolean, why: (lease: Lease) => string): void => {
+    for (const r of [...leases.values()]) if (r.lease !== undefined && match(r.lease)) loseLease(r, why(r.lease))
+  }
+
+  const checkPayload = (value: unknown, what: string): void => {
+    const bytes = jsonBytes(value)
+    if (bytes > options.maxPayloadBytes) throw new AgentError('ERR_BODY_TOO_LARGE', `${what} is ${bytes} bytes of JSON; the limit is reward.maxPayloadBytes = ${options.maxPayloadBytes}`)
+  }
+
+  const requireStages = (): void => {
+    if (stages.length === 0) throw new AgentError('ERR_UNAVAILABLE', 'the reward service has no stages configured (reward.stages)')
+  }
+
+  const proxy: RewardProxy = {
+    batchStart (body) {
+      requireStages()
+      const b = validators.batchStart.parse(body)
+      const { batch, started } = startBatch(b.task, b.batch, b.size)
+      return { task: batch.task, batch: batch.index, size: batch.size, started }
+    },
+
+    submit (body, submitter) {
+      requireStages()
+      const b = validators.submit.parse(body)
+      checkPayload(b.payload, `the payload of request ${b.requestId}`)
+      const digest = requestDigest(b)
+      const known = requests.get(b.requestId)
+      if (known !== undefined) {
+        if (known.digest !== digest) {
+          throw new AgentError('ERR_REWARD_CONFLICT', `request ${b.requestId} was submitted before with another task, batch or payload (task ${known.batch.task}, batch ${known.batch.index})`)
+        }
+        return { requestId: b.requestId, state: known.state, duplicate: true }
+      }
+      if (requests.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `the reward proxy holds ${requests.size} requests (reward.maxPendingRequests); retry later`)
+      let batch = batches.get(batchKey(b.task, b.batch))
+      if (batch === undefined) {
+        if (b.batchSize === undefined) {
+          throw new AgentError('ERR_BAD_REQUEST', completedBatches.has(batchKey(b.task, b.batch))
+            ? `batch ${b.batch} of task ${b.task} has already completed`
+            : `no batch-start hint for batch ${b.batch} of task ${b.task}: send it first (POST /v1/reward/batches) or give batchSize`)
+        }
+        batch = startBatch(b.task, b.batch, b.batchSize).batch
+      }
+      if (batch.known.size >= batch.size && !batch.known.has(b.requestId)) {
+        throw new AgentError('ERR_BAD_REQUEST', `batch ${b.batch} of task ${b.task} already has its ${batch.size} requests`)
+      }
+      const r: ProxyRequest = {
+        id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
+        retried: false, attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
+        stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
+      }
+      requests.set(r.id, r)
+      batch.requests.add(r)
+      batch.known.add(r.id)
+      batch.lastActivityMs = r.arrivedMs
+      enqueue(r)
+      return { requestId: r.id, state: r.state, duplicate: false }
+    },
+
+    async fetch (body, signal) {
+      const b = validators.fetch.parse(body)
+      const stage = stageIndex.get(b.stage)
+      if (stage === undefined) throw new AgentError('ERR_BAD_REQUEST', `unknown stage ${JSON.stringify(b.stage)}; the stages are ${stages.map(s => s.name).join(', ') || 'none'}`)
+      const r = take(stage, b.workerId)
+      if (r !== undefined) return { lease: leaseFor(r, b.workerId, b.node) }
+      if (b.waitMs === 0 || stopped) return { lease: null }
+      return await new Promise(resolve => {
+        const waiters = fetchWaiters[stage]!
+        const done = (lease: RewardLease | null): void => {
+          clearTimeout(timer)
+          signal.removeEventListener('abort', onAbort)
+          resolve({ lease })
+        }
+        const waiter: FetchWaiter = { workerId: b.workerId, node: b.node, resolve: done }
+        const leave = (): void => { const i = waiters.indexOf(waiter); if (i >= 0) { waiters.splice(i, 1); done(null) } }
+        const onAbort = leave
+        const timer = setTimeout(leave, b.waitMs)
+        signal.addEventListener('abort', onAbort, { once: true })
+        waiters.push(waiter)
+      })
+    },
+
+    complete (body) {
+      const b = validators.complete.parse(body)
+      const r = leases.get(b.leaseId)
+      if (r === undefined || r.lease?.workerId !== b.workerId) {
+        throw new AgentError('ERR_REWARD_LEASE_LOST', `lease ${b.leaseId} is not held by ${b.workerId} (it timed out, was lost, or belongs to an earlier leader)`)
+      }
+      const stage = stages[r.stage]!
+      const last = r.stage === stages.length - 1
+      if (b.error !== undefined) {
+        finish(r, { status: 'failed', reward: options.timeoutReward, stage: stage.name, message: `worker ${b.workerId} failed at stage ${stage.name}: ${b.error}` })
+        return { accepted: true }
+      }
+      if (b.reward === undefined && last) throw new AgentError('ERR_BAD_REQUEST', `stage ${stage.name} is the last stage: its completion needs a reward (or an error)`)
+      checkPayload(b.output, `the output of request ${r.id} at stage ${stage.name}`)
+      if (b.reward !== undefined) {
+        finish(r, { status: 'ok', reward: b.reward, ...(b.output !== undefined ? { output: b.output } : {}) })
+        return { accepted: true }
+      }
+      endLease(r)
+      r.input = b.output
+      r.stage++
+      r.excludeWorker = undefined
+      enqueue(r)
+      return { accepted: true }
+    },
+
+    heartbeat (body) {
+      const b = validators.heartbeat.parse(body)
+      const workers = new Map(b.workers.map(w => [w.workerId, w.stage]))
+      reports.set(b.node, { node: b.node, nodeName: b.nodeName, cpuCores: b.cpuCores, gpus: b.gpus, stages: b.stages, workers, atMs: now() })
+      loseLeasesWhere(l => l.node === b.node && !workers.has(l.workerId), l => `worker ${l.workerId} is no longer running on its agent`)
+      for (let k = 0; k < stages.length; k++) dispatch(k)
+      return { ok: true }
+    },
+
+    workerLost (body) {
+      const b = validators.workerLost.parse(body)
+      loseLeasesWhere(l => l.node === b.node && l.workerId === b.workerId, () => b.why)
+      const report = reports.get(b.node)
+      report?.workers.delete(b.workerId)
+      return { ok: true }
+    },
+
+    async awaitResults (body, signal) {
+      const b = validators.await.parse(body)
+      for (const id of b.ack) {
+        const r = requests.get(id)
+        if (r?.state === 'done') { requests.delete(id); r.batch.requests.delete(r) }
+      }
+      const collect = (): { results: RewardResult[], unknown: string[] } => {
+        const results: RewardResult[] = []
+        const unknown: string[] = []
+        for (const id of b.ids) {
+          const r = requests.get(id)
+          if (r === undefined) unknown.push(id)
+          else if (r.result !== undefined) results.push(r.result)
+        }
+        return { results, unknown }
+      }
+      let answer = collect()
+      if (answer.results.length > 0 || answer.unknown.length > 0 || b.waitMs === 0 || stopped) return answer
+      return await new Promise(resolve => {
+        const done = (): void => {
+          clearTimeout(timer)
+          signal.removeEventListener('abort', done)
+          resultWaiters.delete(wake)
+          resolve(collect())
+        }
+        const wake = (): void => { answer = collect(); if (answer.results.length > 0) done() }
+        const timer = setTimeout(done, b.waitMs)
+        signal.addEventListener('abort', done, { once: true })
+        resultWaiters.add(wake)
+      })
+    },
+
+    resync (body) {
+      requireStages()
+      const b = validators.resync.parse(body)
+      for (const s of b.batches) {
+        const key = batchKey(s.task, s.batch)
+        if (completedBatches.has(key)) continue
+        const { batch } = startBatch(s.task, s.batch, s.size)
+        for (const id of s.doneIds) { batch.doneIds.add(id); batch.known.add(id) }
+        if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
+      }
+      return { batches: b.batches.length }
+    },
+
+    status () {
+      const workersOf = (report: NodeReport): Record<string, number> => {
+        const out: Record<string, number> = {}
+        for (const stage of report.workers.values()) out[stage] = (out[stage] ?? 0) + 1
+        return out
+      }
+      const t = now()
+      const tasks = new Map<string, RewardStatus['tasks'][number]>()
+      const taskOf = (task: string): RewardStatus['tasks'][number] => {
+        let entry = tasks.get(task)
+        if (entry === undefined) tasks.set(task, entry = { task, activeBatches: 0, completedBatches: 0, historyRequests: history[task]?.requests.length ?? 0 })
+        return entry
+      }
+      for (const key of completedBatches.keys()) taskOf(key.slice(0, key.lastIndexOf('#'))).completedBatches++
+      const active = [...batches.values()].map(b => {
+        taskOf(b.task).activeBatches++
+        let q = 0
+        let run = 0
+        for (const r of b.requests) { if (r.state === 'queued') q++; else if (r.state === 'running') run++ }
+        return { task: b.task, batch: b.index, size: b.size, done: b.doneIds.size, queued: q, running: run, ageS: secondsOf(t - b.startMs) }
+      })
+      let done = 0
+      for (const r of requests.values()) if (r.state === 'done') done++
+      const live = [...reports.values()].filter(r => t - r.atMs <= options.leaseTimeoutMs)
+      return {
+        leaderId: components.leaderId,
+        stages: stages.map((s, k) => ({ name: s.name, resource: s.resource, queued: queued[k]!, running: running[k]!, workers: liveWorkersOf(k) })),
+        tasks: [...tasks.values()],
+        batches: active,
+        nodes: live.map(r => ({ node: r.node, nodeName: r.nodeName, cpuCores: r.cpuCores, gpus: r.gpus, lastReportS: secondsOf(t - r.atMs), workers: workersOf(r) })),
+        requests: { held: requests.size, queued: queued.reduce((a, b) => a + b, 0), running: running.reduce((a, b) => a + b, 0), done },
+        plan: components.plan(),
+      }
+    },
+
+    tick () {
+      const t = now()
+      // An agent that has not reported for leaseTimeoutMs (or never did, since the lease began) loses its leases.
+      const silent = (node: string, since: number): boolean => t - (reports.get(node)?.atMs ?? since) > options.leaseTimeoutMs
+      loseLeasesWhere(l => silent(l.node, l.startedMs), () => `its agent has not reported for ${options.leaseTimeoutMs} ms`)
+      for (const report of reports.values()) if (silent(report.node, 0)) report.workers.clear()
+      for (const [id, r] of requests) {
+        if (r.state === 'done' && t - r.finishedMs > options.resultRetentionMs) { requests.delete(id); r.batch.requests.delete(r) }
+      }
+      for (const batch of [...batches.values()]) {
+        if (t - batch.lastActivityMs > batchIdleTimeoutMs && [...batch.requests].every(r => r.state === 'done')) {
+          log.warn({ task: batch.task, batch: batch.index, size: batch.size, done: batch.doneIds.size }, 'reward batch idle: dropped')
+          batches.delete(batch.key)
+          components.onBatchBoundary('batch-complete', batch.task, batch.index)
+        }
+      }
+      for (const [key, at] of completedBatches) if (t - at > batchIdleTimeoutMs) completedBatches.delete(key)
+    },
+
+    plannerSnapshot (seed) {
+      const nowMs = now()
+      const active: ActiveBatch[] = [...batches.values()].map(b => {
+        const inFlight: InFlightRequest[] = []
+        for (const r of b.requests) {
+          if (r.state === 'queued') inFlight.push({ stage: r.stage, elapsedS: null, queuedSinceS: secondsOf(r.enqueuedMs) })
+          else if (r.state === 'running') inFlight.push({ stage: r.stage, elapsedS: secondsOf(nowMs - r.lease!.startedMs) })
+        }
+        return { task: b.task, index: b.index, startS: secondsOf(b.startMs), size: b.size, completed: b.doneIds.size, priorityS: b.priorityS, inFlight }
+      })
+      return { nowS: secondsOf(nowMs), stages: plannerStages, maxExtraDelayS: options.maxExtraDelayMs / 1000, batches: active, history: { ...history }, seed }
+    },
+
+    nodes () {
+      const t = now()
+      return [...reports.values()].filter(r => t - r.atMs <= options.leaseTimeoutMs).map(r => ({ id: r.node, cpuCores: r.cpuCores, gpus: r.gpus, stages: r.stages }))
+    },
+
+    stop () {
+      if (stopped) return
+      stopped = true
+      for (const r of leases.values()) clearTimeout(r.lease!.timer)
+      for (const waiters of fetchWaiters) for (const w of waiters.splice(0)) w.resolve(null)
+      for (const wake of [...resultWaiters]) wake()
+    },
+  }
+  return proxy
+}

@@ -1,0 +1,92 @@
+/**
+ * The reward service on one agent, what the /v1/reward routes adapt: the
+ * trainer side (reward-submitter.ts), the worker side (fetch / complete for
+ * this agent's supervised workers, forwarded to the leader's proxy) and the
+ * cluster status (from the leader's proxy, plus this agent's own workers).
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import type { LeaderService } from '../../mesh/election/leader-service.ts'
+import { validateRewardConfig, type RewardConfig } from './reward-config.ts'
+import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
+import { createWorkerSupervisor, type WorkerInfo, type WorkerSupervisor } from './worker-supervisor.ts'
+import type { RewardLease, RewardStatus } from './reward-messages.ts'
+
+export interface RewardServiceOptions {
+  config: RewardConfig
+  socketPath: string
+  nodeName: string
+  /** Cores of the node (inventory); reward.cpuCores overrides when > 0. */
+  detectedCpuCores: number
+  gpus: number
+}
+
+export interface RewardServiceComponents {
+  logger: Logger
+  selfId: string
+  leader: Pick<LeaderService, 'callLeader' | 'desiredState' | 'onApplied'>
+}
+
+export interface WorkFetch { workerId: string, waitMs: number }
+export interface WorkComplete { workerId: string, leaseId: string, reward?: number, output?: unknown, error?: string }
+
+export interface RewardService {
+  start(options: { signal: AbortSignal }): Promise<void>
+  stop(): Promise<void>
+  batchStart(body: unknown): Promise<unknown>
+  submit(body: unknown): Promise<SubmitAnswer>
+  result(requestId: string, waitMs: number, signal?: AbortSignal): Promise<ResultAnswer>
+  status(): Promise<RewardStatus & { local: { node: string, pending: number, done: number, workers: WorkerInfo[] } }>
+  fetchWork(body: WorkFetch, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
+  completeWork(body: WorkComplete): Promise<{ accepted: true }>
+}
+
+export function createRewardService (options: RewardServiceOptions, components: RewardServiceComponents): RewardService {
+  const { config } = options
+  validateRewardConfig(config)
+  const { leader, selfId } = components
+  const submitter: RewardSubmitter = createRewardSubmitter({
+    maxPendingRequests: config.maxPendingRequests,
+    resultRetentionMs: config.resultRetentionMs,
+    timeoutReward: config.timeoutReward,
+  }, { logger: components.logger, callLeader: (m, b, o) => leader.callLeader(m, b, o) })
+  const supervisor: WorkerSupervisor = createWorkerSupervisor({
+    stages: config.stages,
+    socketPath: options.socketPath,
+    nodeName: options.nodeName,
+    cpuCores: config.cpuCores > 0 ? config.cpuCores : options.detectedCpuCores,
+    gpus: options.gpus,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    workerRestartBackoffMs: config.workerRestartBackoffMs,
+    workerStopGraceMs: config.workerStopGraceMs,
+  }, { logger: components.logger, selfId, callLeader: (m, b, o) => leader.callLeader(m, b, o), desiredState: () => leader.desiredState(), onApplied: l => leader.onApplied(l) })
+
+  return {
+    async start (o) {
+      submitter.start(o)
+      supervisor.start(o)
+    },
+    async stop () {
+      await supervisor.stop()
+      await submitter.stop()
+    },
+    batchStart: body => submitter.batchStart(body),
+    submit: body => submitter.submit(body),
+    result: (id, waitMs, signal) => submitter.result(id, waitMs, signal),
+    async status () {
+      const cluster = await leader.callLeader('reward.status', {}) as RewardStatus
+      return { ...cluster, local: { node: options.nodeName, ...submitter.counts(), workers: supervisor.workers() } }
+    },
+    async fetchWork (body, signal) {
+      const stage = supervisor.stageOf(body.workerId)
+      // The leader waits up to waitMs; the call itself may also span a failover.
+      return await leader.callLeader('reward.fetch', { node: selfId, workerId: body.workerId, stage, waitMs: body.waitMs },
+        { timeoutMs: body.waitMs + 10_000, ...(signal !== undefined ? { signal } : {}) }) as { lease: RewardLease | null }
+    },
+    async completeWork (body) {
+      supervisor.stageOf(body.workerId)
+      if (body.reward !== undefined && !Number.isFinite(body.reward)) throw new AgentError('ERR_BAD_REQUEST', 'reward must be a finite number')
+      return await leader.callLeader('reward.complete', body) as { accepted: true }
+    },
+  }
+}

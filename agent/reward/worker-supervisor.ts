@@ -1,0 +1,237 @@
+/**
+ * Runs this agent's reward workers: for each stage, as many processes of the
+ * stage's configured command as the leader's latest `reward-workers` decision
+ * places on this agent (its peer id), started and stopped to match every
+ * applied decision. It reports its capacity and live workers to the leader
+ * every heartbeatIntervalMs (the leader's lease check), and a worker that
+ * exits at once (`reward.worker-lost`: its request is retried elsewhere).
+ *
+ * Workers: slot i of stage s is `<node name>/<s>/<i>`, environment
+ * AGENTD_SOCKET (this agent's API), AGENTD_REWARD_STAGE, AGENTD_REWARD_WORKER_ID;
+ * a gpu-stage worker holds one GPU of this node exclusively
+ * (CUDA_VISIBLE_DEVICES=<index>), a cpu-stage worker gets CUDA_VISIBLE_DEVICES=""
+ * (it accounts coresPerWorker cores in the placement; no pinning).
+ * A worker that exits without being asked is restarted after
+ * workerRestartBackoffMs, doubling per crash in a row up to 64×; one that ran
+ * 10 s resets the count. A worker asked to stop gets SIGTERM (finish the
+ * current request, then exit) and SIGKILL after workerStopGraceMs. stop()
+ * stops them all and waits for their exits.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import type { Logger } from 'pino'
+import { AgentError } from '../errors.ts'
+import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
+import type { AppliedDecision } from '../../mesh/election/decision-log.ts'
+import type { RewardStageSpec } from './reward-config.ts'
+import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'
+
+export interface WorkerSupervisorOptions {
+  stages: readonly RewardStageSpec[]
+  /** The local API's socket, handed to workers. */
+  socketPath: string
+  nodeName: string
+  /** Cores offered to cpu-stage workers. */
+  cpuCores: number
+  /** GPUs of this node (indices 0..gpus-1). */
+  gpus: number
+  heartbeatIntervalMs: number
+  workerRestartBackoffMs: number
+  workerStopGraceMs: number
+}
+
+export interface WorkerSupervisorComponents {
+  logger: Logger
+  /** This agent's mesh peer id (the decision's key for it). */
+  selfId: string
+  callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
+  desiredState(): Record<string, unknown>
+  onApplied(listener: (decision: AppliedDecision) => void): () => void
+}
+
+export interface WorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'running' | 'stopping' | 'restarting', crashes: number }
+
+export interface WorkerSupervisor {
+  start(options: { signal: AbortSignal }): void
+  stop(): Promise<void>
+  /** The stage of a live worker of this agent; ERR_BAD_REQUEST for any other id. */
+  stageOf(workerId: string): string
+  workers(): WorkerInfo[]
+}
+
+interface Slot {
+  workerId: string
+  stage: RewardStageSpec
+  index: number
+  proc: ChildProcess | undefined
+  gpu: number | undefined
+  state: 'running' | 'stopping' | 'restarting'
+  crashes: number
+  startedMs: number
+  restartTimer: NodeJS.Timeout | undefined
+  killTimer: NodeJS.Timeout | undefined
+  exited: Promise<void>
+  stderrTail: string
+}
+
+const stableRunMs = 10_000
+const stderrTailBytes = 2048
+
+export function createWorkerSupervisor (options: WorkerSupervisorOptions, components: WorkerSupervisorComponents): WorkerSupervisor {
+  const log = components.logger
+  const slots = new Map<string, Slot>()
+  let desired: Record<string, number> = {}
+  let stopping = false
+  let heartbeat: NodeJS.Timeout | undefined
+  let unsubscribe: (() => void) | undefined
+
+  const idOf = (stage: string, index: number): string => `${options.nodeName}/${stage}/${index}`
+
+  const freeGpu = (): number | undefined => {
+    const held = new Set<number>()
+    for (const s of slots.values()) if (s.gpu !== undefined) held.add(s.gpu)
+    for (let g = 0; g < options.gpus; g++) if (!held.has(g)) return g
+    return undefined
+  }
+
+  const reportLost = (slot: Slot, why: string): void => {
+    components.callLeader('reward.worker-lost', { node: components.selfId, workerId: slot.workerId, why }, { timeoutMs: 10_000 })
+      .catch(err => log.warn({ err: (err as Error).message, workerId: slot.workerId }, 'could not report a lost worker (the lease check will)'))
+  }
+
+  const launch = (slot: Slot): void => {
+    const [command, ...args] = slot.stage.command
+    const env = {
+      ...process.env,
+      AGENTD_SOCKET: options.socketPath,
+      AGENTD_REWARD_STAGE: slot.stage.name,
+      AGENTD_REWARD_WORKER_ID: slot.workerId,
+      CUDA_VISIBLE_DEVICES: slot.gpu !== undefined ? String(slot.gpu) : '',
+    }
+    const proc = spawn(command!, args, { env, stdio: ['ignore', 'ignore', 'pipe'] })
+    slot.proc = proc
+    slot.state = 'running'
+    slot.startedMs = performance.now()
+    slot.stderrTail = ''
+    proc.stderr!.on('data', (chunk: Buffer) => { slot.stderrTail = (slot.stderrTail + chunk.toString()).slice(-stderrTailBytes) })
+    slot.exited = new Promise(resolve => {
+      proc.once('error', err => { log.error({ err: err.message, workerId: slot.workerId }, 'reward worker could not start') })
+      proc.once('close', (code, signal) => { onExit(slot, proc, code, signal); resolve() })
+    })
+    log.info({ workerId: slot.workerId, pid: proc.pid, gpu: slot.gpu }, 'reward worker started')
+  }
+
+  const onExit = (slot: Slot, proc: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void => {
+    if (slot.proc !== proc) return
+    clearTimeout(slot.killTimer)
+    slot.proc = undefined
+    const how = signal !== null ? `signal ${signal}` : `exit code ${code}`
+    if (slot.state === 'stopping' || stopping) {
+      slots.delete(slot.workerId)
+      log.info({ workerId: slot.workerId, how }, 'reward worker stopped')
+      reportLost(slot, `stopped (${how})`)
+      return
+    }
+    // It exited without being asked: whatever it held is lost, and it is restarted.
+    slot.crashes = performance.now() - slot.startedMs >= stableRunMs ? 1 : slot.crashes + 1
+    const delayMs = options.workerRestartBackoffMs * 2 ** Math.min(6, slot.crashes - 1)
+    log.warn({ workerId: slot.workerId, how, crashes: slot.crashes, restartInMs: delayMs, stderr: slot.stderrTail.slice(-512) }, 'reward worker exited: restarting')
+    reportLost(slot, `worker exited (${how})`)
+    slot.state = 'restarting'
+    slot.restartTimer = setTimeout(() => {
+      slot.restartTimer = undefined
+      if (stopping || slot.state !== 'restarting') return
+      launch(slot)
+    }, delayMs)
+    slot.restartTimer.unref()
+  }
+
+  const stopSlot = (slot: Slot): void => {
+    if (slot.state === 'stopping') return
+    slot.state = 'stopping'
+    clearTimeout(slot.restartTimer)
+    const proc = slot.proc
+    if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) {
+      slots.delete(slot.workerId)
+      return
+    }
+    proc.kill('SIGTERM')
+    slot.killTimer = setTimeout(() => proc.kill('SIGKILL'), options.workerStopGraceMs)
+    slot.killTimer.unref()
+  }
+
+  /** Starts and stops workers to match `desired` (workers per stage on this agent). */
+  const reconcile = (): void => {
+    if (stopping) return
+    for (const stage of options.stages) {
+      const want = desired[stage.name] ?? 0
+      for (const slot of slots.values()) if (slot.stage === stage && slot.index >= want) stopSlot(slot)
+      for (let i = 0; i < want; i++) {
+        const workerId = idOf(stage.name, i)
+        const existing = slots.get(workerId)
+        if (existing !== undefined && existing.state !== 'stopping') continue
+        if (existing !== undefined) continue // still stopping: started again by the next reconcile after it exits
+        const gpu = stage.resource === 'gpu' ? freeGpu() : undefined
+        if (stage.resource === 'gpu' && gpu === undefined) {
+          log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here')
+          break
+        }
+        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'running', crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, exited: Promise.resolve(), stderrTail: '' }
+        slots.set(workerId, slot)
+        launch(slot)
+      }
+    }
+  }
+
+  const applyPayload = (payload: unknown): void => {
+    const p = payload as Partial<RewardWorkersPayload> | undefined
+    const mine = p?.workers?.[components.selfId]
+    const next: Record<string, number> = {}
+    if (typeof mine === 'object' && mine !== null) {
+      for (const stage of options.stages) {
+        const n = (mine as Record<string, unknown>)[stage.name]
+        if (typeof n === 'number' && Number.isInteger(n) && n > 0) next[stage.name] = Math.min(n, 4096)
+      }
+    }
+    desired = next
+    reconcile()
+  }
+
+  const sendHeartbeat = (): void => {
+    const workers = [...slots.values()].filter(s => s.state === 'running' && s.proc?.pid !== undefined).map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc!.pid! }))
+    components.callLeader('reward.heartbeat', {
+      node: components.selfId, nodeName: options.nodeName, cpuCores: options.cpuCores, gpus: options.gpus,
+      stages: options.stages.map(s => s.name), workers,
+    }, { timeoutMs: Math.max(1000, options.heartbeatIntervalMs * 4) }).catch(err => log.debug({ err: (err as Error).message }, 'reward heartbeat not delivered'))
+  }
+
+  return {
+    start ({ signal }) {
+      unsubscribe = components.onApplied(d => { if (d.kind === rewardWorkersKind) applyPayload(d.payload) })
+      applyPayload(components.desiredState()[rewardWorkersKind])
+      // A worker that stopped while others were still stopping may be wanted again.
+      heartbeat = setInterval(() => { reconcile(); sendHeartbeat() }, options.heartbeatIntervalMs)
+      heartbeat.unref()
+      sendHeartbeat()
+      signal.addEventListener('abort', () => { void this.stop() }, { once: true })
+    },
+
+    async stop () {
+      stopping = true
+      unsubscribe?.()
+      clearInterval(heartbeat)
+      const all = [...slots.values()]
+      for (const slot of all) stopSlot(slot)
+      await Promise.all(all.map(s => s.exited))
+    },
+
+    stageOf (workerId) {
+      const slot = slots.get(workerId)
+      if (slot === undefined || slot.state === 'restarting') throw new AgentError('ERR_BAD_REQUEST', `${JSON.stringify(workerId)} is not a live reward worker of this agent (workers are started by its supervisor, with AGENTD_REWARD_WORKER_ID)`)
+      return slot.stage.name
+    },
+
+    workers () {
+      return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))
+    },
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * The leader's reward proxy from stub components (a settable clock, no
+ * network): EBF order across batches, idempotent submits, stage timeouts,
+ * lost leases retried once then failed, results and acknowledgements, and
+ * bad input refused without partial state.
+ */
+import t from 'tap'
+import pino from 'pino'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createRewardProxy, type RewardProxy } from '../../../agent/reward/reward-proxy.ts'
+import { createRewardScalingPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
+import type { RewardStageSpec } from '../../../agent/reward/reward-config.ts'
+import type { RewardLease } from '../../../agent/reward/reward-messages.ts'
+
+const stages: RewardStageSpec[] = [
+  { name: 'verify', resource: 'cpu', command: ['true'], coresPerWorker: 1, timeoutMs: 10_000 },
+  { name: 'judge', resource: 'gpu', command: ['true'], coresPerWorker: 1, timeoutMs: 80 },
+]
+
+function proxyWith (overrides: { now?: () => number, maxPendingRequests?: number } = {}): { proxy: RewardProxy, boundaries: string[] } {
+  const boundaries: string[] = []
+  const proxy = createRewardProxy({
+    stages, timeoutReward: -1, maxPayloadBytes: 1024, maxPendingRequests: overrides.maxPendingRequests ?? 100, leaseTimeoutMs: 1000, resultRetentionMs: 60_000, maxExtraDelayMs: 1000,
+    policy: createRewardScalingPolicy('distrs'),
+  }, { logger: pino({ level: 'silent' }), now: overrides.now ?? (() => performance.now()), onBatchBoundary: (r, task, b) => boundaries.push(`${r} ${task}#${b}`), plan: () => null, leaderId: 'leader' })
+  return { proxy, boundaries }
+}
+
+const never = new AbortController().signal
+const fetch = async (proxy: RewardProxy, stage: string, workerId = 'n1/w/0', node = 'n1'): Promise<RewardLease | null> =>
+  (await proxy.fetch({ node, workerId, stage, waitMs: 0 }, never)).lease
+
+t.test('earliest batch first: a later batch whose estimated completion is earlier goes first', async t => {
+  let clock = 0
+  const { proxy, boundaries } = proxyWith({ now: () => clock })
+  // Task slow has history of a 10 s batch; task fast of a 1 s batch.
+  for (const [task, ms] of [['slow', 10_000], ['fast', 1000]] as const) {
+    proxy.batchStart({ task, batch: 0, size: 1 })
+    proxy.submit({ task, batch: 0, requestId: `${task}-0`, payload: {} }, 'agent')
+    const lease = (await fetch(proxy, 'verify'))!
+    clock += ms
+    proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, reward: 1 })
+  }
+  t.same(boundaries.filter(b => b.startsWith('batch-complete')), ['batch-complete slow#0', 'batch-complete fast#0'])
+  proxy.batchStart({ task: 'slow', batch: 1, size: 2 })
+  clock += 100
+  proxy.batchStart({ task: 'fast', batch: 1, size: 2 })
+  proxy.submit({ task: 'slow', batch: 1, requestId: 'slow-1a', payload: {} }, 'agent')
+  proxy.submit({ task: 'fast', batch: 1, requestId: 'fast-1a', payload: {} }, 'agent')
+  proxy.submit({ task: 'slow', batch: 1, requestId: 'slow-1b', payload: {} }, 'agent')
+  proxy.submit({ task: 'fast', batch: 1, requestId: 'fast-1b', payload: {} }, 'agent')
+  const order = []
+  for (let i = 0; i < 4; i++) order.push((await fetch(proxy, 'verify', `n1/w/${i}`))!.requestId)
+  t.same(order, ['fast-1a', 'fast-1b', 'slow-1a', 'slow-1b'], 'EBF, FCFS within a batch')
+  t.equal(await fetch(proxy, 'verify'), null, 'queue empty')
+  proxy.stop()
+})
+
+t.test('idempotent submit; conflicts, bad input and a full proxy are refused without state', async t => {
+  const { proxy } = proxyWith({ maxPendingRequests: 5 })
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: 1 }, 'x'), { code: 'ERR_BAD_REQUEST', message: /batch-start hint/ })
+  t.same(proxy.submit({ task: 't', batch: 0, batchSize: 3, requestId: 'a', payload: 1 }, 'x'), { requestId: 'a', state: 'queued', duplicate: false }, 'batchSize starts the batch')
+  t.same(proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: 1 }, 'x'), { requestId: 'a', state: 'queued', duplicate: true })
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: 2 }, 'x'), { code: 'ERR_REWARD_CONFLICT' })
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'b', payload: 'x'.repeat(2000) }, 'x'), { code: 'ERR_BODY_TOO_LARGE', message: /maxPayloadBytes/ })
+  t.throws(() => proxy.submit({ task: 'bad task', batch: -1, requestId: '', payload: 1, extra: 1 }, 'x'), { code: 'ERR_BAD_REQUEST', message: /task.*\n.*batch/s })
+  await t.rejects(proxy.fetch({ node: 'n', workerId: 'w', stage: 'nope', waitMs: 0 }, never), { code: 'ERR_BAD_REQUEST', message: /unknown stage "nope"; the stages are verify, judge/ })
+  proxy.submit({ task: 't', batch: 0, requestId: 'b', payload: 1 }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 'c', payload: 1 }, 'x')
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'd', payload: 1 }, 'x'), { message: /already has its 3 requests/ })
+  proxy.batchStart({ task: 'u', batch: 0, size: 9 })
+  proxy.submit({ task: 'u', batch: 0, requestId: 'u1', payload: 1 }, 'x')
+  proxy.submit({ task: 'u', batch: 0, requestId: 'u2', payload: 1 }, 'x')
+  t.throws(() => proxy.submit({ task: 'u', batch: 0, requestId: 'u3', payload: 1 }, 'x'), { code: 'ERR_REWARD_FULL' })
+  t.equal(proxy.status().requests.held, 5, 'nothing half-stored by the refusals')
+  proxy.stop()
+})
+
+t.test('stages in order; the last stage needs a reward; a timeout gives the timeout reward', async t => {
+  const { proxy } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 2 })
+  proxy.submit({ task: 't', batch: 0, requestId: 'r1', payload: { p: 1 } }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 'r2', payload: { p: 2 } }, 'x')
+  const a = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: a.leaseId, output: { checked: true } })
+  t.throws(() => proxy.complete({ workerId: 'n1/w/0', leaseId: a.leaseId, reward: 1 }), { code: 'ERR_REWARD_LEASE_LOST' }, 'a lease completes once')
+  const b = (await fetch(proxy, 'judge', 'n1/g/0'))!
+  t.same([b.requestId, b.stage, b.input, b.lastStage], ['r1', 'judge', { checked: true }, true])
+  t.throws(() => proxy.complete({ workerId: 'n1/g/0', leaseId: b.leaseId, output: 1 }), { code: 'ERR_BAD_REQUEST', message: /needs a reward/ })
+  t.throws(() => proxy.complete({ workerId: 'other', leaseId: b.leaseId, reward: 1 }), { code: 'ERR_REWARD_LEASE_LOST' }, 'only its holder completes it')
+  proxy.complete({ workerId: 'n1/g/0', leaseId: b.leaseId, reward: 0.5, output: 'ok' })
+  const c = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: c.leaseId, output: null })
+  await fetch(proxy, 'judge', 'n1/g/0') // held past the 80 ms stage timeout
+  await sleep(150)
+  const all = (await proxy.awaitResults({ ids: ['r1', 'r2'], ack: [], waitMs: 0 }, never)).results
+  const byId = Object.fromEntries(all.map(r => [r.requestId, r]))
+  t.match(byId.r1, { status: 'ok', reward: 0.5, output: 'ok' })
+  t.match(byId.r2, { status: 'timeout', reward: -1, stage: 'judge', message: /longer than 80 ms/ })
+  t.same(proxy.status().batches, [], 'the batch completed')
+  proxy.stop()
+})
+
+t.test('a lost worker\'s request is retried once on another worker, then fails', async t => {
+  const { proxy } = proxyWith()
+  proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], workers: [{ workerId: 'w1', stage: 'verify', pid: 1 }, { workerId: 'w2', stage: 'verify', pid: 2 }] })
+  proxy.batchStart({ task: 't', batch: 0, size: 1 })
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  const first = (await fetch(proxy, 'verify', 'w1'))!
+  t.equal(first.attempt, 1)
+  proxy.workerLost({ node: 'n1', workerId: 'w1', why: 'exit code 3' })
+  t.equal(await fetch(proxy, 'verify', 'w1'), null, 'not given back to the worker that lost it while another one runs')
+  const second = (await fetch(proxy, 'verify', 'w2'))!
+  t.equal(second.attempt, 2)
+  // w2 vanishes from its agent's report: lost again → failed.
+  proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], workers: [{ workerId: 'w1', stage: 'verify', pid: 3 }] })
+  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
+  t.match(results, [{ requestId: 'r', status: 'failed', reward: -1, message: /lost its worker twice/ }])
+  await proxy.awaitResults({ ids: [], ack: ['r'], waitMs: 0 }, never)
+  t.same((await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)).unknown, ['r'], 'acknowledged results are forgotten')
+  proxy.stop()
+})
+
+t.test('an agent that stops reporting loses its leases; long-polls wake and end', async t => {
+  let clock = 0
+  const { proxy } = proxyWith({ now: () => clock })
+  proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], workers: [{ workerId: 'w1', stage: 'verify', pid: 1 }] })
+  proxy.batchStart({ task: 't', batch: 0, size: 2 })
+  const waiting = proxy.fetch({ node: 'n2', workerId: 'w9', stage: 'verify', waitMs: 5000 }, never)
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  t.equal((await waiting).lease?.requestId, 'r', 'a waiting fetch gets the request at once')
+  proxy.submit({ task: 't', batch: 0, requestId: 's', payload: {} }, 'x')
+  t.equal((await fetch(proxy, 'verify', 'w1'))?.requestId, 's')
+  clock += 1500
+  proxy.tick()
+  t.equal(proxy.status().stages[0]!.queued, 2, 'both leases lost: n1 went silent, n2 never reported')
+  t.same(proxy.nodes(), [], 'a silent agent offers no capacity')
+  const abort = new AbortController()
+  const poll = proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 10_000 }, abort.signal)
+  await sleep(10)
+  abort.abort()
+  t.same(await poll, { results: [], unknown: [] }, 'an aborted wait answers what there is')
+  proxy.stop()
+})
+
+t.test('resync after a leader change: done ids count toward the batch, which completes', async t => {
+  const { proxy, boundaries } = proxyWith()
+  proxy.resync({ batches: [{ task: 't', batch: 4, size: 2, doneIds: ['a'] }] })
+  proxy.submit({ task: 't', batch: 4, requestId: 'b', payload: {} }, 'x')
+  t.throws(() => proxy.submit({ task: 't', batch: 4, requestId: 'c', payload: {} }, 'x'), { message: /already has its 2/ })
+  const lease = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, reward: 1, output: 'early' })
+  t.same(boundaries, ['batch-start t#4', 'batch-complete t#4'])
+  t.throws(() => proxy.batchStart({ task: 't', batch: 4, size: 2 }), { message: /already completed/ })
+  t.throws(() => proxy.resync({ batches: [{ task: 't' }] }), { code: 'ERR_BAD_REQUEST' })
+  proxy.stop()
+})
