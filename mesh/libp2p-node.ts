@@ -9,7 +9,8 @@
  * - the connection manager lets the cluster's networks (mesh.trustedCidrs) past
  *   its per-host inbound rate limit and pending-connection cap;
  * - the connection monitor pings every connection each connectionPingIntervalMs
- *   and aborts one whose ping fails (libp2p's default needs ~13 s for a frozen peer);
+ *   and aborts one whose ping fails, reclaiming dead connections (the SWIM
+ *   probes, not this, notice a frozen agent: failure-detector.ts);
  * - messages are unsigned at the gossipsub layer (StrictNoSign, ids = SHA-256 of
  *   the data): every mesh message carries its own signature (signed-envelope.ts),
  *   so it stays verifiable when a node relays or stores it.

@@ -175,6 +175,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     publishDebounceMs: config.publishDebounceMs,
   }, {
     self,
+    liveMembers: () => membership.liveCount(),
     addresses: announced,
     incarnation: () => incarnation.current,
     inventory: components.inventory,

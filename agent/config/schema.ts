@@ -111,7 +111,7 @@ export const MeshSection = Type.Object({
   heartbeatIntervalMs: Type.Integer({
     minimum: 100,
     maximum: 600_000,
-    description: 'How often the availability record is re-published even when nothing changed (so a lost message never leaves a peer stale), in milliseconds. Default: 2000.',
+    description: 'How often the availability record is re-published even when nothing changed (so a lost message never leaves a peer stale), in milliseconds, in clusters of up to 6 live agents; beyond that the period grows in proportion, so each agent receives about 6 heartbeat records per interval whatever the cluster size. Default: 2000.',
   }),
   publishDebounceMs: Type.Integer({
     minimum: 0,
@@ -151,7 +151,7 @@ export const MeshSection = Type.Object({
   connectionPingIntervalMs: Type.Integer({
     minimum: 100,
     maximum: 600_000,
-    description: 'libp2p connection monitor: every connection is pinged this often and aborted when the ping fails, in milliseconds (libp2p default 10000 notices a frozen peer after ~13 s). Default: 1000.',
+    description: 'libp2p connection monitor: every connection is pinged this often and aborted when the ping fails, in milliseconds. It reclaims dead connections; a frozen or dead agent is noticed by the SWIM probes (probeIntervalMs: suspect in about a second at any cluster size). Each ping opens a stream on every connection of a full mesh, so this is the idle cost that grows with the cluster. Default: 5000 (libp2p: 10000).',
   }),
   maxConnections: Type.Integer({
     minimum: 8,
@@ -208,7 +208,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       suspicionMult: 4,
       suspicionMaxTimeoutMult: 6,
       deadRetentionMs: 300_000,
-      connectionPingIntervalMs: 1000,
+      connectionPingIntervalMs: 5000,
       maxConnections: 1024,
       maxRecordBytes: 64 * 1024,
     },
