@@ -8,6 +8,8 @@
  *   membership claims about this agent → refute: raise the incarnation
  *   (persisted) and publish a record at once.
  *   connection closed → probe that member now.
+ *   connected peer without an outbound gossip stream → hang up, dial afresh
+ *   (gossip-stream-watchdog.ts).
  *   event loop stalled longer than a probe timeout → refute pre-emptively:
  *   whoever suspected this agent meanwhile hears a higher incarnation.
  *   stop → publish "left" so peers mark this agent dead at once.
@@ -33,6 +35,7 @@ import { createMembership, type Member, type MembershipEvent } from './membershi
 import { createLocalHealth } from './local-health.ts'
 import { createFailureDetector } from './failure-detector.ts'
 import { createPeerDialer } from './peer-dialer.ts'
+import { createGossipStreamWatchdog } from './gossip-stream-watchdog.ts'
 import { createAvailabilityPublisher, type AvailabilityContributor } from './availability-publisher.ts'
 import { LatencyWindow, RateWindow } from './mesh-stats.ts'
 import type { MeshInfo, MeshStatus, PeerView } from './mesh-views.ts'
@@ -167,6 +170,8 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     log,
   })
 
+  const gossipWatchdog = createGossipStreamWatchdog({}, { node, log })
+
   const announced = (): string[] => node.getMultiaddrs().map(String)
   const publisher = createAvailabilityPublisher({
     node: options.nodeName,
@@ -223,6 +228,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       health.start({ signal })
       publisher.start({ signal })
       dialer.start({ signal })
+      gossipWatchdog.start({ signal })
       detector.start({ signal })
       log.info({ peerId: self, addresses: announced(), announce: announce.source, incarnation: incarnation.current, seeds: config.join, clusterKey: cluster.file }, 'mesh started')
     },
@@ -231,6 +237,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       stopped ??= (async () => {
         detector.stop()
         dialer.stop()
+        gossipWatchdog.stop()
         publisher.stop()
         health.stop()
         if (started) {

@@ -46,6 +46,12 @@ export interface LeaderCalls {
   handle(method: string, handler: LeaderCallHandler): () => void
   /** Runs `method` on the acting leader (here when this agent acts) and returns its result. */
   call(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
+  /**
+   * Runs `method` on exactly `peer` (the answerer is the connection's
+   * authenticated remote), once, without following hints: ERR_NOT_LEADER if
+   * it does not act, ERR_LEADER_UNAVAILABLE if it cannot be reached.
+   */
+  callPeer(peer: string, method: string, body: unknown, signal: AbortSignal): Promise<unknown>
   start(): Promise<void>
   stop(): Promise<void>
 }
@@ -139,6 +145,16 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
       }
       if (options.signal?.aborted === true) throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} cancelled (${last})`)
       throw new AgentError('ERR_LEADER_UNAVAILABLE', `no acting leader answered ${method} within ${timeoutMs} ms (last: ${last})`)
+    },
+
+    async callPeer (peer, method, body, signal) {
+      const a = peer === c.self
+        ? await answer(method, body, { peerId: c.self })
+        : await requestJson(c.node, peer, protocol, { method, body }, signal).then(parseAnswer, (err: Error) => {
+          throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} to ${peer} failed: ${err.message}`, { cause: err })
+        })
+      if (a.ok) return a.result
+      throw new AgentError(a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL', a.message)
     },
 
     async start () {

@@ -16,20 +16,31 @@
  * re-publishes the epoch's recent decisions and the full desired state every
  * republishIntervalMs, so an agent that missed a message catches up — when
  * some other live agent advertises the same voter set (nobody else needs it).
+ *
+ * Pulling. Gossip is not the only way: an agent that follows a known leader
+ * (not itself) and accepted no batch from it for pullAfterSilenceMs (two
+ * republish intervals) asks that leader directly, over a leader call on the
+ * authenticated connection (method `election.state`), for the epoch's recent
+ * decisions and the desired state, and feeds them to its decision log like a
+ * gossiped batch (same fencing). So a follower that gossip cannot reach
+ * still catches up, on every backend, clients included, within about
+ * 2 × republishIntervalMs. Voters of the embedded backend are also pushed
+ * to (catchUp below).
  */
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from '../../agent/errors.ts'
 import { validateElectionConfig, type ElectionConfig } from './election-config.ts'
 import type { Mesh } from '../mesh-service.ts'
-import type { Decision, DecisionBatch } from '../mesh-messages.ts'
+import { Value } from '@sinclair/typebox/value'
+import { DecisionBatchSchema, type Decision, type DecisionBatch } from '../mesh-messages.ts'
 import { openElectionStore, type ElectionStore } from './election-store.ts'
 import type { LeaderElection, LeaderElectionState } from './leader-election.ts'
 import { createEmbeddedElection } from './embedded-election.ts'
 import { createEtcdElection } from './etcd-election.ts'
 import type { LeaderViewBody } from './leader-views.ts'
 import { createLeaderCalls, type LeaderCallHandler, type LeaderCallOptions } from './leader-calls.ts'
-import { createDecisionLog, type AppliedDecision, type DecisionLog, type DecisionLogEntry } from './decision-log.ts'
+import { createDecisionLog, type AppliedDecision, type BatchVerdict, type DecisionLog, type DecisionLogEntry } from './decision-log.ts'
 
 /** A leader-only subsystem (the cluster policies): runs while this agent acts as leader. */
 export interface LeaderTask {
@@ -95,6 +106,8 @@ export interface LeaderService {
 const recentDecisions = 32
 /** Room left in a batch for its envelope and fields around the decisions, bytes. */
 const batchOverheadBytes = 1024
+/** The leader call that answers the acting leader's state batch (pulling, above). */
+export const stateCallMethod = 'election.state'
 /** How long a leader call waits for an acting leader by default: covers a failover (lease + election + view grace). */
 const leaderCallTimeoutMs = 10_000
 
@@ -179,8 +192,41 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       store,
       appliedPosition: () => { const p = decisionLog.position(); return { epoch: p.epoch, seq: p.seq } },
       onHeartbeatAnswer: (peer, r) => catchUp(peer, r.applied),
-      receiveDecisions: batch => decisionLog.receive(batch),
+      receiveDecisions: batch => receive(batch),
     })
+
+  /**
+   * Follower side: when a batch of the leader this agent follows was last
+   * accepted, or that leader first seen (monotonic ms), and whether a pull runs.
+   */
+  const heard = { leaderId: null as string | null, atMs: 0, pulling: false }
+  const receive = async (batch: DecisionBatch): Promise<BatchVerdict> => {
+    const verdict = await decisionLog.receive(batch)
+    if (verdict === 'accepted' && batch.from === heard.leaderId) heard.atMs = performance.now()
+    return verdict
+  }
+  const pullAfterSilenceMs = 2 * config.republishIntervalMs
+
+  /** Asks the leader this agent follows for its state batch when it has been silent too long (pulling, above). */
+  const pullIfSilent = (): void => {
+    const { leaderId } = view()
+    if (leaderId !== heard.leaderId) { heard.leaderId = leaderId; heard.atMs = performance.now() }
+    if (leaderId === null || leaderId === self || acting !== undefined || heard.pulling || signal.aborted) return
+    if (performance.now() - heard.atMs < pullAfterSilenceMs) return
+    heard.pulling = true
+    log.info({ leader: leaderId, silentMs: Math.round(performance.now() - heard.atMs) }, 'no decisions from the leader lately: pulling its state directly')
+    void (async () => {
+      const batch = await calls.callPeer(leaderId, stateCallMethod, {}, AbortSignal.any([signal, AbortSignal.timeout(config.rpcTimeoutMs * 3)])) as DecisionBatch
+      if (!Value.Check(DecisionBatchSchema, batch) || batch.from !== leaderId) throw new Error('the answer is not a state batch of the leader called')
+      const verdict = await receive(batch)
+      log.info({ leader: leaderId, epoch: batch.epoch, seq: batch.state?.seq, verdict }, 'pulled the leader\'s state')
+    })().catch(err => log.debug({ leader: leaderId, err: (err as Error).message }, 'state pull failed'))
+      .finally(() => {
+        heard.pulling = false
+        // One pull per silence period, answered or not.
+        if (heard.leaderId === leaderId) heard.atMs = Math.max(heard.atMs, performance.now() - pullAfterSilenceMs + config.republishIntervalMs)
+      })
+  }
 
   // Leader side of the current epoch.
   /**
@@ -237,6 +283,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         const unregister = calls.handle(method, handler)
         controller.signal.addEventListener('abort', unregister, { once: true })
       }
+      handleCalls(stateCallMethod, async () => stateBatch(a))
       const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => ({ ...desired }), handleCalls }
       for (const task of components.leaderTasks) {
         if (controller.signal.aborted) return
@@ -293,14 +340,14 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         collect: () => ({ election: { server: config.server, voterSetId: election.voterSetId(), voters: [...election.voters()] } }),
       })
       mesh.availabilityChanged()
-      mesh.setDecisionHandler(batch => decisionLog.receive(batch))
+      mesh.setDecisionHandler(batch => receive(batch))
       election.onChange(() => {
         supervise()
         mesh.availabilityChanged()
       })
       await calls.start()
       await election.start({ signal })
-      supervisor = setInterval(supervise, Math.max(20, Math.floor((config.backend === 'etcd' ? config.etcdPollIntervalMs : config.heartbeatIntervalMs) / 2)))
+      supervisor = setInterval(() => { supervise(); pullIfSilent() }, Math.max(20, Math.floor((config.backend === 'etcd' ? config.etcdPollIntervalMs : config.heartbeatIntervalMs) / 2)))
       supervisor.unref()
     },
     stop () {

@@ -10,13 +10,14 @@
  *   and its publish would send after it resumes, until everyone rejected it;
  * - randomFaultRun(seed): a seeded sequence of faults (leader or follower
  *   SIGKILL + restart, leader SIGSTOP + SIGCONT, minority|majority partition +
- *   heal) under a steady flow of decisions, then the invariants over every
- *   agent's decision log.
+ *   heal; on the etcd backend also etcd SIGKILL + restart) under a steady flow
+ *   of decisions, then the invariants over every agent's decision log.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createSeededRandom } from '../../mesh/sim/seeded-random.ts'
 import type { InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { MeshAgent } from './test-mesh.ts'
+import type { EtcdProcess } from './etcd-process.ts'
 import { decisionLoad, decisionViolations, readDecisionLogs, waitForLeader, type ElectionCluster } from './test-election.ts'
 
 export type FailoverFault = 'SIGKILL' | 'SIGSTOP'
@@ -75,8 +76,12 @@ export interface RandomFaultRun {
   violations: InvariantViolation[]
 }
 
-/** `steps` seeded faults under decision load; every fault is repaired before the next. */
-export async function randomFaultRun (live: LiveCluster, seed: number, steps: number): Promise<RandomFaultRun> {
+/**
+ * `steps` seeded faults under decision load; every fault is repaired before the next.
+ * With `etcd` (the cluster's, etcd backend) one fault in six is an etcd outage:
+ * SIGKILL of etcd for 0.5–3 s, then a restart on the same data dir.
+ */
+export async function randomFaultRun (live: LiveCluster, seed: number, steps: number, etcd?: EtcdProcess): Promise<RandomFaultRun> {
   const random = createSeededRandom(seed)
   const faults: string[] = []
   const load = decisionLoad(() => live.agents, 'load', 100)
@@ -85,7 +90,13 @@ export async function randomFaultRun (live: LiveCluster, seed: number, steps: nu
       const { leader } = await waitForLeader(live.agents, live.agents, 30_000)
       const r = random.next()
       const followers = live.agents.filter(a => a !== leader)
-      if (r < 0.3) {
+      if (etcd !== undefined && random.next() < 1 / 6) {
+        const outageMs = random.uniform(500, 3000)
+        faults.push(`SIGKILL etcd ${Math.round(outageMs)} ms`)
+        await etcd.kill()
+        await sleep(outageMs)
+        await etcd.restart()
+      } else if (r < 0.3) {
         faults.push(`SIGKILL leader ${leader!.name}`)
         leader!.proc.kill('SIGKILL'); await leader!.exited
         await sleep(random.uniform(500, 3000))
