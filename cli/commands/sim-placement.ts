@@ -36,9 +36,10 @@ export const simPlacementCommand: Command = {
       `GPU busy fraction        ${(result.gpuBusyFraction * 100).toFixed(1)} %`,
       `context switches         ${result.contextSwitches}`,
       `jobs that shared nodes   ${result.sharedJobs}`,
+      `jobs over their bound    ${result.jobs.filter(j => j.slowdown > j.maxSlowdown + 1e-9).length}`,
       '',
       'longest normalized queue delays:',
-      formatTable(['JOB', 'WAIT', 'RUN', 'DELAY/RUN', 'SLOWDOWN'], worst.map(j => [j.id, formatDuration(j.waitS), formatDuration(j.endS - j.startS), (j.waitS / (j.endS - j.startS)).toFixed(2), j.slowdown.toFixed(2)])),
+      formatTable(['JOB', 'WAIT', 'RUN', 'DELAY/RUN', 'SLOWDOWN', 'PREDICTED', 'BOUND'], worst.map(j => [j.id, formatDuration(j.waitS), formatDuration(j.endS - j.startS), (j.waitS / (j.endS - j.startS)).toFixed(2), j.slowdown.toFixed(2), j.predictedSlowdown.toFixed(2), j.maxSlowdown.toFixed(2)])),
     ].join('\n')
     return { json: result, human }
   },

@@ -162,7 +162,10 @@ export function horizonOf (table: JobTable, eligible: readonly LiveNode[], nowSl
     const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
     const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
     if (on.length === 0 || footprintEnd(footprint) <= nowSlot) continue
-    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots: Math.max(1, durationSlots(r.spec.periodS, table.slotS)), dedicated: r.placement.mode === 'dedicated', maxSlowdown: r.spec.maxSlowdown }, { allowConflicts: true })
+    const basePeriodSlots = Math.max(1, durationSlots(r.spec.periodS, table.slotS))
+    const dedicated = r.placement.mode === 'dedicated'
+    // Conflict costs between running jobs are not in the job table: a resident's prediction is its plan's stretch.
+    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots, dedicated, maxSlowdown: r.spec.maxSlowdown, planSlowdown: dedicated ? 1 : r.placement.periodSlots / basePeriodSlots }, { allowConflicts: true })
   }
   return horizon
 }

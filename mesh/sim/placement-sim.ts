@@ -27,7 +27,7 @@ import { createEventQueue } from './event-queue.ts'
 import { createSeededRandom } from './seeded-random.ts'
 import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } from './placement-trace.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
-import { planPlacement, residentFor, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
+import { commitPlacement, planPlacement, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
 import type { RuntimeSchedulerName, RuntimeTask } from '../policies/runtime/hrrs.ts'
 import { createTaskExecutor } from './task-executor.ts'
 
@@ -49,7 +49,7 @@ export interface PlacementSimOptions {
    * Default 32.
    */
   backfillDepth?: number
-  /** Passed to the placement policy (conflict cost in its slowdown prediction). Default 2. */
+  /** Passed to the placement policy (κ, conflict cost in its slowdown prediction). Default the policy's (2). */
   conflictCostBlocks?: number
 }
 
@@ -58,7 +58,24 @@ export interface PlacementSimJob {
   startS: number
   endS: number
   waitS: number
+  /** Run time over the isolated run time (iterations × period). */
   slowdown: number
+  /** The job's admission bound (trace). */
+  maxSlowdown: number
+  /**
+   * Slowdown predicted by the placement the job ran its last iterations
+   * under (1 for dedicated), raised by later jobs' admitted conflicts.
+   */
+  predictedSlowdown: number
+  /** That placement: dedicated nodes, shared without overlap, or shared with admitted conflicts. */
+  placement: 'dedicated' | 'strict' | 'conflicting'
+  /**
+   * Where the run time beyond the isolated one went, seconds summed over the
+   * job's tasks: held back by its reservation (phase, stretched period,
+   * micro-shifts), waiting for device locks held by other jobs, and
+   * context-switch setup paid.
+   */
+  lostS: { reservation: number, lockWait: number, setup: number }
 }
 
 export interface PlacementSimResult {
@@ -93,6 +110,8 @@ interface JobRun {
   repacked: boolean
   shared: boolean
   lastFailedVersion: number
+  lostS: { reservation: number, lockWait: number, setup: number }
+  predictedSlowdown: number
 }
 
 export function simulatePlacement (trace: PlacementTrace, options: PlacementSimOptions): PlacementSimResult {
@@ -127,6 +146,8 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       repacked: false,
       shared: false,
       lastFailedVersion: -1,
+      lostS: { reservation: 0, lockWait: 0, setup: 0 },
+      predictedSlowdown: 1,
     }
     runs.set(spec.id, run)
     q.at(spec.submitS, () => { waiting.push(run); tryPlace() })
@@ -165,8 +186,13 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   }
 
   function commit (run: JobRun, decision: PlacementDecision): void {
-    horizon.reserve(residentFor(decision, run.job, slotS), { allowConflicts: !decision.strict })
+    commitPlacement(horizon, decision, run.job)
     run.decision = decision
+    run.predictedSlowdown = decision.predictedSlowdown
+    for (const c of decision.conflictCosts) {
+      const other = runs.get(c.jobId)
+      if (other !== undefined && other !== run) other.predictedSlowdown = Math.max(other.predictedSlowdown, horizon.predictedSlowdown(c.jobId))
+    }
     run.placedNodes = decision.nodes
     run.planBaseIteration = run.iteration
     if (decision.nodes.some(n => horizon.jobsOn(n).size > 1)) run.shared = true
@@ -203,12 +229,18 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   }
 
   function scheduleNextTask (run: JobRun): void {
-    const readyS = Math.max(naturalReadyS(run), plannedStartS(run), q.nowS)
+    const naturalS = Math.max(naturalReadyS(run), q.nowS)
+    const readyS = Math.max(naturalS, plannedStartS(run))
+    run.lostS.reservation += readyS - naturalS
     const seg = run.spec.segments[run.segment]!
     const durationS = seg.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))
     q.at(readyS, () => {
       const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: seg.durationS, setupS: run.switchS }
-      executor.submit(task, durationS, () => complete(run))
+      executor.submit(task, durationS, ({ startedS, setupS }) => {
+        run.lostS.lockWait += startedS - readyS
+        run.lostS.setup += setupS
+        complete(run)
+      })
     })
   }
 
@@ -247,7 +279,17 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   const jobs: PlacementSimJob[] = trace.jobs.map(spec => {
     const run = runs.get(spec.id)!
     const waitS = run.startS - spec.submitS
-    return { id: spec.id, startS: run.startS, endS: run.endS, waitS, slowdown: (run.endS - run.startS) / (spec.iterations * spec.periodS) }
+    return {
+      id: spec.id,
+      startS: run.startS,
+      endS: run.endS,
+      waitS,
+      slowdown: (run.endS - run.startS) / (spec.iterations * spec.periodS),
+      maxSlowdown: spec.maxSlowdown,
+      predictedSlowdown: run.predictedSlowdown,
+      placement: run.decision === undefined || run.decision.mode === 'dedicated' ? 'dedicated' : run.decision.strict ? 'strict' : 'conflicting',
+      lostS: run.lostS,
+    }
   })
   const makespanS = Math.max(...jobs.map(j => j.endS)) - Math.min(...trace.jobs.map(j => j.submitS))
   const delays = jobs.map(j => j.waitS / (j.endS - j.startS)).sort((a, b) => a - b)

@@ -27,14 +27,22 @@ export interface TaskExecutorStats {
   waitMaxS: number
 }
 
+/** How a completed task ran: when it started (after its wait for the device locks) and the setup it paid. */
+export interface TaskRun {
+  /** Start time, seconds (>= the task's readyS). */
+  startedS: number
+  /** Context-switch setup paid before the run, seconds (0 when the job's state was resident). */
+  setupS: number
+}
+
 export interface TaskExecutor {
   readonly stats: TaskExecutorStats
   /**
    * Queues a ready task (its readyS must be now). It runs for `durationS`
    * (plus the setup cost when it switches) once scheduled; `onDone` runs at
-   * completion, after its locks are released.
+   * completion, after its locks are released, with how the task ran.
    */
-  submit(task: RuntimeTask, durationS: number, onDone: () => void): void
+  submit(task: RuntimeTask, durationS: number, onDone: (run: TaskRun) => void): void
 }
 
 export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor {
@@ -42,7 +50,7 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
   const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined, expectedFreeS: number | undefined }> =
     Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined, expectedFreeS: undefined }))
   const pending: RuntimeTask[] = []
-  const entries = new Map<string, { durationS: number, state: TaskState, onDone: () => void }>()
+  const entries = new Map<string, { durationS: number, state: TaskState, onDone: (run: TaskRun) => void }>()
   const stats: TaskExecutorStats = { contextSwitches: 0, busyNodeSeconds: 0, tasksStarted: 0, waitSumS: 0, waitMaxS: 0 }
 
   function dispatch (): void {
@@ -62,11 +70,12 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       stats.waitMaxS = Math.max(stats.waitMaxS, waitS)
       stats.tasksStarted++
       stats.busyNodeSeconds += entry.durationS * task.nodes.length
-      q.after((switched ? task.setupS : 0) + entry.durationS, () => {
+      const run: TaskRun = { startedS: q.nowS, setupS: switched ? task.setupS : 0 }
+      q.after(run.setupS + entry.durationS, () => {
         entry.state = nextTaskState(entry.state, 'complete')
         entries.delete(task.taskId)
         for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined })
-        entry.onDone()
+        entry.onDone(run)
         dispatch()
       })
     }

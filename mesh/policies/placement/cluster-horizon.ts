@@ -33,6 +33,18 @@ export interface ResidentJob {
   readonly dedicated: boolean
   /** The job's admission bound on slowdown (PlexRL §7.2), >= 1. */
   readonly maxSlowdown: number
+  /** Slowdown of the job's plan alone (stretched over unstretched period, P'/P). Missing = 1. */
+  readonly planSlowdown?: number
+}
+
+/** Predicted slowdown one resident's conflicts add to another (PlexRL §4.4), recorded by a placement. */
+export interface ConflictCost {
+  /** The job that waits. */
+  readonly jobId: string
+  /** The job whose overlapping blocks it waits for. */
+  readonly fromJobId: string
+  /** Added slowdown (conflict-cost.ts). */
+  readonly slowdown: number
 }
 
 export interface ClusterHorizonOptions {
@@ -60,6 +72,8 @@ export interface ClusterHorizonView {
   residents(): Iterable<ResidentJob>
   /** Does the footprint fit entirely in the node's free time (clipped to the window)? */
   fitsOnNode(node: number, footprint: Footprint): boolean
+  /** A resident's predicted slowdown: its planSlowdown plus the conflict costs of the residents still present. 1 for an unknown job. */
+  predictedSlowdown(jobId: string): number
 }
 
 export class ClusterHorizon implements ClusterHorizonView {
@@ -73,6 +87,8 @@ export class ClusterHorizon implements ClusterHorizonView {
   private readonly jobs = new Map<string, ResidentJob>()
   /** Per job, per node (in job.nodes order): sorted ranges of its footprint that another job holds. */
   private readonly unheld = new Map<string, Array<Array<[number, number]>>>()
+  /** Conflict costs by the waiting job: source job -> added slowdown. Both ends are residents. */
+  private readonly conflictCosts = new Map<string, Map<string, number>>()
   /** Slots of extension periods that collided with another reservation (see contract). */
   overcommittedSlots = 0
 
@@ -152,6 +168,36 @@ export class ClusterHorizon implements ClusterHorizonView {
     })
   }
 
+  /**
+   * Records predicted conflict costs between residents (a conflict-tolerant
+   * placement's, PlacementDecision.conflictCosts). A cost lasts while both
+   * jobs are resident; costs naming an unknown job are ignored.
+   */
+  addConflictCosts (costs: readonly ConflictCost[]): void {
+    for (const c of costs) {
+      if (!this.jobs.has(c.jobId) || !this.jobs.has(c.fromJobId) || c.jobId === c.fromJobId) continue
+      let into = this.conflictCosts.get(c.jobId)
+      if (into === undefined) this.conflictCosts.set(c.jobId, into = new Map())
+      into.set(c.fromJobId, (into.get(c.fromJobId) ?? 0) + c.slowdown)
+    }
+  }
+
+  predictedSlowdown (jobId: string): number {
+    const job = this.jobs.get(jobId)
+    if (job === undefined) return 1
+    let s = job.planSlowdown ?? 1
+    for (const v of this.conflictCosts.get(jobId)?.values() ?? []) s += v
+    return s
+  }
+
+  /** Drops a departed job from the records: its costs and the costs it caused. */
+  private forget (jobId: string): void {
+    this.jobs.delete(jobId)
+    this.unheld.delete(jobId)
+    this.conflictCosts.delete(jobId)
+    for (const into of this.conflictCosts.values()) into.delete(jobId)
+  }
+
   /** Releases what remains of a job's reservation (its future inside the window). Returns false for an unknown job. */
   release (jobId: string): boolean {
     const job = this.jobs.get(jobId)
@@ -173,8 +219,7 @@ export class ClusterHorizon implements ClusterHorizonView {
       })
       this.jobsByNode[n]!.delete(jobId)
     })
-    this.jobs.delete(jobId)
-    this.unheld.delete(jobId)
+    this.forget(jobId)
     return true
   }
 
@@ -201,8 +246,7 @@ export class ClusterHorizon implements ClusterHorizonView {
       const unheld = this.unheld.get(job.jobId)!
       if (footprintEnd(job.footprint) <= slot) {
         for (const n of job.nodes) this.jobsByNode[n]!.delete(job.jobId)
-        this.jobs.delete(job.jobId)
-        this.unheld.delete(job.jobId)
+        this.forget(job.jobId)
         continue
       }
       job.nodes.forEach((n, i) => {

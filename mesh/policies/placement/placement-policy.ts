@@ -10,43 +10,56 @@
  *
  * The paper's Eq. (1)–(2) were lost from the text; what is implemented:
  * - A job has period P and GPU-busy segments (o_i, d_i), i = 1..m, in order.
- *   Each segment is reserved with d_i + c slots, c = the context-switch
- *   (offload + onload) cost, so a neighbour's setup never eats into it.
+ *   Segments closer than the switch cost c (offload + onload) are merged into
+ *   one block; each block is reserved with d + c slots.
+ * - Cadence: on a shared node every block starts with a context switch (the
+ *   task pays c before it runs, §5.2.2), so a shared job's own period is
+ *   P_c = P + m·c and block i starts (i−1)·c after its profiled offset.
+ *   Reserving at P would let the job drift c per period off its reservation
+ *   into its neighbours' (measured: lock waits of 30–60 % of the isolated run
+ *   time, 50–72 % of jobs over their bound). A job whose bound is below
+ *   P_c/P takes dedicated nodes.
  * - A placement chooses a start t0 >= now (phase φ = t0 - now), a stretched
- *   period P' >= P and micro-shifts 0 = δ_1 <= δ_2 <= … <= δ_m <= P' - P.
- *   Segment i of period k occupies [t0 + k·P' + o_i + δ_i, … + d_i + c).
+ *   period P' >= P_c and micro-shifts 0 = δ_1 <= δ_2 <= … <= δ_m <= P' - P_c.
+ *   Block i of period k occupies [t0 + k·P' + o_i + (i−1)·c + δ_i, … + d_i + c).
  *   Shifts are non-decreasing because the job is serial: delaying one
- *   operation delays every later one; the period absorbs at most P' - P.
+ *   operation delays every later one; the period absorbs at most P' - P_c.
  * - Eq. (2), the fitting constraint: every shifted segment of every period
  *   inside the window lies entirely within one free interval of every node
  *   of the group (FreeIntervalSet.fits, i.e. simulateInsert).
  * - Eq. (1), the scheduling cost, is the delay the placement adds to the
  *   job's completion: cost = φ + I·(P' − P) slots for I remaining
- *   iterations. Candidates are tried in increasing cost; the first whose
- *   footprint fits on enough nodes wins, ties broken by Σδ_i.
+ *   iterations. Candidates are tried in increasing cost, at most a few
+ *   phases per period so that the residents' (commensurate) periods are
+ *   reached; the first whose footprint fits on enough nodes wins.
  * - Strict fitting over an 8 h window fails for periods that are not
  *   commensurate (their phases drift), and the paper admits that strict
  *   non-overlap is infeasible in practice ("allowable interference
  *   thresholds", §4.4). When no candidate fits strictly, a second pass
- *   admits a footprint with conflicting instances (segments overlapping a
- *   resident's busy time) on a node, predicting
- *     slowdown = P'/P + (c / K) · 2B / P
- *   with c conflicting instances on the group's worst node out of the K
- *   instances of the job's first 12 periods (a sample: it bounds the cost)
- *   and B the mean padded busy block: each conflict is assumed to cost about
- *   two blocks (its own wait plus the chained delay it passes on, §7.1;
- *   `conflictCostBlocks`), serialised by HRRS at run time.
- * - Search bounds: the 48 cheapest candidates are tried strictly, the 8
- *   cheapest with conflicts (scanning the emptiest nodes first, where
- *   conflicts are fewest); nodes whose free time is smaller than the
- *   footprint are skipped without a search.
- * - Admission (§7.2): the predicted slowdown must not exceed the job's
- *   maxSlowdown; nodes whose resident jobs already run slower than their own
- *   bound (observed duty-ratio slowdown) take no further jobs, nor do nodes
- *   already holding `maxJobsPerNode` jobs (host memory for offloaded state).
- * - Candidate periods P': P itself, the resident jobs' periods (and their
- *   multiples and halves) within [P, P·maxSlowdown] so that patterns stay
- *   commensurate (§7.1), and P stretched by 2, 5 and 10 % for micro-shifts.
+ *   admits overlapping footprints. Over the job's first 12 periods (a
+ *   sample: it bounds the cost) each pair (job J, resident R) is charged
+ *   both ways, because HRRS serialises a collision and either may wait
+ *   (conflict-cost.ts):
+ *     ΔS_J = κ · (h_J / K_J) · B_R / P_J,   ΔS_R = κ · (h_R / K_R) · B_J / P_R
+ *   with h of K sampled instances overlapping the other, B the mean padded
+ *   block, κ = `conflictCostBlocks`. The job's prediction is
+ *   S_J = P'/P + Σ_R ΔS_R→J over the distinct residents of its gang.
+ *   PlexRL's own formula was lost; this one is calibrated on the simulator
+ *   (test/bench/placement-policies.bench.ts reports predicted vs realized).
+ * - Admission (§7.2): S_J <= the job's maxSlowdown, and every resident R of
+ *   a chosen node keeps max(predicted_R, observed_R) + ΔS_R <= its own
+ *   maxSlowdown, where predicted_R (ClusterHorizon.predictedSlowdown) is its
+ *   P'/P plus the costs of the residents still beside it and observed_R its
+ *   run-time duty-ratio slowdown. Nodes whose residents already run slower
+ *   than their bound take no further jobs, nor do nodes already holding
+ *   `maxJobsPerNode` jobs (host memory for offloaded state).
+ * - Search bounds: the 64 cheapest candidates (8 phases per period) are
+ *   tried strictly, the 12 cheapest (3 per period) with conflicts (scanning
+ *   the emptiest nodes first, where conflicts are fewest); nodes whose free
+ *   time is smaller than the footprint are skipped without a search.
+ * - Candidate periods P': P_c itself, the resident jobs' periods (and their
+ *   multiples and halves) within [P_c, P·maxSlowdown] so that patterns stay
+ *   commensurate (§7.1), and P_c stretched by 2, 5 and 10 % for micro-shifts.
  * - Micro-shifts for a candidate (t0, P') are found against the global
  *   free-node profile first (segment-tree pruning, §5.2.1): δ_i grows until
  *   every period of segment i sees at least `nodes` free nodes, jumping past
@@ -62,7 +75,8 @@
  *   Nodes are scanned in that preference order and only the first
  *   gang-size + 16 fitting ones are ranked (bounds the work on big clusters).
  */
-import type { ClusterHorizonView, ResidentJob } from './cluster-horizon.ts'
+import type { ClusterHorizon, ClusterHorizonView, ConflictCost, ResidentJob } from './cluster-horizon.ts'
+import { conflictSlowdown, meanBlockSlots, pairConflicts } from './conflict-cost.ts'
 import { forEachBusyInstance, mergeRanges, type Footprint } from './footprint.ts'
 import { durationSlots, slotAt } from './ring-horizon.ts'
 
@@ -97,7 +111,7 @@ export interface PlacementOptions {
   observedSlowdown?: ReadonlyMap<string, number>
   /** Start phases tried per candidate period. Default 16. */
   phasesPerPeriod?: number
-  /** Blocks of waiting a predicted conflict costs in the slowdown prediction. Default 2. */
+  /** κ: blocks of waiting a predicted conflict costs each job in the slowdown prediction. Default 2. */
   conflictCostBlocks?: number
 }
 
@@ -113,7 +127,9 @@ export interface PlacementDecision {
   readonly shiftSlots: number[]
   /** Predicted slowdown: P'/P plus the conflict term (1 for dedicated). */
   readonly predictedSlowdown: number
-  /** Instances (on the worst node, within the sampled periods) overlapping a resident's busy time; > 0 means reserve with allowConflicts. */
+  /** Predicted conflict costs between this job and its residents, both ways (commitPlacement records them). */
+  readonly conflictCosts: readonly ConflictCost[]
+  /** Instances of the job (on its worst node, within the sampled periods) overlapping a resident's; 0 for a strict placement. */
   readonly conflictInstances: number
   /** Instances the conflict count was taken over (the first periods of the job in the window). */
   readonly conflictSampleInstances: number
@@ -132,11 +148,13 @@ export interface PlacementDecision {
 export const defaultMaxJobsPerNode = 4
 
 /**
- * Default blocks of waiting one conflicting instance is predicted to cost:
- * the delayed segment waits about one block, and the delay it passes on to
- * the job's next operations (§7.1 chained delay) about one more. Larger
- * values admit fewer conflicts: realised slowdowns stay nearer the jobs'
- * bounds at the price of density (see test/bench/placement-policies.bench.ts).
+ * Default κ, blocks of waiting one conflicting instance is predicted to cost
+ * each of the two jobs (conflict-cost.ts): the wait plus the delay it chains
+ * into the job's next operations. Calibrated on generated traces (see
+ * test/bench/placement-policies.bench.ts): from κ = 1.5 up the makespan is
+ * flat (conflicts admitted at lower κ slow jobs as much as they add density)
+ * while jobs over their bound fall from 5–8 % (κ = 1) to <= 2 % (κ = 2);
+ * κ = 0.75 drains faster but puts 9–13 % of jobs over their bound.
  */
 export const defaultConflictCostBlocks = 2
 
@@ -152,8 +170,11 @@ const rankingSample = 16
  * full cluster: the cheapest candidates (Eq. 1) tried strictly and with
  * conflicts, and the periods over which conflicts are predicted.
  */
-const maxStrictCandidates = 48
-const maxTolerantCandidates = 8
+const maxStrictCandidates = 64
+const maxTolerantCandidates = 12
+/** Cheapest phases tried per candidate period, so that the search reaches the residents' (commensurate) periods. */
+const strictPhasesPerPeriod = 8
+const tolerantPhasesPerPeriod = 3
 const conflictSamplePeriods = 12
 
 /** The ResidentJob to reserve for a decision. */
@@ -165,7 +186,18 @@ export function residentFor (decision: PlacementDecision, job: PlacementJob, slo
     basePeriodSlots: Math.max(1, durationSlots(job.periodS, slotS)),
     dedicated: decision.mode === 'dedicated',
     maxSlowdown: job.maxSlowdown,
+    planSlowdown: decision.mode === 'dedicated' ? 1 : decision.stretchedPeriodSlots / Math.max(1, durationSlots(job.periodS, slotS)),
   }
+}
+
+/**
+ * Commits a decision: reserves the job's footprint (with allowConflicts for
+ * a conflict-tolerant placement) and records its conflict costs, so later
+ * admissions see what this job and its residents cost each other.
+ */
+export function commitPlacement (horizon: ClusterHorizon, decision: PlacementDecision, job: PlacementJob): void {
+  horizon.reserve(residentFor(decision, job, horizon.slotS), { allowConflicts: !decision.strict })
+  horizon.addConflictCosts(decision.conflictCosts)
 }
 
 export function planPlacement (view: ClusterHorizonView, job: PlacementJob, options: PlacementOptions): PlacementDecision | undefined {
@@ -189,7 +221,7 @@ function planDedicated (view: ClusterHorizonView, job: PlacementJob, now: number
   }
   if (nodes.length < job.nodes) return undefined
   const footprint: Footprint = { startSlot: now, periodSlots: length, periods: 1, busy: [[0, length]] }
-  return { jobId: job.id, mode: 'dedicated', nodes, footprint, startSlot: now, stretchedPeriodSlots: length, shiftSlots: job.segments.map(() => 0), predictedSlowdown: 1, conflictInstances: 0, conflictSampleInstances: 0, strict: true, costSlots: 0, interference: 0 }
+  return { jobId: job.id, mode: 'dedicated', nodes, footprint, startSlot: now, stretchedPeriodSlots: length, shiftSlots: job.segments.map(() => 0), predictedSlowdown: 1, conflictCosts: [], conflictInstances: 0, conflictSampleInstances: 0, strict: true, costSlots: 0, interference: 0 }
 }
 
 /** A busy block of one period: offset and padded length in slots, and the job's segments (indices) it covers. */
@@ -202,7 +234,10 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   const period = Math.max(1, durationSlots(job.periodS, slotS))
   const setup = durationSlots(job.switchS, slotS)
   const segments = paddedSegments(job, slotS, setup)
+  const cadence = period + segments.length * setup
   const maxPeriod = Math.floor(period * job.maxSlowdown + 1e-9)
+  // A job whose bound cannot absorb its own switches when shared keeps nodes to itself.
+  if (cadence > maxPeriod) return planDedicated(view, job, now)
   const eligible = eligibleNodes(view, options)
   if (eligible.length < job.nodes) return undefined
   // Scan nodes in the policy's order of preference (pack: fullest first; spread: emptiest first).
@@ -212,40 +247,33 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   else eligible.splice(0, eligible.length, ...emptiestFirst)
 
   const aligned = alignedPhases(view, eligible, now, segments[0]!.offset, maxPeriod)
-  const candidates = candidatePeriods(view, period, maxPeriod)
-    .flatMap(p => phases(p, options.phasesPerPeriod ?? 16, aligned).map(phi => ({ startSlot: now + phi, periodSlots: p, cost: phi + job.iterations * (p - period) })))
-    .sort((a, b) => a.cost - b.cost || a.periodSlots - b.periodSlots)
+  const byPeriod = candidatePeriods(view, period, cadence, maxPeriod)
+    .map(p => phases(p, options.phasesPerPeriod ?? 16, aligned).map(phi => ({ startSlot: now + phi, periodSlots: p, cost: phi + job.iterations * (p - period) })).sort((a, b) => a.cost - b.cost))
+  const cheapest = (perPeriod: number, count: number): Candidate[] => byPeriod.flatMap(list => list.slice(0, perPeriod))
+    .sort((a, b) => a.cost - b.cost || a.periodSlots - b.periodSlots).slice(0, count)
 
-  const blockMean = segments.reduce((sum, b) => sum + b.length, 0) / segments.length
   const conflictCostBlocks = options.conflictCostBlocks ?? defaultConflictCostBlocks
   for (const tolerant of [false, true]) {
-    for (const candidate of candidates.slice(0, tolerant ? maxTolerantCandidates : maxStrictCandidates)) {
+    const tried = tolerant ? cheapest(tolerantPhasesPerPeriod, maxTolerantCandidates) : cheapest(strictPhasesPerPeriod, maxStrictCandidates)
+    for (const candidate of tried) {
       const base = candidate.periodSlots / period
       const headroom = job.maxSlowdown - base
       if (tolerant && headroom <= 0) continue
-      const strictShifts = microShifts(view, segments, candidate, period, job)
+      const strictShifts = microShifts(view, segments, candidate, cadence, job)
       if (strictShifts === undefined && !tolerant) continue
       const shifts = strictShifts ?? segments.map(() => 0)
       const footprint = buildFootprint(segments, shifts, candidate, job.iterations)
-      // The strict pass checks the whole window; the tolerant pass predicts conflicts from a sample of periods.
-      const until = tolerant ? Math.min(view.windowEnd, candidate.startSlot + conflictSamplePeriods * candidate.periodSlots) : view.windowEnd
-      const { instances, slots } = busyInWindow(view, footprint, until)
-      // Most conflicting instances a node may have: (c / K)·2B/P <= headroom.
-      const budget = tolerant ? Math.floor(headroom * period / (conflictCostBlocks * blockMean) * instances) : 0
-      const fitting: Array<{ n: number, conflicts: number }> = []
-      for (const n of tolerant ? emptiestFirst : eligible) {
-        if (!tolerant && view.node(n).freeSlots < slots) continue
-        const conflicts = conflictsOnNode(view, n, footprint, until, budget)
-        if (conflicts <= budget) fitting.push({ n, conflicts })
-        if (fitting.length >= job.nodes + rankingSample) break
-      }
-      if (fitting.length < job.nodes) continue
+      const fitting = tolerant
+        ? tolerantNodes(view, job, footprint, emptiestFirst, { period, headroom, costBlocks: conflictCostBlocks, observed: options.observedSlowdown })
+        : strictNodes(view, job, footprint, eligible)
+      if (fitting === undefined) continue
       const guard = Math.max(1, Math.round(period * 0.02))
       const scored = fitting.map(f => ({ ...f, interference: interferenceOn(view, f.n, footprint, guard), load: 1 - view.node(f.n).freeSlots / view.slots }))
-      if (options.policy === 'pack') scored.sort((a, b) => a.conflicts - b.conflicts || b.load - a.load || a.interference - b.interference || a.n - b.n)
-      else scored.sort((a, b) => a.conflicts - b.conflicts || a.interference - b.interference || a.load - b.load || a.n - b.n)
-      const chosen = scored.slice(0, job.nodes)
-      const conflictInstances = Math.max(...chosen.map(c => c.conflicts))
+      if (options.policy === 'pack') scored.sort((a, b) => a.cost - b.cost || b.load - a.load || a.interference - b.interference || a.n - b.n)
+      else scored.sort((a, b) => a.cost - b.cost || a.interference - b.interference || a.load - b.load || a.n - b.n)
+      const gang = tolerant ? chooseTolerantGang(scored, job.id, job.nodes, headroom) : { chosen: scored.slice(0, job.nodes), jobCost: 0, costs: [] }
+      if (gang === undefined) continue
+      const { chosen } = gang
       return {
         jobId: job.id,
         mode: 'shared',
@@ -253,17 +281,120 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
         footprint,
         startSlot: candidate.startSlot,
         stretchedPeriodSlots: candidate.periodSlots,
-        shiftSlots: segmentShifts(job, segments, shifts),
-        predictedSlowdown: base + (instances === 0 ? 0 : conflictInstances / instances * conflictCostBlocks * blockMean / period),
-        conflictSampleInstances: instances,
+        shiftSlots: segmentShifts(job, segments, shifts, setup),
+        predictedSlowdown: base + gang.jobCost,
+        conflictCosts: gang.costs,
+        conflictSampleInstances: Math.max(0, ...chosen.map(c => c.instances)),
         strict: !tolerant,
-        conflictInstances,
+        conflictInstances: Math.max(0, ...chosen.map(c => c.hits)),
         costSlots: candidate.cost,
         interference: chosen.reduce((sum, c) => sum + c.interference, 0) / chosen.length,
       }
     }
   }
   return undefined
+}
+
+/** A node a footprint may go on: its predicted cost to the job and what it does to the node's residents. */
+interface NodeFit {
+  n: number
+  /** Slowdown the node's residents add to the job (sum over them). */
+  cost: number
+  /** Of the job's sampled instances, those overlapping a resident of this node. */
+  hits: number
+  instances: number
+  /** Residents of the node: the slowdown each adds to the job and the slowdown the job adds to it. */
+  residents: readonly ResidentCost[]
+}
+
+interface ResidentCost { jobId: string, toJob: number, toResident: number }
+
+/** Strict pass: nodes where the whole footprint is free inside the window (no cost to anyone). */
+function strictNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Footprint, order: readonly number[]): NodeFit[] | undefined {
+  const { slots } = busyInWindow(view, footprint, view.windowEnd)
+  const out: NodeFit[] = []
+  for (const n of order) {
+    if (view.node(n).freeSlots < slots || !view.fitsOnNode(n, footprint)) continue
+    out.push({ n, cost: 0, hits: 0, instances: 0, residents: [] })
+    if (out.length >= job.nodes + rankingSample) break
+  }
+  return out.length < job.nodes ? undefined : out
+}
+
+/**
+ * Tolerant pass (conflict-cost.ts): over the first `conflictSamplePeriods`
+ * periods, each resident of a node costs the job κ·(h/K)·B_r/P and the job
+ * costs the resident κ·(h_r/K_r)·B/P_r. A node qualifies when the job's cost
+ * there fits its headroom and every resident stays within its own bound:
+ * max(predicted, observed) + added <= maxSlowdown (re-checking the residents'
+ * budgets, §7.2).
+ */
+function tolerantNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Footprint, order: readonly number[],
+  model: { period: number, headroom: number, costBlocks: number, observed: ReadonlyMap<string, number> | undefined }): NodeFit[] | undefined {
+  const from = view.windowStart
+  const until = Math.min(view.windowEnd, footprint.startSlot + conflictSamplePeriods * footprint.periodSlots)
+  const block = meanBlockSlots(footprint)
+  const pairs = new Map<string, (ResidentCost & { hits: number, instances: number }) | null>()
+  const pairOf = (id: string): (ResidentCost & { hits: number, instances: number }) | null => {
+    let p = pairs.get(id)
+    if (p !== undefined) return p
+    const r = view.resident(id)!
+    const c = pairConflicts(footprint, r.footprint, from, until)
+    const predicted = view.predictedSlowdown(id)
+    const toResident = conflictSlowdown(c.bHits, c.bInstances, block, r.basePeriodSlots, model.costBlocks)
+    const admitted = Math.max(predicted, model.observed?.get(id) ?? 1) + toResident <= r.maxSlowdown + 1e-9
+    p = admitted ? { jobId: id, toJob: conflictSlowdown(c.aHits, c.aInstances, meanBlockSlots(r.footprint), model.period, model.costBlocks), toResident, hits: c.aHits, instances: c.aInstances } : null
+    pairs.set(id, p)
+    return p
+  }
+  const out: NodeFit[] = []
+  for (const n of order) {
+    let cost = 0
+    let hits = 0
+    let instances = 0
+    const residents: ResidentCost[] = []
+    let admitted = true
+    for (const id of view.jobsOn(n)) {
+      const p = pairOf(id)
+      if (p === null) { admitted = false; break }
+      cost += p.toJob
+      hits += p.hits
+      instances = Math.max(instances, p.instances)
+      residents.push(p)
+    }
+    if (!admitted || cost > model.headroom + 1e-9) continue
+    out.push({ n, cost, hits: Math.min(hits, instances), instances, residents })
+    if (out.length >= job.nodes + rankingSample) break
+  }
+  return out.length < job.nodes ? undefined : out
+}
+
+/**
+ * Picks the gang from ranked tolerant nodes: a resident spanning several
+ * chosen nodes is counted once, and a node is skipped when its new residents
+ * would push the job's total cost past its headroom.
+ */
+function chooseTolerantGang<T extends NodeFit> (ranked: readonly T[], jobId: string, size: number, headroom: number):
+  { chosen: T[], jobCost: number, costs: ConflictCost[] } | undefined {
+  const chosen: T[] = []
+  const seen = new Map<string, ResidentCost>()
+  let jobCost = 0
+  for (const fit of ranked) {
+    if (chosen.length === size) break
+    const fresh = fit.residents.filter(r => !seen.has(r.jobId))
+    const added = fresh.reduce((s, r) => s + r.toJob, 0)
+    if (jobCost + added > headroom + 1e-9) continue
+    jobCost += added
+    for (const r of fresh) seen.set(r.jobId, r)
+    chosen.push(fit)
+  }
+  if (chosen.length < size) return undefined
+  const costs: ConflictCost[] = []
+  for (const r of seen.values()) {
+    if (r.toJob > 0) costs.push({ jobId, fromJobId: r.jobId, slowdown: r.toJob })
+    if (r.toResident > 0) costs.push({ jobId: r.jobId, fromJobId: jobId, slowdown: r.toResident })
+  }
+  return { chosen, jobCost, costs }
 }
 
 /** Busy instances of the footprint, and their slots, from the window start to `until`. */
@@ -274,22 +405,10 @@ function busyInWindow (view: ClusterHorizonView, footprint: Footprint, until: nu
   return { instances, slots }
 }
 
-/** Instances of the footprint before `until` that do not fit in the node's free time; stops counting past `limit`. */
-function conflictsOnNode (view: ClusterHorizonView, node: number, footprint: Footprint, until: number, limit: number): number {
-  const set = view.node(node)
-  if (set.freeSlots === view.slots) return 0
-  let conflicts = 0
-  forEachBusyInstance(footprint, view.windowStart, until, (a, b) => {
-    if (!set.fits(a, b)) conflicts++
-    return conflicts <= limit
-  })
-  return conflicts
-}
-
 /** Spreads the per-block shifts back onto the job's segments. */
-function segmentShifts (job: PlacementJob, blocks: readonly SegmentSlots[], shifts: readonly number[]): number[] {
+function segmentShifts (job: PlacementJob, blocks: readonly SegmentSlots[], shifts: readonly number[], setup: number): number[] {
   const out = job.segments.map(() => 0)
-  blocks.forEach((b, i) => { for (const m of b.members) out[m] = shifts[i]! })
+  blocks.forEach((b, i) => { for (const m of b.members) out[m] = shifts[i]! + i * setup })
   return out
 }
 
@@ -311,14 +430,14 @@ function eligibleNodes (view: ClusterHorizonView, options: PlacementOptions): nu
   return out
 }
 
-function candidatePeriods (view: ClusterHorizonView, period: number, maxPeriod: number): number[] {
-  const set = new Set<number>([period])
-  for (const f of [1.02, 1.05, 1.1]) set.add(Math.round(period * f))
+function candidatePeriods (view: ClusterHorizonView, period: number, cadence: number, maxPeriod: number): number[] {
+  const set = new Set<number>([cadence])
+  for (const f of [1.02, 1.05, 1.1]) set.add(Math.round(cadence * f))
   for (const r of view.residents()) {
     if (r.dedicated) continue
     for (const q of [r.footprint.periodSlots, 2 * r.footprint.periodSlots, r.footprint.periodSlots / 2]) set.add(Math.round(q))
   }
-  return [...set].filter(p => p >= period && p <= maxPeriod).sort((a, b) => a - b)
+  return [...set].filter(p => p >= cadence && p <= maxPeriod).sort((a, b) => a - b)
 }
 
 /** A coarse grid of `count` phases in [0, P') plus the aligned phases below P'. */
@@ -376,7 +495,7 @@ function paddedSegments (job: PlacementJob, slotS: number, setup: number): Segme
       last.members.push(...s.members)
     } else blocks.push({ ...s, members: [...s.members] })
   }
-  return blocks.map(b => ({ ...b, length: b.length + setup }))
+  return blocks.map((b, i) => ({ ...b, offset: b.offset + i * setup, length: b.length + setup }))
 }
 
 /**
@@ -384,8 +503,8 @@ function paddedSegments (job: PlacementJob, slotS: number, setup: number): Segme
  * inside the window, segment i sees at least `job.nodes` free nodes in the
  * global profile; undefined when none exists.
  */
-function microShifts (view: ClusterHorizonView, segments: SegmentSlots[], c: Candidate, period: number, job: PlacementJob): number[] | undefined {
-  const maxShift = c.periodSlots - period
+function microShifts (view: ClusterHorizonView, segments: SegmentSlots[], c: Candidate, cadence: number, job: PlacementJob): number[] | undefined {
+  const maxShift = c.periodSlots - cadence
   const lastPeriod = job.iterations - 1
   const shifts: number[] = []
   let delta = 0

@@ -21,14 +21,14 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a summary', asy
   const result = JSON.parse(json.stdout)
   for (const key of ['policy', 'makespanS', 'jobs', 'normalizedQueueDelay', 'gpuBusyFraction', 'contextSwitches']) t.ok(key in result, key)
   t.equal(result.policy, 'spread-backfill')
-  t.same(Object.keys(result.jobs[0]), ['id', 'startS', 'endS', 'waitS', 'slowdown'])
+  t.same(Object.keys(result.jobs[0]), ['id', 'startS', 'endS', 'waitS', 'slowdown', 'maxSlowdown', 'predictedSlowdown', 'placement', 'lostS'])
   t.same(Object.keys(result.normalizedQueueDelay), ['p50', 'p90', 'p99', 'max'])
   t.ok(result.makespanS > 0)
 
   const human = await runNode(agentctlMain, ['sim', 'placement', '--trace', file, '--policy', 'isolated'])
   t.equal(human.code, 0, human.stderr)
   t.match(human.stdout, /policy isolated, runtime hrrs: 12 jobs on 4 nodes\nmakespan\s+\S+/)
-  t.match(human.stdout, /JOB\s+WAIT\s+RUN\s+DELAY\/RUN\s+SLOWDOWN\n/)
+  t.match(human.stdout, /JOB\s+WAIT\s+RUN\s+DELAY\/RUN\s+SLOWDOWN\s+PREDICTED\s+BOUND\n/)
 })
 
 t.test('bad usage exits 2; a bad or missing trace exits 1 with a stable code', async t => {

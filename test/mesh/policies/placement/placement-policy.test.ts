@@ -1,6 +1,6 @@
 import t from 'tap'
 import { ClusterHorizon } from '../../../../mesh/policies/placement/cluster-horizon.ts'
-import { planPlacement, residentFor, type PlacementJob } from '../../../../mesh/policies/placement/placement-policy.ts'
+import { commitPlacement, planPlacement, residentFor, type PlacementJob } from '../../../../mesh/policies/placement/placement-policy.ts'
 
 const job = (over: Partial<PlacementJob> = {}): PlacementJob => ({
   id: 'j', nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 60, durationS: 30 }], maxSlowdown: 1.5, profiled: true, switchS: 5, ...over,
@@ -35,10 +35,12 @@ t.test('warm start fits the trace into the free windows of a shared node without
   const b = place(h, job({ id: 'b' }), 'pack')!
   t.equal(b.conflictInstances, 0)
   t.same(b.nodes, [0])
-  t.equal(b.stretchedPeriodSlots, 100)
-  // b's block [φ+60, φ+95) must sit in a's free window [95, 160): φ in [35, 65]; the aligned phase is 35.
+  t.equal(a.stretchedPeriodSlots, 105, 'a shared job runs at its cadence: period plus one switch per busy block')
+  t.equal(b.stretchedPeriodSlots, 105)
+  // b's block [φ+60, φ+95) must sit in a's free window [95, 165): φ in [35, 70]; the aligned phase is 35.
   t.equal(b.startSlot, 35)
-  t.equal(b.costSlots, 35, 'Eq. (1): the start delay, no stretch')
+  t.equal(b.costSlots, 35 + 10 * 5, 'Eq. (1): the start delay plus the stretch to the cadence')
+  t.equal(b.predictedSlowdown, 1.05)
   const c = place(h, job({ id: 'c' }), 'pack')
   t.equal(c?.conflictInstances ?? 0, 0)
   if (c !== undefined) t.ok(c.predictedSlowdown <= 1.5)
@@ -67,7 +69,8 @@ t.test('micro-shifts move a later segment into a free window and stretch the per
 t.test('pack prefers loaded nodes, spread the least interference and load', async t => {
   const build = () => {
     const h = new ClusterHorizon({ nodes: 3, slots: 2000 })
-    h.reserve({ jobId: 'r', nodes: [1], footprint: { startSlot: 0, periodSlots: 100, periods: 20, busy: [[0, 30]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 2 })
+    // The resident runs at the newcomer's cadence (100 s + one 5 s switch), so both fit side by side.
+    h.reserve({ jobId: 'r', nodes: [1], footprint: { startSlot: 0, periodSlots: 105, periods: 20, busy: [[0, 30]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 2 })
     return h
   }
   const j = job({ id: 'x', segments: [{ offsetS: 40, durationS: 20 }] })
@@ -100,4 +103,42 @@ t.test('the same view and job give the same decision (pure)', async t => {
   for (const id of ['a', 'b', 'c']) place(h, job({ id, nodes: 2 }), 'pack')
   const j = job({ id: 'z', nodes: 2 })
   t.same(planPlacement(h, j, { policy: 'spread' }), planPlacement(h, j, { policy: 'spread' }))
+})
+
+t.test('a shared job is planned at its cadence; one whose bound cannot absorb its switches takes dedicated nodes', async t => {
+  const h = new ClusterHorizon({ nodes: 2, slots: 2000 })
+  const two = job({ id: 'two', segments: [{ offsetS: 10, durationS: 20 }, { offsetS: 60, durationS: 20 }], switchS: 5 })
+  const d = planPlacement(h, two, { policy: 'spread' })!
+  t.equal(d.mode, 'shared')
+  t.ok(d.stretchedPeriodSlots >= 110, 'P + 2 blocks × 5 s switch')
+  t.ok(d.predictedSlowdown >= 1.1)
+  t.same(d.shiftSlots, [0, 5], 'the second block starts after the first block\'s switch')
+  const tight = planPlacement(h, { ...two, maxSlowdown: 1.05 }, { policy: 'spread' })!
+  t.equal(tight.mode, 'dedicated')
+})
+
+t.test('conflicts are charged both ways: a newcomer may not push a resident past its bound', async t => {
+  const build = (maxSlowdown: number) => {
+    const h = new ClusterHorizon({ nodes: 1, slots: 28_800 })
+    h.reserve({ jobId: 'r', nodes: [0], footprint: { startSlot: 0, periodSlots: 131, periods: 400, busy: [[0, 30]] }, basePeriodSlots: 125, dedicated: false, maxSlowdown, planSlowdown: 131 / 125 })
+    return h
+  }
+  const j = job({ id: 'x', periodS: 150, iterations: 100, segments: [{ offsetS: 50, durationS: 25 }], maxSlowdown: 1.5 })
+  const loose = build(2)
+  const d = planPlacement(loose, j, { policy: 'spread' })!
+  t.equal(d.strict, false, 'incommensurate periods: conflicts admitted')
+  const toResident = d.conflictCosts.find(c => c.jobId === 'r' && c.fromJobId === 'x')
+  const toJob = d.conflictCosts.find(c => c.jobId === 'x' && c.fromJobId === 'r')
+  t.ok(toResident !== undefined && toResident.slowdown > 0, 'the resident is charged')
+  t.ok(toJob !== undefined && Math.abs(d.predictedSlowdown - d.stretchedPeriodSlots / 150 - toJob.slowdown) < 1e-9, 'the job is charged its share')
+  commitPlacement(loose, d, j)
+  t.ok(Math.abs(loose.predictedSlowdown('r') - (131 / 125 + toResident!.slowdown)) < 1e-9, 'committed: the resident\'s prediction rises')
+  t.ok(Math.abs(loose.predictedSlowdown('x') - d.predictedSlowdown) < 1e-9)
+  for (const bound of [131 / 125, 131 / 125 + toResident!.slowdown / 2]) {
+    const other = planPlacement(build(bound), j, { policy: 'spread' })
+    const cost = other?.conflictCosts.find(c => c.jobId === 'r')?.slowdown ?? 0
+    t.ok(131 / 125 + cost <= bound + 1e-9, `a resident with bound ${bound.toFixed(3)} is never pushed past it (charged ${cost.toFixed(3)})`)
+  }
+  t.equal(planPlacement(build(131 / 125), j, { policy: 'spread' }), undefined, 'a resident without headroom refuses every conflicting newcomer')
+  t.equal(planPlacement(build(2), j, { policy: 'spread', observedSlowdown: new Map([['r', 2 - toResident!.slowdown / 2]]) }), undefined, 'nor one already observed near its bound')
 })
