@@ -69,7 +69,7 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const cpu = pids.map((p, i) => (cpuTicks(p) - before[i]!) / clkTck / seconds * 100)
     const rss = pids.map(rssMiB)
     const pss = pids.map(pssMiB)
-    const infos = await Promise.all(agents.map(a => a.client.mesh()))
+    const infos = await Promise.all(agents.map(a => a.client.mesh({ idleTimeoutMs: 60_000 })))
     const p50s = infos.map(i => i.dissemination.p50Ms ?? NaN)
     const p99s = infos.map(i => i.dissemination.p99Ms ?? NaN)
 
