@@ -90,6 +90,9 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const alive = await loggedAt(rest, frozen.peerId, 'alive', contAt, 30_000)
 
     const delays = (xs: number[], from: number): number[] => xs.map(x => x - from)
+    /** Of the observers, how many logged it within the wait (a NaN max / median means not all did). */
+    const seenBy = (xs: number[]): string => `${xs.filter(x => !Number.isNaN(x)).length}/${xs.length}`
+    const medianOfSeen = (xs: number[], from: number): number => median(delays(xs, from).filter(x => !Number.isNaN(x)))
     return {
       agents: n,
       convergenceMs: Math.round(convergenceMs),
@@ -101,12 +104,14 @@ async function run (n: number): Promise<Record<string, unknown>> {
         pssMiB: { median: round(median(pss.slice(0, -1))), max: round(Math.max(...pss.slice(0, -1))) },
         baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!), pssMiB: round(pss.at(-1)!) },
       },
-      sigkill: { detectedByAllMs: Math.max(...delays(killDead, killAt)), medianMs: median(delays(killDead, killAt)) },
+      sigkill: { detectedByAllMs: Math.max(...delays(killDead, killAt)), medianMs: medianOfSeen(killDead, killAt), seenBy: seenBy(killDead) },
       sigstop: {
         firstSuspectMs: Math.min(...stopSuspect.map(l => l === undefined ? NaN : ms(l.time) - stopAt)),
         deadByAllMs: Math.max(...delays(stopDead, stopAt)),
-        medianDeadMs: median(delays(stopDead, stopAt)),
+        medianDeadMs: medianOfSeen(stopDead, stopAt),
+        deadSeenBy: seenBy(stopDead),
         sigcontAliveAgainByAllMs: Math.max(...delays(alive, contAt)),
+        aliveSeenBy: seenBy(alive),
       },
     }
   } finally {
