@@ -22,7 +22,11 @@
  * B, i.e. against the most bursty arrivals a pipeline can produce. Once every
  * stage is sized, the pass is repeated in the same order, each stage searched
  * over [1, its current count] with the others at their current counts, until
- * a pass changes nothing. Counts never grow, and each is satisfied when set.
+ * a pass changes nothing; a stage none of whose others changed since its last
+ * search is not searched again. Counts never grow, and each is satisfied when
+ * set. With two stages the second pass costs one search of the costliest
+ * stage (the cheap one: the stage-prefix cache of SIMULATE replays the
+ * earlier stages) unless that search lowers it.
  */
 import type { BatchSimulation } from './batch-simulation.ts'
 import type { RewardStage } from './types.ts'
@@ -37,10 +41,13 @@ export function searchStageWorkers (simulation: BatchSimulation, stages: readonl
   if (!Number.isInteger(passes) || passes < 1) throw new RangeError(`passes must be an integer >= 1, got ${passes}`)
   const workers = [...simulation.stageDemand]
   const byCost = stages.map((stage, j) => ({ cost: stage.cost, j })).sort((a, b) => b.cost - a.cost || a.j - b.j)
+  // A stage whose search would see the same other counts as its last one is skipped (SIMULATE is deterministic).
+  let changes = 0
+  const searchedAtChange = new Array<number>(stages.length).fill(-1)
   for (let pass = 0; pass < passes; pass++) {
     let changed = false
     for (const { j } of byCost) {
-      if (simulation.stageDemand[j] === 0) continue
+      if (simulation.stageDemand[j] === 0 || searchedAtChange[j] === changes) continue
       const before = workers[j]!
       let low = 1
       let high = before
@@ -50,7 +57,8 @@ export function searchStageWorkers (simulation: BatchSimulation, stages: readonl
         else low = workers[j]! + 1
       }
       workers[j] = low
-      if (low !== before) changed = true
+      if (low !== before) { changed = true; changes++ }
+      searchedAtChange[j] = changes
     }
     if (!changed) break
   }
