@@ -8,9 +8,14 @@
  * - The first batch of each task is its history (not replayed); later batches
  *   start at their `startS` (the trainer's hint) and their requests arrive at
  *   `arrivalS`, open loop: a late batch does not shift the task's later batches.
- * - The policy decides at every batch start and completion; its pools hold
- *   until the next decision. Workers are whole, one request at a time, start
- *   at once (warm-up hidden by the batch-start hint, §4) and are never
+ * - The policy decides when a batch arrives, i.e. when its first request
+ *   reaches the service (§5.1: "decisions are made only when the first
+ *   requests of a new batch arrive"), and when a batch completes; its pools
+ *   hold until the next decision. The trainer's batch-start hint (`startS`)
+ *   anchors the batch (AT of Alg. 2, the EBF priority) and lets the service
+ *   warm workers up during the rollout's first part (§4), so they start at
+ *   once when the decision is applied; a batch joins the planner's snapshot
+ *   when it arrives. Workers are whole, one request at a time, and never
  *   preempted: a stage scaled below its busy workers keeps them until their
  *   requests finish, and they count as allocated until then.
  * - Stage queues are per pool and follow the policy's discipline (EBF with the
@@ -42,7 +47,8 @@ export interface RewardSimulationResult {
 
 export interface DecisionRecord {
   atS: number
-  reason: 'batch-start' | 'batch-complete'
+  /** batch-arrival: the batch's first request arrived (the decision the batch-start hint prepared). */
+  reason: 'batch-arrival' | 'batch-complete'
   task: string
   index: number
   decision: ScalingDecision
@@ -151,9 +157,14 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
 
   function startBatch (batch: SimBatch): void {
     batch.priorityS = policy.batchPriorityS({ startS: batch.startS, history: history[batch.task], stages, exactEarliestS: batch.earliestS })
-    active.push(batch)
+    let firstArrivalS = Infinity
+    for (const request of batch.requests) firstArrivalS = Math.min(firstArrivalS, request.arrivalS)
+    // Scheduled before the arrivals: at one instant events run in scheduling order, so the pool exists first.
+    queue.at(firstArrivalS, () => {
+      active.push(batch)
+      decide('batch-arrival', batch)
+    })
     for (const request of batch.requests) queue.at(request.arrivalS, () => advance(request, 0))
-    decide('batch-start', batch)
   }
 
   /** Moves a request to its next stage with work from `fromStage` on (or finishes it). */

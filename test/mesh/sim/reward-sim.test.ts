@@ -19,22 +19,22 @@ t.test('static workers: completion, extra delay and worker-seconds by hand', asy
   const result = simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'))
   // 100.5–102.5 ×2, 102.5–103.5 ×2, 103.5–107.5: T = 106.5, done 107.5.
   t.same(result.batches, [{ task: 'a', index: 1, earliestS: 106.5, completedS: 107.5, extraDelayS: 1 }])
-  t.equal(result.cpuSeconds, 2 * 7.5, 'two workers held from the batch start to its completion')
+  t.equal(result.cpuSeconds, 2 * 7, 'two workers held from the first arrival (100.5) to the completion')
   t.equal(result.gpuSeconds, 0)
   t.equal(result.avgExtraDelayS, 1)
   t.equal(result.maxExtraDelayS, 1)
   t.match(result.planner, { calls: 2, maxRequests: 0 })
 })
 
-t.test('distrs decides at batch start and completion and meets the constraint here', async t => {
+t.test('distrs decides when the batch arrives (its first request) and when it completes', async t => {
   const records: DecisionRecord[] = []
   const result = simulateRewardService(handTrace, createRewardScalingPolicy('distrs'), { onDecision: r => records.push(r) })
   t.same(records.map(r => [r.atS, r.reason, r.task, r.index, r.decision.pools.map(p => p.workers)]), [
-    [100, 'batch-start', 'a', 1, [[4]]],
+    [100.5, 'batch-arrival', 'a', 1, [[4]]],
     [106.5, 'batch-complete', 'a', 1, []],
   ])
   t.equal(result.batches[0]!.extraDelayS, 0)
-  t.equal(result.cpuSeconds, 4 * 6.5)
+  t.equal(result.cpuSeconds, 4 * 6, 'nothing is held during the rollout before the first request (the hint hides warm-up)')
   t.equal(result.planner.maxRequests, 5)
 })
 
@@ -47,10 +47,10 @@ t.test('a worker scaled away finishes its request and counts until then', async 
       batches: [0, 100].map(startS => ({ startS, requests: [{ arrivalS: startS, stageS: [k === 0 ? 10 : 2] }] })),
     })),
   }
-  // Two workers while both batches run, none once one completes.
+  // Two workers while both batches run, none otherwise (the pool stays, so a's request can wait in it).
   const shrinking: RewardScalingPolicy = {
     ...staticAllocationPolicy([0], 'fcfs'),
-    decide: (s): ScalingDecision => ({ pools: s.batches.length === 2 ? [{ id: 'p', tasks: 'all', workers: [2] }] : [], estimatedRequests: 0 }),
+    decide: (s): ScalingDecision => ({ pools: [{ id: 'p', tasks: 'all', workers: [s.batches.length === 2 ? 2 : 0] }], estimatedRequests: 0 }),
   }
   const result = simulateRewardService(trace, shrinking)
   t.same(result.batches.map(b => [b.task, b.completedS, b.extraDelayS]), [['a', 110, 0], ['b', 102, 0]])
