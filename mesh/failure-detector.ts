@@ -5,9 +5,9 @@
  * members are asked to probe it (ping-req); no answer from anyone → suspect.
  *
  * Conclusive evidence short-cuts the suspicion: when the member's port refuses
- * connections here and at every helper that answered, the process is gone, not
- * slow, and it is declared dead at once (how a SIGKILLed agent is detected in
- * milliseconds). A member whose connection closes is probed at once
+ * connections here and at a helper (no helper reaching it), the process is
+ * gone, not slow, and it is declared dead at once (how a SIGKILLed agent is
+ * detected in milliseconds, even by agents too starved to trust their timeouts). A member whose connection closes is probed at once
  * (`probeNow`) instead of waiting for its turn.
  *
  * A probe whose window saw this agent's event loop stall is discarded
@@ -93,15 +93,19 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
         membership.heard(target)
         return
       }
-      if (health.stalledSince(began)) {
+      // Refused here, and by a helper (or no helper to ask: a two-node cluster). A helper that did
+      // not answer in time says nothing either way. A refusal is the kernel's answer, not a missed
+      // deadline: it holds even when this agent stalled meanwhile (overloaded agents still notice
+      // a killed one), where a timeout would not.
+      const refused = direct === 'refused' && (helpers.length === 0 || (indirect.includes('refused') && indirect.every(o => o !== 'ack')))
+      if (!refused && health.stalledSince(began)) {
         counters.discarded++
         log.debug({ peer: target }, 'probe discarded: this agent stalled during it')
         return
       }
       counters.failed++
       log.debug({ peer: target, direct, indirect }, 'probe failed')
-      // Refused here and by every helper (or no helper to ask: a two-node cluster).
-      if (direct === 'refused' && indirect.every(o => o === 'refused')) {
+      if (refused) {
         membership.declareDead(target, 'refused')
       } else {
         if (helpers.length > 0) health.probeFailedEverywhere()

@@ -78,7 +78,7 @@ export interface Membership {
   applyClaim(claim: MembershipClaim): ApplyResult
   /** Local evidence (a failed probe): suspect the member unless this agent is unhealthy. Returns whether it did. */
   suspect(peerId: string): boolean
-  /** Conclusive local evidence (its port refuses connections, confirmed by others): dead at once. */
+  /** Conclusive local evidence (its port refuses connections, confirmed by others): dead at once, healthy or not. */
   declareDead(peerId: string, reason: 'refused'): boolean
   /** A probe answer or other proof of life at the current incarnation. */
   heard(peerId: string): void
@@ -246,7 +246,7 @@ export function createMembership (options: MembershipOptions, components: Member
     declareDead (peerId, reason) {
       const e = table.get(peerId)
       if (e === undefined || e.state === 'dead') return false
-      if (!components.health.healthy()) return false
+      // No health gate: a refused connection is the kernel's answer, not a deadline this agent may have missed.
       setState(e, 'dead', reason)
       components.broadcast({ kind: 'dead', subject: peerId, incarnation: e.incarnation, reason })
       return true
