@@ -154,10 +154,9 @@ export const defaultMaxJobsPerNode = 4
  * Default κ, blocks of waiting one conflicting instance is predicted to cost
  * each of the two jobs (conflict-cost.ts): the wait plus the delay it chains
  * into the job's next operations. Calibrated on generated traces (see
- * test/bench/placement-policies.bench.ts): from κ = 1.5 up the makespan is
- * flat (conflicts admitted at lower κ slow jobs as much as they add density)
- * while jobs over their bound fall from 5–8 % (κ = 1) to <= 2 % (κ = 2);
- * κ = 0.75 drains faster but puts 9–13 % of jobs over their bound.
+ * test/bench/placement-policies.bench.ts, with prefetched switches): κ = 1
+ * puts 5–10 % of jobs over their bound, κ = 1.5 about 1 % without draining
+ * faster on every seed, κ = 2 <= 0.3 %, and κ = 3 drains slower on all three.
  */
 export const defaultConflictCostBlocks = 2
 
