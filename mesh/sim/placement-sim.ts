@@ -13,8 +13,9 @@
  *   reservation planned (start phase and micro-shifts). The task executor
  *   (task-executor.ts: HRRS or FCFS under the nodes' device locks) runs it.
  * - A task runs for its profiled duration times (1 ± jitter) (seeded), plus
- *   the context-switch cost when any node of its gang holds another job's
- *   state (offload + onload), counted in `contextSwitches`.
+ *   the part of the context-switch cost (offload + onload) not prefetched in
+ *   its nodes' idle time since the job started, when any node of its gang
+ *   holds another job's state (task-executor.ts); counted in `contextSwitches`.
  * - A cold-start job runs one period on dedicated nodes, then is repacked:
  *   its reservation is released and it is placed again as a profiled job.
  * - Admission (§7.2) sees each resident job's observed slowdown (elapsed
@@ -203,6 +204,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     commit(run, decision)
     run.startS = decision.startSlot * slotS
     run.lastEndS = run.startS
+    executor.admit(run.spec.id)
     running.add(run)
     scheduleNextTask(run)
   }

@@ -3,11 +3,19 @@
  * their node gang, the runtime scheduler (HRRS or FCFS, runtime/hrrs.ts)
  * picks which start under the nodes' device locks, and each task walks the
  * FSM QUEUED → RUNNING → COMPLETED. A task whose nodes hold another job's
- * state first pays its setup cost (offload + onload), counted as a context
- * switch when the evicted job is still running.
+ * state needs a context switch (offload + onload, setup cost C), counted when
+ * the evicted job is still running.
+ *
+ * Prefetch (§5.2.2, the StateManager's hinted prefetch): the switch overlaps
+ * the nodes' idle time before the task. The reservation tells the node which
+ * job comes next, so offload and onload start when the node's lock was last
+ * released, but not before the job's state exists (`admit`, else its first
+ * submit); the task pays only what is left of C at its start:
+ *   setup = max(0, C − min over switching nodes of (start − max(released, admitted)))
+ * Without `prefetch` it pays C.
  */
 import type { EventQueue } from './event-queue.ts'
-import { nextTaskState, selectRunnable, startOperations, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask, type TaskState } from '../policies/runtime/hrrs.ts'
+import { nextTaskState, selectRunnable, startOperations, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask, type TaskOperation, type TaskState } from '../policies/runtime/hrrs.ts'
 
 export interface TaskExecutorOptions {
   queue: EventQueue
@@ -15,6 +23,8 @@ export interface TaskExecutorOptions {
   scheduler: RuntimeSchedulerName
   /** Whether a job has finished (evicting a finished job's state is not a context switch). */
   isFinished: (jobId: string) => boolean
+  /** Whether switches overlap the nodes' idle time before the task (see above). Default true. */
+  prefetch?: boolean
 }
 
 export interface TaskExecutorStats {
@@ -31,7 +41,7 @@ export interface TaskExecutorStats {
 export interface TaskRun {
   /** Start time, seconds (>= the task's readyS). */
   startedS: number
-  /** Context-switch setup paid before the run, seconds (0 when the job's state was resident). */
+  /** Context-switch setup paid before the run, seconds (0 when the job's state was resident or prefetched in time). */
   setupS: number
 }
 
@@ -43,14 +53,22 @@ export interface TaskExecutor {
    * completion, after its locks are released, with how the task ran.
    */
   submit(task: RuntimeTask, durationS: number, onDone: (run: TaskRun) => void): void
+  /**
+   * The job's state exists from now (its placement): its switches may be
+   * prefetched from here on. A job never admitted counts from its first submit.
+   */
+  admit(jobId: string): void
 }
 
 export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor {
   const { queue: q, scheduler, isFinished } = options
-  const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined, expectedFreeS: number | undefined }> =
-    Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined, expectedFreeS: undefined }))
+  const prefetch = options.prefetch ?? true
+  const nodes: Array<{ lockHolder: string | undefined, residentJob: string | undefined, expectedFreeS: number | undefined, releasedS: number }> =
+    Array.from({ length: options.nodes }, () => ({ lockHolder: undefined, residentJob: undefined, expectedFreeS: undefined, releasedS: -Infinity }))
   const pending: RuntimeTask[] = []
   const entries = new Map<string, { durationS: number, state: TaskState, onDone: (run: TaskRun) => void }>()
+  /** When each unfinished job was admitted, seconds (the earliest its state can be prefetched). */
+  const admittedS = new Map<string, number>()
   const stats: TaskExecutorStats = { contextSwitches: 0, busyNodeSeconds: 0, tasksStarted: 0, waitSumS: 0, waitMaxS: 0 }
 
   function dispatch (): void {
@@ -58,10 +76,10 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
     for (const task of selectRunnable(pending, nodes as NodeRuntimeState[], q.nowS, scheduler)) {
       pending.splice(pending.indexOf(task), 1)
       const ops = startOperations(task, nodes as NodeRuntimeState[])
-      const switched = ops.some(op => op.kind === 'onload')
       if (ops.some(op => op.kind === 'offload' && !isFinished(op.jobId))) stats.contextSwitches++
+      const setupS = setupPaid(task, ops)
       // The scheduler sees the estimate (E + setup), not the jittered duration the simulation draws.
-      const expectedFreeS = q.nowS + (switched ? task.setupS : 0) + task.execS
+      const expectedFreeS = q.nowS + setupS + task.execS
       for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, residentJob: task.jobId, expectedFreeS })
       const entry = entries.get(task.taskId)!
       entry.state = nextTaskState(entry.state, 'start')
@@ -70,22 +88,37 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       stats.waitMaxS = Math.max(stats.waitMaxS, waitS)
       stats.tasksStarted++
       stats.busyNodeSeconds += entry.durationS * task.nodes.length
-      const run: TaskRun = { startedS: q.nowS, setupS: switched ? task.setupS : 0 }
+      const run: TaskRun = { startedS: q.nowS, setupS }
       q.after(run.setupS + entry.durationS, () => {
         entry.state = nextTaskState(entry.state, 'complete')
         entries.delete(task.taskId)
-        for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined })
+        for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined, releasedS: q.nowS })
         entry.onDone(run)
+        if (isFinished(task.jobId)) admittedS.delete(task.jobId)
         dispatch()
       })
     }
   }
 
+  /** Setup the task pays now: C less the idle time its switching nodes had to prefetch in (see above). */
+  function setupPaid (task: RuntimeTask, ops: readonly TaskOperation[]): number {
+    const onloads = ops.filter(op => op.kind === 'onload')
+    if (onloads.length === 0) return 0
+    if (!prefetch) return task.setupS
+    const knownS = admittedS.get(task.jobId) ?? q.nowS
+    const idleS = Math.min(...onloads.map(op => q.nowS - Math.max(nodes[op.node]!.releasedS, knownS)))
+    return Math.max(0, task.setupS - idleS)
+  }
+
   return {
     stats,
+    admit (jobId) {
+      if (!admittedS.has(jobId)) admittedS.set(jobId, q.nowS)
+    },
     submit (task, durationS, onDone) {
       if (entries.has(task.taskId)) throw new RangeError(`task ${task.taskId} already submitted`)
       entries.set(task.taskId, { durationS, state: 'QUEUED', onDone })
+      if (!admittedS.has(task.jobId)) admittedS.set(task.jobId, q.nowS)
       pending.push(task)
       // A new task only adds claims: if it cannot start itself, nothing else can start now either.
       if (task.nodes.every(n => nodes[n]!.lockHolder === undefined)) dispatch()

@@ -11,19 +11,22 @@
  * The paper's Eq. (1)–(2) were lost from the text; what is implemented:
  * - A job has period P and GPU-busy segments (o_i, d_i), i = 1..m, in order.
  *   Segments closer than the switch cost c (offload + onload) are merged into
- *   one block; each block is reserved with d + c slots.
- * - Cadence: on a shared node every block starts with a context switch (the
- *   task pays c before it runs, §5.2.2), so a shared job's own period is
- *   P_c = P + m·c and block i starts (i−1)·c after its profiled offset.
- *   Reserving at P would let the job drift c per period off its reservation
- *   into its neighbours' (measured: lock waits of 30–60 % of the isolated run
- *   time, 50–72 % of jobs over their bound). A job whose bound is below
- *   P_c/P takes dedicated nodes.
+ *   one block; each block is reserved with c slots in front of it and its d.
+ * - Prefetch (§5.2.2, §7.1): the context switch into a block overlaps the
+ *   node's idle time before it (the runtime onloads the next job's state when
+ *   the lock is released, task-executor.ts); the c reserved in front of the
+ *   block keeps that window free of the neighbours' blocks. So a shared job
+ *   pays no switch on its critical path and keeps its period P, alone or
+ *   not; it pays what is left of c only when it or a neighbour runs late.
+ *   (Planning at P + m·c, one switch per block on the critical path, slowed
+ *   every shared job by 3–7 % even while alone on its nodes.)
  * - A placement chooses a start t0 >= now (phase φ = t0 - now), a stretched
- *   period P' >= P_c and micro-shifts 0 = δ_1 <= δ_2 <= … <= δ_m <= P' - P_c.
- *   Block i of period k occupies [t0 + k·P' + o_i + (i−1)·c + δ_i, … + d_i + c).
- *   Shifts are non-decreasing because the job is serial: delaying one
- *   operation delays every later one; the period absorbs at most P' - P_c.
+ *   period P' >= P and micro-shifts 0 = δ_1 <= δ_2 <= … <= δ_m <= P' - P.
+ *   Block i of period k runs from t0 + k·P' + o_i + δ_i and occupies
+ *   [t0 + k·P' + o_i + δ_i − c, t0 + k·P' + o_i + δ_i + d_i) (a window
+ *   before the period start wraps to its end). Shifts are non-decreasing
+ *   because the job is serial: delaying one operation delays every later
+ *   one; the period absorbs at most P' - P.
  * - Eq. (2), the fitting constraint: every shifted segment of every period
  *   inside the window lies entirely within one free interval of every node
  *   of the group (FreeIntervalSet.fits, i.e. simulateInsert).
@@ -57,9 +60,9 @@
  *   tried strictly, the 12 cheapest (3 per period) with conflicts (scanning
  *   the emptiest nodes first, where conflicts are fewest); nodes whose free
  *   time is smaller than the footprint are skipped without a search.
- * - Candidate periods P': P_c itself, the resident jobs' periods (and their
- *   multiples and halves) within [P_c, P·maxSlowdown] so that patterns stay
- *   commensurate (§7.1), and P_c stretched by 2, 5 and 10 % for micro-shifts.
+ * - Candidate periods P': P itself, the resident jobs' periods (and their
+ *   multiples and halves) within [P, P·maxSlowdown] so that patterns stay
+ *   commensurate (§7.1), and P stretched by 2, 5 and 10 % for micro-shifts.
  * - Micro-shifts for a candidate (t0, P') are found against the global
  *   free-node profile first (segment-tree pruning, §5.2.1): δ_i grows until
  *   every period of segment i sees at least `nodes` free nodes, jumping past
@@ -151,10 +154,9 @@ export const defaultMaxJobsPerNode = 4
  * Default κ, blocks of waiting one conflicting instance is predicted to cost
  * each of the two jobs (conflict-cost.ts): the wait plus the delay it chains
  * into the job's next operations. Calibrated on generated traces (see
- * test/bench/placement-policies.bench.ts): from κ = 1.5 up the makespan is
- * flat (conflicts admitted at lower κ slow jobs as much as they add density)
- * while jobs over their bound fall from 5–8 % (κ = 1) to <= 2 % (κ = 2);
- * κ = 0.75 drains faster but puts 9–13 % of jobs over their bound.
+ * test/bench/placement-policies.bench.ts, with prefetched switches): κ = 1
+ * puts 5–10 % of jobs over their bound, κ = 1.5 about 1 % without draining
+ * faster on every seed, κ = 2 <= 0.3 %, and κ = 3 drains slower on all three.
  */
 export const defaultConflictCostBlocks = 2
 
@@ -234,10 +236,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   const period = Math.max(1, durationSlots(job.periodS, slotS))
   const setup = durationSlots(job.switchS, slotS)
   const segments = paddedSegments(job, slotS, setup)
-  const cadence = period + segments.length * setup
   const maxPeriod = Math.floor(period * job.maxSlowdown + 1e-9)
-  // A job whose bound cannot absorb its own switches when shared keeps nodes to itself.
-  if (cadence > maxPeriod) return planDedicated(view, job, now)
   const eligible = eligibleNodes(view, options)
   if (eligible.length < job.nodes) return undefined
   // Scan nodes in the policy's order of preference (pack: fullest first; spread: emptiest first).
@@ -247,7 +246,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
   else eligible.splice(0, eligible.length, ...emptiestFirst)
 
   const aligned = alignedPhases(view, eligible, now, segments[0]!.offset, maxPeriod)
-  const byPeriod = candidatePeriods(view, period, cadence, maxPeriod)
+  const byPeriod = candidatePeriods(view, period, maxPeriod)
     .map(p => phases(p, options.phasesPerPeriod ?? 16, aligned).map(phi => ({ startSlot: now + phi, periodSlots: p, cost: phi + job.iterations * (p - period) })).sort((a, b) => a.cost - b.cost))
   const cheapest = (perPeriod: number, count: number): Candidate[] => byPeriod.flatMap(list => list.slice(0, perPeriod))
     .sort((a, b) => a.cost - b.cost || a.periodSlots - b.periodSlots).slice(0, count)
@@ -259,7 +258,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
       const base = candidate.periodSlots / period
       const headroom = job.maxSlowdown - base
       if (tolerant && headroom <= 0) continue
-      const strictShifts = microShifts(view, segments, candidate, cadence, job)
+      const strictShifts = microShifts(view, segments, candidate, period, job)
       if (strictShifts === undefined && !tolerant) continue
       const shifts = strictShifts ?? segments.map(() => 0)
       const footprint = buildFootprint(segments, shifts, candidate, job.iterations)
@@ -281,7 +280,7 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
         footprint,
         startSlot: candidate.startSlot,
         stretchedPeriodSlots: candidate.periodSlots,
-        shiftSlots: segmentShifts(job, segments, shifts, setup),
+        shiftSlots: segmentShifts(job, segments, shifts),
         predictedSlowdown: base + gang.jobCost,
         conflictCosts: gang.costs,
         conflictSampleInstances: Math.max(0, ...chosen.map(c => c.instances)),
@@ -406,9 +405,9 @@ function busyInWindow (view: ClusterHorizonView, footprint: Footprint, until: nu
 }
 
 /** Spreads the per-block shifts back onto the job's segments. */
-function segmentShifts (job: PlacementJob, blocks: readonly SegmentSlots[], shifts: readonly number[], setup: number): number[] {
+function segmentShifts (job: PlacementJob, blocks: readonly SegmentSlots[], shifts: readonly number[]): number[] {
   const out = job.segments.map(() => 0)
-  blocks.forEach((b, i) => { for (const m of b.members) out[m] = shifts[i]! + i * setup })
+  blocks.forEach((b, i) => { for (const m of b.members) out[m] = shifts[i]! })
   return out
 }
 
@@ -430,14 +429,14 @@ function eligibleNodes (view: ClusterHorizonView, options: PlacementOptions): nu
   return out
 }
 
-function candidatePeriods (view: ClusterHorizonView, period: number, cadence: number, maxPeriod: number): number[] {
-  const set = new Set<number>([cadence])
-  for (const f of [1.02, 1.05, 1.1]) set.add(Math.round(cadence * f))
+function candidatePeriods (view: ClusterHorizonView, period: number, maxPeriod: number): number[] {
+  const set = new Set<number>([period])
+  for (const f of [1.02, 1.05, 1.1]) set.add(Math.round(period * f))
   for (const r of view.residents()) {
     if (r.dedicated) continue
     for (const q of [r.footprint.periodSlots, 2 * r.footprint.periodSlots, r.footprint.periodSlots / 2]) set.add(Math.round(q))
   }
-  return [...set].filter(p => p >= cadence && p <= maxPeriod).sort((a, b) => a - b)
+  return [...set].filter(p => p >= period && p <= maxPeriod).sort((a, b) => a - b)
 }
 
 /** A coarse grid of `count` phases in [0, P') plus the aligned phases below P'. */
@@ -480,8 +479,8 @@ function alignedPhases (view: ClusterHorizonView, eligible: readonly number[], n
 
 /**
  * The job's busy blocks in one period, slots: segments closer than the
- * setup cost are merged (no other job could use the gap, it would not
- * amortise its own switch), and each block is padded by the setup cost.
+ * setup cost are merged (the gap cannot hold a switch), and each block is
+ * padded by the setup cost in front: the window its switch is prefetched in.
  */
 function paddedSegments (job: PlacementJob, slotS: number, setup: number): SegmentSlots[] {
   const raw = job.segments
@@ -495,7 +494,7 @@ function paddedSegments (job: PlacementJob, slotS: number, setup: number): Segme
       last.members.push(...s.members)
     } else blocks.push({ ...s, members: [...s.members] })
   }
-  return blocks.map((b, i) => ({ ...b, offset: b.offset + i * setup, length: b.length + setup }))
+  return blocks.map(b => ({ ...b, offset: b.offset - setup, length: b.length + setup }))
 }
 
 /**
@@ -503,8 +502,8 @@ function paddedSegments (job: PlacementJob, slotS: number, setup: number): Segme
  * inside the window, segment i sees at least `job.nodes` free nodes in the
  * global profile; undefined when none exists.
  */
-function microShifts (view: ClusterHorizonView, segments: SegmentSlots[], c: Candidate, cadence: number, job: PlacementJob): number[] | undefined {
-  const maxShift = c.periodSlots - cadence
+function microShifts (view: ClusterHorizonView, segments: SegmentSlots[], c: Candidate, period: number, job: PlacementJob): number[] | undefined {
+  const maxShift = c.periodSlots - period
   const lastPeriod = job.iterations - 1
   const shifts: number[] = []
   let delta = 0
@@ -534,7 +533,8 @@ function buildFootprint (segments: SegmentSlots[], shifts: number[], c: Candidat
   const p = c.periodSlots
   const pieces: Array<[number, number]> = []
   segments.forEach((seg, i) => {
-    const from = seg.offset + shifts[i]!
+    // A block whose prefetch window starts before the period wraps to its end.
+    const from = ((seg.offset + shifts[i]!) % p + p) % p
     const to = Math.min(from + seg.length, from + p)
     if (to <= p) pieces.push([from, to])
     else { pieces.push([from, p]); pieces.push([0, to - p]) }

@@ -8,7 +8,7 @@ t.test('one job alone: no waits, no switches, slowdown from the last idle tail o
   const r = simulateRuntime({ nodes: 1, jobs: [job('a', 0)], scheduler: 'hrrs', jitter: 0 })
   t.equal(r.contextSwitches, 0)
   t.equal(r.taskWaitS.max, 0)
-  t.equal(r.makespanS, 15 + 100 * 19 + 45, 'one initial onload, then back-to-back periods')
+  t.equal(r.makespanS, 15 + 100 * 19 + 45, 'one initial onload (nothing to prefetch it in), then back-to-back periods')
 })
 
 t.test('HRRS vs FCFS on the same contended queue: fewer switches, no worse mean wait, nobody starves', async t => {
