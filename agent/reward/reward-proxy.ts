@@ -15,6 +15,9 @@
  *   earlier fetch was lost, and the call was retried) gets that lease again,
  *   unless it comes from another process (pid) of that worker id: the
  *   restarted worker's lease is lost (retried once) and it gets a new one.
+ *   A worker fetches one request at a time, so a new fetch of a worker ends
+ *   its earlier one still waiting (answered with no lease: its caller gave
+ *   up, and a lease handed to it would reach nobody).
  * - A request runs its stages in order. A worker fetches a lease (long-poll),
  *   then completes it with a reward (the request ends at that stage; required
  *   at the last one), an output for the next stage, or an error (the request
@@ -418,6 +421,10 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
           clearTimeout(timer)
           signal.removeEventListener('abort', onAbort)
           resolve({ lease })
+        }
+        for (const earlier of waiters.filter(w => w.node === b.node && w.workerId === b.workerId)) {
+          waiters.splice(waiters.indexOf(earlier), 1)
+          earlier.resolve(null)
         }
         const waiter: FetchWaiter = { workerId: b.workerId, node: b.node, pid: b.pid, reportSeq, resolve: done }
         const leave = (): void => { const i = waiters.indexOf(waiter); if (i >= 0) { waiters.splice(i, 1); done(null) } }

@@ -141,6 +141,18 @@ t.test('a fetch repeated by the same worker process gets its lease again; a rest
   proxy.stop()
 })
 
+t.test('a worker\'s new fetch ends its earlier one still waiting: the lease goes to the caller that is there', async t => {
+  const { proxy } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 1 })
+  const earlier = proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 5000 }, never)
+  const later = proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 5000 }, never)
+  t.same(await earlier, { lease: null }, 'the earlier fetch ends with no lease')
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  t.equal((await later).lease?.requestId, 'r')
+  t.same(proxy.status().requests, { held: 1, queued: 0, running: 1, done: 0 }, 'one lease')
+  proxy.stop()
+})
+
 t.test('a heartbeat built before a fetch does not cost that fetch its lease; an older heartbeat is ignored', async t => {
   const { proxy } = proxyWith()
   const report = (seq: number, workers: string[]): unknown => proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], seq, workers: workers.map((workerId, i) => ({ workerId, stage: 'verify', pid: i + 1 })) })
