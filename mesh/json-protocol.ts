@@ -37,8 +37,11 @@ export async function requestJson (node: MeshLibp2p, peer: string, p: JsonProtoc
  * Answers every request on `protocol` with `handler`'s result. A request that
  * does not arrive, parse or get answered within handlerTimeoutMs, or whose
  * handler throws, aborts its stream: the requester sees a failed request.
+ * maxStreamsPerConnection: streams of the protocol one connection may hold at
+ * once, each way (default libp2p's: 32 inbound, 64 outbound); beyond it a new
+ * stream is reset.
  */
-export async function handleJson (node: MeshLibp2p, p: JsonProtocol & { handlerTimeoutMs: number }, handler: (from: string, message: unknown) => Promise<unknown>): Promise<void> {
+export async function handleJson (node: MeshLibp2p, p: JsonProtocol & { handlerTimeoutMs: number, maxStreamsPerConnection?: number }, handler: (from: string, message: unknown) => Promise<unknown>): Promise<void> {
   await node.handle(p.protocol, async (stream, connection) => {
     const signal = AbortSignal.timeout(p.handlerTimeoutMs)
     try {
@@ -50,7 +53,11 @@ export async function handleJson (node: MeshLibp2p, p: JsonProtocol & { handlerT
     } catch (err) {
       stream.abort(err as Error)
     }
-  }, { runOnLimitedConnection: false })
+  }, {
+    runOnLimitedConnection: false,
+    // libp2p's registrar applies these to streams of the protocol both ways (it also caps outbound ones by this registration).
+    ...(p.maxStreamsPerConnection !== undefined ? { maxInboundStreams: p.maxStreamsPerConnection, maxOutboundStreams: p.maxStreamsPerConnection } : {}),
+  })
 }
 
 const encode = (message: unknown): Uint8Array => new TextEncoder().encode(JSON.stringify(message))

@@ -7,12 +7,18 @@
  * capacity (worker-placement.ts), published as the fenced decision
  * `reward-workers` (each agent's supervisor applies its own part). It also
  * re-plans when an agent first reports (new capacity) while workers are
- * unplaced. A new leader starts from the placement in the desired state.
+ * unplaced. A new leader starts from the placement in the desired state and,
+ * for takeoverGraceMs, plans no fewer workers per stage than that placement
+ * wanted and keeps the workers of agents that have not reported to it yet
+ * where they are: it learns the batches in flight only as the submitting
+ * agents resync them (reward-submitter.ts) and the agents' capacity only from
+ * their heartbeats, and planning from what it knows at takeover would stop the
+ * workers running those batches' requests.
  */
 import type { Logger } from 'pino'
 import type { LeaderContext, LeaderTask } from '../../mesh/election/leader-service.ts'
 import { createRewardScalingPolicy } from '../../mesh/policies/reward-scaling/policies.ts'
-import { placeRewardWorkers, type WorkerAssignment } from '../../mesh/policies/reward-scaling/worker-placement.ts'
+import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '../../mesh/policies/reward-scaling/worker-placement.ts'
 import { stageCost, type RewardConfig } from './reward-config.ts'
 import { createRewardProxy, type RewardProxy } from './reward-proxy.ts'
 import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'
@@ -21,6 +27,8 @@ export interface RewardLeaderTaskOptions {
   config: RewardConfig
   /** How often leases of silent agents and idle batches are checked, ms. Default: config.heartbeatIntervalMs. */
   tickMs?: number
+  /** After taking over, a new leader scales no stage below the inherited plan for this long, ms. Default: 2 × config.leaseTimeoutMs. */
+  takeoverGraceMs?: number
 }
 
 export interface RewardLeaderTaskComponents {
@@ -32,6 +40,24 @@ export interface RewardLeaderTaskComponents {
 export interface RewardLeaderTask extends LeaderTask {
   /** The proxy of the epoch this agent leads now; undefined while it does not. */
   proxy(): RewardProxy | undefined
+}
+
+/** `nodes` plus every agent of `inherited` not among them, with the capacity its workers there hold (so they stay, and none are added). */
+function withUnreported (nodes: PlacementNode[], inherited: RewardWorkersPayload, stages: ReadonlyArray<{ name: string, resource: 'cpu' | 'gpu', coresPerWorker: number }>): PlacementNode[] {
+  const reported = new Set(nodes.map(n => n.id))
+  const assumed: PlacementNode[] = []
+  for (const [id, counts] of Object.entries(inherited.workers)) {
+    if (reported.has(id)) continue
+    let cpuCores = 0
+    let gpus = 0
+    for (const s of stages) {
+      const n = counts[s.name] ?? 0
+      if (s.resource === 'gpu') gpus += n
+      else cpuCores += n * s.coresPerWorker
+    }
+    assumed.push({ id, cpuCores, gpus, stages: stages.filter(s => (counts[s.name] ?? 0) > 0).map(s => s.name) })
+  }
+  return [...nodes, ...assumed]
 }
 
 export function createRewardLeaderTask (options: RewardLeaderTaskOptions, components: RewardLeaderTaskComponents): RewardLeaderTask {
@@ -46,6 +72,10 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
     proxy: () => current,
     start (context: LeaderContext) {
       let plan = (context.desiredState()[rewardWorkersKind] as RewardWorkersPayload | undefined) ?? null
+      const inherited = plan
+      const graceMs = options.takeoverGraceMs ?? 2 * config.leaseTimeoutMs
+      // Ended by its timer, not by comparing clocks: a timer may fire a fraction of a ms before performance.now() says it is due.
+      let graceOver = inherited === null
       let planCalls = 0
       let planPending = false
       const knownNodes = new Set<string>()
@@ -59,8 +89,11 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
           if (context.signal.aborted) return
           const snapshot = proxy.plannerSnapshot((Math.imul(context.epoch, 0x9e3779b1) + planCalls++) >>> 0)
           const decision = policy.decide(snapshot)
-          const wanted = config.stages.map((_, j) => decision.pools.reduce((sum, pool) => sum + (pool.workers[j] ?? 0), 0))
-          const placed = placeRewardWorkers(placementStages, wanted, proxy.nodes(), plan?.workers ?? {} as WorkerAssignment)
+          const inGrace = !graceOver && inherited !== null
+          const wanted = config.stages.map((s, j) => Math.max(
+            decision.pools.reduce((sum, pool) => sum + (pool.workers[j] ?? 0), 0),
+            inGrace ? inherited.wanted[s.name] ?? 0 : 0))
+          const placed = placeRewardWorkers(placementStages, wanted, inGrace ? withUnreported(proxy.nodes(), inherited, placementStages) : proxy.nodes(), plan?.workers ?? {} as WorkerAssignment)
           const next: RewardWorkersPayload = {
             workers: placed.workers,
             wanted: Object.fromEntries(config.stages.map((s, j) => [s.name, wanted[j]!])),
@@ -111,8 +144,12 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
 
       const ticker = setInterval(() => proxy.tick(), options.tickMs ?? config.heartbeatIntervalMs)
       ticker.unref()
+      // The grace ends: what the resynced batches need, and no more.
+      const graceEnd = graceOver ? undefined : setTimeout(() => { graceOver = true; replan('takeover grace over') }, graceMs)
+      graceEnd?.unref()
       context.signal.addEventListener('abort', () => {
         clearInterval(ticker)
+        clearTimeout(graceEnd)
         proxy.stop()
         if (current === proxy) current = undefined
       }, { once: true })

@@ -27,7 +27,20 @@ export const SubmitBody = Type.Object({
   batchSize: Type.Optional(BatchSize),
 }, { additionalProperties: false })
 
-export const FetchBody = Type.Object({ node: PeerId, workerId: WorkerId, stage: Type.String({ minLength: 1, maxLength: 32 }), waitMs: WaitMs }, { additionalProperties: false })
+/**
+ * Order of an agent's worker reports (HeartbeatBody.seq): strictly increasing
+ * for the life of the agent's supervisor, and across its restarts (it starts
+ * from the wall clock in ms). A fetch carries the seq of the last report its
+ * agent built before forwarding it, so the leader can tell a report that was
+ * built before the lease (and says nothing about its worker) from one built after.
+ */
+const ReportSeq = Type.Integer({ minimum: 0, description: 'the agent\'s worker-report sequence number' })
+
+export const FetchBody = Type.Object({
+  node: PeerId, workerId: WorkerId, stage: Type.String({ minLength: 1, maxLength: 32 }), waitMs: WaitMs,
+  reportSeq: Type.Optional(ReportSeq),
+  pid: Type.Optional(Type.Integer({ minimum: 1, description: 'the worker\'s process id (its agent\'s supervisor knows it): tells a retried fetch from a restarted worker' })),
+}, { additionalProperties: false })
 
 export const CompleteBody = Type.Object({
   workerId: WorkerId,
@@ -46,6 +59,7 @@ export const HeartbeatBody = Type.Object({
   gpus: Type.Integer({ minimum: 0 }),
   stages: Type.Array(Type.String({ maxLength: 32 }), { maxItems: 16, description: 'stages this agent can run workers of' }),
   workers: Type.Array(WorkerReport, { maxItems: 100_000, description: 'its live workers' }),
+  seq: Type.Optional(ReportSeq),
 }, { additionalProperties: false })
 
 export const WorkerLostBody = Type.Object({ node: PeerId, workerId: WorkerId, why: Type.String({ maxLength: 1024 }) }, { additionalProperties: false })

@@ -11,6 +11,13 @@
  *   ERR_REWARD_CONFLICT. A batch starts with its hint (batchStart) or with the
  *   first request that carries batchSize; it completes when `size` of its
  *   requests have results (here, or reported done by resync).
+ * - A fetch from a worker that already holds a lease (the answer to its
+ *   earlier fetch was lost, and the call was retried) gets that lease again,
+ *   unless it comes from another process (pid) of that worker id: the
+ *   restarted worker's lease is lost (retried once) and it gets a new one.
+ *   A worker fetches one request at a time, so a new fetch of a worker ends
+ *   its earlier one still waiting (answered with no lease: its caller gave
+ *   up, and a lease handed to it would reach nobody).
  * - A request runs its stages in order. A worker fetches a lease (long-poll),
  *   then completes it with a reward (the request ends at that stage; required
  *   at the last one), an output for the next stage, or an error (the request
@@ -18,8 +25,10 @@
  *   timeoutReward) stageTimeoutMs after it was handed out, whatever the worker
  *   does later.
  * - A lease is lost when its worker is reported dead (workerLost), is missing
- *   from its agent's heartbeat, or its agent has not reported for
- *   leaseTimeoutMs. The request is then queued again at the same stage for a
+ *   from a heartbeat its agent built after the lease's fetch (report seq; a
+ *   report delayed across the fetch says nothing about the worker, and one
+ *   older than the last report taken from that agent is ignored), or its agent
+ *   has not reported for leaseTimeoutMs. The request is then queued again at the same stage for a
  *   different worker, once; a second loss ends it as failed.
  * - Acknowledged requests survive a leader change through the submitting
  *   agents (reward-submitter.ts): each keeps every request it got an answer for
@@ -114,7 +123,8 @@ interface Batch {
   lastActivityMs: number
 }
 
-interface Lease { id: string, workerId: string, node: string, startedMs: number, timer: NodeJS.Timeout }
+/** reportSeq: the agent's last report seq when it forwarded the fetch (-1: not given, any later report counts). */
+interface Lease { id: string, workerId: string, node: string, pid: number | undefined, reportSeq: number, startedMs: number, timer: NodeJS.Timeout, delivered: RewardLease }
 
 interface ProxyRequest {
   id: string
@@ -141,9 +151,9 @@ interface ProxyRequest {
 
 interface QueueEntry extends QueueKey { request: ProxyRequest }
 
-interface NodeReport { node: string, nodeName: string, cpuCores: number, gpus: number, stages: string[], workers: Map<string, string>, atMs: number }
+interface NodeReport { node: string, nodeName: string, cpuCores: number, gpus: number, stages: string[], workers: Map<string, string>, seq: number, atMs: number }
 
-interface FetchWaiter { workerId: string, node: string, resolve(lease: RewardLease | null): void }
+interface FetchWaiter { workerId: string, node: string, pid: number | undefined, reportSeq: number, resolve(lease: RewardLease | null): void }
 
 const validators = {
   batchStart: validatorOf(BatchStartBody, 'batch-start hint'),
@@ -237,7 +247,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     return found
   }
 
-  const leaseFor = (r: ProxyRequest, workerId: string, node: string): RewardLease => {
+  const leaseFor = (r: ProxyRequest, workerId: string, node: string, pid: number | undefined, reportSeq: number): RewardLease => {
     const stage = stages[r.stage]!
     queued[r.stage]!--
     running[r.stage]!++
@@ -246,12 +256,24 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     const id = randomUUID()
     const timer = setTimeout(() => timeOut(r, id), stage.timeoutMs)
     timer.unref()
-    r.lease = { id, workerId, node, startedMs: now(), timer }
-    leases.set(id, r)
-    return {
+    const delivered: RewardLease = {
       leaseId: id, requestId: r.id, task: r.batch.task, batch: r.batch.index, stage: stage.name, attempt: r.attempt, payload: r.payload,
       ...(r.stage > 0 ? { input: r.input } : {}), timeoutMs: stage.timeoutMs, lastStage: r.stage === stages.length - 1,
     }
+    r.lease = { id, workerId, node, pid, reportSeq, startedMs: now(), timer, delivered }
+    leases.set(id, r)
+    return delivered
+  }
+
+  /** The lease `workerId` of `node` already holds, if the same process asks again; a restarted process's lease is lost. */
+  const heldLease = (node: string, workerId: string, pid: number | undefined): RewardLease | undefined => {
+    for (const r of leases.values()) {
+      const lease = r.lease!
+      if (lease.node !== node || lease.workerId !== workerId) continue
+      if (pid === undefined || lease.pid === undefined || lease.pid === pid) return lease.delivered
+      loseLease(r, `worker ${workerId} restarted (pid ${lease.pid} → ${pid})`)
+    }
+    return undefined
   }
 
   const dispatch = (stage: number): void => {
@@ -261,7 +283,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const r = take(stage, waiter.workerId)
       if (r === undefined) return
       waiters.shift()
-      waiter.resolve(leaseFor(r, waiter.workerId, waiter.node))
+      waiter.resolve(leaseFor(r, waiter.workerId, waiter.node, waiter.pid, waiter.reportSeq))
     }
   }
 
@@ -387,8 +409,11 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const b = validators.fetch.parse(body)
       const stage = stageIndex.get(b.stage)
       if (stage === undefined) throw new AgentError('ERR_BAD_REQUEST', `unknown stage ${JSON.stringify(b.stage)}; the stages are ${stages.map(s => s.name).join(', ') || 'none'}`)
+      const reportSeq = b.reportSeq ?? -1
+      const held = heldLease(b.node, b.workerId, b.pid)
+      if (held !== undefined) return { lease: held }
       const r = take(stage, b.workerId)
-      if (r !== undefined) return { lease: leaseFor(r, b.workerId, b.node) }
+      if (r !== undefined) return { lease: leaseFor(r, b.workerId, b.node, b.pid, reportSeq) }
       if (b.waitMs === 0 || stopped) return { lease: null }
       return await new Promise(resolve => {
         const waiters = fetchWaiters[stage]!
@@ -397,7 +422,11 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
           signal.removeEventListener('abort', onAbort)
           resolve({ lease })
         }
-        const waiter: FetchWaiter = { workerId: b.workerId, node: b.node, resolve: done }
+        for (const earlier of waiters.filter(w => w.node === b.node && w.workerId === b.workerId)) {
+          waiters.splice(waiters.indexOf(earlier), 1)
+          earlier.resolve(null)
+        }
+        const waiter: FetchWaiter = { workerId: b.workerId, node: b.node, pid: b.pid, reportSeq, resolve: done }
         const leave = (): void => { const i = waiters.indexOf(waiter); if (i >= 0) { waiters.splice(i, 1); done(null) } }
         const onAbort = leave
         const timer = setTimeout(leave, b.waitMs)
@@ -434,9 +463,13 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
 
     heartbeat (body) {
       const b = validators.heartbeat.parse(body)
+      const seq = b.seq ?? Number.MAX_SAFE_INTEGER
+      const previous = reports.get(b.node)
+      // Overtaken by a later report of the same agent (delivered out of order): nothing in it is news.
+      if (previous !== undefined && b.seq !== undefined && b.seq <= previous.seq) return { ok: true }
       const workers = new Map(b.workers.map(w => [w.workerId, w.stage]))
-      reports.set(b.node, { node: b.node, nodeName: b.nodeName, cpuCores: b.cpuCores, gpus: b.gpus, stages: b.stages, workers, atMs: now() })
-      loseLeasesWhere(l => l.node === b.node && !workers.has(l.workerId), l => `worker ${l.workerId} is no longer running on its agent`)
+      reports.set(b.node, { node: b.node, nodeName: b.nodeName, cpuCores: b.cpuCores, gpus: b.gpus, stages: b.stages, workers, seq: b.seq ?? -1, atMs: now() })
+      loseLeasesWhere(l => l.node === b.node && seq > l.reportSeq && !workers.has(l.workerId), l => `worker ${l.workerId} is no longer running on its agent`)
       for (let k = 0; k < stages.length; k++) dispatch(k)
       return { ok: true }
     },

@@ -79,8 +79,10 @@ export function createRewardService (options: RewardServiceOptions, components: 
     },
     async fetchWork (body, signal) {
       const stage = supervisor.stageOf(body.workerId)
-      // The leader waits up to waitMs; the call itself may also span a failover.
-      return await leader.callLeader('reward.fetch', { node: selfId, workerId: body.workerId, stage, waitMs: body.waitMs },
+      const pid = supervisor.pidOf(body.workerId)
+      // The leader waits up to waitMs; the call itself may also span a failover (and may reach the leader twice: the
+      // leader hands the same lease again to the same worker process).
+      return await leader.callLeader('reward.fetch', { node: selfId, workerId: body.workerId, stage, waitMs: body.waitMs, reportSeq: supervisor.reportSeq(), ...(pid !== undefined ? { pid } : {}) },
         { timeoutMs: body.waitMs + 10_000, ...(signal !== undefined ? { signal } : {}) }) as { lease: RewardLease | null }
     },
     async completeWork (body) {

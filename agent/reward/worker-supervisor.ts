@@ -3,8 +3,9 @@
  * stage's configured command as the leader's latest `reward-workers` decision
  * places on this agent (its peer id), started and stopped to match every
  * applied decision. It reports its capacity and live workers to the leader
- * every heartbeatIntervalMs (the leader's lease check), and a worker that
- * exits at once (`reward.worker-lost`: its request is retried elsewhere).
+ * every heartbeatIntervalMs (the leader's lease check; one report in flight
+ * at a time, each numbered: reportSeq), and a worker that exits at once
+ * (`reward.worker-lost`: its request is retried elsewhere).
  *
  * Workers: slot i of stage s is `<node name>/<s>/<i>`, environment
  * AGENTD_SOCKET (this agent's API), AGENTD_REWARD_STAGE, AGENTD_REWARD_WORKER_ID;
@@ -55,7 +56,11 @@ export interface WorkerSupervisor {
   stop(): Promise<void>
   /** The stage of a live worker of this agent; ERR_BAD_REQUEST for any other id. */
   stageOf(workerId: string): string
+  /** The process id of a live worker of this agent, or undefined. */
+  pidOf(workerId: string): number | undefined
   workers(): WorkerInfo[]
+  /** Seq of the last worker report built (reward-messages.ts ReportSeq); a fetch forwarded now carries it. */
+  reportSeq(): number
 }
 
 interface Slot {
@@ -83,6 +88,9 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
   let stopping = false
   let heartbeat: NodeJS.Timeout | undefined
   let unsubscribe: (() => void) | undefined
+  /** Starts from the wall clock so that a restarted agent's reports follow its earlier ones. */
+  let reportSeq = Date.now()
+  let reporting = false
 
   const idOf = (stage: string, index: number): string => `${options.nodeName}/${stage}/${index}`
 
@@ -196,12 +204,19 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     reconcile()
   }
 
+  /** One report at a time: a report still retrying (no leader yet) is not joined by more of them. */
   const sendHeartbeat = (): void => {
-    const workers = [...slots.values()].filter(s => s.state === 'running' && s.proc?.pid !== undefined).map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc!.pid! }))
+    if (reporting) return
+    reporting = true
+    // A stopping worker is still finishing its request: it stays in the report until it has exited.
+    const workers = [...slots.values()].filter(s => s.state !== 'restarting' && s.proc?.pid !== undefined).map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc!.pid! }))
+    reportSeq = Math.max(reportSeq + 1, Date.now())
     components.callLeader('reward.heartbeat', {
       node: components.selfId, nodeName: options.nodeName, cpuCores: options.cpuCores, gpus: options.gpus,
-      stages: options.stages.map(s => s.name), workers,
-    }, { timeoutMs: Math.max(1000, options.heartbeatIntervalMs * 4) }).catch(err => log.debug({ err: (err as Error).message }, 'reward heartbeat not delivered'))
+      stages: options.stages.map(s => s.name), workers, seq: reportSeq,
+    }, { timeoutMs: Math.max(1000, options.heartbeatIntervalMs * 4) })
+      .catch(err => log.debug({ err: (err as Error).message }, 'reward heartbeat not delivered'))
+      .finally(() => { reporting = false })
   }
 
   return {
@@ -229,6 +244,10 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       if (slot === undefined || slot.state === 'restarting') throw new AgentError('ERR_BAD_REQUEST', `${JSON.stringify(workerId)} is not a live reward worker of this agent (workers are started by its supervisor, with AGENTD_REWARD_WORKER_ID)`)
       return slot.stage.name
     },
+
+    reportSeq: () => reportSeq,
+
+    pidOf: workerId => slots.get(workerId)?.proc?.pid,
 
     workers () {
       return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))

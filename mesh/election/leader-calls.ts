@@ -10,15 +10,22 @@
  *   answer is ERR_NOT_LEADER with the leader this agent knows of, and the
  *   caller tries again there (or the same peer once it acts).
  * - `call` retries across leader changes and transport failures until its
- *   timeout, then fails with ERR_LEADER_UNAVAILABLE. A handler's AgentError
+ *   timeout, then fails with ERR_LEADER_UNAVAILABLE. Between rounds it waits
+ *   retryDelayMs, doubling per round up to maxRetryDelayMs (with jitter), and
+ *   is woken early when this agent's view of the leadership changes: while no
+ *   leader acts, every pending call of every agent polling at a fixed 100 ms
+ *   was the load that kept a starved cluster from electing one (each round
+ *   is a stream to another agent). A handler's AgentError
  *   reaches the caller with its code and message, and is not retried. A
  *   request may therefore run more than once (a leader that acted on it and
  *   died before answering): handlers must be idempotent (request ids).
+ * - Calls in flight per connection are not capped by libp2p's default of 32
+ *   inbound / 64 outbound streams per protocol: long-polls (a worker's fetch,
+ *   a collector's await) each hold a stream, and an agent runs many workers.
  * - The caller is the connection's remote peer (noise inside the cluster's
  *   private network); handlers validate their bodies.
  */
 import type { Logger } from 'pino'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { AgentError, errorStatus, type ErrorCode } from '../../agent/errors.ts'
 import type { MeshLibp2p } from '../libp2p-node.ts'
 import { handleJson, requestJson } from '../json-protocol.ts'
@@ -26,7 +33,11 @@ import { handleJson, requestJson } from '../json-protocol.ts'
 export const leaderCallProtocol = '/agentd/leader-call/1.0.0'
 const maxMessageBytes = 4 * 1024 * 1024
 const handlerTimeoutMs = 30_000
+/** First wait between rounds of a call, ms; doubles per round up to maxRetryDelayMs. */
 const retryDelayMs = 100
+const maxRetryDelayMs = 1000
+/** Streams of this protocol one connection may hold at once, each way. */
+const maxStreamsPerConnection = 4096
 
 export interface LeaderCaller {
   /** Peer id of the agent that made the call (this agent's own id for a local call). */
@@ -65,6 +76,8 @@ export interface LeaderCallsComponents {
    * until then a call is answered "not ready" and retried, not ERR_NOT_FOUND).
    */
   leadership(): { leaderId: string | null, acting: boolean, tasksStarted: boolean }
+  /** Calls `listener` whenever leadership() may have changed; returns the unsubscription. Optional: without it calls only back off. */
+  onLeadershipChange?(listener: () => void): () => void
   logger: Logger
   defaultTimeoutMs: number
 }
@@ -93,6 +106,15 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     }
   }
 
+  /** Waits `delayMs` (capped, ±25% jitter so callers spread out) or until the leadership view changes or `signal` aborts. */
+  const waitForRetry = (delayMs: number, signal: AbortSignal): Promise<void> => new Promise(resolve => {
+    const ms = Math.min(delayMs, maxRetryDelayMs) * (0.75 + Math.random() / 2)
+    const done = (): void => { clearTimeout(timer); unsubscribe?.(); signal.removeEventListener('abort', done); resolve() }
+    const timer = setTimeout(done, ms)
+    const unsubscribe = c.onLeadershipChange?.(done)
+    signal.addEventListener('abort', done, { once: true })
+  })
+
   const parseAnswer = (v: unknown): Answer => {
     const a = v as Record<string, unknown>
     if (typeof a !== 'object' || a === null) throw new Error('malformed leader-call answer')
@@ -117,6 +139,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
       const signal = options.signal !== undefined ? AbortSignal.any([options.signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs)
       let last = 'no leader known yet'
       let hint: string | null = null
+      let round = 0
       while (performance.now() < deadline && !signal.aborted) {
         const { leaderId, acting } = c.leadership()
         const followingHint = hint !== null
@@ -141,7 +164,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
           // Follow the answering agent's idea of the leader at once, but only one hop per round.
           if (!followingHint && a.leaderId !== null && a.leaderId !== target) { hint = a.leaderId; continue }
         }
-        await sleep(retryDelayMs, undefined, { signal }).catch(() => {})
+        await waitForRetry(retryDelayMs * 2 ** Math.min(round++, 10), signal)
       }
       if (options.signal?.aborted === true) throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} cancelled (${last})`)
       throw new AgentError('ERR_LEADER_UNAVAILABLE', `no acting leader answered ${method} within ${timeoutMs} ms (last: ${last})`)
@@ -158,7 +181,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     },
 
     async start () {
-      await handleJson(c.node, { ...protocol, handlerTimeoutMs }, async (from, message) => {
+      await handleJson(c.node, { ...protocol, handlerTimeoutMs, maxStreamsPerConnection }, async (from, message) => {
         const m = message as Record<string, unknown>
         if (typeof m !== 'object' || m === null || typeof m.method !== 'string') {
           return { ok: false, code: 'ERR_BAD_REQUEST', message: 'a leader call is { method, body }', leaderId: c.leadership().leaderId }

@@ -108,8 +108,17 @@ const recentDecisions = 32
 const batchOverheadBytes = 1024
 /** The leader call that answers the acting leader's state batch (pulling, above). */
 export const stateCallMethod = 'election.state'
-/** How long a leader call waits for an acting leader by default: covers a failover (lease + election + view grace). */
-const leaderCallTimeoutMs = 10_000
+/**
+ * How long a leader call waits for an acting leader by default: covers a
+ * failover — the old lease, two election rounds (a split vote), the view
+ * grace — and at least 10 s. With the default timing that is 10 s.
+ */
+function leaderCallTimeoutMs (config: ElectionConfig): number {
+  const failoverMs = config.backend === 'etcd'
+    ? 2 * config.etcdLeaseTtlS * 1000 + config.viewGraceMs
+    : config.leaseMs + 2 * config.electionTimeoutMaxMs + config.viewGraceMs
+  return Math.max(10_000, failoverMs)
+}
 
 export { voterSetIdOf } from './embedded-election.ts'
 export { validateElectionConfig } from './election-config.ts'
@@ -125,10 +134,14 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     node: mesh.node,
     self,
     leadership: () => { const v = view(); return { leaderId: v.leaderId, acting: v.acting, tasksStarted: v.acting && acting?.tasksStarted === true } },
+    onLeadershipChange (listener) { leadershipListeners.add(listener); return () => leadershipListeners.delete(listener) },
     logger: log,
-    defaultTimeoutMs: leaderCallTimeoutMs,
+    defaultTimeoutMs: leaderCallTimeoutMs(config),
   })
   let signal: AbortSignal = AbortSignal.abort()
+  /** Waiting leader calls: woken when the election changes, a new epoch's first decision applies, or tasks start or stop. */
+  const leadershipListeners = new Set<() => void>()
+  const leadershipChanged = (): void => { for (const l of [...leadershipListeners]) l() }
   let desired: Record<string, unknown> = {}
   const appliedListeners = new Set<(d: AppliedDecision) => void>()
 
@@ -153,6 +166,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     persist: p => store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq }),
     apply (d) {
       desired[d.kind] = d.payload
+      if (d.kind === 'leader') leadershipChanged()
       for (const l of appliedListeners) {
         try { l(d) } catch (err) { log.warn({ err, kind: d.kind }, 'decision listener failed') }
       }
@@ -290,6 +304,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         await Promise.resolve(task.start(context)).catch(err => log.error({ err, task: task.name }, 'leader task failed'))
       }
       a.tasksStarted = true
+      leadershipChanged()
     })().catch(err => log.warn({ err: (err as Error).message }, 'leader start-up decision failed'))
   }
 
@@ -300,6 +315,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     clearInterval(a.republish)
     a.controller.abort()
     log.info({ epoch: a.epoch, why }, 'leader: stopped acting')
+    leadershipChanged()
   }
 
   /** Starts or stops acting as the election's state allows (evaluated on every change and every half heartbeat). */
@@ -344,6 +360,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       election.onChange(() => {
         supervise()
         mesh.availabilityChanged()
+        leadershipChanged()
       })
       await calls.start()
       await election.start({ signal })

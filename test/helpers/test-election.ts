@@ -21,6 +21,8 @@ export interface ElectionClusterOptions {
   clients?: number
   /** Extra flags for every agent. */
   args?: string[]
+  /** Extra flags for the clients only, after `args`. */
+  clientArgs?: string[]
   /** Elect through this etcd (test/helpers/etcd-process.ts) instead of the embedded backend. */
   etcd?: { endpoint: string, leaseTtlS?: number }
 }
@@ -41,7 +43,7 @@ export async function startElectionCluster (t: Teardown, options: ElectionCluste
   const mesh = await startTestMesh(t, {
     nodes: options.servers + clients,
     args: [...(options.etcd !== undefined ? etcdBackendArgs(options.etcd) : ['--bootstrap-expect', String(options.servers)]), ...(options.args ?? [])],
-    nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false'],
+    nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false', ...(options.clientArgs ?? [])],
   })
   return Object.assign(mesh, { servers: mesh.agents.slice(0, options.servers), clients: mesh.agents.slice(options.servers) })
 }

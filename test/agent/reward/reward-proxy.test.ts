@@ -1,8 +1,9 @@
 /**
  * The leader's reward proxy from stub components (a settable clock, no
  * network): EBF order across batches, idempotent submits, stage timeouts,
- * lost leases retried once then failed, results and acknowledgements, and
- * bad input refused without partial state.
+ * lost leases retried once then failed, a repeated fetch and a delayed
+ * heartbeat, results and acknowledgements, and bad input refused without
+ * partial state.
  */
 import t from 'tap'
 import pino from 'pino'
@@ -52,7 +53,7 @@ t.test('earliest batch first: a later batch whose estimated completion is earlie
   const order = []
   for (let i = 0; i < 4; i++) order.push((await fetch(proxy, 'verify', `n1/w/${i}`))!.requestId)
   t.same(order, ['fast-1a', 'fast-1b', 'slow-1a', 'slow-1b'], 'EBF, FCFS within a batch')
-  t.equal(await fetch(proxy, 'verify'), null, 'queue empty')
+  t.equal(await fetch(proxy, 'verify', 'n1/w/9'), null, 'queue empty')
   proxy.stop()
 })
 
@@ -118,6 +119,56 @@ t.test('a lost worker\'s request is retried once on another worker, then fails',
   t.match(results, [{ requestId: 'r', status: 'failed', reward: -1, message: /lost its worker twice/ }])
   await proxy.awaitResults({ ids: [], ack: ['r'], waitMs: 0 }, never)
   t.same((await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)).unknown, ['r'], 'acknowledged results are forgotten')
+  proxy.stop()
+})
+
+t.test('a fetch repeated by the same worker process gets its lease again; a restarted process loses it', async t => {
+  const { proxy } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 2 })
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 's', payload: {} }, 'x')
+  const ask = async (pid: number): Promise<RewardLease | null> => (await proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 0, pid }, never)).lease
+  const first = (await ask(100))!
+  t.same(await ask(100), first, 'the answer to the first fetch was lost: the same lease again, no second lease')
+  t.same(proxy.status().requests, { held: 2, queued: 1, running: 1, done: 0 })
+  const restarted = (await ask(101))!
+  t.not(restarted.leaseId, first.leaseId, 'a new process of the worker gets a new lease')
+  t.throws(() => proxy.complete({ workerId: 'w1', leaseId: first.leaseId, reward: 1 }), { code: 'ERR_REWARD_LEASE_LOST' }, 'the old process\'s lease is gone')
+  t.same(proxy.status().requests, { held: 2, queued: 1, running: 1, done: 0 }, 'its request is queued again')
+  const again = (await proxy.fetch({ node: 'n1', workerId: 'w2', stage: 'verify', waitMs: 0 }, never)).lease!
+  t.equal(again.requestId, first.requestId)
+  t.equal(again.attempt, 2, 'retried once')
+  proxy.stop()
+})
+
+t.test('a worker\'s new fetch ends its earlier one still waiting: the lease goes to the caller that is there', async t => {
+  const { proxy } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 1 })
+  const earlier = proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 5000 }, never)
+  const later = proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 5000 }, never)
+  t.same(await earlier, { lease: null }, 'the earlier fetch ends with no lease')
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  t.equal((await later).lease?.requestId, 'r')
+  t.same(proxy.status().requests, { held: 1, queued: 0, running: 1, done: 0 }, 'one lease')
+  proxy.stop()
+})
+
+t.test('a heartbeat built before a fetch does not cost that fetch its lease; an older heartbeat is ignored', async t => {
+  const { proxy } = proxyWith()
+  const report = (seq: number, workers: string[]): unknown => proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], seq, workers: workers.map((workerId, i) => ({ workerId, stage: 'verify', pid: i + 1 })) })
+  report(10, [])
+  proxy.batchStart({ task: 't', batch: 0, size: 1 })
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {} }, 'x')
+  const lease = (await proxy.fetch({ node: 'n1', workerId: 'w1', stage: 'verify', waitMs: 0, reportSeq: 11 }, never)).lease!
+  report(11, []) // built before the worker started, delivered after its fetch
+  t.equal(proxy.status().requests.running, 1, 'the lease stands')
+  report(13, ['w1'])
+  report(12, []) // overtaken by seq 13
+  t.equal(proxy.status().requests.running, 1, 'an out-of-order report changes nothing')
+  t.same(proxy.status().nodes.map(n => n.workers), [{ verify: 1 }], 'the newer report stays')
+  report(14, [])
+  t.equal(proxy.status().requests.queued, 1, 'a report built after the fetch without the worker: the lease is lost, the request queued again')
+  t.equal(lease.attempt, 1)
   proxy.stop()
 })
 

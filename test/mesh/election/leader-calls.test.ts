@@ -1,6 +1,8 @@
 // Leader calls between real libp2p nodes in this process (same protocol stack as the agents):
-// forwarding to the acting leader, following a stale agent's hint, errors, retries and timeouts.
+// forwarding to the acting leader, following a stale agent's hint, errors, retries and timeouts,
+// many long-polls at once, backing off while no leader acts.
 import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
@@ -11,7 +13,7 @@ import { AgentError } from '../../../agent/errors.ts'
 
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
 
-interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: { leaderId: string | null, acting: boolean, tasksStarted: boolean } }
+interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: { leaderId: string | null, acting: boolean, tasksStarted: boolean }, changed: Set<() => void> }
 
 async function startAgents (t: { teardown(fn: () => unknown): void }, n: number): Promise<Agent[]> {
   const agents: Agent[] = []
@@ -28,8 +30,11 @@ async function startAgents (t: { teardown(fn: () => unknown): void }, n: number)
       userAgent: 'agentd-test/0',
     })
     await node.start()
-    const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false, tasksStarted: false } } as Agent
-    agent.calls = createLeaderCalls({ node, self: agent.id, leadership: () => agent.leadership, logger: pino({ level: 'silent' }), defaultTimeoutMs: 2_000 })
+    const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false, tasksStarted: false }, changed: new Set() } as Agent
+    agent.calls = createLeaderCalls({
+      node, self: agent.id, leadership: () => agent.leadership, logger: pino({ level: 'silent' }), defaultTimeoutMs: 2_000,
+      onLeadershipChange: l => { agent.changed.add(l); return () => agent.changed.delete(l) },
+    })
     await agent.calls.start()
     agents.push(agent)
     t.teardown(async () => { await agent.calls.stop(); await node.stop() })
@@ -40,6 +45,7 @@ async function startAgents (t: { teardown(fn: () => unknown): void }, n: number)
 
 const lead = (agents: Agent[], leader: Agent | null, knownBy: Agent[] = agents): void => {
   for (const a of agents) a.leadership = { leaderId: knownBy.includes(a) ? leader?.id ?? null : a.leadership.leaderId, acting: a === leader, tasksStarted: a === leader }
+  for (const a of agents) for (const l of [...a.changed]) l()
 }
 
 t.test('a call runs on the acting leader, from it and from any other agent, with the caller identified', async t => {
@@ -102,4 +108,35 @@ t.test('a leader whose tasks are still starting answers "not ready": the call wa
   b.leadership = { leaderId: b.id, acting: true, tasksStarted: false }
   setTimeout(() => { b.calls.handle('late', async () => 'registered late'); b.leadership = { ...b.leadership, tasksStarted: true } }, 300)
   t.equal(await a.calls.call('late', null), 'registered late')
+})
+
+t.test('long-polls: a hundred calls from one agent are in flight at once (no per-protocol stream cap)', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  let inFlight = 0
+  let most = 0
+  let runs = 0
+  b.calls.handle('poll', async () => { runs++; most = Math.max(most, ++inFlight); await sleep(400); inFlight--; return 'done' })
+  lead([a, b], b)
+  const answers = await Promise.all(Array.from({ length: 100 }, () => a.calls.call('poll', null, { timeoutMs: 20_000 })))
+  t.equal(answers.filter(x => x === 'done').length, 100)
+  t.equal(runs, 100, 'none was refused and retried')
+  t.equal(most, 100, 'all held a stream at the same time (libp2p\'s default would stop at 32)')
+})
+
+t.test('while no leader acts a call backs off, and a leadership change wakes it at once', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  b.calls.handle('m', async () => 'from b')
+  lead([a, b], null)
+  a.leadership = { leaderId: b.id, acting: false, tasksStarted: false } // a still names b, which answers "not leader"
+  let asked = 0
+  let view = b.leadership
+  Object.defineProperty(b, 'leadership', { get: () => { asked++; return view }, set: v => { view = v } })
+  await t.rejects(a.calls.call('m', null, { timeoutMs: 2_000 }), { code: 'ERR_LEADER_UNAVAILABLE' })
+  t.ok(asked <= 8, `${asked} requests in 2 s (100 ms doubling to 1 s; fixed 100 ms polling sent ~20)`)
+  const call = a.calls.call('m', null, { timeoutMs: 10_000 })
+  await sleep(2_500) // its wait has grown to about 1 s
+  const changedAt = performance.now()
+  lead([a, b], b)
+  t.equal(await call, 'from b')
+  t.ok(performance.now() - changedAt < 500, `answered ${Math.round(performance.now() - changedAt)} ms after the change, not after the rest of its wait`)
 })
