@@ -21,9 +21,11 @@ async function main (): Promise<number> {
   const began = performance.now()
   let loaded
   let action
+  let exitWithStdin = false
   try {
     const args = parseAgentdArgs(process.argv.slice(2), process.env)
     action = args.action
+    exitWithStdin = args.exitWithStdin
     if (action === 'help') { process.stdout.write(agentdUsage + '\n'); return 0 }
     if (action === 'version') { process.stdout.write(`agentd ${agentVersion}\n`); return 0 }
     if (action === 'config-reference') { process.stdout.write(renderConfigReference() + '\n'); return 0 }
@@ -67,6 +69,11 @@ async function main (): Promise<number> {
   }
   process.on('SIGTERM', onSignal)
   process.on('SIGINT', onSignal)
+  if (exitWithStdin) {
+    // The parent holds the other end; it closes when the parent exits, however it exits.
+    process.stdin.once('end', () => { if (signals === 0) onSignal('SIGHUP') })
+    process.stdin.resume()
+  }
 
   try {
     await daemon.start()
@@ -82,3 +89,4 @@ async function main (): Promise<number> {
 }
 
 process.exitCode = await main()
+process.stdin.destroy() // --exit-with-stdin reads it: an open stdin would keep the process alive

@@ -37,6 +37,7 @@ const options = {
   set: { type: 'string', multiple: true },
   'print-config': { type: 'boolean' },
   'config-reference': { type: 'boolean' },
+  'exit-with-stdin': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 } as const
@@ -59,6 +60,8 @@ export const agentdUsage = `usage: agentd [--config FILE] [--dev --state-dir DIR
   --set KEY=VALUE     any config key, e.g. --set api.bodyLimitBytes=2097152 (repeatable)
   --print-config      print the effective configuration as JSON and exit
   --config-reference  print the reference of every config key (Markdown) and exit
+  --exit-with-stdin   stop gracefully when standard input closes: a supervisor or test
+                      harness that dies, even by SIGKILL, takes its agents with it
   --version           print the version and exit
   -h, --help          this text
 
@@ -70,6 +73,8 @@ export interface AgentdArgs {
   devStateDir?: string
   configFile?: string
   assignments: ConfigAssignment[]
+  /** Stop when stdin closes (--exit-with-stdin). */
+  exitWithStdin: boolean
 }
 
 export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): AgentdArgs {
@@ -106,7 +111,7 @@ export function parseAgentdArgs (argv: string[], env: NodeJS.ProcessEnv): Agentd
     throw new AgentError('ERR_CONFIG_INVALID', '--dev needs --state-dir DIR (every path of the dev agent lives under it)')
   }
   const configFile = (values.config as string | undefined) ?? env.AGENTD_CONFIG
-  const args: AgentdArgs = { action, dev, assignments }
+  const args: AgentdArgs = { action, dev, assignments, exitWithStdin: values['exit-with-stdin'] === true }
   if (dev && stateDir !== undefined) args.devStateDir = stateDir
   if (configFile !== undefined) args.configFile = configFile
   return args

@@ -47,6 +47,14 @@ t.test('SIGTERM stops gracefully: exit 0, no socket left behind; the node id sur
   t.equal((await second.exited).code, 0)
 })
 
+t.test('--exit-with-stdin: the agent stops gracefully when its parent\'s end of stdin closes', async t => {
+  const agent = await spawnAgent(t) // the harness always passes --exit-with-stdin with a stdin pipe
+  agent.proc.stdin!.end()
+  t.same(await agent.exited, { code: 0, signal: null })
+  t.notOk(existsSync(agent.socketPath), 'socket removed')
+  t.match(agent.output(), /"msg":"stopping"/)
+})
+
 t.test('a second signal forces exit', async t => {
   const agent = await spawnAgent(t)
   agent.proc.kill('SIGINT')

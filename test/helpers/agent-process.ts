@@ -23,7 +23,9 @@ interface Teardown { teardown(fn: () => unknown): void }
 /**
  * Every child this module started and that is still running. tap kills a test
  * file that times out, and then no teardown runs: these children are killed
- * when the test process exits or is told to stop, so none outlives it.
+ * when the test process exits or is told to stop, so none outlives it. Agents
+ * also run with --exit-with-stdin: when the test process dies without a word
+ * (SIGKILL) their stdin pipe closes and they stop on their own.
  */
 const children = new Set<ChildProcess>()
 const killChildren = (): void => { for (const child of children) child.kill('SIGKILL') }
@@ -70,7 +72,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
   const env = { ...withoutAgentdEnv(process.env), ...options.env }
-  const proc = track(spawn(process.execPath, [...agentNodeFlags, options.built === true ? builtAgentMain : agentMain, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] }))
+  const proc = track(spawn(process.execPath, [...agentNodeFlags, options.built === true ? builtAgentMain : agentMain, ...args, '--exit-with-stdin'], { env, stdio: ['pipe', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
   proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
