@@ -4,31 +4,19 @@
 // up and it is dialed again; and the grace rule on stub connections.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromString } from '@libp2p/peer-id'
 import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import { createMeshNode, type MeshLibp2p } from '../../mesh/libp2p-node.ts'
+import type { MeshLibp2p } from '../../mesh/libp2p-node.ts'
 import { createGossipStreamWatchdog, type WatchedConnection } from '../../mesh/gossip-stream-watchdog.ts'
+import { startMeshNode } from '../helpers/mesh-node.ts'
 
 const topic = 'watchdog-test'
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
 const quiet = { warn () {} }
 
 async function startNode (t: { teardown(fn: () => unknown): void }): Promise<MeshLibp2p> {
-  const node = await createMeshNode({
-    privateKey: await generateKeyPair('Ed25519'),
-    clusterKey,
-    listen: ['/ip4/127.0.0.1/tcp/0'],
-    announce: { ip: '127.0.0.1', family: 4, source: 'test' },
-    trustedCidrs: ['127.0.0.0/8'],
-    connectionPingIntervalMs: 1000,
-    maxConnections: 16,
-    maxMessageDataBytes: 1 << 20,
-    userAgent: 'agentd-test/0',
-  })
-  await node.start()
+  const node = await startMeshNode(t, clusterKey)
   node.services.pubsub.subscribe(topic)
-  t.teardown(() => node.stop())
   return node
 }
 

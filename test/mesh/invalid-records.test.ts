@@ -6,7 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import { parseClusterKey } from '../../mesh/cluster-key.ts'
-import { createMeshNode } from '../../mesh/libp2p-node.ts'
+import { startMeshNode } from '../helpers/mesh-node.ts'
 import { encodeEnvelope } from '../../mesh/signed-envelope.ts'
 import { meshTopic, type AvailabilityRecord } from '../../mesh/mesh-messages.ts'
 import { startTestMesh } from '../helpers/test-mesh.ts'
@@ -15,19 +15,7 @@ t.test('invalid, oversized, forged and stale records are dropped and counted; th
   const mesh = await startTestMesh(t, { nodes: 2 })
   const [a, b] = mesh.agents as [typeof mesh.agents[0], typeof mesh.agents[0]]
   const key = await generateKeyPair('Ed25519')
-  const node = await createMeshNode({
-    privateKey: key,
-    clusterKey: parseClusterKey(readFileSync(mesh.clusterKeyFile, 'utf8'), 'test key'),
-    listen: ['/ip4/127.0.0.1/tcp/0'],
-    announce: { ip: '127.0.0.1', family: 4, source: 'test' },
-    trustedCidrs: ['127.0.0.0/8'],
-    connectionPingIntervalMs: 1000,
-    maxConnections: 16,
-    maxMessageDataBytes: 1 << 20,
-    userAgent: 'agentd-test/0',
-  })
-  await node.start()
-  t.teardown(() => node.stop())
+  const node = await startMeshNode(t, parseClusterKey(readFileSync(mesh.clusterKeyFile, 'utf8'), 'test key'), key)
   node.services.pubsub.subscribe(meshTopic)
   await node.dial(multiaddr(a.meshAddress))
 

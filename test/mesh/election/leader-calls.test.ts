@@ -4,9 +4,9 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
-import { generateKeyPair } from '@libp2p/crypto/keys'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
-import { createMeshNode, type MeshLibp2p } from '../../../mesh/libp2p-node.ts'
+import type { MeshLibp2p } from '../../../mesh/libp2p-node.ts'
+import { startMeshNode } from '../../helpers/mesh-node.ts'
 import { createLeaderCalls, leaderCallProtocol, type LeaderCalls } from '../../../mesh/election/leader-calls.ts'
 import { requestJson } from '../../../mesh/json-protocol.ts'
 import { AgentError } from '../../../agent/errors.ts'
@@ -18,18 +18,7 @@ interface Agent { node: MeshLibp2p, id: string, calls: LeaderCalls, leadership: 
 async function startAgents (t: { teardown(fn: () => unknown): void }, n: number): Promise<Agent[]> {
   const agents: Agent[] = []
   for (let i = 0; i < n; i++) {
-    const node = await createMeshNode({
-      privateKey: await generateKeyPair('Ed25519'),
-      clusterKey,
-      listen: ['/ip4/127.0.0.1/tcp/0'],
-      announce: { ip: '127.0.0.1', family: 4, source: 'test' },
-      trustedCidrs: ['127.0.0.0/8'],
-      connectionPingIntervalMs: 1000,
-      maxConnections: 16,
-      maxMessageDataBytes: 1 << 20,
-      userAgent: 'agentd-test/0',
-    })
-    await node.start()
+    const node = await startMeshNode(t, clusterKey)
     const agent: Agent = { node, id: node.peerId.toString(), leadership: { leaderId: null, acting: false, tasksStarted: false }, changed: new Set() } as Agent
     agent.calls = createLeaderCalls({
       node, self: agent.id, leadership: () => agent.leadership, logger: pino({ level: 'silent' }), defaultTimeoutMs: 2_000,
@@ -37,7 +26,7 @@ async function startAgents (t: { teardown(fn: () => unknown): void }, n: number)
     })
     await agent.calls.start()
     agents.push(agent)
-    t.teardown(async () => { await agent.calls.stop(); await node.stop() })
+    t.teardown(() => agent.calls.stop())
   }
   for (const a of agents) for (const b of agents) if (a !== b) await a.node.dial(b.node.getMultiaddrs()[0]!)
   return agents

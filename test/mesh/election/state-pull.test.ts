@@ -5,31 +5,18 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
-import { generateKeyPair } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
-import { createMeshNode } from '../../../mesh/libp2p-node.ts'
 import { createLeaderService, type LeaderService, type LeaderServiceComponents } from '../../../mesh/election/leader-service.ts'
 import { defaultElectionConfig, type ElectionConfig } from '../../../mesh/election/election-config.ts'
 import { etcdSkipReason, startEtcd } from '../../helpers/etcd-process.ts'
 import { tempDir } from '../../helpers/agent-process.ts'
+import { startMeshNode } from '../../helpers/mesh-node.ts'
 
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
 
 async function startService (t: { teardown(fn: () => unknown): void }, config: ElectionConfig): Promise<{ service: LeaderService, id: string, address: string, dial(address: string): Promise<unknown> }> {
-  const node = await createMeshNode({
-    privateKey: await generateKeyPair('Ed25519'),
-    clusterKey,
-    listen: ['/ip4/127.0.0.1/tcp/0'],
-    announce: { ip: '127.0.0.1', family: 4, source: 'test' },
-    trustedCidrs: ['127.0.0.0/8'],
-    connectionPingIntervalMs: 1000,
-    maxConnections: 16,
-    maxMessageDataBytes: 1 << 20,
-    userAgent: 'agentd-test/0',
-  })
-  await node.start()
-  t.teardown(() => node.stop())
+  const node = await startMeshNode(t, clusterKey)
   const id = node.peerId.toString()
   const mesh = {
     node,
