@@ -5,14 +5,12 @@
  * indirect probe). Both say 'refused' when the target's port refused the TCP
  * connection — the evidence that the process is gone.
  *
- * ping-req wire: the requester sends one length-prefixed JSON object
- * { target, timeoutMs } and reads one back { outcome }; the helper caps the
- * timeout at maxHelperTimeoutMs.
+ * ping-req wire (json-protocol.ts): the requester sends { target, timeoutMs }
+ * and reads back { outcome }; the helper caps the timeout at maxHelperTimeoutMs.
  */
 import { peerIdFromString } from '@libp2p/peer-id'
-import { lpStream } from '@libp2p/utils'
-import type { Stream } from '@libp2p/interface'
 import type { MeshLibp2p } from './libp2p-node.ts'
+import { handleJson, requestJson } from './json-protocol.ts'
 import type { ProbeOutcome, Prober } from './failure-detector.ts'
 
 export const pingReqProtocol = '/agentd/ping-req/1.0.0'
@@ -27,6 +25,7 @@ export interface Libp2pProber extends Prober {
 }
 
 export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
+  const protocol = { protocol: pingReqProtocol, maxMessageBytes: 1024 }
   async function ping (target: string, timeoutMs: number, signal: AbortSignal): Promise<ProbeOutcome> {
     const peer = peerIdFromString(target)
     const deadline = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)])
@@ -46,16 +45,10 @@ export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
   async function pingReq (helper: string, target: string, timeoutMs: number, signal: AbortSignal): Promise<ProbeOutcome> {
     // The helper needs the full probe timeout plus the round trips to us.
     const deadline = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs * 2)])
-    let stream: Stream | undefined
     try {
-      stream = await node.dialProtocol(peerIdFromString(helper), pingReqProtocol, { signal: deadline })
-      const lp = lpStream(stream)
-      await lp.write(new TextEncoder().encode(JSON.stringify({ target, timeoutMs })), { signal: deadline })
-      const reply = JSON.parse(new TextDecoder().decode((await lp.read({ signal: deadline })).subarray())) as { outcome?: unknown }
-      await stream.close({ signal: deadline }).catch(() => {})
-      return typeof reply.outcome === 'string' && outcomes.has(reply.outcome) ? reply.outcome as ProbeOutcome : 'timeout'
-    } catch (err) {
-      stream?.abort(err as Error)
+      const reply = await requestJson(node, helper, protocol, { target, timeoutMs }, deadline) as { outcome?: unknown } | null
+      return typeof reply?.outcome === 'string' && outcomes.has(reply.outcome) ? reply.outcome as ProbeOutcome : 'timeout'
+    } catch {
       return 'timeout'
     }
   }
@@ -64,19 +57,12 @@ export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
     ping,
     pingReq,
     async register () {
-      await node.handle(pingReqProtocol, async (stream) => {
-        const deadline = AbortSignal.timeout(maxHelperTimeoutMs * 2)
-        try {
-          const lp = lpStream(stream, { maxDataLength: 1024 })
-          const request = JSON.parse(new TextDecoder().decode((await lp.read({ signal: deadline })).subarray())) as { target?: unknown, timeoutMs?: unknown }
-          if (typeof request.target !== 'string' || typeof request.timeoutMs !== 'number') throw new Error('bad ping-req')
-          const outcome = await ping(request.target, Math.min(Math.max(1, request.timeoutMs), maxHelperTimeoutMs), deadline)
-          await lp.write(new TextEncoder().encode(JSON.stringify({ outcome })), { signal: deadline })
-          await stream.close({ signal: deadline }).catch(() => {})
-        } catch (err) {
-          stream.abort(err as Error)
-        }
-      }, { runOnLimitedConnection: false })
+      await handleJson(node, { ...protocol, handlerTimeoutMs: maxHelperTimeoutMs * 2 }, async (_from, message) => {
+        const request = message as { target?: unknown, timeoutMs?: unknown } | null
+        if (typeof request?.target !== 'string' || typeof request.timeoutMs !== 'number') throw new Error('bad ping-req')
+        const timeoutMs = Math.min(Math.max(1, request.timeoutMs), maxHelperTimeoutMs)
+        return { outcome: await ping(request.target, timeoutMs, AbortSignal.timeout(maxHelperTimeoutMs * 2)) }
+      })
     },
     async unregister () {
       await node.unhandle(pingReqProtocol).catch(() => {})
