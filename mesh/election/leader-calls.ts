@@ -125,6 +125,15 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     throw new Error('malformed leader-call answer')
   }
 
+  /** One attempt at `target`: answered here when it is this agent, else over the mesh (rejects on transport failure). */
+  const ask = (target: string, method: string, body: unknown, signal: AbortSignal): Promise<Answer> => target === c.self
+    ? answer(method, body, { peerId: c.self })
+    : requestJson(c.node, target, protocol, { method, body }, signal).then(parseAnswer)
+
+  /** A refusal as the caller sees it: the handler's code when it is one of ours. */
+  const refusal = (a: Extract<Answer, { ok: false }>): AgentError =>
+    new AgentError(a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL', a.message)
+
   return {
     handle (method, handler) {
       if (!methodPattern.test(method)) throw new AgentError('ERR_ARG_INVALID', `leader-call method ${JSON.stringify(method)} must match ${methodPattern}`)
@@ -145,20 +154,11 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
         const followingHint = hint !== null
         const target: string | null = acting ? c.self : (hint ?? leaderId)
         hint = null
-        let a: Answer | undefined
-        if (target === c.self) {
-          a = await answer(method, body, { peerId: c.self })
-        } else if (target !== null) {
-          a = await requestJson(c.node, target, protocol, { method, body }, signal).then(parseAnswer, (err: Error) => {
-            last = `${target}: ${err.message}`
-            return undefined
-          })
-        }
+        const a: Answer | undefined = target === null
+          ? undefined
+          : await ask(target, method, body, signal).catch((err: Error) => { last = `${target}: ${err.message}`; return undefined })
         if (a?.ok === true) return a.result
-        if (a !== undefined && a.code !== 'ERR_NOT_LEADER') {
-          const code: ErrorCode = a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL'
-          throw new AgentError(code, a.message)
-        }
+        if (a !== undefined && a.code !== 'ERR_NOT_LEADER') throw refusal(a)
         if (a !== undefined) {
           last = `${target} answered: ${a.message} (its leader: ${a.leaderId ?? 'unknown'})`
           // Follow the answering agent's idea of the leader at once, but only one hop per round.
@@ -171,13 +171,11 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     },
 
     async callPeer (peer, method, body, signal) {
-      const a = peer === c.self
-        ? await answer(method, body, { peerId: c.self })
-        : await requestJson(c.node, peer, protocol, { method, body }, signal).then(parseAnswer, (err: Error) => {
-          throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} to ${peer} failed: ${err.message}`, { cause: err })
-        })
+      const a = await ask(peer, method, body, signal).catch((err: Error) => {
+        throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} to ${peer} failed: ${err.message}`, { cause: err })
+      })
       if (a.ok) return a.result
-      throw new AgentError(a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL', a.message)
+      throw refusal(a)
     },
 
     async start () {
