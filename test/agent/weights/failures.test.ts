@@ -13,13 +13,18 @@ async function publishModel (t: Test, node: NodeFixture, version: number, tensor
 }
 const model = (seed: number): FixtureTensor[] => [tensor('a.weight', 'f32', [512, 1024], seed), tensor('b.weight', 'bf16', [1024, 700], seed + 1)]
 const total = (ts: FixtureTensor[]): number => ts.reduce((s, x) => s + x.data.length, 0)
-
-t.test('a connection cut mid-transfer: the pull resumes on a new connection without refetching what landed', async t => {
+/** Two nodes sharing a cluster key; `a` serves version 1 of model(seed). */
+async function servedModel (t: Parameters<typeof weightsNode>[0], seed: number) {
   const key = sharedKey()
   const a = await weightsNode(t, key)
   const b = await weightsNode(t, key)
-  const tensors = model(1)
+  const tensors = model(seed)
   await publishModel(t, a, 1, tensors)
+  return { a, b, tensors }
+}
+
+t.test('a connection cut mid-transfer: the pull resumes on a new connection without refetching what landed', async t => {
+  const { a, b, tensors } = await servedModel(t, 1)
   let cuts = 0
   const proxy = await tcpProxy(t, a.weights.address(), (chunk, seen, connection) => {
     if (connection === 0 && seen + chunk.length > 1.5 * MiB && cuts === 0) { cuts++; return 'cut' }
@@ -33,11 +38,7 @@ t.test('a connection cut mid-transfer: the pull resumes on a new connection with
 })
 
 t.test('a corrupted chunk is detected by its checksum and refetched', async t => {
-  const key = sharedKey()
-  const a = await weightsNode(t, key)
-  const b = await weightsNode(t, key)
-  const tensors = model(3)
-  await publishModel(t, a, 1, tensors)
+  const { a, b, tensors } = await servedModel(t, 3)
   let flipped = false
   const proxy = await tcpProxy(t, a.weights.address(), (chunk, seen) => {
     if (!flipped && seen + chunk.length > MiB && seen < MiB) {
@@ -64,11 +65,7 @@ t.test('a puller with another cluster key is refused and stores nothing', async 
 })
 
 t.test('garbage on the data port is refused without affecting a concurrent pull', async t => {
-  const key = sharedKey()
-  const a = await weightsNode(t, key)
-  const b = await weightsNode(t, key)
-  const tensors = model(7)
-  await publishModel(t, a, 1, tensors)
+  const { a, b, tensors } = await servedModel(t, 7)
   const [host, port] = a.weights.address().split(':') as [string, string]
   const garbage = async (bytes: Buffer): Promise<boolean> => await new Promise(resolve => {
     const s = connect({ host, port: Number(port) }, () => s.write(bytes))
