@@ -93,6 +93,11 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
   let epochLeader: string | null = start.leader
   let appliedSeq = start.seq
   let pending = new Map<number, Decision>()
+  /**
+   * The voter set the position above belongs to (learned at the first batch: the election may
+   * not exist yet when the log is created); epochs of another one are not comparable.
+   */
+  let domain: string | undefined
   const rejectedSeen = new Set<string>()
   const counts = { applied: 0, rejected: 0, snapshots: 0, violations: 0 }
   let queue: Promise<unknown> = Promise.resolve()
@@ -115,7 +120,20 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     }
   }
 
+  /** The election moved to another voter set (the store then reset its position): continue from there. */
+  const followDomain = (): void => {
+    const id = components.voterSetId()
+    if (id === domain) return
+    domain = id
+    const p = components.persisted()
+    epoch = p.epoch
+    epochLeader = p.leader
+    appliedSeq = p.seq
+    pending = new Map()
+  }
+
   async function process (batch: DecisionBatch): Promise<BatchVerdict> {
+    followDomain()
     if (batch.voterSetId !== components.voterSetId() || !components.mayDecide(batch.from)) return 'ignored'
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
     if (batch.epoch > epoch) {

@@ -11,6 +11,18 @@
  *   this agent has seen, its leader and the last seq applied in it; saved
  *   before a decision is applied, so after a restart nothing older is
  *   applied and nothing is applied twice (gossip may deliver a message again).
+ * - `backend`: the election backend that wrote the file.
+ *
+ * Fencing domains. Epochs are only comparable within one voter set (Raft
+ * terms of one embedded voter set, create revisions of one etcd cluster and
+ * prefix). So the voter set and the fencing position belong to one domain:
+ * a `save` that changes `voterSetId` (an etcd election that finds another
+ * cluster or prefix) resets the position unless it sets it too, and opening
+ * the store for another backend than the one that wrote it forgets the voter
+ * set and the position (an operator switched backends; keeping etcd's
+ * revision as the highest epoch would reject every embedded leader until its
+ * term caught up, and the reverse). `term` and `votedFor` are never reset:
+ * they only grow, which is always safe for Raft.
  *
  * Writes are serialized (one at a time, in call order), so the file always
  * holds the state of the latest completed `save`.
@@ -28,7 +40,10 @@ export interface PersistedElection {
   highestEpoch: number
   epochLeader: string | null
   appliedSeq: number
+  backend: ElectionBackend | ''
 }
+
+export type ElectionBackend = 'embedded' | 'etcd'
 
 export interface ElectionStore {
   /** The state as last saved (a copy). */
@@ -37,9 +52,18 @@ export interface ElectionStore {
   save(patch: Partial<PersistedElection>): Promise<void>
 }
 
-export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0 }
+export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0, backend: '' }
 
-export async function openElectionStore (stateDir: string): Promise<ElectionStore> {
+/** What a new fencing domain starts from: no voters, no position. */
+const freshDomain = (): Pick<PersistedElection, 'voters' | 'voterSetId' | 'highestEpoch' | 'epochLeader' | 'appliedSeq'> =>
+  ({ voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0 })
+
+export interface OpenedElectionStore extends ElectionStore {
+  /** Set when the file was written by another backend and its domain was forgotten. */
+  readonly switchedFrom: ElectionBackend | null
+}
+
+export async function openElectionStore (stateDir: string, backend: ElectionBackend): Promise<OpenedElectionStore> {
   await mkdir(stateDir, { recursive: true })
   const file = join(stateDir, 'election.json')
   let state: PersistedElection = { ...emptyElection }
@@ -51,19 +75,25 @@ export async function openElectionStore (stateDir: string): Promise<ElectionStor
     }
   }
   let chain: Promise<void> = Promise.resolve()
+  const save = (patch: Partial<PersistedElection>): Promise<void> => {
+    const newDomain = patch.voterSetId !== undefined && patch.voterSetId !== state.voterSetId
+    state = { ...state, ...(newDomain ? freshDomain() : {}), ...patch }
+    const snapshot = JSON.stringify(state)
+    chain = chain.catch(() => {}).then(() => writeFileDurably(file, snapshot, 0o600))
+    return chain
+  }
+  const switchedFrom = state.backend !== '' && state.backend !== backend ? state.backend : null
+  if (switchedFrom !== null) state = { ...state, ...freshDomain() }
+  if (state.backend !== backend) await save({ backend })
   return {
     current: () => ({ ...state, voters: [...state.voters] }),
-    save (patch) {
-      state = { ...state, ...patch }
-      const snapshot = JSON.stringify(state)
-      chain = chain.catch(() => {}).then(() => writeFileDurably(file, snapshot, 0o600))
-      return chain
-    },
+    save,
+    switchedFrom,
   }
 }
 
 function parsePersisted (value: unknown): PersistedElection {
-  const v = { epochLeader: null, appliedSeq: 0, ...(value as object) } as Partial<PersistedElection>
+  const v = { epochLeader: null, appliedSeq: 0, backend: '', ...(value as object) } as Partial<PersistedElection>
   const ok = typeof v === 'object' && v !== null &&
     Number.isSafeInteger(v.term) && v.term! >= 0 &&
     (v.votedFor === null || typeof v.votedFor === 'string') &&
@@ -71,7 +101,8 @@ function parsePersisted (value: unknown): PersistedElection {
     typeof v.voterSetId === 'string' &&
     Number.isSafeInteger(v.highestEpoch) && v.highestEpoch! >= 0 &&
     (v.epochLeader === null || typeof v.epochLeader === 'string') &&
-    Number.isSafeInteger(v.appliedSeq) && v.appliedSeq! >= 0
+    Number.isSafeInteger(v.appliedSeq) && v.appliedSeq! >= 0 &&
+    (v.backend === '' || v.backend === 'embedded' || v.backend === 'etcd')
   if (!ok) throw new Error('not a valid election state')
   return v as PersistedElection
 }

@@ -129,7 +129,9 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const log = components.logger
   const mesh = components.mesh
   const self = mesh.status().peerId
-  const store: ElectionStore = await openElectionStore(options.stateDir)
+  const opened = await openElectionStore(options.stateDir, config.backend)
+  if (opened.switchedFrom !== null) log.warn({ from: opened.switchedFrom, to: config.backend }, 'election backend changed: the previous voter set and fencing epoch are forgotten')
+  const store: ElectionStore = opened
   const calls = createLeaderCalls({
     node: mesh.node,
     self,

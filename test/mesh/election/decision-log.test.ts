@@ -98,3 +98,23 @@ t.test('the invariant checker flags two leaders in an epoch, stale applies, gaps
   ])).map(v => v.invariant).sort()
   t.same(found, ['agreement', 'gap-free', 'no-stale-apply', 'one-leader-per-epoch', 'one-leader-per-epoch'])
 })
+
+t.test('when the election moves to another voter set, the log continues from the position persisted for it', async t => {
+  const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const store = { voterSetId: 'old', epoch: 40, leader: A as string | null, seq: 7 }
+  const applied: AppliedDecision[] = []
+  const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
+    voterSetId: () => store.voterSetId,
+    mayDecide: (peer: string) => [A, B].includes(peer),
+    persisted: () => ({ epoch: store.epoch, leader: store.leader, seq: store.seq }),
+    async persist (p) { Object.assign(store, { epoch: p.epoch, leader: p.leader, seq: p.seq }) },
+    apply: d => applied.push(d),
+    adoptState: () => {},
+  })
+  t.equal(await log.receive(batch(A, 3, [1], { voterSetId: 'old' })), 'stale', 'epoch 3 < 40 in the old domain')
+  Object.assign(store, { voterSetId: 'new', epoch: 0, leader: null, seq: 0 })
+  t.equal(await log.receive(batch(B, 3, [1], { voterSetId: 'new' })), 'accepted', 'epoch 3 of the new domain is not compared with the old 40')
+  t.same(applied.map(d => `${d.epoch}/${d.seq}/${d.leader}`), [`3/1/${B}`])
+  t.equal(store.epoch, 3, 'the new domain\'s epoch is persisted')
+})
