@@ -4,6 +4,10 @@ import { existsSync, lstatSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentMain, runNode, spawnAgent, tempDir } from '../helpers/agent-process.ts'
 
+// Ten agent start-ups in sequence: ~30 s on a quiet 2-core machine, past tap's default 120 s when
+// the machine is loaded.
+t.setTimeout(300_000)
+
 t.test('a dev agent starts, reports its subsystems and owns a 0660 socket', async t => {
   const agent = await spawnAgent(t)
   const status = await agent.client.status()
