@@ -142,9 +142,16 @@ t.test('bad region publishes change nothing; a publish that fails past validatio
   t.equal(a.sm.storedKeys('weights/q/').length, 1, 'no partial keys')
 
   // Past validation: NVMe cannot take the version (durable publish) → the adopted keys are dropped and unmapped.
-  const small = await weightsNode(t, key, {}, diskDir(t), 16 * MiB)
-  const huge = tensor('huge.weight', 'u8', [300 * MiB], 0)
-  const failing = await small.weights.createRegion('h', undefined, [{ name: huge.name, dtype: 'u8', shape: huge.shape }])
+  const dir = diskDir(t)
+  const smallSm = createStateManager({
+    hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: MiB, directIo: true,
+    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
+  }, { logger })
+  await smallSm.start()
+  const small = { sm: smallSm, weights: createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 65536, manifestDir: join(dir, 'weights') }, { stateManager: smallSm, clusterKey: key, logger }) }
+  await small.weights.start()
+  t.teardown(async () => { await small.weights.stop(); await smallSm.stop() })
+  const failing = await small.weights.createRegion('h', undefined, [{ name: 'huge.weight', dtype: 'u8', shape: [2 * MiB] }])
   await t.rejects(small.weights.publish({ model: 'h', source: { kind: 'region', region: failing.region } }), { code: 'ERR_TIER_FULL' })
   t.same(small.sm.storedKeys('weights/'), [], 'no partial keys')
   t.same(small.sm.residency().shm, { regions: 0, bytes: 0 }, 'the mapping is released')
