@@ -6,8 +6,8 @@
  * - copy path: what region publish did before it was zero copy — copy the
  *   bytes from shm into the pool (POST /v1/state/offload), then publish
  *   them from keys;
- * - keys: publish from keys already in the pool (the copy path without its
- *   copy: checksums, persistence, commit — the floor).
+ * - keys: publish from keys already in the pool, not yet on NVMe (the copy
+ *   path without its copy: checksums, persistence, commit — the floor).
  * The trainer's writes into the region / shm and the file's creation are
  * not timed. Medians of --runs; ratios against the region median.
  * Usage: node test/bench/weights-publish.bench.ts [--mib 512] [--runs 5] [--durable]
@@ -85,15 +85,20 @@ try {
     const shm = openSync(`/dev/shm/${keysShm}`, 'w') // the trainer's bytes in shm (not timed)
     fill(shm, 0, total, r + 2)
     closeSync(shm)
+    const offload = (prefix: string): Promise<unknown> => a.client.call('POST', '/v1/state/offload', {
+      tensors: tensors.map((x, i) => ({ key: `${prefix}${x.name}:param@[0]/[${x.shape[0]}]:bf16#v${r}`, source: { kind: 'shm', name: keysShm, offset: i * tensorBytes } })),
+    })
     await timed(samples.copy, async () => {
-      await a.client.call('POST', '/v1/state/offload', { tensors: tensors.map((x, i) => ({ key: `bench/actor/${x.name}:param@[0]/[${x.shape[0]}]:bf16#v${r}`, source: { kind: 'shm', name: keysShm, offset: i * tensorBytes } })) })
-      await a.client.weightsPublish({ model: 'copy', version: ++version, source: { kind: 'keys', prefix: 'bench/actor/' } })
+      await offload('bench/copy/')
+      await a.client.weightsPublish({ model: 'copy', version: ++version, source: { kind: 'keys', prefix: 'bench/copy/' } })
     })
     await a.client.weightsRetire({ model: 'copy', version })
+    await a.client.call('POST', '/v1/state/drop', { prefix: 'bench/copy/' })
+    await offload('bench/keys/') // fresh keys, not yet on NVMe (not timed)
     rmSync(`/dev/shm/${keysShm}`)
-    await timed(samples.keys, () => a.client.weightsPublish({ model: 'keys', version: ++version, source: { kind: 'keys', prefix: 'bench/actor/' } }))
+    await timed(samples.keys, () => a.client.weightsPublish({ model: 'keys', version: ++version, source: { kind: 'keys', prefix: 'bench/keys/' } }))
     await a.client.weightsRetire({ model: 'keys', version })
-    await a.client.call('POST', '/v1/state/drop', { prefix: 'bench/' })
+    await a.client.call('POST', '/v1/state/drop', { prefix: 'bench/keys/' })
   }
   const base = median(samples.region)
   const line = (label: string, xs: number[]): string =>
