@@ -100,8 +100,6 @@ export interface Publisher {
   publish(request: PublishRequest): Promise<WeightsManifest>
   /** Removes a region handed out and not published (its version is released); ERR_WEIGHTS_NOT_FOUND if unknown. */
   discardRegion(name: string): Promise<void>
-  /** Regions handed out and not yet published. */
-  regions(): WeightsRegion[]
   /** Removes regions not yet published. */
   close(): Promise<void>
 }
@@ -326,7 +324,6 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       await removeRegion(name)
       logger.info({ region: name }, 'weights region discarded')
     },
-    regions: () => [...regions.values()].map(({ release, publishing, ...region }) => region),
     async close () {
       // A region being published is consumed by that publish (its finally removes it).
       for (const [name, region] of regions) if (!region.publishing) await removeRegion(name)
