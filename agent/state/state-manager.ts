@@ -187,8 +187,13 @@ export interface StateManager {
    *   consumers that vouch for them verify known checksums first.
    *   Unlinking the object's name is the caller's business (the mapping
    *   outlives the name).
+   * - `source` is the object's name (mapped here) or a mapping the caller
+   *   made (e.g. when it handed the object out, so its pages are already
+   *   faulted in): that mapping becomes the StateManager's when the call
+   *   returns (closed at once if no key was adopted) and stays the caller's
+   *   when it throws.
    */
-  adoptShm(name: string, items: Array<{ key: string, offset: number }>): { adopted: string[], deduplicated: string[] }
+  adoptShm(source: string | SharedMemoryObject, items: Array<{ key: string, offset: number }>): { adopted: string[], deduplicated: string[] }
 }
 
 export interface ScratchBytes extends PinnedBytes {
@@ -811,7 +816,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         }
       }
     },
-    adoptShm (name, items) {
+    adoptShm (source, items) {
+      const name = typeof source === 'string' ? source : source.name
       const keys = parseItems(items, 'adoptShm')
       const fresh: Array<{ k: StateKey, offset: number }> = []
       const existing: Entry[] = []
@@ -829,17 +835,18 @@ export function createStateManager (options: StateManagerOptions, components: St
       checkQuotas(fresh.map(f => f.k))
       if (fresh.length === 0) {
         for (const e of existing) { e.replicas++; counters.deduplicated++ }
+        if (typeof source !== 'string') source.close()
         return { adopted: [], deduplicated: existing.map(e => e.key.text) }
       }
       let object: SharedMemoryObject
       try {
-        object = openSharedMemory(name)
+        object = typeof source === 'string' ? openSharedMemory(name) : source
       } catch (err) {
         throw new AgentError('ERR_SOURCE_NOT_FOUND', `shared-memory object "${name}": ${(err as Error).message}`, { cause: err })
       }
       const tooFar = fresh.find(f => f.offset + f.k.bytes > object.sizeBytes)
       if (tooFar !== undefined) {
-        object.close()
+        if (typeof source === 'string') object.close()
         throw new AgentError('ERR_SIZE_MISMATCH', `${tooFar.k.text}: ${tooFar.k.bytes} bytes at offset ${tooFar.offset} exceed shared-memory object "${name}" of ${object.sizeBytes} bytes`)
       }
       // Nothing below throws: the keys appear together, in this tick.

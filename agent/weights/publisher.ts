@@ -14,15 +14,21 @@
  *
  * Region lifecycle (one owner at a time, nothing leaks):
  * - handed out: /dev/shm/agentd-weights-<agent tag>-<model>-v<version>-<random>,
- *   mode 0600, the version reserved. Only this publisher knows it; it is
+ *   mode 0600, the version reserved, mapped by the agent at once and its
+ *   pages faulted in on a native thread (MADV_POPULATE_WRITE) while the
+ *   trainer writes, so the publish's checksum pass takes no page faults; the
+ *   region's memory is thereby allocated at hand-out rather than by the
+ *   trainer's first writes. Only this publisher knows it; it is
  *   removed by `discardRegion`, at `close()` (agent shutdown) or, after a
  *   crash, by `start()` of the next run of the same agent (the tag is derived
  *   from `owner`), so an abandoned region never outlives its agent's run.
  * - publish, validation (known region, same model and version, not already
  *   being published): a failure changes nothing, the region stays handed out
  *   for a corrected retry.
- * - publish past validation consumes the region: the StateManager maps it and
- *   adopts its ranges as the keys, then the name is unlinked from /dev/shm
+ * - publish past validation consumes the region: the StateManager takes the
+ *   agent's mapping of it and adopts its ranges as the keys (the mapping is
+ *   of the object the agent created, whatever the name points at by now),
+ *   then the name is unlinked from /dev/shm
  *   BEFORE the chunk checksums are taken (no new writer can open it), then
  *   persistence (durable: written to NVMe and fsynced, as for other sources)
  *   and the manifest commit. A failure there drops the adopted keys (which
@@ -44,7 +50,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { open, readdir, unlink } from 'node:fs/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { checksum, openDirectFile, type HostRange } from '../../native/index.ts'
+import { checksum, openDirectFile, openSharedMemory, populateHostRange, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { dtypeBytes, type Dtype } from '../state/keys.ts'
 import { safetensorsDtype } from '../state/materialize.ts'
 import type { StateManager } from '../state/state-manager.ts'
@@ -177,12 +183,14 @@ export async function readSafetensorsHeader (path: string): Promise<{ dataStart:
 
 export function createPublisher (options: PublisherOptions, components: PublisherComponents): Publisher {
   const { stateManager: sm, versions, logger } = components
-  const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean }>()
+  /** `mapping`: the agent's own mapping of the region, until the StateManager adopts it. */
+  const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean, mapping: SharedMemoryObject | undefined }>()
   const namePrefix = `agentd-weights-${createHash('sha256').update(options.owner).digest('hex').slice(0, 8)}-`
   const removeRegion = async (name: string): Promise<void> => {
     const region = regions.get(name)
     regions.delete(name)
     region?.release()
+    region?.mapping?.close()
     await unlink(`${shmDir}/${name}`).catch(() => {})
   }
 
@@ -258,7 +266,8 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     const tensors = region.tensors.map(t => ({ ...t, key: weightsKey(model, t.name, t.dtype, t.shape, version) }))
     let adopted: string[] = []
     try {
-      adopted = sm.adoptShm(name, tensors.map(t => ({ key: t.key, offset: t.offset }))).adopted
+      adopted = sm.adoptShm(region.mapping ?? name, tensors.map(t => ({ key: t.key, offset: t.offset }))).adopted
+      region.mapping = undefined // the StateManager's now
       // Unlinked before the checksums: no writer can open the region anew. The mapping keeps the bytes.
       await unlink(`${shmDir}/${name}`).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err })
       return await commitVersion(model, version, tensors, true, metadata)
@@ -298,7 +307,17 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         throw new AgentError('ERR_IO', `cannot create the shared-memory region ${shmDir}/${name}: ${(cause as Error).message}`, { cause })
       }
       const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
-      regions.set(name, { ...region, release: reservation.release, publishing: false })
+      // Mapped now and its pages faulted in on a native thread while the trainer writes, so the
+      // publish's pass over it takes no page faults (the trainer writes every page anyway).
+      let mapping: SharedMemoryObject | undefined
+      try {
+        mapping = openSharedMemory(name)
+        const populating = mapping.range(0, mapping.sizeBytes)
+        populateHostRange(populating).catch((err: unknown) => logger.debug({ region: name, err }, 'weights region not pre-faulted'))
+      } catch (err) {
+        logger.debug({ region: name, err }, 'weights region not mapped at hand-out (mapped at publish)')
+      }
+      regions.set(name, { ...region, release: reservation.release, publishing: false, mapping })
       logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
       return region
     },
