@@ -19,7 +19,7 @@ import { checkHostRange, type HostRange } from './host-memory.ts'
 import * as hostPool from './host-pool.ts'
 import type { HostPool, HostPoolOptions } from './host-pool.ts'
 import type { NativeBinding, NativeCudaInfo, NativeFileInfo } from './native-binding.ts'
-import { callNative } from './native-error.ts'
+import { awaitNative, callNative } from './native-error.ts'
 import * as sharedMemory from './shared-memory.ts'
 import type { SharedMemoryObject } from './shared-memory.ts'
 import * as unixSocket from './unix-socket.ts'
@@ -195,6 +195,16 @@ export function viewHostRange (range: HostRange): Buffer {
 /** Maps /dev/shm/<name>; ERR_SHM_NOT_FOUND / ERR_SHM_TOO_SMALL. */
 export function openSharedMemory (name: string, options: { minBytes?: number } = {}): SharedMemoryObject {
   return sharedMemory.openSharedMemory(binding(), name, options)
+}
+
+/**
+ * Faults the pages of a range in for writing on a native thread
+ * (MADV_POPULATE_WRITE), so later passes over it take no page faults: a
+ * freshly mapped 512 MiB shm object costs ~131k faults on first touch.
+ */
+export async function populateHostRange (range: HostRange): Promise<void> {
+  checkHostRange(range, 'range')
+  await awaitNative(() => binding().populateRegion(range.memory.region, range.offset, range.length))
 }
 
 /** Copies `src` into `dst` on native threads. */

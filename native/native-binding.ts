@@ -98,6 +98,8 @@ export interface NativeBinding {
   createHostPool (bytes: number, tryHugetlb: boolean, lock: boolean, registerCuda: boolean,
     cudaChunkBytes: number): Promise<NativeRegion>
   openSharedMemory (name: string, minBytes: number): NativeRegion
+  /** Faults the range's pages in for writing, on a worker thread. */
+  populateRegion (region: NativeRegion, offset: number, length: number): Promise<void>
   /** threads: 0 = the whole CPU pool, 1 = one plain memcpy. */
   copyHost (dst: NativeRegion, dstOffset: number, src: NativeRegion, srcOffset: number,
     length: number, threads: number): Promise<void>

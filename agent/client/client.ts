@@ -87,6 +87,8 @@ export interface AgentClient {
   weights(options?: RequestOptions): Promise<{ address: string, versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }>
   /** A shared-memory region to write a version into (POST /v1/weights/regions). */
   weightsRegion(body: { model: string, version?: number, tensors: TensorSpec[] }, options?: RequestOptions): Promise<WeightsRegion>
+  /** Gives back a handed-out region that will not be published (DELETE /v1/weights/regions/:region). */
+  weightsDiscardRegion(region: string, options?: RequestOptions): Promise<{ discarded: true }>
   /** Commits a version; answers when committed (no idle timeout). */
   weightsPublish(body: PublishRequest, options?: RequestOptions): Promise<WeightsManifest>
   /** Pulls a version or this rank's slices into the agent; answers when verified (no idle timeout). */
@@ -225,6 +227,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     gpuLockEvents,
     weights: o => call('GET', '/v1/weights', undefined, o),
     weightsRegion: (body, o) => call('POST', '/v1/weights/regions', body, o),
+    weightsDiscardRegion: (region, o) => call('DELETE', `/v1/weights/regions/${encodeURIComponent(region)}`, undefined, o),
     weightsPublish: (body, o) => call('POST', '/v1/weights/publish', body, { idleTimeoutMs: 0, ...o }),
     weightsPull: (body, o) => call('POST', '/v1/weights/pull', body, { idleTimeoutMs: 0, ...o }),
     weightsRetire: (body, o) => call('POST', '/v1/weights/retire', body, o),

@@ -17,11 +17,14 @@
  *   NVMe are both full.
  * - NVMe keys survive a restart (journal); host-only keys do not, and
  *   `residency()` says which is which (`durable`).
+ * - A key's host copy is either a pool extent or a range of an adopted
+ *   shared-memory mapping (`adoptShm`, zero copy), never both.
  * All bookkeeping runs on the event loop; bytes move on native threads.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { checksum, createHostPool, type Extent, type HostPool, type HostRange } from '../../native/index.ts'
+import { constants as bufferConstants } from 'node:buffer'
+import { checksum, createHostPool, openSharedMemory, type Extent, type HostMemory, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'
 import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
@@ -86,6 +89,8 @@ export interface ResidencyKey {
   replicas: number
   lastUseMs: number
   durable: boolean
+  /** The adopted shared-memory object holding the host copy (outside the pool); absent for pool or NVMe-only keys. */
+  region?: string
 }
 
 export interface Residency {
@@ -94,6 +99,8 @@ export interface Residency {
   storedBytes: number
   namespaces: Array<{ namespace: string, keys: number, logicalBytes: number, storedBytes: number, quotaBytes: number | null }>
   hostPool: { freeBytes: number, largestFreeBytes: number, fragmentation: number }
+  /** Adopted shared-memory mappings (adoptShm): host-tier bytes outside the pool. */
+  shm: { regions: number, bytes: number }
   counters: StateCounters
   keys: ResidencyKey[]
 }
@@ -117,6 +124,8 @@ export interface StateCounters {
   promoted: number
   /** Pool → client copies (onload). */
   onloadCopies: number
+  /** Keys stored in place in an adopted shared-memory object (adoptShm: no copy). */
+  shmAdopted: number
 }
 
 export interface StateManager {
@@ -156,6 +165,35 @@ export interface StateManager {
    * For in-process producers (adopted scratch ranges, published weights).
    */
   persist(keys: string[]): Promise<void>
+  /**
+   * Stores keys whose bytes stay where a producer wrote them, in the
+   * shared-memory object /dev/shm/<name> (zero copy). The object is mapped
+   * once; each key's host copy is the range [offset, offset + key bytes) of
+   * that mapping. Contract:
+   * - All or nothing, synchronous: every key parses, every range lies inside
+   *   the object and namespace quotas hold, or nothing is stored and nothing
+   *   stays mapped. A key already stored or being written is not adopted
+   *   (counted as a replica, as `adopt` does); `adopted` lists the keys this
+   *   call stored, for the caller to drop if its own work fails.
+   * - The mapping is the keys' host tier but not pool space: it does not take
+   *   pool capacity, is never spilled for pool pressure (that would free no
+   *   pool), counts toward namespace quotas and `residency().shm`. `persist`
+   *   and durable offloads write it to NVMe like a pool key; readHost and
+   *   onload read it in place.
+   * - Ownership: the mapping is unmapped when the last key in it is dropped
+   *   (or at stop); the bytes it names must not change while the keys are
+   *   stored. The agent cannot enforce that against a process that kept its
+   *   own writable mapping: readHost marks such bytes (`sharedRegion`) so
+   *   consumers that vouch for them verify known checksums first.
+   *   Unlinking the object's name is the caller's business (the mapping
+   *   outlives the name).
+   * - `source` is the object's name (mapped here) or a mapping the caller
+   *   made (e.g. when it handed the object out, so its pages are already
+   *   faulted in): that mapping becomes the StateManager's when the call
+   *   returns (closed at once if no key was adopted) and stays the caller's
+   *   when it throws.
+   */
+  adoptShm(source: string | SharedMemoryObject, items: Array<{ key: string, offset: number }>): { adopted: string[], deduplicated: string[] }
 }
 
 export interface ScratchBytes extends PinnedBytes {
@@ -165,6 +203,42 @@ export interface ScratchBytes extends PinnedBytes {
 export interface PinnedBytes {
   range: HostRange
   release(): void
+  /**
+   * Set when the bytes are in an adopted shared-memory object (adoptShm): a
+   * process that kept a writable mapping of it can still change them, so a
+   * consumer that vouches for them (a checksum it computes and sends) must
+   * verify them against checksums taken when they were committed.
+   */
+  sharedRegion?: string
+}
+
+/** A shared-memory object adopted as the host storage of some keys. */
+interface AdoptedShm {
+  name: string
+  object: SharedMemoryObject
+  /**
+   * The mapping as HostMemory whose views are subarrays of one Buffer over it:
+   * a fresh external Buffer per weight reply costs full garbage collections
+   * (see native/host-memory.ts). Dropped when the mapping is closed.
+   */
+  memory: HostMemory
+  /** Keys whose host copy is in this mapping, and their bytes; unmapped at 0 keys. */
+  keys: number
+  bytes: number
+}
+
+function adoptedMemory (object: SharedMemoryObject): HostMemory {
+  let whole: Buffer | undefined
+  return {
+    region: object.region,
+    sizeBytes: object.sizeBytes,
+    label: object.label,
+    viewBytes (offset, length) {
+      if (object.sizeBytes > bufferConstants.MAX_LENGTH) return object.viewBytes(offset, length)
+      whole ??= object.viewBytes(0, object.sizeBytes)
+      return whole.subarray(offset, offset + length)
+    },
+  }
 }
 
 interface Entry {
@@ -175,7 +249,9 @@ interface Entry {
   lastUseMs: number
   /** crc32c of the bytes; computed lazily (first spill, persist or verify), off the offload path. */
   checksum: number | undefined
-  /** Operations reading the entry's host extent; spill/drop wait for 0. */
+  /** The host copy when it lives in an adopted shared-memory mapping instead of a pool extent (`host` is then undefined). */
+  shm: { region: AdoptedShm, offset: number } | undefined
+  /** Operations reading the entry's host copy; spill/drop wait for 0. */
   pins: number
   unpinned: Array<() => void>
 }
@@ -195,7 +271,8 @@ export function createStateManager (options: StateManagerOptions, components: St
   const mappings = createShmMappingCache()
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
   const scratchExtents = new Map<ScratchBytes, Extent>()
-  const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0 }
+  const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
+  const adoptedRegions = new Set<AdoptedShm>()
 
   const hostPool = (): HostPool => {
     if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
@@ -203,6 +280,25 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
   /** The key's bytes in its host extent (extents are rounded up to the pool alignment). */
   const keyRange = (extent: Extent, k: StateKey): HostRange => hostPool().range(extent, 0, k.bytes)
+  /** Whether the key has a host copy (pool extent or adopted mapping). */
+  const inHost = (e: Entry): boolean => e.host !== undefined || e.shm !== undefined
+  /** The key's host bytes, wherever they are; the caller checked inHost. */
+  const hostRangeOf = (e: Entry): HostRange => e.shm !== undefined
+    ? { memory: e.shm.region.memory, offset: e.shm.offset, length: e.key.bytes }
+    : keyRange(e.host!, e.key)
+  /** Gives up the entry's share of its adopted mapping, unmapping it with the last key. */
+  const releaseShm = (e: Entry): void => {
+    const region = e.shm?.region
+    if (region === undefined) return
+    e.shm = undefined
+    region.keys--
+    region.bytes -= e.key.bytes
+    if (region.keys === 0) {
+      adoptedRegions.delete(region)
+      region.object.close()
+      logger.debug({ region: region.name }, 'adopted shared-memory region unmapped')
+    }
+  }
   const hostUsed = (): number => hostPool().sizeBytes - hostPool().fragmentation().freeBytes
   const track = <T>(p: Promise<T>): void => {
     const tracked = p.then(() => {}, err => logger.error({ err }, 'background state operation failed'))
@@ -212,7 +308,7 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
   function newEntry (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): Entry {
-    return { key, host, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs: now(), checksum: nvmeChecksum, pins: 0, unpinned: [] }
+    return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs: now(), checksum: nvmeChecksum, pins: 0, unpinned: [] }
   }
 
   function pin (entry: Entry): () => void {
@@ -306,7 +402,7 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   /** Reads an NVMe-only key into a new host extent (verifying its checksum) and keeps it resident. */
   async function promote (entry: Entry, keep: ReadonlySet<string>): Promise<void> {
-    if (entry.host !== undefined) return
+    if (inHost(entry)) return
     const extent = await allocateHost(entry.key.bytes, keep)
     const range = keyRange(extent, entry.key)
     fillingBytes += entry.key.bytes
@@ -323,7 +419,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       fillingBytes -= entry.key.bytes
       wakeAllocators()
     }
-    if (entry.host !== undefined || entries.get(entry.key.text) !== entry) {
+    if (inHost(entry) || entries.get(entry.key.text) !== entry) {
       hostPool().free(extent) // promoted concurrently, or dropped meanwhile
       return
     }
@@ -416,7 +512,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           counted.push(entry)
           counters.deduplicated++
         }
-        const result: OffloadResult = { key: k.text, tier: entry.host !== undefined ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
+        const result: OffloadResult = { key: k.text, tier: inHost(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
         return result
       })
@@ -500,10 +596,10 @@ export function createStateManager (options: StateManagerOptions, components: St
   /** The entry's crc32c, computed from its host copy on first use (the caller keeps the entry pinned or host-resident). */
   async function checksumOf (entry: Entry): Promise<number> {
     if (entry.checksum === undefined) {
-      if (entry.host === undefined) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
+      if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
       const unpin = pin(entry)
       try {
-        entry.checksum = await checksum(keyRange(entry.host, entry.key))
+        entry.checksum = await checksum(hostRangeOf(entry))
       } finally {
         unpin()
       }
@@ -513,10 +609,10 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   async function persist (entry: Entry): Promise<void> {
     if (entry.onNvme) return
-    if (entry.host === undefined) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
+    if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
     const unpin = pin(entry)
     try {
-      await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
+      await nvme!.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
       entry.onNvme = true
     } finally {
       unpin()
@@ -527,6 +623,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
     await whenUnpinned(entry)
     if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
+    releaseShm(entry)
     if (entry.onNvme) { await nvme!.remove(entry.key.text); entry.onNvme = false }
   }
 
@@ -548,9 +645,9 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}].key: ${k.text} was dropped during the onload`)
         const unpin = pin(entry)
         try {
-          const fromTier: StoredTier = entry.host !== undefined ? 'host' : 'nvme'
-          if (entry.host === undefined) await promote(entry, new Set())
-          await targets[i]!.writeFrom(keyRange(entry.host!, entry.key))
+          const fromTier: StoredTier = inHost(entry) ? 'host' : 'nvme'
+          if (!inHost(entry)) await promote(entry, new Set())
+          await targets[i]!.writeFrom(hostRangeOf(entry))
           counters.onloadCopies++
           entry.lastUseMs = now()
           return { key: entry.key.text, fromTier }
@@ -574,7 +671,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   function prefetch (selector: KeySelector): number {
-    const cold = select(selector).filter(e => e.host === undefined)
+    const cold = select(selector).filter(e => !inHost(e))
     for (const entry of cold) {
       const unpin = pin(entry)
       track(promote(entry, new Set()).finally(unpin))
@@ -609,7 +706,9 @@ export function createStateManager (options: StateManagerOptions, components: St
       namespaces.set(e.key.namespace, ns)
       logicalBytes += e.key.bytes * Math.max(1, e.replicas)
       storedBytes += e.key.bytes
-      keys.push({ key: e.key.text, bytes: e.key.bytes, tier: e.host !== undefined ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme })
+      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: inHost(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
+      if (e.shm !== undefined) key.region = e.shm.region.name
+      keys.push(key)
     }
     keys.sort((a, b) => a.key < b.key ? -1 : 1)
     return {
@@ -622,6 +721,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       storedBytes,
       namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: options.namespaceQuotaBytes[namespace] ?? null })),
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
+      shm: { regions: adoptedRegions.size, bytes: [...adoptedRegions].reduce((a, r) => a + r.bytes, 0) },
       counters: { ...counters },
       keys,
     }
@@ -640,6 +740,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     async stop () {
       await Promise.allSettled([...background])
       await nvme?.close()
+      for (const entry of entries.values()) releaseShm(entry)
       mappings.close()
       pool?.close()
     },
@@ -671,7 +772,9 @@ export function createStateManager (options: StateManagerOptions, components: St
         throw err
       }
       entry.lastUseMs = now()
-      return { range: keyRange(entry.host!, entry.key), release: unpin }
+      const pinned: PinnedBytes = { range: hostRangeOf(entry), release: unpin }
+      if (entry.shm !== undefined) pinned.sharedRegion = entry.shm.region.name
+      return pinned
     },
     async scratch (bytes) {
       const extent = await allocateHost(bytes, new Set())
@@ -706,12 +809,59 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
         const unpin = pin(entry)
         try {
-          if (entry.host === undefined && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
+          if (!inHost(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
           await persist(entry)
         } finally {
           unpin()
         }
       }
+    },
+    adoptShm (source, items) {
+      const name = typeof source === 'string' ? source : source.name
+      const keys = parseItems(items, 'adoptShm')
+      const fresh: Array<{ k: StateKey, offset: number }> = []
+      const existing: Entry[] = []
+      const seen = new Set<string>()
+      keys.forEach((k, i) => {
+        const offset = items[i]!.offset
+        if (!Number.isSafeInteger(offset) || offset < 0) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].offset must be a non-negative integer`)
+        if (seen.has(k.text)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} appears twice`)
+        seen.add(k.text)
+        const entry = entries.get(k.text)
+        if (entry !== undefined) existing.push(entry)
+        else if (!inflight.has(k.text)) fresh.push({ k, offset })
+        else throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} is being written by another request`)
+      })
+      checkQuotas(fresh.map(f => f.k))
+      if (fresh.length === 0) {
+        for (const e of existing) { e.replicas++; counters.deduplicated++ }
+        if (typeof source !== 'string') source.close()
+        return { adopted: [], deduplicated: existing.map(e => e.key.text) }
+      }
+      let object: SharedMemoryObject
+      try {
+        object = typeof source === 'string' ? openSharedMemory(name) : source
+      } catch (err) {
+        throw new AgentError('ERR_SOURCE_NOT_FOUND', `shared-memory object "${name}": ${(err as Error).message}`, { cause: err })
+      }
+      const tooFar = fresh.find(f => f.offset + f.k.bytes > object.sizeBytes)
+      if (tooFar !== undefined) {
+        if (typeof source === 'string') object.close()
+        throw new AgentError('ERR_SIZE_MISMATCH', `${tooFar.k.text}: ${tooFar.k.bytes} bytes at offset ${tooFar.offset} exceed shared-memory object "${name}" of ${object.sizeBytes} bytes`)
+      }
+      // Nothing below throws: the keys appear together, in this tick.
+      const region: AdoptedShm = { name: object.name, object, memory: adoptedMemory(object), keys: fresh.length, bytes: 0 }
+      adoptedRegions.add(region)
+      for (const { k, offset } of fresh) {
+        const entry = newEntry(k, undefined)
+        entry.shm = { region, offset }
+        region.bytes += k.bytes
+        entries.set(k.text, entry)
+      }
+      for (const e of existing) { e.replicas++; counters.deduplicated++ }
+      counters.shmAdopted += fresh.length
+      logger.debug({ region: region.name, keys: fresh.length, bytes: region.bytes }, 'shared-memory region adopted')
+      return { adopted: fresh.map(f => f.k.text), deduplicated: existing.map(e => e.key.text) }
     },
   }
 }

@@ -38,10 +38,10 @@ export const modelNamePattern = /^[A-Za-z0-9_.-]{1,128}$/
 export const latestVersion = -1
 
 export const Op = { auth: 1, manifest: 2, read: 3 } as const
-export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5 } as const
+export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6 } as const
 export type StatusCode = typeof Status[keyof typeof Status]
 
-const statusNames: Record<number, string> = { 0: 'ok', 1: 'not found', 2: 'retired', 3: 'bad request', 4: 'internal error', 5: 'unauthorized' }
+const statusNames: Record<number, string> = { 0: 'ok', 1: 'not found', 2: 'retired', 3: 'bad request', 4: 'internal error', 5: 'unauthorized', 6: 'corrupt' }
 export const statusName = (status: number): string => statusNames[status] ?? `status ${status}`
 
 export function protocolError (message: string): AgentError {

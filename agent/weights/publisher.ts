@@ -4,24 +4,53 @@
  * - `keys`: StateManager keys already stored (whole tensors, offsets 0) — no
  *   copy; the version references them and does not drop them when retired;
  * - `region`: a shared-memory object the agent creates and hands out
- *   (`createRegion`), the trainer writes every tensor at its offset, then
- *   publishes it: one native copy into the pool per tensor, no serialization.
- *   Not zero copy: the pool is one private anonymous mapping (hugetlb or THP)
- *   that cannot be handed to a trainer without exposing every other key in
- *   it, and StateManager keys live in pool extents (eviction, spill and
- *   accounting rely on that). Zero copy needs keys backed by a mapped shm
- *   object (StateManager support for external host ranges); what it would
- *   save is the copy, measured against publishing the same bytes from keys
- *   (no copy) in README "Weights";
+ *   (`createRegion`); the trainer writes every tensor at its offset, then
+ *   publishes it. Zero copy: the StateManager adopts the object's mapping as
+ *   the keys' host storage (`adoptShm`), so the version is served, onloaded
+ *   and persisted from the bytes the trainer wrote (see "Region lifecycle");
  * - `safetensors`: a file read by native threads straight into pool memory.
  * Every publish either commits a complete version or leaves nothing behind
  * (its reservation released, the keys it created dropped).
+ *
+ * Region lifecycle (one owner at a time, nothing leaks):
+ * - handed out: /dev/shm/agentd-weights-<agent tag>-<model>-v<version>-<random>,
+ *   mode 0600, the version reserved, mapped by the agent at once and its
+ *   pages faulted in on a native thread (MADV_POPULATE_WRITE) while the
+ *   trainer writes, so the publish's checksum pass takes no page faults; the
+ *   region's memory is thereby allocated at hand-out rather than by the
+ *   trainer's first writes. Only this publisher knows it; it is
+ *   removed by `discardRegion`, at `close()` (agent shutdown) or, after a
+ *   crash, by `start()` of the next run of the same agent (the tag is derived
+ *   from `owner`), so an abandoned region never outlives its agent's run.
+ * - publish, validation (known region, same model and version, not already
+ *   being published): a failure changes nothing, the region stays handed out
+ *   for a corrected retry.
+ * - publish past validation consumes the region: the StateManager takes the
+ *   agent's mapping of it and adopts its ranges as the keys (the mapping is
+ *   of the object the agent created, whatever the name points at by now),
+ *   then the name is unlinked from /dev/shm
+ *   BEFORE the chunk checksums are taken (no new writer can open it), then
+ *   persistence (durable: written to NVMe and fsynced, as for other sources)
+ *   and the manifest commit. A failure there drops the adopted keys (which
+ *   unmaps the object, freeing its memory) and releases the version: the
+ *   trainer asks for a new region.
+ * - committed: the mapping lives as long as the version's keys; retiring the
+ *   version (retention) drops them and unmaps it.
+ * Immutability: a trainer that kept its own writable mapping after publishing
+ * can still change the bytes; the kernel offers no way to revoke another
+ * process's shared mapping of a /dev/shm object. So the chunk checksums
+ * taken at commit are the truth: pullers verify whole chunks against the
+ * manifest, the data server verifies the committed chunks a sliced or
+ * unaligned read covers before it checksums its reply (tcp-server.ts), and
+ * NVMe copies are verified when read back. A scribbled chunk fails the pull
+ * with ERR_DATA_CORRUPT; it is never served as valid. Trainers must stop
+ * writing (close their mapping) once they publish.
  */
-import { randomBytes } from 'node:crypto'
-import { open, unlink } from 'node:fs/promises'
+import { createHash, randomBytes } from 'node:crypto'
+import { open, readdir, unlink } from 'node:fs/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { checksum, openDirectFile, type HostRange } from '../../native/index.ts'
+import { checksum, openDirectFile, openSharedMemory, populateHostRange, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { dtypeBytes, type Dtype } from '../state/keys.ts'
 import { safetensorsDtype } from '../state/materialize.ts'
 import type { StateManager } from '../state/state-manager.ts'
@@ -56,8 +85,12 @@ export interface PublisherOptions {
   chunkBytes: number
   /** Persist published tensors to NVMe (the version survives a restart). */
   durable: boolean
-  /** Directory of POSIX shared memory (default /dev/shm). */
-  shmDir?: string
+  /**
+   * Identifies this agent in region names (any string stable across its
+   * restarts, e.g. its manifest directory): `start()` removes regions a
+   * previous run of the same agent left behind, and no other agent's.
+   */
+  owner: string
 }
 
 export interface PublisherComponents {
@@ -67,11 +100,18 @@ export interface PublisherComponents {
 }
 
 export interface Publisher {
+  /** Removes the regions a previous run of this agent handed out and never published (a crash skips close()). */
+  start(): Promise<void>
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
   publish(request: PublishRequest): Promise<WeightsManifest>
+  /** Removes a region handed out and not published (its version is released); ERR_WEIGHTS_NOT_FOUND if unknown. */
+  discardRegion(name: string): Promise<void>
   /** Removes regions not yet published. */
   close(): Promise<void>
 }
+
+/** Where shm_open(3) objects live (the StateManager maps regions by name through it). */
+const shmDir = '/dev/shm'
 
 const tensorNamePattern = /^[A-Za-z0-9_.-]{1,512}$/
 const fromSafetensors = new Map(Object.entries(safetensorsDtype).map(([ours, theirs]) => [theirs, ours as Dtype]))
@@ -143,8 +183,16 @@ export async function readSafetensorsHeader (path: string): Promise<{ dataStart:
 
 export function createPublisher (options: PublisherOptions, components: PublisherComponents): Publisher {
   const { stateManager: sm, versions, logger } = components
-  const shmDir = options.shmDir ?? '/dev/shm'
-  const regions = new Map<string, WeightsRegion & { release(): void }>()
+  /** `mapping`: the agent's own mapping of the region, until the StateManager adopts it. */
+  const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean, mapping: SharedMemoryObject | undefined }>()
+  const namePrefix = `agentd-weights-${createHash('sha256').update(options.owner).digest('hex').slice(0, 8)}-`
+  const removeRegion = async (name: string): Promise<void> => {
+    const region = regions.get(name)
+    regions.delete(name)
+    region?.release()
+    region?.mapping?.close()
+    await unlink(`${shmDir}/${name}`).catch(() => {})
+  }
 
   /** Checksums, persistence and commit of tensors whose keys are stored. */
   async function commitVersion (model: string, version: number, tensors: Array<TensorSpec & { key: string }>, ownsKeys: boolean, metadata: Record<string, string>): Promise<WeightsManifest> {
@@ -207,29 +255,36 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     }
   }
 
-  async function publishRegion (model: string, version: number, name: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+  /** Zero copy: see "Region lifecycle" above for the order of steps and what a failure leaves. */
+  async function publishRegion (model: string, requested: number | undefined, name: string, metadata: Record<string, string>): Promise<WeightsManifest> {
     const region = regions.get(name)
-    if (region === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no region ${name} handed out by this agent (POST /v1/weights/regions first)`)
+    if (region === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no region ${name} handed out by this agent (POST /v1/weights/regions first; a region is consumed by its publish)`)
+    const version = requested ?? region.version
     if (region.model !== model || region.version !== version) throw new AgentError('ERR_BAD_REQUEST', `region ${name} was handed out for ${region.model} v${region.version}, not ${model} v${version}`)
-    const items = region.tensors.map(t => ({ key: weightsKey(model, t.name, t.dtype, t.shape, version), source: { kind: 'shm' as const, name, offset: t.offset } }))
-    let results
+    if (region.publishing) throw new AgentError('ERR_WEIGHTS_VERSION_EXISTS', `region ${name} (${model} v${version}) is already being published`)
+    region.publishing = true
+    const tensors = region.tensors.map(t => ({ ...t, key: weightsKey(model, t.name, t.dtype, t.shape, version) }))
+    let adopted: string[] = []
     try {
-      results = await sm.offload(items, options.durable ? 'nvme' : 'memory')
+      adopted = sm.adoptShm(region.mapping ?? name, tensors.map(t => ({ key: t.key, offset: t.offset }))).adopted
+      region.mapping = undefined // the StateManager's now
+      // Unlinked before the checksums: no writer can open the region anew. The mapping keeps the bytes.
+      await unlink(`${shmDir}/${name}`).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err })
+      return await commitVersion(model, version, tensors, true, metadata)
     } catch (err) {
-      throw new AgentError((err as AgentError).code ?? 'ERR_INTERNAL', `copying region ${name}: ${(err as Error).message}`, { cause: err })
-    }
-    try {
-      const manifest = await commitVersion(model, version, region.tensors.map((t, i) => ({ ...t, key: items[i]!.key })), true, metadata)
-      regions.delete(name)
-      await unlink(`${shmDir}/${name}`).catch(() => {})
-      return manifest
-    } catch (err) {
-      await sm.drop({ keys: results.filter(r => !r.deduplicated).map(r => r.key) })
+      if (adopted.length > 0) await sm.drop({ keys: adopted })
       throw err
+    } finally {
+      await removeRegion(name)
     }
   }
 
   return {
+    async start () {
+      const stale = (await readdir(shmDir).catch(() => [] as string[])).filter(name => name.startsWith(namePrefix))
+      for (const name of stale) await unlink(`${shmDir}/${name}`).catch(() => {})
+      if (stale.length > 0) logger.warn({ regions: stale }, 'removed weights regions a previous run handed out and never published')
+    },
     async createRegion (model, requested, tensors) {
       checkModelName(model)
       if (!Array.isArray(tensors)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
@@ -243,7 +298,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         return placed
       })
       const reservation = versions.reserve(model, version)
-      const name = `agentd-weights-${model}-v${version}-${randomBytes(6).toString('hex')}`
+      const name = `${namePrefix}${model}-v${version}-${randomBytes(6).toString('hex')}`
       try {
         const handle = await open(`${shmDir}/${name}`, 'wx', 0o600)
         try { await handle.truncate(offset) } finally { await handle.close() }
@@ -252,7 +307,17 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         throw new AgentError('ERR_IO', `cannot create the shared-memory region ${shmDir}/${name}: ${(cause as Error).message}`, { cause })
       }
       const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
-      regions.set(name, { ...region, release: reservation.release })
+      // Mapped now and its pages faulted in on a native thread while the trainer writes, so the
+      // publish's pass over it takes no page faults (the trainer writes every page anyway).
+      let mapping: SharedMemoryObject | undefined
+      try {
+        mapping = openSharedMemory(name)
+        const populating = mapping.range(0, mapping.sizeBytes)
+        populateHostRange(populating).catch((err: unknown) => logger.debug({ region: name, err }, 'weights region not pre-faulted'))
+      } catch (err) {
+        logger.debug({ region: name, err }, 'weights region not mapped at hand-out (mapped at publish)')
+      }
+      regions.set(name, { ...region, release: reservation.release, publishing: false, mapping })
       logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
       return region
     },
@@ -260,16 +325,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       const model = checkModelName(request.model)
       const metadata = request.metadata ?? {}
       const source = request.source
-      if (source.kind === 'region') {
-        const region = regions.get(source.region)
-        const version = request.version ?? region?.version ?? -1
-        try {
-          return await publishRegion(model, version, source.region, metadata)
-        } catch (err) {
-          if (region !== undefined && !regions.has(source.region)) region.release()
-          throw err
-        }
-      }
+      if (source.kind === 'region') return await publishRegion(model, request.version, source.region, metadata)
       const version = request.version ?? versions.nextVersion(model)
       const reservation = versions.reserve(model, version)
       try {
@@ -280,12 +336,16 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         reservation.release()
       }
     },
+    async discardRegion (name) {
+      const region = regions.get(name)
+      if (region === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no region ${name} handed out by this agent`)
+      if (region.publishing) throw new AgentError('ERR_WEIGHTS_VERSION_EXISTS', `region ${name} is being published`)
+      await removeRegion(name)
+      logger.info({ region: name }, 'weights region discarded')
+    },
     async close () {
-      for (const [name, region] of regions) {
-        region.release()
-        await unlink(`${shmDir}/${name}`).catch(() => {})
-      }
-      regions.clear()
+      // A region being published is consumed by that publish (its finally removes it).
+      for (const [name, region] of regions) if (!region.publishing) await removeRegion(name)
     },
   }
 }

@@ -200,7 +200,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           } catch (err) {
             again.push(piece)
             const code = (err as AgentError).code
-            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID') fail(err as Error)
+            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
             throw err
           }
           bytesReceived += piece.length

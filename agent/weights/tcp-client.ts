@@ -116,7 +116,7 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         }
         if (done.status === Status.ok) { done.pending.resolve({ crc32c: done.crc32c, payload: done.pending.into === null ? bytes : null }); return }
         const text = bytes.toString('utf8')
-        const code = done.status === Status.retired ? 'ERR_WEIGHTS_RETIRED' : done.status === Status.notFound ? 'ERR_WEIGHTS_NOT_FOUND' : 'ERR_WEIGHTS_PROTOCOL'
+        const code = done.status === Status.retired ? 'ERR_WEIGHTS_RETIRED' : done.status === Status.notFound ? 'ERR_WEIGHTS_NOT_FOUND' : done.status === Status.corrupt ? 'ERR_DATA_CORRUPT' : 'ERR_WEIGHTS_PROTOCOL'
         done.pending.reject(new AgentError(code, `${address}: ${statusName(done.status)}: ${text}`))
       }
 

@@ -4,10 +4,14 @@
  * requests answered in order. Bounded memory: a connection handles one request
  * at a time and reads the next only when the previous reply's bytes were
  * accepted by the socket ('drain'), so a slow puller holds at most one reply.
- * Whole-tensor replies are Buffers over pinned pool memory (no copy); sliced
- * replies are gathered by native threads (strided gathers, one call per run
- * pattern) into a pool scratch range. Nothing is
- * copied on the event loop. A malformed or unauthenticated connection is
+ * Whole-tensor replies are Buffers over the key's host memory (pool, or an
+ * adopted shm region; no copy); sliced replies are gathered by native threads
+ * (strided gathers, one call per run pattern) into a pool scratch range.
+ * Nothing is copied on the event loop. Bytes in an adopted region
+ * (`sharedRegion`) may have been changed by its writer after commit: a reply
+ * whose checksum the server computes (sliced or unaligned) is sent only after
+ * the committed chunks it was taken from verify, else status 6 (corrupt);
+ * aligned whole chunks carry the manifest checksum, which the puller checks. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
  */
@@ -55,9 +59,30 @@ export function splitHostPort (address: string): { host: string, port: number } 
 function statusOf (err: unknown): StatusCode {
   const code = (err as AgentError).code
   if (code === 'ERR_WEIGHTS_RETIRED') return Status.retired
+  if (code === 'ERR_DATA_CORRUPT') return Status.corrupt
   if (code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_KEY_NOT_FOUND') return Status.notFound
   if (code === 'ERR_LAYOUT_INVALID' || code === 'ERR_WEIGHTS_PROTOCOL' || code === 'ERR_BAD_REQUEST') return Status.badRequest
   return Status.internal
+}
+
+/**
+ * Checks the committed chunks covering bytes [from, to) of a tensor against
+ * the manifest (native threads); ERR_DATA_CORRUPT names the first that
+ * changed. Costs a checksum of the covered chunks: only for adopted-region
+ * keys, whose writer may still hold a mapping.
+ */
+async function verifyCommitted (manifest: WeightsManifest, tensor: WeightsManifest['tensors'][number], range: HostRange, from: number, to: number): Promise<void> {
+  const chunkBytes = manifest.chunkBytes
+  const first = Math.floor(from / chunkBytes)
+  const end = Math.ceil(to / chunkBytes)
+  const sums = await Promise.all(Array.from({ length: end - first }, (_, i) => {
+    const at = (first + i) * chunkBytes
+    return checksum({ memory: range.memory, offset: range.offset + at, length: Math.min(chunkBytes, tensor.bytes - at) })
+  }))
+  const bad = sums.findIndex((sum, i) => sum !== tensor.chunkChecksums[first + i])
+  if (bad >= 0) {
+    throw new AgentError('ERR_DATA_CORRUPT', `${manifest.model} v${manifest.version} ${tensor.name}: chunk ${first + bad} changed after commit (crc32c ${sums[bad]!.toString(16)}, committed ${tensor.chunkChecksums[first + bad]!.toString(16)}); its region's writer must not write after publishing`)
+  }
 }
 
 export function createTcpWeightServer (options: TcpWeightServerOptions, components: TcpWeightServerComponents): WeightServer {
@@ -139,7 +164,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         pull.bytesSent += req.byteLength
       } catch (err) {
         const status = statusOf(err)
-        if (status === Status.internal) logger.error({ remote, err }, 'weights request failed')
+        if (status === Status.internal || status === Status.corrupt) logger.error({ remote, err }, 'weights request failed')
         // A request the protocol cannot parse leaves the stream out of step: answer, then close.
         const fatal = (err as AgentError).code === 'ERR_WEIGHTS_PROTOCOL'
         if (!socket.destroyed) await send(status, requestId, Buffer.from((err as Error).message), 0).catch(() => {})
@@ -159,6 +184,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           const chunk = req.byteOffset / manifest.chunkBytes
           const aligned = Number.isInteger(chunk) && req.byteLength === Math.min(manifest.chunkBytes, tensor.bytes - req.byteOffset)
           const crc = aligned ? tensor.chunkChecksums[chunk]! : await checksum(range)
+          if (!aligned && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, pinned.range, runs[0]!.offset, runs[0]!.offset + runs[0]!.length)
           await send(Status.ok, requestId, viewHostRange(range), crc)
           return
         }
@@ -171,6 +197,12 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
             at += bytes
             return gatherHost(dst, sub(g.offset, g.stride * (g.runs - 1) + g.runBytes), { runBytes: g.runBytes, runs: g.runs, srcStride: g.stride }, bytes < smallGatherBytes ? { threads: 1 } : {})
           }))
+          // After the gather: the scratch is private now, and a change made before or during it shows.
+          if (pinned.sharedRegion !== undefined) {
+            let from = Infinity; let to = 0
+            for (const r of runs) { from = Math.min(from, r.offset); to = Math.max(to, r.offset + r.length) }
+            await verifyCommitted(manifest, tensor, pinned.range, from, to)
+          }
           await send(Status.ok, requestId, scratch.view, await checksum(scratch.range))
         } finally {
           scratch.release()

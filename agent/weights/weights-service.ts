@@ -80,6 +80,8 @@ export interface WeightsService {
   /** host:port of the data server. */
   address(): string
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
+  /** Removes a region handed out and never published (a trainer giving up on that version). */
+  discardRegion(name: string): Promise<void>
   publish(request: PublishRequest): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
   /** Versions held, connections pulling from this agent, and pulls this agent is making. */
@@ -101,7 +103,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const { stateManager, logger } = components
   const auth = createDataAuth(components.clusterKey)
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
-  const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable }, { stateManager, versions, logger })
+  const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
   const server = createTcpWeightServer({ listen: options.dataListen, authTimeoutMs: options.authTimeoutMs }, { stateManager, versions, auth, logger })
   const pulling = new Set<PullInProgress>()
   const puller = createPuller({ chunkBytes: options.chunkBytes }, { stateManager, connector: createTcpConnector(auth), versions, logger })
@@ -109,6 +111,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   return {
     async start () {
       await versions.load()
+      await publisher.start()
       await server.start()
     },
     async stop () {
@@ -117,6 +120,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     },
     address: () => server.address,
     createRegion: (model, version, tensors) => publisher.createRegion(model, version, tensors),
+    discardRegion: name => publisher.discardRegion(name),
     publish: request => publisher.publish(request),
     async pull (o) {
       const from = o.from ?? holderOf(o.model, o.version)

@@ -43,12 +43,13 @@ export function renderResidency (r: Residency): string {
     return [t, formatBytes(usedBytes), formatBytes(capacityBytes), capacityBytes > 0 ? `${(100 * usedBytes / capacityBytes).toFixed(1)}%` : '-']
   })
   const nsRows = r.namespaces.map(n => [n.namespace, String(n.keys), formatBytes(n.logicalBytes), formatBytes(n.storedBytes), n.quotaBytes !== null ? formatBytes(n.quotaBytes) : '-'])
-  const keyRows = r.keys.map(k => [k.key, formatBytes(k.bytes), k.tier, String(k.replicas), k.durable ? 'yes' : 'no'])
+  const keyRows = r.keys.map(k => [k.key, formatBytes(k.bytes), k.region !== undefined ? `host (shm ${k.region})` : k.tier, String(k.replicas), k.durable ? 'yes' : 'no'])
   return [
     formatTable(['TIER', 'USED', 'CAPACITY', 'USE'], tierRows),
     '',
     `logical ${formatBytes(r.logicalBytes)}, stored ${formatBytes(r.storedBytes)}, dedup ratio ${ratio}; ` +
-      `host pool ${formatBytes(r.hostPool.freeBytes)} free, largest free extent ${formatBytes(r.hostPool.largestFreeBytes)}, fragmentation ${(100 * r.hostPool.fragmentation).toFixed(1)}%`,
+      `host pool ${formatBytes(r.hostPool.freeBytes)} free, largest free extent ${formatBytes(r.hostPool.largestFreeBytes)}, fragmentation ${(100 * r.hostPool.fragmentation).toFixed(1)}%` +
+      (r.shm !== undefined && r.shm.regions > 0 ? `; ${r.shm.regions} adopted shm region(s) outside the pool, ${formatBytes(r.shm.bytes)}` : ''),
     `copies ${r.counters.offloadCopies} in / ${r.counters.onloadCopies} out, deduplicated ${r.counters.deduplicated}, spilled ${r.counters.spilled}, promoted ${r.counters.promoted}`,
     '',
     nsRows.length > 0 ? formatTable(['NAMESPACE', 'KEYS', 'LOGICAL', 'STORED', 'QUOTA'], nsRows) : 'no namespaces',

@@ -5,7 +5,8 @@
  *    vs `iperf3 -P S` on loopback (ratio = pull GB/s / iperf3 GB/s);
  * 2. resharded pulls (llama preset) for TP = 2, 4, 8: bytes received / bytes
  *    needed and time vs the full pull;
- * 3. publish from a handed-out shared-memory region vs from a safetensors file.
+ * 3. publish from a handed-out shared-memory region vs from a safetensors file;
+ *    resharded pulls of the region-published version vs the file-published one.
  * Usage: node test/bench/weights.bench.ts [--model-mib N] [--runs R] [--no-region]
  * Medians of R runs (default 3). The agents run with durable publishes (NVMe) as in production.
  */
@@ -95,10 +96,12 @@ try {
   // 3. publish from file vs region (each a new version; durable: includes the NVMe write + fsync).
   const fromFile: number[] = []; const fromRegion: number[] = []
   let version = 0
+  let fileVersion = 0
   for (let r = 0; r < runs; r++) {
     let began = performance.now()
     await a.client.weightsPublish({ model: 'bench', version: ++version, source: { kind: 'safetensors', path: file } })
     fromFile.push((performance.now() - began) / 1000)
+    fileVersion = version
     if (!withRegion) continue
     const region = await a.client.weightsRegion({ model: 'bench', version: ++version, tensors: tensors.map(x => ({ name: x.name, dtype: 'bf16' as const, shape: x.shape })) })
     const fd = openSync(`/dev/shm/${region.region}`, 'r+') // the trainer's write (not timed): fill the region
@@ -129,14 +132,21 @@ try {
   }
 
   // 2. resharded pulls, rank 0 of TP (llama preset; heads from the published metadata), 4 streams.
+  // With a region-published version: the same pulls from it, interleaved — the server verifies the
+  // committed chunks under every slice of a region-backed tensor (PROTOCOL.md), the file version's
+  // pool-backed tensors need no check.
   for (const tp of [2, 4, 8]) {
-    const secs: number[] = []; let received = 0; let needed = 0
+    const secs: number[] = []; const regionSecs: number[] = []; let received = 0; let needed = 0
     for (let r = 0; r < runs; r++) {
       await b.client.call('POST', '/v1/state/drop', { prefix: 'weights/' })
-      const res = await b.client.weightsPull({ from: address, model: 'bench', version, streams: 4, layout: { tp, rank: 0, preset: 'llama' } })
+      const res = await b.client.weightsPull({ from: address, model: 'bench', version: fileVersion, streams: 4, layout: { tp, rank: 0, preset: 'llama' } })
       secs.push(res.seconds); received = res.bytesReceived; needed = res.bytes
+      if (!withRegion) continue
+      await b.client.call('POST', '/v1/state/drop', { prefix: 'weights/' })
+      regionSecs.push((await b.client.weightsPull({ from: address, model: 'bench', version, streams: 4, layout: { tp, rank: 0, preset: 'llama' } })).seconds)
     }
     console.log(`tp=${tp} rank 0: bytes needed ${needed} (${(needed / total).toFixed(4)} of the model), received ${received}, received/needed ${(received / needed).toFixed(4)} (+ 24-byte reply headers per piece); median ${median(secs).toFixed(2)} s vs full S=4 ${median(fullSeconds[4]!).toFixed(2)} s (time ratio ${(median(secs) / median(fullSeconds[4]!)).toFixed(3)})`)
+    if (withRegion) console.log(`  same from the region-published version (server verifies slices): median ${median(regionSecs).toFixed(2)} s [${regionSecs.map(x => x.toFixed(2)).join(', ')}] vs file version [${secs.map(x => x.toFixed(2)).join(', ')}], time ratio ${(median(regionSecs) / median(secs)).toFixed(3)}`)
   }
 } finally {
   stopping = true

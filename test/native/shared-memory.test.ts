@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process'
 import t from 'tap'
-import { checksum, checksumBytes, copyHost, createHostPool, openSharedMemory } from '../../native/index.ts'
+import { checksum, checksumBytes, copyHost, createHostPool, openSharedMemory, populateHostRange } from '../../native/index.ts'
 import { normalizeShmName } from '../../native/shared-memory.ts'
 import { makeShm, patternBytes } from './helpers.ts'
 
@@ -92,4 +92,18 @@ t.test('the mapping outlives close() while a view exists', (t) => {
   shm.close()
   t.equal(view.toString(), 'persist')
   t.end()
+})
+
+t.test('populateHostRange faults pages in without changing a byte, holes included', async (t) => {
+  const data = patternBytes(3 * MiB + 100, 9)
+  const name = makeShm(t, data)
+  const { truncateSync, statSync } = await import('node:fs')
+  truncateSync(`/dev/shm/${name}`, 8 * MiB) // a hole after the data
+  const shm = openSharedMemory(name)
+  t.teardown(() => shm.close())
+  await populateHostRange(shm.range(100, 8 * MiB - 200)) // unaligned ends are rounded to pages
+  t.equal(await checksum(shm.range(0, data.length)), await checksumBytes(data), 'the data is unchanged')
+  t.equal(await checksum(shm.range(data.length, 8 * MiB - data.length)), await checksumBytes(new Uint8Array(8 * MiB - data.length)), 'the hole reads as zeros')
+  t.equal(statSync(`/dev/shm/${name}`).size, 8 * MiB, 'the size is unchanged')
+  await t.rejects(populateHostRange({ memory: shm, offset: 8 * MiB, length: 1 }), { code: 'ERR_OUT_OF_RANGE' })
 })

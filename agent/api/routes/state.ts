@@ -53,8 +53,12 @@ export const ResidencySchema = Type.Object({
   storedBytes: uint,
   namespaces: Type.Array(Type.Object({ namespace: Type.String(), keys: uint, logicalBytes: uint, storedBytes: uint, quotaBytes: Type.Union([uint, Type.Null()]) })),
   hostPool: Type.Object({ freeBytes: uint, largestFreeBytes: uint, fragmentation: Type.Number() }),
-  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint }),
-  keys: Type.Array(Type.Object({ key: Type.String(), bytes: uint, tier: Tier, replicas: uint, lastUseMs: uint, durable: Type.Boolean() })),
+  shm: Type.Object({ regions: uint, bytes: uint }, { description: 'adopted shared-memory mappings holding host copies outside the pool (zero-copy weight publishes)' }),
+  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint, shmAdopted: uint }),
+  keys: Type.Array(Type.Object({
+    key: Type.String(), bytes: uint, tier: Tier, replicas: uint, lastUseMs: uint, durable: Type.Boolean(),
+    region: Type.Optional(Type.String({ description: 'adopted shared-memory object holding the host copy' })),
+  })),
 })
 
 export function registerStateRoutes (app: FastifyInstance, source: StateSource): void {

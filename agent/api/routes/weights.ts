@@ -84,6 +84,10 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
     schema: { summary: 'Hand out a shared-memory region to write a version into (then publish it with source { kind: "region" })', body: RegionBody, response: { 200: RegionSchema, ...errorResponses } },
   }, async request => await service().createRegion(request.body.model, request.body.version, request.body.tensors as never))
 
+  app.delete<{ Params: { region: string } }>('/v1/weights/regions/:region', {
+    schema: { summary: 'Give back a handed-out region that will not be published (removes it, releases its version)', params: Type.Object({ region: Type.String({ minLength: 1, maxLength: 255 }) }), response: { 200: Type.Object({ discarded: Type.Literal(true) }), ...errorResponses } },
+  }, async request => { await service().discardRegion(request.params.region); return { discarded: true as const } })
+
   app.post<{ Body: Static<typeof PublishBody> }>('/v1/weights/publish', {
     schema: { summary: 'Commit a version from stored keys, a handed-out region or a safetensors file; answers when it is committed', body: PublishBody, response: { 200: ManifestSchema, ...errorResponses } },
   }, async request => {

@@ -1,6 +1,6 @@
 // The StateManager against real shared-memory objects, a real pool and real NVMe files.
 import t, { type Test } from 'tap'
-import { readFileSync, writeFileSync, readdirSync, appendFileSync } from 'node:fs'
+import { readFileSync, writeFileSync, readdirSync, appendFileSync, openSync, writeSync, closeSync } from 'node:fs'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { createStateManager, type StateManager, type StateManagerOptions } from '../../../agent/state/state-manager.ts'
@@ -224,4 +224,42 @@ t.test('the same key twice in one batch is copied once and counted twice', async
   t.equal(r.counters.offloadCopies, 1)
   t.match(r.keys, [{ key: k, replicas: 2 }])
   t.equal(r.logicalBytes, 2 * MiB)
+})
+
+t.test('adoptShm: keys stored in place in a shared-memory object (no copy), all or nothing, unmapped with the last key', async t => {
+  const sm = await manager(t, { namespaceQuotaBytes: { capped: MiB } })
+  const data = patternBytes(2 * MiB, 7)
+  const name = makeShm(t, data)
+  const a = key('weights/m', 'a', MiB)
+  const b = key('weights/m', 'b', MiB - 4096)
+  await t.rejects(async () => sm.adoptShm(name, [{ key: a, offset: 0 }, { key: b, offset: MiB + 8192 }]), { code: 'ERR_SIZE_MISMATCH' }, 'a range past the object')
+  await t.rejects(async () => sm.adoptShm('agentd-test-missing', [{ key: a, offset: 0 }]), { code: 'ERR_SOURCE_NOT_FOUND' })
+  await t.rejects(async () => sm.adoptShm(name, [{ key: key('capped', 'x', MiB + 1), offset: 0 }]), { code: 'ERR_QUOTA_EXCEEDED' })
+  t.same(sm.storedKeys(), [], 'failed adoptions store nothing')
+  t.same(sm.residency().shm, { regions: 0, bytes: 0 }, 'and map nothing')
+
+  t.same(sm.adoptShm(name, [{ key: a, offset: 0 }, { key: b, offset: MiB }]), { adopted: [a, b], deduplicated: [] })
+  const r = sm.residency()
+  t.same(r.shm, { regions: 1, bytes: 2 * MiB - 4096 })
+  t.equal(r.counters.offloadCopies, 0)
+  t.equal(r.hostPool.freeBytes, 16 * MiB, 'outside the pool')
+  t.same(r.keys.map(k => [k.tier, k.region]), [['host', name], ['host', name]])
+  // In place: a change to the object shows through (a copy would not see it).
+  const fd = openSync(`/dev/shm/${name}`, 'r+')
+  writeSync(fd, Buffer.from([1, 2, 3]), 0, 3, MiB)
+  closeSync(fd)
+  const dst = makeShm(t, MiB)
+  await sm.onload([{ key: b, target: { kind: 'shm', name: dst, offset: 0 } }])
+  t.same([...shmBytes(dst).subarray(0, 3)], [1, 2, 3])
+  const pinned = await sm.readHost(a)
+  t.equal(pinned.sharedRegion, name, 'readHost says the bytes are in an adopted region')
+  pinned.release()
+
+  t.same(sm.adoptShm(name, [{ key: a, offset: 0 }]), { adopted: [], deduplicated: [a] }, 'a stored key is not adopted twice')
+  await sm.persist([a])
+  t.equal(sm.residency().keys.find(k => k.key === a)!.durable, true, 'persist writes the mapping to NVMe')
+  await sm.drop({ keys: [a] })
+  t.same(sm.residency().shm, { regions: 1, bytes: MiB - 4096 }, 'the mapping stays while a key is in it')
+  await sm.drop({ keys: [b] })
+  t.same(sm.residency().shm, { regions: 0, bytes: 0 }, 'unmapped with the last key')
 })

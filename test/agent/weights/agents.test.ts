@@ -1,6 +1,6 @@
 // Two real dev agents sharing a cluster key (and one with another key): publish with agentctl, pull over the data port, onload the pulled keys.
 import t from 'tap'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { generateClusterKey } from '../../../mesh/cluster-key.ts'
@@ -71,5 +71,41 @@ if (!capabilities.addon.loaded) {
     t.equal(retired.code, 0, retired.stderr)
     const gone = await ctl(b, '--json', 'weights', 'pull', '--from', address!, '--model', 'm', '--version', '0')
     t.match(JSON.parse(gone.stdout || gone.stderr), { error: { code: 'ERR_WEIGHTS_RETIRED' } })
+  })
+
+  t.test('regions on a real agent: discard, zero-copy publish shown by inspect residency, none left after a shutdown or a crash', async t => {
+    const dir = tempDir(t)
+    const args = ['--dev', '--state-dir', dir, '--set', 'weights.chunkBytes=262144', '--set', 'state.hostPoolBytes=67108864']
+    const a = await spawnAgent(t, { stateDir: dir, args })
+    const ctl = (...words: string[]): Promise<{ code: number | null, stdout: string, stderr: string }> => runNode(agentctlMain, ['--socket', a.socketPath, ...words])
+    const w = tensor('model.norm.weight', 'f32', [4096], 3)
+    const spec = [{ name: w.name, dtype: w.dtype, shape: w.shape }]
+    const discarded = await a.client.weightsRegion({ model: 'r', tensors: spec })
+    t.same(await a.client.weightsDiscardRegion(discarded.region), { discarded: true })
+    t.notOk(existsSync(`/dev/shm/${discarded.region}`), 'DELETE /v1/weights/regions/:region removes it')
+    await t.rejects(a.client.weightsDiscardRegion(discarded.region), { code: 'ERR_WEIGHTS_NOT_FOUND' })
+
+    const region = await a.client.weightsRegion({ model: 'r', tensors: spec })
+    t.equal(region.version, 0, 'the discarded version is free again')
+    writeFileSync(`/dev/shm/${region.region}`, w.data)
+    const published = await ctl('weights', 'publish', '--model', 'r', '--from-region', region.region)
+    t.equal(published.code, 0, published.stderr)
+    const residency = await ctl('inspect', 'residency', '--prefix', 'weights/r/')
+    t.match(residency.stdout, new RegExp(`host \\(shm ${region.region}\\)`), 'inspect residency shows the key in the region')
+    t.match(residency.stdout, /1 adopted shm region\(s\) outside the pool/)
+
+    const open = await a.client.weightsRegion({ model: 'r', tensors: spec })
+    a.proc.stdin!.end() // a clean shutdown
+    t.equal((await a.exited).code, 0)
+    t.notOk(existsSync(`/dev/shm/${open.region}`), 'a shutdown removes regions handed out and never published')
+
+    const b = await spawnAgent(t, { stateDir: dir, args })
+    t.match(await b.client.call('GET', '/v1/weights'), { versions: [{ model: 'r', version: 0 }] }, 'the region-published version is back from NVMe')
+    const left = await b.client.weightsRegion({ model: 'r', tensors: spec })
+    b.proc.kill('SIGKILL')
+    await b.exited
+    t.ok(existsSync(`/dev/shm/${left.region}`), 'a crash leaves its region behind ...')
+    await spawnAgent(t, { stateDir: dir, args })
+    t.notOk(existsSync(`/dev/shm/${left.region}`), '... which the next start of the same agent removes')
   })
 }

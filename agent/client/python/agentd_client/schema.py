@@ -66,9 +66,17 @@ class StateCounters(TypedDict):
     spilled: int
     promoted: int
     onloadCopies: int
+    #: Keys stored in place in an adopted shared-memory object (a weights region publish): no copy.
+    shmAdopted: int
 
 
-class ResidencyKey(TypedDict):
+class ShmUsage(TypedDict):
+    """Adopted shared-memory mappings: host-tier bytes outside the pool (zero-copy weight publishes)."""
+    regions: int
+    bytes: int
+
+
+class _ResidencyKeyFields(TypedDict):
     key: str
     bytes: int
     tier: StoredTier
@@ -77,12 +85,18 @@ class ResidencyKey(TypedDict):
     durable: bool
 
 
+class ResidencyKey(_ResidencyKeyFields, total=False):
+    #: The adopted shared-memory object holding the host copy (outside the pool); absent otherwise.
+    region: str
+
+
 class Residency(TypedDict):
     tiers: Tiers
     logicalBytes: int
     storedBytes: int
     namespaces: List[NamespaceUsage]
     hostPool: HostPoolUsage
+    shm: ShmUsage
     counters: StateCounters
     keys: List[ResidencyKey]
 
