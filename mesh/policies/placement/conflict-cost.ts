@@ -51,6 +51,29 @@ export function pairConflicts (a: Footprint, b: Footprint, from: number, until: 
   return { aInstances: xs.length, aHits: aHit.reduce((s, v) => s + v, 0), bInstances: ys.length, bHits: bHit.reduce((s, v) => s + v, 0) }
 }
 
+/**
+ * pairConflicts over `windows` short windows of `windowSlots` each, spread
+ * evenly over [from, until) (the first at `from`, the last ending at
+ * `until`), counts summed; one window over the whole range when it is no
+ * longer than their total. Two footprints with incommensurate periods drift
+ * against each other: a sample of their first periods only misses the
+ * conflicts of their later phases, a spread sample of the same size sees them.
+ */
+export function sampledPairConflicts (a: Footprint, b: Footprint, from: number, until: number, windows: number, windowSlots: number): PairConflicts {
+  if (until - from <= windows * windowSlots || windows <= 1) return pairConflicts(a, b, from, until)
+  const sum: PairConflicts = { aInstances: 0, aHits: 0, bInstances: 0, bHits: 0 }
+  const step = (until - from - windowSlots) / (windows - 1)
+  for (let i = 0; i < windows; i++) {
+    const x = from + Math.round(i * step)
+    const c = pairConflicts(a, b, x, x + windowSlots)
+    sum.aInstances += c.aInstances
+    sum.aHits += c.aHits
+    sum.bInstances += c.bInstances
+    sum.bHits += c.bHits
+  }
+  return sum
+}
+
 /** Mean length of a footprint's busy blocks (its padded busy time per block), slots. */
 export function meanBlockSlots (f: Footprint): number {
   if (f.busy.length === 0) return 0
