@@ -53,7 +53,7 @@ export interface PlacementSimOptions {
    * Default 32.
    */
   backfillDepth?: number
-  /** Passed to the placement policy (κ, conflict cost in its slowdown prediction). Default the policy's (2). */
+  /** Passed to the placement policy (κ, conflict cost in its slowdown prediction). Default the policy's (2.25). */
   conflictCostBlocks?: number
   /**
    * With backfill, whether the oldest waiting job claims the nodes it will
