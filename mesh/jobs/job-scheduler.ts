@@ -10,7 +10,10 @@
  * the job's `gpusPerNode`, every RUNNING job's footprint is reserved on those
  * of its nodes, and `planPlacement` chooses nodes, phase, stretched period
  * and micro-shifts. `spread-backfill` lets later jobs start while an earlier
- * one does not fit; the other policies keep strict FIFO (the head blocks).
+ * one does not fit, EASY style: the first job that does not fit claims the
+ * nodes whose residents end soonest (claimNodes), and later jobs may use
+ * those only if they end before then, so a gang needing idle nodes is not
+ * overtaken forever; the other policies keep strict FIFO (the head blocks).
  * A job that fits nowhere stays QUEUED; the leader retries on every
  * membership change and completion.
  *
@@ -20,7 +23,7 @@
 import { AgentError } from '../../agent/errors.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
 import { footprintEnd } from '../policies/placement/footprint.ts'
-import { planPlacement, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
+import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
 import { durationSlots } from '../policies/placement/ring-horizon.ts'
 import { normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
 import type { JobRecord, JobTable } from './job-table.ts'
@@ -119,10 +122,13 @@ export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs:
   const byPeer = [...nodes].sort((a, b) => a.peerId < b.peerId ? -1 : a.peerId > b.peerId ? 1 : 0)
   let current = table
   const placed: string[] = []
+  /** The first job that did not fit: its claim on nodes (by peer id) that backfilled jobs must leave by `fromSlot`. */
+  let claim: PeerClaim | undefined
   for (const queued of table.jobs.filter(j => j.state === 'QUEUED')) {
-    const job = placeOne(current, queued, byPeer, nowSlot, nowMs, options)
+    const job = placeOne(current, queued, byPeer, nowSlot, nowMs, options, claim)
     if (job === undefined) {
       if (!backfill) break
+      claim ??= claimOf(current, queued, byPeer, nowSlot, options)
       continue
     }
     current = replaceJob(current, job)
@@ -131,11 +137,25 @@ export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs:
   return { table: current, placed }
 }
 
-function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions): JobRecord | undefined {
+interface PeerClaim { jobId: string, peerIds: readonly string[], fromSlot: number }
+
+/** The claim of a job that does not fit, over the nodes it could run on. */
+function claimOf (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, options: PlacementRoundOptions): PeerClaim | undefined {
+  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
+  if (eligible.length < queued.spec.nodes) return undefined
+  const claim = claimNodes(horizonOf(table, eligible, nowSlot, options), placementJobOf(queued.spec), nowSlot)
+  return claim === undefined ? undefined : { jobId: claim.jobId, peerIds: claim.nodes.map(i => eligible[i]!.peerId), fromSlot: claim.fromSlot }
+}
+
+function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim?: PeerClaim): JobRecord | undefined {
   const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
   if (eligible.length < queued.spec.nodes) return undefined
   const horizon = horizonOf(table, eligible, nowSlot, options)
-  const decision = planPlacement(horizon, placementJobOf(queued.spec), { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode })
+  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
+  const claim: NodeClaim | undefined = peerClaim === undefined
+    ? undefined
+    : { jobId: peerClaim.jobId, fromSlot: peerClaim.fromSlot, nodes: peerClaim.peerIds.map(p => index.get(p)).filter((i): i is number => i !== undefined).sort((a, b) => a - b) }
+  const decision = planPlacement(horizon, placementJobOf(queued.spec), { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode, claim })
   if (decision === undefined) return undefined
   const chosen = decision.nodes.map(i => eligible[i]!)
   const f = decision.footprint

@@ -6,7 +6,10 @@
  * - Jobs arrive at `submitS` and wait in a FIFO queue. Placement
  *   (placement-policy.ts) runs on arrivals and whenever capacity is released.
  *   Without backfill the queue head blocks everything behind it; with
- *   `spread-backfill` every queued job that fits starts (backfill).
+ *   `spread-backfill` queued jobs behind it start when they fit (backfill),
+ *   EASY style: the oldest job that cannot start claims the nodes whose
+ *   residents end soonest (placement-policy.ts claimNodes), and backfilled
+ *   jobs may use those nodes only if they end before then.
  * - A placed job runs `iterations` periods. Each segment is a task on its
  *   node gang: it becomes ready when the previous segment has ended plus the
  *   idle gap of the profile (the job is serial), but not before the time its
@@ -28,7 +31,7 @@ import { createEventQueue } from './event-queue.ts'
 import { createSeededRandom } from './seeded-random.ts'
 import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } from './placement-trace.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
-import { commitPlacement, planPlacement, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
+import { claimNodes, commitPlacement, planPlacement, type NodeClaim, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
 import type { RuntimeSchedulerName, RuntimeTask } from '../policies/runtime/hrrs.ts'
 import { createTaskExecutor } from './task-executor.ts'
 
@@ -50,8 +53,14 @@ export interface PlacementSimOptions {
    * Default 32.
    */
   backfillDepth?: number
-  /** Passed to the placement policy (κ, conflict cost in its slowdown prediction). Default the policy's (2). */
+  /** Passed to the placement policy (κ, conflict cost in its slowdown prediction). Default the policy's (2.25). */
   conflictCostBlocks?: number
+  /**
+   * With backfill, whether the oldest waiting job claims the nodes it will
+   * get (NodeClaim, EASY backfilling) so that later jobs cannot overtake it
+   * forever. Default true; false = every job that fits starts.
+   */
+  backfillReservation?: boolean
 }
 
 export interface PlacementSimJob {
@@ -110,7 +119,8 @@ interface JobRun {
   endS: number
   repacked: boolean
   shared: boolean
-  lastFailedVersion: number
+  /** Capacity version and claim under which placement last failed (not retried until either changes). */
+  lastFailedKey: string
   lostS: { reservation: number, lockWait: number, setup: number }
   predictedSlowdown: number
 }
@@ -124,10 +134,13 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   const horizon = new ClusterHorizon({ nodes: trace.cluster.nodes, slots: options.horizonSlots, slotS })
   const maxJobsPerNode = trace.cluster.maxJobsPerNode
   const backfill = options.policy === 'spread-backfill'
+  const claimHead = backfill && (options.backfillReservation ?? true)
   const runs = new Map<string, JobRun>()
   const waiting: JobRun[] = []
   const running = new Set<JobRun>()
   let capacityVersion = 0
+  /** With backfill, the oldest waiting job's claim on the nodes it will get (EASY backfilling). */
+  let claim: NodeClaim | undefined
   let taskSeq = 0
   const executor = createTaskExecutor({ queue: q, nodes: trace.cluster.nodes, scheduler: runtime, isFinished: id => !Number.isNaN(runs.get(id)?.endS ?? 0) })
 
@@ -146,7 +159,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       endS: NaN,
       repacked: false,
       shared: false,
-      lastFailedVersion: -1,
+      lastFailedKey: '',
       lostS: { reservation: 0, lockWait: 0, setup: 0 },
       predictedSlowdown: 1,
     }
@@ -164,20 +177,24 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   }
 
   function tryPlace (): void {
-    if (waiting.length === 0) return
+    if (waiting.length === 0) { claim = undefined; return }
     const nowSlot = Math.ceil(q.nowS / slotS - 1e-9)
     horizon.advanceTo(nowSlot)
     const observed = observedSlowdown()
     const depth = options.backfillDepth ?? 32
+    claim = undefined
     for (let i = 0; i < waiting.length && i < depth;) {
       const run = waiting[i]!
+      const key = `${capacityVersion}/${claim === undefined ? '' : `${claim.jobId}@${claim.fromSlot}:${claim.nodes.join(',')}`}`
       let decision: PlacementDecision | undefined
-      if (run.lastFailedVersion !== capacityVersion) {
-        decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks })
-        if (decision === undefined) run.lastFailedVersion = capacityVersion
+      if (run.lastFailedKey !== key) {
+        decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks, claim })
+        if (decision === undefined) run.lastFailedKey = key
       }
       if (decision === undefined) {
         if (!backfill) return
+        // The oldest job that cannot start claims the nodes it will get; later ones backfill around it.
+        if (claim === undefined && claimHead) claim = claimNodes(horizon, run.job, nowSlot)
         i++
         continue
       }
@@ -270,7 +287,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     horizon.release(run.spec.id)
     capacityVersion++
     run.job = { ...run.job, profiled: true, iterations: run.spec.iterations - run.iteration }
-    const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks })
+    const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks, claim })
       ?? planPlacement(horizon, { ...run.job, profiled: false }, { policy: options.policy, nowSlot: horizon.windowStart, maxJobsPerNode })
     if (decision !== undefined) commit(run, decision)
     tryPlace()

@@ -3,8 +3,11 @@
  * per policy and seed, makespan (time to drain the trace) over the isolated
  * baseline simulated on the same trace in the same run, the share of jobs
  * whose realized slowdown exceeds their own maxSlowdown (§7.2), the worst
- * slowdown, the normalized queue delay (wait / own run time) p50 / p99, and
- * the slowdown prediction error (realized − predicted, p50 / p90).
+ * slowdown, the normalized queue delay (wait / own run time) p50 / p90 / p99 / max,
+ * the slowdown prediction error (realized − predicted, p50 / p90), and the
+ * median wait of the cold-start jobs. "sb without claim" is spread-backfill
+ * with backfillReservation off (every job that fits starts), the ablation
+ * of the oldest waiting job's claim on its nodes.
  * Goals: spread-backfill makespan <= 60 % of isolated's (PlexRL: 56 %), pack
  * and spread in between, a far lighter delay tail than isolated's, and
  * <= 10 % of jobs over their bound. A second table sweeps κ
@@ -28,9 +31,9 @@ const kappas = values.kappas.split(',').map(Number).filter(k => k !== defaultCon
 /** Nearest-rank quantile. */
 const quantile = (xs: readonly number[], p: number): number => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]! }
 
-interface Row { ratio: number, overShare: number, worst: number, nqdP50: number, nqdP99: number, errP50: number, errP90: number }
+interface Row { ratio: number, overShare: number, worst: number, nqdP50: number, nqdP90: number, nqdP99: number, nqdMax: number, coldWaitH: number, errP50: number, errP90: number }
 
-function row (r: PlacementSimResult, isolated: PlacementSimResult): Row {
+function row (r: PlacementSimResult, isolated: PlacementSimResult, cold: ReadonlySet<string>): Row {
   const over = r.jobs.filter(j => j.slowdown > j.maxSlowdown + 1e-9).length
   const err = r.jobs.map(j => j.slowdown - j.predictedSlowdown)
   return {
@@ -38,29 +41,37 @@ function row (r: PlacementSimResult, isolated: PlacementSimResult): Row {
     overShare: over / r.jobs.length,
     worst: Math.max(...r.jobs.map(j => j.slowdown)),
     nqdP50: r.normalizedQueueDelay.p50,
+    nqdP90: r.normalizedQueueDelay.p90,
     nqdP99: r.normalizedQueueDelay.p99,
+    nqdMax: r.normalizedQueueDelay.max,
+    coldWaitH: median(r.jobs.filter(j => cold.has(j.id)).map(j => j.waitS / 3600)),
     errP50: quantile(err, 0.5),
     errP90: quantile(err, 0.9),
   }
 }
 
 const format = (label: string, x: Row): string => `${label.padEnd(24)} ratio ${x.ratio.toFixed(3)}  over bound ${(x.overShare * 100).toFixed(1).padStart(5)} %  worst ${x.worst.toFixed(2)}  ` +
-  `queue delay p50 ${x.nqdP50.toFixed(2).padStart(5)} p99 ${x.nqdP99.toFixed(2).padStart(5)}  realized−predicted p50 ${x.errP50.toFixed(3)} p90 ${x.errP90.toFixed(3)}`
+  `queue delay p50 ${x.nqdP50.toFixed(2).padStart(5)} p90 ${x.nqdP90.toFixed(2).padStart(5)} p99 ${x.nqdP99.toFixed(2).padStart(5)} max ${x.nqdMax.toFixed(1).padStart(5)}  ` +
+  `cold-start wait p50 ${x.coldWaitH.toFixed(1).padStart(4)} h  realized−predicted p50 ${x.errP50.toFixed(3)} p90 ${x.errP90.toFixed(3)}`
 
 const rows = new Map<string, Row[]>()
 const add = (key: string, x: Row): void => { rows.set(key, [...(rows.get(key) ?? []), x]) }
 console.log(`${jobs} jobs on ${nodes} nodes per trace, seeds ${seeds.join(',')}; ratio = makespan / isolated makespan of the same trace; κ default ${defaultConflictCostBlocks}`)
 for (const seed of seeds) {
   const trace = generatePlacementTrace({ jobs, nodes, seed })
+  const cold = new Set(trace.jobs.filter(j => j.profiled === false).map(j => j.id))
   const results = placementPolicyNames.map(policy => simulatePlacement(trace, { policy }))
   const isolated = results.find(r => r.policy === 'isolated')!
   for (const r of results) {
-    const x = row(r, isolated)
+    const x = row(r, isolated, cold)
     add(r.policy, x)
     console.log(format(`seed ${seed} ${r.policy}`, x))
   }
+  const greedy = row(simulatePlacement(trace, { policy: 'spread-backfill', backfillReservation: false }), isolated, cold)
+  add('sb without claim', greedy)
+  console.log(format(`seed ${seed} sb without claim`, greedy))
   for (const k of kappas) {
-    const x = row(simulatePlacement(trace, { policy: 'spread-backfill', conflictCostBlocks: k }), isolated)
+    const x = row(simulatePlacement(trace, { policy: 'spread-backfill', conflictCostBlocks: k }), isolated, cold)
     add(`spread-backfill κ=${k}`, x)
     console.log(format(`seed ${seed} sb κ=${k}`, x))
   }
@@ -68,7 +79,7 @@ for (const seed of seeds) {
 console.log('medians over seeds:')
 for (const [key, xs] of rows) {
   const m = (f: (x: Row) => number): number => median(xs.map(f))
-  console.log(format(key, { ratio: m(x => x.ratio), overShare: m(x => x.overShare), worst: m(x => x.worst), nqdP50: m(x => x.nqdP50), nqdP99: m(x => x.nqdP99), errP50: m(x => x.errP50), errP90: m(x => x.errP90) }))
+  console.log(format(key, { ratio: m(x => x.ratio), overShare: m(x => x.overShare), worst: m(x => x.worst), nqdP50: m(x => x.nqdP50), nqdP90: m(x => x.nqdP90), nqdP99: m(x => x.nqdP99), nqdMax: m(x => x.nqdMax), coldWaitH: m(x => x.coldWaitH), errP50: m(x => x.errP50), errP90: m(x => x.errP90) }))
 }
 const sb = rows.get('spread-backfill')!
 const sbRatio = median(sb.map(x => x.ratio))

@@ -38,17 +38,87 @@ function instancesOf (f: Footprint, from: number, until: number): Array<[number,
  * instances.
  */
 export function pairConflicts (a: Footprint, b: Footprint, from: number, until: number): PairConflicts {
-  const xs = instancesOf(a, from, until)
-  const ys = instancesOf(b, from, until)
-  const aHit = new Uint8Array(xs.length)
-  const bHit = new Uint8Array(ys.length)
+  return countOverlaps(instancesOf(a, from, until), instancesOf(b, from, until))
+}
+
+/** Overlap counts of two time-ordered instance lists. */
+function countOverlaps (xs: ReadonlyArray<readonly [number, number]>, ys: ReadonlyArray<readonly [number, number]>): PairConflicts {
+  let aHits = 0
+  let bHits = 0
+  let lastHitY = -1
   let j = 0
   for (let i = 0; i < xs.length; i++) {
     const [x0, x1] = xs[i]!
     while (j < ys.length && ys[j]![1] <= x0) j++
-    for (let k = j; k < ys.length && ys[k]![0] < x1; k++) { aHit[i] = 1; bHit[k] = 1 }
+    let hit = false
+    for (let k = j; k < ys.length && ys[k]![0] < x1; k++) {
+      hit = true
+      if (k > lastHitY) { bHits++; lastHitY = k }
+    }
+    if (hit) aHits++
   }
-  return { aInstances: xs.length, aHits: aHit.reduce((s, v) => s + v, 0), bInstances: ys.length, bHits: bHit.reduce((s, v) => s + v, 0) }
+  return { aInstances: xs.length, aHits, bInstances: ys.length, bHits }
+}
+
+/**
+ * pairConflicts over `windows` windows of `windowSlots` each, spread evenly
+ * over [from, until) (the first at `from`, the last ending at `until`),
+ * counts summed; one window over the whole range when it is no longer than
+ * their total. Two footprints with incommensurate periods drift against
+ * each other: a sample of their first periods only misses the conflicts of
+ * their later phases, a spread sample of the same size sees them. On the
+ * tolerant placement path (once per candidate and resident), so it walks the
+ * instances into reused flat buffers instead of allocating.
+ */
+export function sampledPairConflicts (a: Footprint, b: Footprint, from: number, until: number, windows: number, windowSlots: number): PairConflicts {
+  const sum: PairConflicts = { aInstances: 0, aHits: 0, bInstances: 0, bHits: 0 }
+  if (until <= from) return sum
+  const whole = until - from <= windows * windowSlots || windows <= 1
+  const count = whole ? 1 : windows
+  const step = whole ? 0 : (until - from - windowSlots) / (windows - 1)
+  for (let i = 0; i < count; i++) {
+    const x = whole ? from : from + Math.round(i * step)
+    const y = whole ? until : x + windowSlots
+    const na = fillInstances(a, x, y, scratchA)
+    const nb = fillInstances(b, x, y, scratchB)
+    let j = 0
+    let lastHitY = -1
+    for (let k = 0; k < na; k++) {
+      const x0 = scratchA[2 * k]!
+      const x1 = scratchA[2 * k + 1]!
+      while (j < nb && scratchB[2 * j + 1]! <= x0) j++
+      let hit = false
+      for (let m = j; m < nb && scratchB[2 * m]! < x1; m++) {
+        hit = true
+        if (m > lastHitY) { sum.bHits++; lastHitY = m }
+      }
+      if (hit) sum.aHits++
+    }
+    sum.aInstances += na
+    sum.bInstances += nb
+  }
+  return sum
+}
+
+const scratchA: number[] = []
+const scratchB: number[] = []
+
+/** Writes the footprint's instances in [from, until) as flat start/end pairs into `out` (as forEachBusyInstance); returns their count. */
+function fillInstances (f: Footprint, from: number, until: number, out: number[]): number {
+  const busy = f.busy
+  if (busy.length === 0 || until <= from) return 0
+  const maxTo = busy[busy.length - 1]![1]
+  let n = 0
+  for (let k = Math.max(0, Math.floor((from - f.startSlot - maxTo) / f.periodSlots)); k < f.periods; k++) {
+    const base = f.startSlot + k * f.periodSlots
+    if (base >= until) break
+    for (let r = 0; r < busy.length; r++) {
+      const a = Math.max(from, base + busy[r]![0])
+      const b = Math.min(until, base + busy[r]![1])
+      if (b > a) { out[2 * n] = a; out[2 * n + 1] = b; n++ }
+    }
+  }
+  return n
 }
 
 /** Mean length of a footprint's busy blocks (its padded busy time per block), slots. */

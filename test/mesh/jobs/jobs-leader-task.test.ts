@@ -166,6 +166,20 @@ t.test('the table is bounded: active jobs and bytes; the oldest completed jobs a
   t.equal(submitJob(completed, parseJobSpec(spec('c')), 0, options).created, true, 'its slot is free again')
 })
 
+t.test('spread-backfill: the first job that does not fit claims its nodes; later jobs backfill them only if they end first', async t => {
+  const options = { contextSwitchS: 0, maxActiveJobs: 64, maxTableBytes: 1 << 20, completedRetained: 16 }
+  const nodes = [{ peerId: peerId(0), name: 'node0', gpus: 8 }, { peerId: peerId(1), name: 'node1', gpus: 8 }]
+  const round = { policy: 'spread-backfill' as const, maxJobsPerNode: 4 }
+  let table = emptyJobTable(1)
+  for (const [id, iterations] of [['r0', 10], ['r1', 30]] as const) table = submitJob(table, parseJobSpec(spec(id, { iterations })), 0, options).table
+  table = placeQueued(table, nodes, 0, round).table
+  t.same(table.jobs.map(j => j.nodes.length), [1, 1], 'one resident per node')
+  table = submitJob(table, parseJobSpec(spec('cold', { nodes: 2, profiled: false })), 0, options).table
+  for (const [id, iterations] of [['long', 50], ['short', 5]] as const) table = submitJob(table, parseJobSpec(spec(id, { iterations })), 0, options).table
+  const { placed } = placeQueued(table, nodes, 0, round)
+  t.same(placed, ['short'], 'the cold-start gang needs both nodes idle: it claims them, and only the job ending before the residents do backfills')
+})
+
 /** A table with four 1-node jobs placed on node0..node2 by the real policy. */
 function placedTable (peers: PeerView[]): JobTable {
   const options = { contextSwitchS: 10, maxActiveJobs: 64, maxTableBytes: 1 << 20, completedRetained: 16 }

@@ -40,6 +40,26 @@ t.test('a cold-start job is profiled on dedicated nodes, then repacked so others
   t.equal(isolated.jobs[1]!.startS, 930, 'without repacking the gang waits for the whole job')
 })
 
+t.test('with backfill the oldest waiting job claims its nodes: a cold-start gang is not overtaken until the queue drains', async t => {
+  const warm = (id: string, submitS: number) => ({ id, submitS, nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 0, durationS: 20 }], maxSlowdown: 1.5 })
+  const trace: PlacementTrace = {
+    cluster: { nodes: 2, gpusPerNode: 8, contextSwitchS: 0 },
+    jobs: [
+      warm('w0', 0),
+      warm('w1', 0),
+      { ...warm('cold', 10), nodes: 2, profiled: false },
+      ...Array.from({ length: 8 }, (_, k) => warm(`w${k + 2}`, 200 * (k + 1))),
+    ],
+  }
+  const cold = (r: ReturnType<typeof simulatePlacement>) => r.jobs.find(j => j.id === 'cold')!
+  const greedy = simulatePlacement(trace, { policy: 'spread-backfill', jitter: 0, backfillReservation: false })
+  t.ok(cold(greedy).startS > Math.max(...greedy.jobs.filter(j => j.id !== 'cold').map(j => j.startS)), 'every job fits beside a resident: without the claim the gang starts last')
+  const claimed = simulatePlacement(trace, { policy: 'spread-backfill', jitter: 0 })
+  t.equal(cold(claimed).startS, 920, 'with it the gang starts when the residents it waits for end')
+  t.ok(claimed.jobs.every(j => j.endS > j.startS), 'every job ran')
+  t.ok(claimed.makespanS < greedy.makespanS, `and the trace drains sooner (${claimed.makespanS} s against ${greedy.makespanS} s)`)
+})
+
 t.test('every policy drains a generated trace; sharing beats isolated and the runtime schedulers both work', async t => {
   const trace = generatePlacementTrace({ jobs: 60, nodes: 12, seed: 3 })
   const results = Object.fromEntries(placementPolicyNames.map(p => [p, simulatePlacement(trace, { policy: p })]))

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { ClusterHorizon } from '../../../../mesh/policies/placement/cluster-horizon.ts'
-import { commitPlacement, planPlacement, residentFor, type PlacementJob } from '../../../../mesh/policies/placement/placement-policy.ts'
+import { claimNodes, commitPlacement, planPlacement, residentFor, type PlacementJob } from '../../../../mesh/policies/placement/placement-policy.ts'
 
 const job = (over: Partial<PlacementJob> = {}): PlacementJob => ({
   id: 'j', nodes: 1, periodS: 100, iterations: 10, segments: [{ offsetS: 60, durationS: 30 }], maxSlowdown: 1.5, profiled: true, switchS: 5, ...over,
@@ -142,4 +142,26 @@ t.test('conflicts are charged both ways: a newcomer may not push a resident past
   }
   t.equal(planPlacement(build(131 / 125), j, { policy: 'spread' }), undefined, 'a resident without headroom refuses every conflicting newcomer')
   t.equal(planPlacement(build(2), j, { policy: 'spread', observedSlowdown: new Map([['r', 2 - toResident!.slowdown / 2]]) }), undefined, 'nor one already observed near its bound')
+})
+
+t.test('a backfill claim keeps the oldest waiting job\'s nodes for it: others may use them only if they end first', async t => {
+  const h = new ClusterHorizon({ nodes: 3, slots: 5000 })
+  // Node 0's resident ends at slot 930, node 1's at 2930; node 2 is idle.
+  const resident = (id: string, node: number, periods: number) => h.reserve({ jobId: id, nodes: [node], footprint: { startSlot: 0, periodSlots: 100, periods, busy: [[0, 30]] }, basePeriodSlots: 100, dedicated: false, maxSlowdown: 2 })
+  resident('r0', 0, 10)
+  resident('r1', 1, 30)
+  const head = job({ id: 'head', nodes: 2, profiled: false })
+  t.equal(planPlacement(h, head, { policy: 'spread-backfill' }), undefined, 'the cold-start gang finds one idle node only')
+  const claim = claimNodes(h, head, 0)!
+  t.same(claim, { jobId: 'head', nodes: [0, 2], fromSlot: 930 }, 'the idle node and the one whose resident ends first, from that end')
+  t.same(claimNodes(h, job({ id: 'one' }), 0), { jobId: 'one', nodes: [2], fromSlot: 0 }, 'an idle node is claimed from now')
+  t.equal(claimNodes(h, job({ id: 'big', nodes: 4 }), 0), undefined, 'no claim for a gang larger than the cluster')
+
+  const long = job({ id: 'long', iterations: 20 })
+  t.same(planPlacement(h, long, { policy: 'spread-backfill' })!.nodes, [2], 'unclaimed, spread takes the idle node')
+  t.same(planPlacement(h, long, { policy: 'spread-backfill', claim })!.nodes, [1], 'claimed: a job ending after the claim starts goes elsewhere')
+  t.same(planPlacement(h, job({ id: 'short', iterations: 5 }), { policy: 'spread-backfill', claim })!.nodes, [2], 'a job ending before it backfills the idle node')
+  t.same(planPlacement(h, long, { policy: 'spread-backfill', claim: { ...claim, jobId: 'long' } })!.nodes, [2], 'the claimant itself is not bound by its claim')
+  t.equal(planPlacement(h, job({ id: 'cold', profiled: false }), { policy: 'spread-backfill', claim }), undefined, 'a dedicated placement honours the claim too')
+  t.same(planPlacement(h, job({ id: 'cold', profiled: false, iterations: 9 }), { policy: 'spread-backfill', claim })!.nodes, [2], 'unless it ends by then')
 })
