@@ -13,7 +13,7 @@
  *    What the GPU goal comes down to on this trace: distrs is within a few
  *    per cent of ideal+check, wave by wave (its history estimates, Alg. 2's
  *    sampling and T from the previous batch cost nothing measurable; T taken
- *    from the future instead moves it by -7 % to +5 % depending on the seed).
+ *    from the future instead moves it by -7 % to +5 % on seeds 1-3).
  *    The gap to ideal is the timeout-aware check itself (§5.1): a request
  *    found queued at stage k within Σ_{j>=k} T_j of its batch's T + D fails
  *    the allocation, and here a batch's last requests arrive at the
@@ -21,7 +21,11 @@
  *    the execute window (60 s), while the other tasks' batches still peak. So
  *    those requests must find a free GPU the instant they arrive. zq-dedicated
  *    / ideal is 3.2-3.5x; zq-dedicated / (ideal+check) 2.6-3.0x on seeds 1-5;
- *    D (2 -> 6 s) changes it by about 1 %.
+ *    D (2 -> 6 s) changes it by about 1 %. Making capped (max-length)
+ *    responses fail the text check, as a previous analysis proposed, does not
+ *    help (seeds 1-3, same draws: GPU 2.98 / 2.77 / 2.70x -> 2.70 / 2.78 /
+ *    2.37x, avg extra delay 0.23 / 0.08 / 0.09 -> 1.34 / 2.10 / 0.08 s), so
+ *    the generator is unchanged.
  * 2. ebf: two batches, the second starting 100 s after the first, CPU fixed
  *    large, GPUs swept; EBF needs fewer GPUs than FCFS for the same extra
  *    delay (Fig. 14: 1.5x).
