@@ -18,7 +18,7 @@ export const RewardStageConfig = Type.Object({
   resource: Type.Union([Type.Literal('cpu'), Type.Literal('gpu')], { description: 'what one worker holds exclusively: coresPerWorker CPU cores, or one GPU (CUDA_VISIBLE_DEVICES)' }),
   command: Type.Array(Type.String({ minLength: 1 }), { minItems: 1, description: 'argv of one worker process; it gets AGENTD_SOCKET, AGENTD_REWARD_STAGE and AGENTD_REWARD_WORKER_ID' }),
   coresPerWorker: Type.Integer({ minimum: 1, maximum: 1024, description: 'CPU cores one worker of a cpu stage holds (ignored for gpu stages)' }),
-  timeoutMs: Type.Integer({ minimum: 10, maximum: 3_600_000, description: 'T_j: a request running longer at this stage ends with the timeout result, ms' }),
+  timeoutMs: Type.Integer({ minimum: 10, maximum: 3_600_000, description: 'T_j: a request running longer at this stage ends with the timeout result (reward.timeoutReward), and its worker is terminated (then restarted) if still on it max(1 s, heartbeatIntervalMs) later, ms' }),
   cost: Type.Optional(Type.Number({ exclusiveMinimum: 0, description: 'C_j: relative cost of one worker (Alg. 1 searches the costliest stage first); default 1 for cpu, 10 for gpu' })),
 }, { additionalProperties: false })
 
@@ -38,7 +38,7 @@ export const RewardSection = Type.Object({
   maxPendingRequests: Type.Integer({ minimum: 1, maximum: 10_000_000, description: 'Requests the leader holds (queued, running, or with results not yet collected) and each agent keeps for its trainers; beyond it submissions get ERR_REWARD_FULL. Default: 100000.' }),
   resultRetentionMs: Type.Integer({ minimum: 1000, maximum: 86_400_000, description: 'How long a result stays on the submitting agent after the trainer fetched it (a repeated fetch gets it again), in milliseconds. Default: 300000.' }),
   heartbeatIntervalMs: Type.Integer({ minimum: 50, maximum: 60_000, description: 'Each agent reports its capacity and live workers to the leader this often, in milliseconds. Default: 500.' }),
-  leaseTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A request handed to a worker whose agent has not reported for this long is lost and retried once on another worker, in milliseconds. Default: 3000.' }),
+  leaseTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A request handed to a worker whose agent has not reported for this long is lost and retried once on another worker (once in all, across leader changes; a request whose stage timeout ran out first ends with the timeout result instead), in milliseconds. Default: 3000.' }),
   workerRestartBackoffMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'First delay before a crashed worker is restarted; doubles per crash in a row, up to 64 times this, in milliseconds. Default: 500.' }),
   workerStopGraceMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'A worker asked to stop (SIGTERM) is killed after this long, in milliseconds. Default: 5000.' }),
 }, { additionalProperties: false })

@@ -28,6 +28,18 @@ export const SubmitBody = Type.Object({
 }, { additionalProperties: false })
 
 /**
+ * A submission as the submitting agent forwards it to the leader: the
+ * trainer's fields, and whether the request already used its one retry after
+ * a lost worker under an earlier leader (the leader's `reward.await` answer
+ * lists such requests in `retried`), so a leader change does not give it a
+ * second one.
+ */
+export const LeaderSubmitBody = Type.Object({
+  ...SubmitBody.properties,
+  retried: Type.Optional(Type.Boolean({ description: 'the request lost a worker before: it is not retried again' })),
+}, { additionalProperties: false })
+
+/**
  * Order of an agent's worker reports (HeartbeatBody.seq): strictly increasing
  * for the life of the agent's supervisor, and across its restarts (it starts
  * from the wall clock in ms). A fetch carries the seq of the last report its
@@ -76,6 +88,7 @@ export const ResyncBody = Type.Object({
 
 export type BatchStartRequest = Static<typeof BatchStartBody>
 export type SubmitRequest = Static<typeof SubmitBody>
+export type LeaderSubmitRequest = Static<typeof LeaderSubmitBody>
 export type FetchRequest = Static<typeof FetchBody>
 export type CompleteRequest = Static<typeof CompleteBody>
 export type HeartbeatRequest = Static<typeof HeartbeatBody>

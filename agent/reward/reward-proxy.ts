@@ -29,7 +29,11 @@
  *   report delayed across the fetch says nothing about the worker, and one
  *   older than the last report taken from that agent is ignored), or its agent
  *   has not reported for leaseTimeoutMs. The request is then queued again at the same stage for a
- *   different worker, once; a second loss ends it as failed.
+ *   different worker, once; a second loss ends it as failed. A loss noticed
+ *   after the lease's stage timeout ran out ends it with the timeout result
+ *   instead (never retried). The one retry is counted across leader changes:
+ *   `reward.await` tells the submitting agent which requests used it, and a
+ *   resubmission marked `retried` starts at attempt 2.
  * - Acknowledged requests survive a leader change through the submitting
  *   agents (reward-submitter.ts): each keeps every request it got an answer for
  *   until it holds the result, and a new leader that answers `unknown` for one
@@ -48,7 +52,7 @@ import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-pl
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
 import {
-  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, ResyncBody, SubmitBody, WorkerLostBody, requestDigest, validatorOf,
+  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
   type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
 } from './reward-messages.ts'
 
@@ -76,8 +80,16 @@ export interface RewardProxyComponents {
   logger: Logger
   /** Monotonic clock, ms. */
   now(): number
-  /** Tells the scaler that a batch started or completed (DistRS §5.2: decide now). */
-  onBatchBoundary(reason: 'batch-start' | 'batch-complete', task: string, batch: number): void
+  /**
+   * Tells the scaler to decide now. DistRS decides when a batch's first
+   * request arrives and when a batch completes (§5.1–5.2, `batch-arrival`,
+   * `batch-complete`: the decision points of the simulator, mesh/sim/reward-sim.ts);
+   * the live service also decides at the trainer's batch-start hint
+   * (`batch-start`, §4) so that worker processes, which take time to start,
+   * are up when the first request arrives (the simulator's workers start at
+   * once, so it needs no such decision).
+   */
+  onBatchBoundary(reason: 'batch-start' | 'batch-arrival' | 'batch-complete', task: string, batch: number): void
   /** The scaler's latest decision, for status. */
   plan(): RewardWorkersPayload | null
   leaderId: string
@@ -91,8 +103,13 @@ export interface RewardProxy {
   complete(body: unknown): { accepted: true }
   heartbeat(body: unknown): { ok: true }
   workerLost(body: unknown): { ok: true }
-  /** Long-poll: results among `ids` (at least one, or none after waitMs), and the ids this leader does not know. */
-  awaitResults(body: unknown, signal: AbortSignal): Promise<{ results: RewardResult[], unknown: string[] }>
+  /**
+   * Long-poll: results among `ids` (at least one, or none after waitMs), the
+   * ids this leader does not know, and those (without a result) that used
+   * their one retry after a lost worker: the submitting agent passes that on
+   * if it has to submit them to a later leader.
+   */
+  awaitResults(body: unknown, signal: AbortSignal): Promise<AwaitAnswer>
   resync(body: unknown): { batches: number }
   status(): RewardStatus
   /** Checks silent agents' leases and idle batches; call periodically. */
@@ -104,6 +121,8 @@ export interface RewardProxy {
 }
 
 export type RequestState = 'queued' | 'running' | 'done'
+
+export interface AwaitAnswer { results: RewardResult[], unknown: string[], retried: string[] }
 
 interface Batch {
   task: string
@@ -120,6 +139,8 @@ interface Batch {
   /** What finished here, as the planner's history of this batch (DistRS Alg. 2 input). */
   finished: HistoricalRequest[]
   completed: boolean
+  /** A request of it was submitted to this proxy (its first arrival was a decision point). */
+  arrived: boolean
   lastActivityMs: number
 }
 
@@ -157,7 +178,7 @@ interface FetchWaiter { workerId: string, node: string, pid: number | undefined,
 
 const validators = {
   batchStart: validatorOf(BatchStartBody, 'batch-start hint'),
-  submit: validatorOf(SubmitBody, 'reward request'),
+  submit: validatorOf(LeaderSubmitBody, 'reward request'),
   fetch: validatorOf(FetchBody, 'fetch'),
   complete: validatorOf(CompleteBody, 'completion'),
   heartbeat: validatorOf(HeartbeatBody, 'worker report'),
@@ -205,7 +226,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     if (completedBatches.has(key)) throw new AgentError('ERR_BAD_REQUEST', `batch ${index} of task ${task} has already completed`)
     const startMs = now()
     const priorityS = options.policy.batchPriorityS({ startS: secondsOf(startMs), history: history[task], stages: plannerStages })
-    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: [], completed: false, lastActivityMs: startMs }
+    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: [], completed: false, arrived: false, lastActivityMs: startMs }
     batches.set(key, batch)
     log.info({ task, batch: index, size }, 'reward batch started')
     components.onBatchBoundary('batch-start', task, index)
@@ -332,6 +353,10 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
   const loseLease = (r: ProxyRequest, why: string): void => {
     const lease = r.lease
     if (lease === undefined) return
+    // Its stage timeout ran out before the loss was noticed (the timer is late
+    // behind a busy event loop, or leaseTimeoutMs > the stage timeout): the
+    // request timed out, whatever became of the worker. Never retried.
+    if (now() - lease.startedMs >= stages[r.stage]!.timeoutMs) { timeOut(r, lease.id); return }
     endLease(r)
     const stage = stages[r.stage]!.name
     if (r.retried) {
@@ -394,7 +419,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       }
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
-        retried: false, attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
+        retried: b.retried === true, attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
         stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
       }
       requests.set(r.id, r)
@@ -402,6 +427,10 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       batch.known.add(r.id)
       batch.lastActivityMs = r.arrivedMs
       enqueue(r)
+      if (!batch.arrived) {
+        batch.arrived = true
+        components.onBatchBoundary('batch-arrival', batch.task, batch.index)
+      }
       return { requestId: r.id, state: r.state, duplicate: false }
     },
 
@@ -488,15 +517,17 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         const r = requests.get(id)
         if (r?.state === 'done') { requests.delete(id); r.batch.requests.delete(r) }
       }
-      const collect = (): { results: RewardResult[], unknown: string[] } => {
+      const collect = (): AwaitAnswer => {
         const results: RewardResult[] = []
         const unknown: string[] = []
+        const retried: string[] = []
         for (const id of b.ids) {
           const r = requests.get(id)
           if (r === undefined) unknown.push(id)
           else if (r.result !== undefined) results.push(r.result)
+          else if (r.retried) retried.push(id)
         }
-        return { results, unknown }
+        return { results, unknown, retried }
       }
       let answer = collect()
       if (answer.results.length > 0 || answer.unknown.length > 0 || b.waitMs === 0 || stopped) return answer

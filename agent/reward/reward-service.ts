@@ -60,6 +60,26 @@ export function createRewardService (options: RewardServiceOptions, components: 
     workerRestartBackoffMs: config.workerRestartBackoffMs,
     workerStopGraceMs: config.workerStopGraceMs,
   }, { logger: components.logger, selfId, callLeader: (m, b, o) => leader.callLeader(m, b, o), desiredState: () => leader.desiredState(), onApplied: l => leader.onApplied(l) })
+  // Per worker: the lease it runs, and the timer that terminates it once the
+  // lease's stage timeout (plus a grace for the leader's clock being ahead of
+  // ours) has run out. The leader has given the request its timeout result by
+  // then; a worker still on it (e.g. generated code in an endless loop) would
+  // hold its CPU or GPU for ever.
+  const leaseWatch = new Map<string, { leaseId: string, timer: NodeJS.Timeout }>()
+  const overrunGraceMs = Math.max(1000, config.heartbeatIntervalMs)
+  const unwatch = (workerId: string): void => {
+    const watch = leaseWatch.get(workerId)
+    if (watch !== undefined) { clearTimeout(watch.timer); leaseWatch.delete(workerId) }
+  }
+  const watch = (workerId: string, lease: RewardLease): void => {
+    unwatch(workerId)
+    const timer = setTimeout(() => {
+      leaseWatch.delete(workerId)
+      supervisor.terminate(workerId, `request ${lease.requestId} ran past the ${lease.timeoutMs} ms timeout of stage ${lease.stage}`)
+    }, lease.timeoutMs + overrunGraceMs)
+    timer.unref()
+    leaseWatch.set(workerId, { leaseId: lease.leaseId, timer })
+  }
 
   return {
     async start (o) {
@@ -67,6 +87,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
       supervisor.start(o)
     },
     async stop () {
+      for (const workerId of [...leaseWatch.keys()]) unwatch(workerId)
       await supervisor.stop()
       await submitter.stop()
     },
@@ -82,12 +103,17 @@ export function createRewardService (options: RewardServiceOptions, components: 
       const pid = supervisor.pidOf(body.workerId)
       // The leader waits up to waitMs; the call itself may also span a failover (and may reach the leader twice: the
       // leader hands the same lease again to the same worker process).
-      return await leader.callLeader('reward.fetch', { node: selfId, workerId: body.workerId, stage, waitMs: body.waitMs, reportSeq: supervisor.reportSeq(), ...(pid !== undefined ? { pid } : {}) },
+      // A worker fetches when it is done with its earlier lease.
+      unwatch(body.workerId)
+      const answer = await leader.callLeader('reward.fetch', { node: selfId, workerId: body.workerId, stage, waitMs: body.waitMs, reportSeq: supervisor.reportSeq(), ...(pid !== undefined ? { pid } : {}) },
         { timeoutMs: body.waitMs + 10_000, ...(signal !== undefined ? { signal } : {}) }) as { lease: RewardLease | null }
+      if (answer.lease !== null) watch(body.workerId, answer.lease)
+      return answer
     },
     async completeWork (body) {
       supervisor.stageOf(body.workerId)
       if (body.reward !== undefined && !Number.isFinite(body.reward)) throw new AgentError('ERR_BAD_REQUEST', 'reward must be a finite number')
+      if (leaseWatch.get(body.workerId)?.leaseId === body.leaseId) unwatch(body.workerId)
       return await leader.callLeader('reward.complete', body) as { accepted: true }
     },
   }

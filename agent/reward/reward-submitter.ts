@@ -12,7 +12,11 @@
  * previous leader died), this agent tells it the request's batch (size and the
  * ids of that batch with results here: `reward.resync`) and submits the
  * request again, by id. So a leader change loses no acknowledged request; a
- * request that was running on a worker runs again from its first stage.
+ * request that was running on a worker runs again from its first stage. A
+ * request the leader reported as having used its one retry after a lost
+ * worker is submitted again marked `retried`, so the count survives the
+ * change (a worker lost in the last await round before the leader died is
+ * not known here: that request gets its retry again).
  * Results this agent stored are acknowledged to the leader, which forgets them.
  * If this agent itself dies, its trainers submit again (idempotent by id).
  */
@@ -20,7 +24,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
-import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type RewardResult, type SubmitRequest } from './reward-messages.ts'
+import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from './reward-messages.ts'
 
 export interface RewardSubmitterOptions {
   /** Requests kept at once (pending or with results); beyond it ERR_REWARD_FULL. */
@@ -61,6 +65,8 @@ interface Entry {
   fetchedMs: number | undefined
   /** Stored but not yet acknowledged to the leader. */
   unacked: boolean
+  /** A leader reported that it used its one retry after a lost worker: a later leader is told (LeaderSubmitBody.retried). */
+  retried: boolean
 }
 
 const validateSubmit = validatorOf(SubmitBody, 'reward request')
@@ -86,9 +92,11 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     return ids
   }
 
-  const forward = (body: SubmitRequest): Promise<unknown> => {
+  const forward = (body: SubmitRequest, retried = false): Promise<unknown> => {
     const size = batchSizes.get(key(body.task, body.batch))
-    return components.callLeader('reward.submit', size !== undefined && body.batchSize === undefined ? { ...body, batchSize: size } : body)
+    const forwarded: LeaderSubmitRequest = size !== undefined && body.batchSize === undefined ? { ...body, batchSize: size } : { ...body }
+    if (retried) forwarded.retried = true
+    return components.callLeader('reward.submit', forwarded)
   }
 
   /** A new leader lacks `ids`: their batches, then the requests again. */
@@ -111,7 +119,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       const e = entries.get(id)
       if (e === undefined || e.result !== undefined) continue
       try {
-        await forward(e.body)
+        await forward(e.body, e.retried)
       } catch (err) {
         // The leader refuses it for good (e.g. its batch completed meanwhile): the trainer learns it as a failure.
         if (err instanceof AgentError && err.code !== 'ERR_LEADER_UNAVAILABLE') {
@@ -141,8 +149,9 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
         continue
       }
       try {
-        const answer = await components.callLeader('reward.await', { ids, ack, waitMs: ids.length > 0 ? awaitWaitMs : 0 }, { timeoutMs: awaitWaitMs + 10_000, signal }) as { results: RewardResult[], unknown: string[] }
+        const answer = await components.callLeader('reward.await', { ids, ack, waitMs: ids.length > 0 ? awaitWaitMs : 0 }, { timeoutMs: awaitWaitMs + 10_000, signal }) as { results: RewardResult[], unknown: string[], retried?: string[] }
         for (const id of ack) { const e = entries.get(id); if (e !== undefined) e.unacked = false }
+        for (const id of answer.retried ?? []) { const e = entries.get(id); if (e !== undefined) e.retried = true }
         for (const result of answer.results) store(result, true)
         if (answer.unknown.length > 0) await resubmit(answer.unknown)
       } catch (err) {
@@ -188,7 +197,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       if (entries.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `this agent holds ${entries.size} reward requests (reward.maxPendingRequests); fetch results or retry later`)
       const answer = await forward(b) as { duplicate: boolean }
       if (b.batchSize !== undefined) batchSizes.set(key(b.task, b.batch), Math.max(b.batchSize, batchSizes.get(key(b.task, b.batch)) ?? 0))
-      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, fetchedMs: undefined, unacked: false })
+      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, fetchedMs: undefined, unacked: false, retried: false })
       wakeLoop?.()
       return { requestId: b.requestId, duplicate: answer.duplicate }
     },

@@ -58,6 +58,14 @@ export interface WorkerSupervisor {
   stageOf(workerId: string): string
   /** The process id of a live worker of this agent, or undefined. */
   pidOf(workerId: string): number | undefined
+  /**
+   * Kills a running worker (SIGKILL) that overran its lease's stage timeout
+   * (DistRS §3.1: the service terminates a computation past its timeout); it
+   * is restarted after workerRestartBackoffMs, and its crash count is not
+   * raised (the request, not the worker, was at fault). No-op for an unknown
+   * or stopping worker.
+   */
+  terminate(workerId: string, why: string): void
   workers(): WorkerInfo[]
   /** Seq of the last worker report built (reward-messages.ts ReportSeq); a fetch forwarded now carries it. */
   reportSeq(): number
@@ -74,6 +82,8 @@ interface Slot {
   startedMs: number
   restartTimer: NodeJS.Timeout | undefined
   killTimer: NodeJS.Timeout | undefined
+  /** Why terminate() killed it, until it exits. */
+  terminated: string | undefined
   exited: Promise<void>
   stderrTail: string
 }
@@ -139,9 +149,14 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       reportLost(slot, `stopped (${how})`)
       return
     }
-    // It exited without being asked: whatever it held is lost, and it is restarted.
-    slot.crashes = performance.now() - slot.startedMs >= stableRunMs ? 1 : slot.crashes + 1
-    const delayMs = options.workerRestartBackoffMs * 2 ** Math.min(6, slot.crashes - 1)
+    // It exited without being asked (or was terminated): whatever it held is lost, and it is restarted.
+    if (slot.terminated !== undefined) {
+      log.warn({ workerId: slot.workerId, why: slot.terminated }, 'reward worker terminated')
+      slot.terminated = undefined
+    } else {
+      slot.crashes = performance.now() - slot.startedMs >= stableRunMs ? 1 : slot.crashes + 1
+    }
+    const delayMs = options.workerRestartBackoffMs * 2 ** Math.min(6, Math.max(0, slot.crashes - 1))
     log.warn({ workerId: slot.workerId, how, crashes: slot.crashes, restartInMs: delayMs, stderr: slot.stderrTail.slice(-512) }, 'reward worker exited: restarting')
     reportLost(slot, `worker exited (${how})`)
     slot.state = 'restarting'
@@ -183,7 +198,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
           log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here')
           break
         }
-        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'running', crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, exited: Promise.resolve(), stderrTail: '' }
+        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'running', crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
         slots.set(workerId, slot)
         launch(slot)
       }
@@ -248,6 +263,13 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     reportSeq: () => reportSeq,
 
     pidOf: workerId => slots.get(workerId)?.proc?.pid,
+    terminate (workerId, why) {
+      const slot = slots.get(workerId)
+      const proc = slot?.proc
+      if (slot === undefined || slot.state !== 'running' || proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return
+      slot.terminated = why
+      proc.kill('SIGKILL')
+    },
 
     workers () {
       return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))

@@ -11,11 +11,15 @@
  * - The policy decides when a batch arrives, i.e. when its first request
  *   reaches the service (§5.1: "decisions are made only when the first
  *   requests of a new batch arrive"), and when a batch completes; its pools
- *   hold until the next decision. The trainer's batch-start hint (`startS`)
- *   anchors the batch (AT of Alg. 2, the EBF priority) and lets the service
- *   warm workers up during the rollout's first part (§4), so they start at
- *   once when the decision is applied; a batch joins the planner's snapshot
- *   when it arrives. Workers are whole, one request at a time, and never
+ *   hold until the next decision. The live proxy decides at the same two
+ *   points (agent/reward/reward-proxy.ts: batch-arrival, batch-complete). The
+ *   trainer's batch-start hint (`startS`) anchors the batch (AT of Alg. 2, the
+ *   EBF priority) and lets the service warm workers up during the rollout's
+ *   first part (§4): the live proxy makes one more decision at the hint for
+ *   that, because its worker processes take time to start; here workers start
+ *   at once when a decision is applied, so that decision would only hold idle
+ *   workers (and charge them) until the first arrival, and is not made. A
+ *   batch joins the planner's snapshot when it arrives. Workers are whole, one request at a time, and never
  *   preempted: a stage scaled below its busy workers keeps them until their
  *   requests finish, and they count as allocated until then.
  * - Stage queues are per pool and follow the policy's discipline (EBF with the
@@ -41,6 +45,8 @@ export interface RewardSimulationResult {
   avgExtraDelayS: number
   maxExtraDelayS: number
   batches: Array<{ task: string, index: number, earliestS: number, completedS: number, extraDelayS: number }>
+  /** Held workers per resource from each change on (when options.recordAllocation), in time order. */
+  allocation?: Array<{ atS: number, cpu: number, gpu: number }>
   /** Wall time of the policy's decide() calls (the only non-deterministic numbers here). */
   planner: { calls: number, meanMs: number, maxMs: number, maxRequests: number }
 }
@@ -59,6 +65,8 @@ export interface RewardSimulationOptions {
   seed?: number
   /** Called after every decision (tests and tools that plot allocations). */
   onDecision?: (record: DecisionRecord) => void
+  /** Return the held-workers timeline (result.allocation). Default false. */
+  recordAllocation?: boolean
 }
 
 interface SimRequest {
@@ -110,6 +118,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   let seq = 0
   const planner = { calls: 0, totalMs: 0, maxMs: 0, maxRequests: 0 }
   const baseSeed = options.seed ?? 1
+  const allocation: RewardSimulationResult['allocation'] = options.recordAllocation === true ? [] : undefined
 
   for (const task of trace.tasks) {
     history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests)
@@ -153,6 +162,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
       maxMs: planner.maxMs,
       maxRequests: planner.maxRequests,
     },
+    ...(allocation !== undefined ? { allocation } : {}),
   }
 
   function startBatch (batch: SimBatch): void {
@@ -272,7 +282,12 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
     seconds.cpu += heldBy.cpu * (nowS - accruedUntilS)
     seconds.gpu += heldBy.gpu * (nowS - accruedUntilS)
     accruedUntilS = nowS
-    heldBy[resource] += Math.max(target, busy) - Math.max(pool.target[k]!, pool.busy[k]!)
+    const change = Math.max(target, busy) - Math.max(pool.target[k]!, pool.busy[k]!)
+    heldBy[resource] += change
+    if (allocation !== undefined && change !== 0) {
+      const last = allocation.at(-1)
+      if (last?.atS === nowS) { last.cpu = heldBy.cpu; last.gpu = heldBy.gpu } else allocation.push({ atS: nowS, cpu: heldBy.cpu, gpu: heldBy.gpu })
+    }
     pool.target[k] = target
     pool.busy[k] = busy
   }

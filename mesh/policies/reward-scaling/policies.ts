@@ -70,6 +70,16 @@ function simulationSearchPolicy (name: string, options: { timeoutAware: boolean,
 }
 
 /**
+ * Not a DistRS policy: `ideal` (perfect knowledge) with the timeout-aware
+ * check of `distrs`. It bounds what any estimate of the future can buy
+ * `distrs`: the gap between it and `ideal` is the cost of the check itself
+ * (test/bench/reward-scaling.bench.ts prints both). Simulation only.
+ */
+export function idealTimeoutAwarePolicy (): RewardScalingPolicy {
+  return simulationSearchPolicy('ideal+check', { timeoutAware: true, perfectKnowledge: true })
+}
+
+/**
  * Zero queuing, dedicated (DistRS §6.1): each task is sized on its own by the
  * single-task model of §5.1, "decided when a batch starts, fixed until it
  * completes": the peak concurrency per stage of its previous batch replayed

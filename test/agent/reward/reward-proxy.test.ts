@@ -190,7 +190,7 @@ t.test('an agent that stops reporting loses its leases; long-polls wake and end'
   const poll = proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 10_000 }, abort.signal)
   await sleep(10)
   abort.abort()
-  t.same(await poll, { results: [], unknown: [] }, 'an aborted wait answers what there is')
+  t.same(await poll, { results: [], unknown: [], retried: ['r'] }, 'an aborted wait answers what there is (r lost its worker once)')
   proxy.stop()
 })
 
@@ -201,8 +201,65 @@ t.test('resync after a leader change: done ids count toward the batch, which com
   t.throws(() => proxy.submit({ task: 't', batch: 4, requestId: 'c', payload: {} }, 'x'), { message: /already has its 2/ })
   const lease = (await fetch(proxy, 'verify'))!
   proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, reward: 1, output: 'early' })
-  t.same(boundaries, ['batch-start t#4', 'batch-complete t#4'])
+  t.same(boundaries, ['batch-start t#4', 'batch-arrival t#4', 'batch-complete t#4'])
   t.throws(() => proxy.batchStart({ task: 't', batch: 4, size: 2 }), { message: /already completed/ })
   t.throws(() => proxy.resync({ batches: [{ task: 't' }] }), { code: 'ERR_BAD_REQUEST' })
+  proxy.stop()
+})
+
+t.test('decision points: the hint (workers warm up), the first request of a batch, its completion', async t => {
+  const { proxy, boundaries } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 2 })
+  t.same(boundaries, ['batch-start t#0'])
+  proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: {} }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 'b', payload: {} }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: {} }, 'x')
+  t.same(boundaries, ['batch-start t#0', 'batch-arrival t#0'], 'one arrival decision per batch, at its first request')
+  proxy.submit({ task: 'u', batch: 3, batchSize: 1, requestId: 'c', payload: {} }, 'x')
+  t.same(boundaries.slice(2), ['batch-start u#3', 'batch-arrival u#3'], 'a batch started by its first request: both')
+  proxy.stop()
+})
+
+t.test('a worker lost after its stage timeout ran out: the request gets the timeout result, not a retry', async t => {
+  let clock = 0
+  const { proxy } = proxyWith({ now: () => clock })
+  const report = (workers: string[]): unknown => proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 1, stages: ['verify', 'judge'], workers: workers.map((workerId, i) => ({ workerId, stage: 'judge', pid: i + 1 })) })
+  report(['g1', 'g2'])
+  proxy.batchStart({ task: 't', batch: 0, size: 3 })
+  for (const id of ['r', 's', 'u']) {
+    proxy.submit({ task: 't', batch: 0, requestId: id, payload: {} }, 'x')
+    proxy.complete({ workerId: 'n1/w/0', leaseId: (await fetch(proxy, 'verify'))!.leaseId, output: id })
+  }
+  // judge's timeout is 80 ms (the timer is unref'd and the clock is ours: it never fires here).
+  t.equal((await fetch(proxy, 'judge', 'g1'))?.requestId, 'r')
+  clock += 80
+  proxy.workerLost({ node: 'n1', workerId: 'g1', why: 'killed' })
+  t.equal((await fetch(proxy, 'judge', 'g2'))?.requestId, 's', 'r is not queued again')
+  clock += 2000 // past leaseTimeoutMs (1000) and s's stage timeout: its agent went silent
+  proxy.tick()
+  t.equal((await fetch(proxy, 'judge', 'g3'))?.requestId, 'u', 's is not queued again either')
+  clock += 10
+  proxy.workerLost({ node: 'n1', workerId: 'g3', why: 'exit code 1' })
+  const { results } = await proxy.awaitResults({ ids: ['r', 's', 'u'], ack: [], waitMs: 0 }, never)
+  t.match(results, [
+    { requestId: 'r', status: 'timeout', reward: -1, stage: 'judge', message: /longer than 80 ms/ },
+    { requestId: 's', status: 'timeout', reward: -1, stage: 'judge' },
+  ])
+  t.equal(proxy.status().stages[1]!.queued, 1, 'u, lost within its timeout, is retried')
+  proxy.stop()
+})
+
+t.test('the one retry after a lost worker survives a leader change: a resubmission marked retried starts at attempt 2', async t => {
+  const { proxy } = proxyWith()
+  proxy.batchStart({ task: 't', batch: 0, size: 2 })
+  proxy.submit({ task: 't', batch: 0, requestId: 'r', payload: {}, retried: true }, 'x')
+  proxy.submit({ task: 't', batch: 0, requestId: 's', payload: {} }, 'x')
+  t.same((await proxy.awaitResults({ ids: ['r', 's'], ack: [], waitMs: 0 }, never)).retried, ['r'], 'await lists it for the submitting agent')
+  const lease = (await fetch(proxy, 'verify', 'w1'))!
+  t.same([lease.requestId, lease.attempt], ['r', 2])
+  proxy.workerLost({ node: 'n1', workerId: 'w1', why: 'segfault' })
+  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
+  t.match(results, [{ requestId: 'r', status: 'failed', message: /lost its worker twice/ }])
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'x', payload: {}, retried: 'yes' }, 'x'), { code: 'ERR_BAD_REQUEST' })
   proxy.stop()
 })

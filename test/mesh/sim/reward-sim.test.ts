@@ -3,7 +3,7 @@ import t from 'tap'
 import { simulateRewardService, type DecisionRecord } from '../../../mesh/sim/reward-sim.ts'
 import { generateRewardTrace } from '../../../mesh/sim/reward-trace-generator.ts'
 import type { RewardTrace } from '../../../mesh/sim/reward-trace.ts'
-import { createRewardScalingPolicy, rewardPolicyNames, staticAllocationPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
+import { createRewardScalingPolicy, idealTimeoutAwarePolicy, rewardPolicyNames, staticAllocationPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
 import { prepareBatchSimulation } from '../../../mesh/policies/reward-scaling/batch-simulation.ts'
 import type { RewardScalingPolicy, ScalingDecision } from '../../../mesh/policies/reward-scaling/types.ts'
 
@@ -90,6 +90,23 @@ t.test('every policy replays a generated trace; ideal keeps every batch within D
   const again = simulateRewardService(trace, createRewardScalingPolicy('distrs'))
   const first = simulateRewardService(trace, createRewardScalingPolicy('distrs'))
   t.same({ ...again, planner: null }, { ...first, planner: null }, 'deterministic apart from planner wall time')
+})
+
+t.test('the held-workers timeline integrates to the worker-seconds; ideal+check keeps every batch within D', async t => {
+  const trace = generateRewardTrace({ tasks: 2, batchSize: 48, iterations: 3, seed: 4, maxExtraDelayS: 1 })
+  for (const policy of [createRewardScalingPolicy('distrs'), idealTimeoutAwarePolicy()]) {
+    const result = simulateRewardService(trace, policy, { recordAllocation: true })
+    const timeline = result.allocation!
+    const integral = { cpu: 0, gpu: 0 }
+    for (let i = 0; i + 1 < timeline.length; i++) {
+      integral.cpu += timeline[i]!.cpu * (timeline[i + 1]!.atS - timeline[i]!.atS)
+      integral.gpu += timeline[i]!.gpu * (timeline[i + 1]!.atS - timeline[i]!.atS)
+    }
+    t.ok(Math.abs(integral.cpu - result.cpuSeconds) < 1e-6 * result.cpuSeconds && Math.abs(integral.gpu - result.gpuSeconds) < 1e-6 * result.gpuSeconds, `${policy.name}: timeline matches`)
+    t.same(timeline.at(-1)!, { atS: timeline.at(-1)!.atS, cpu: 0, gpu: 0 }, 'nothing held at the end')
+    if (policy.name === 'ideal+check') t.ok(result.maxExtraDelayS <= trace.maxExtraDelayS + 1e-9, `ideal+check max extra delay ${result.maxExtraDelayS}`)
+  }
+  t.equal(simulateRewardService(trace, createRewardScalingPolicy('distrs')).allocation, undefined, 'not recorded unless asked')
 })
 
 t.test('a policy that leaves an active batch without workers is an error, not a hang', async t => {

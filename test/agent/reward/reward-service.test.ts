@@ -1,0 +1,54 @@
+/**
+ * The agent's reward service from a stub leader, with a real worker process
+ * (`sleep`, a computation that never finishes): a worker still on a lease
+ * after the lease's stage timeout is terminated and restarted (DistRS §3.1),
+ * and a worker that completes its lease in time is left alone.
+ */
+import t from 'tap'
+import pino from 'pino'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createRewardService } from '../../../agent/reward/reward-service.ts'
+import { defaultRewardConfig } from '../../../agent/reward/reward-config.ts'
+import { rewardWorkersKind, type RewardLease } from '../../../agent/reward/reward-messages.ts'
+
+t.test('a worker past its lease\'s stage timeout is terminated and restarted', async t => {
+  const lost: string[] = []
+  let leaseN = 0
+  const lease = (): RewardLease => ({ leaseId: `L${++leaseN}`, requestId: `r${leaseN}`, task: 't', batch: 0, stage: 'judge', attempt: 1, payload: {}, timeoutMs: 200, lastStage: true })
+  const service = createRewardService({
+    config: { ...defaultRewardConfig, stages: [{ name: 'judge', resource: 'cpu', command: ['sleep', '600'], coresPerWorker: 1, timeoutMs: 200 }], heartbeatIntervalMs: 100, leaseTimeoutMs: 1000, workerRestartBackoffMs: 50 },
+    socketPath: '/nonexistent.sock', nodeName: 'node', detectedCpuCores: 2, gpus: 0,
+  }, {
+    logger: pino({ level: 'silent' }),
+    selfId: 'self',
+    leader: {
+      async callLeader (method: string, body: any) {
+        if (method === 'reward.fetch') return { lease: lease() }
+        if (method === 'reward.worker-lost') lost.push(body.why)
+        return { ok: true, accepted: true }
+      },
+      desiredState: () => ({ [rewardWorkersKind]: { workers: { self: { judge: 1 } }, wanted: { judge: 1 }, unplaced: {} } }),
+      onApplied: () => () => {},
+    } as any,
+  })
+  const controller = new AbortController()
+  await service.start({ signal: controller.signal })
+  const workerId = 'node/judge/0'
+  const local = async () => (await service.status()).local.workers.find(w => w.workerId === workerId)
+  for (const deadline = performance.now() + 5000; (await local())?.pid === 0 || (await local()) === undefined;) { if (performance.now() > deadline) break; await sleep(50) }
+  const pidBefore = (await local())!.pid
+  // A lease completed in time: nothing happens.
+  const first = (await service.fetchWork({ workerId, waitMs: 0 })).lease!
+  await service.completeWork({ workerId, leaseId: first.leaseId, reward: 1 })
+  await sleep(1500)
+  t.same(lost, [], 'a worker that completed its lease in time keeps running')
+  // A lease never completed: the worker is killed once 200 ms + the 1 s grace have passed, then restarted.
+  await service.fetchWork({ workerId, waitMs: 0 })
+  for (const deadline = performance.now() + 5000; lost.length === 0 && performance.now() < deadline;) await sleep(50)
+  t.match(lost, [/signal SIGKILL/], 'terminated (reported lost; the leader already timed its request out)')
+  for (const deadline = performance.now() + 5000; (await local())?.state !== 'running' || (await local())?.pid === pidBefore;) { if (performance.now() > deadline) break; await sleep(50) }
+  t.match(await local(), { state: 'running', crashes: 0 }, 'restarted, without counting as a crash')
+  t.not((await local())!.pid, pidBefore, 'a new process')
+  controller.abort()
+  await service.stop()
+})
