@@ -16,6 +16,8 @@ import { MeshMessageSchema, type MeshMessage } from './mesh-messages.ts'
 const formatVersion = 1
 const signatureBytes = 64
 const headerBytes = 1 + signatureBytes
+/** Bytes an envelope adds to the message's JSON: a receiver's size bound covers them too. */
+export const envelopeHeaderBytes = headerBytes
 const domain = new TextEncoder().encode('agentd/mesh/1\n')
 const checkMessage = TypeCompiler.Compile(MeshMessageSchema)
 
@@ -43,18 +45,24 @@ export async function decodeEnvelope (data: Uint8Array, maxBytes: number): Promi
   } catch (err) {
     return { ok: false, reason: 'malformed', detail: (err as Error).message }
   }
-  if (!checkMessage.Check(message)) {
-    const first = checkMessage.Errors(message).First()
-    return { ok: false, reason: 'schema', detail: first !== undefined ? `${first.path || '/'}: ${first.message}` : 'does not match the schema' }
-  }
+  const schemaError = meshMessageSchemaError(message)
+  if (schemaError !== undefined) return { ok: false, reason: 'schema', detail: schemaError }
+  const valid = message as MeshMessage
   try {
-    const publicKey = peerIdFromString(message.from).publicKey
+    const publicKey = peerIdFromString(valid.from).publicKey
     if (publicKey === undefined || publicKey.type !== 'Ed25519') return { ok: false, reason: 'signature', detail: 'sender peer id carries no Ed25519 key' }
     if (!await publicKey.verify(signedBytes(body), data.subarray(1, headerBytes))) return { ok: false, reason: 'signature', detail: 'signature does not match the sender' }
   } catch (err) {
     return { ok: false, reason: 'signature', detail: (err as Error).message }
   }
-  return { ok: true, message }
+  return { ok: true, message: valid }
+}
+
+/** Why `message` is not a mesh message receivers accept (the schema check of decodeEnvelope); undefined when it is one. */
+export function meshMessageSchemaError (message: unknown): string | undefined {
+  if (checkMessage.Check(message)) return undefined
+  const first = checkMessage.Errors(message).First()
+  return first !== undefined ? `${first.path || '/'}: ${first.message}` : 'does not match the schema'
 }
 
 function signedBytes (body: Uint8Array): Uint8Array {
