@@ -11,6 +11,12 @@
  * per agent stays flat instead of growing with N. Changes are not delayed by
  * it; only the repair of a lost message is (20 agents: 6.7 s at the defaults).
  *
+ * Every publication fits the receivers' bound (fitRecord): a record larger
+ * than maxRecordBytes would be dropped by every peer as oversized and the
+ * agent would vanish from their views, so the least important entries are
+ * cut (resident namespaces, then weight versions, then GPUs; within a
+ * section, the last ones) and the record says how many in `truncated`.
+ *
  * The record's base comes from the node (name, addresses, CPU, memory, load,
  * GPUs from the inventory, preemptible flag); subsystems add their sections
  * through contributors (`addContributor`) and call `changed()` when those
@@ -20,7 +26,9 @@
 import { availableParallelism, loadavg, totalmem, freemem } from 'node:os'
 import { readFileSync } from 'node:fs'
 import type { NodeInventory } from '../agent/inventory/inventory.ts'
-import type { AvailabilityRecord, GpuAvailability } from './mesh-messages.ts'
+import { TypeCompiler } from '@sinclair/typebox/compiler'
+import { AvailabilityRecordSchema, type AvailabilityRecord, type GpuAvailability } from './mesh-messages.ts'
+import { envelopeHeaderBytes, meshMessageSchemaError } from './signed-envelope.ts'
 import type { StateAvailability } from '../agent/state/state-manager.ts'
 import type { GpuSample } from '../agent/inventory/gpu-sampler.ts'
 
@@ -50,6 +58,8 @@ export interface AvailabilityPublisherOptions {
   preemptible: boolean
   heartbeatIntervalMs: number
   publishDebounceMs: number
+  /** Largest signed message receivers accept, bytes (mesh.maxRecordBytes); records are cut to fit. */
+  maxRecordBytes: number
 }
 
 export interface AvailabilityPublisherComponents {
@@ -62,7 +72,7 @@ export interface AvailabilityPublisherComponents {
   inventory(): NodeInventory | undefined
   /** Signs and publishes; rejections are logged by the caller. */
   publish(record: AvailabilityRecord): Promise<void>
-  log: { warn(obj: object, msg: string): void }
+  log: { warn(obj: object, msg: string): void, error(obj: object, msg: string): void }
 }
 
 export interface AvailabilityPublisher {
@@ -84,6 +94,8 @@ export function createAvailabilityPublisher (options: AvailabilityPublisherOptio
   let heartbeat: NodeJS.Timeout | undefined
   let debounce: NodeJS.Timeout | undefined
   let running = false
+  /** What the last publication left out, to log a change once instead of at every heartbeat. */
+  let lastCut = ''
 
   const build = (): AvailabilityRecord => {
     const record: AvailabilityRecord = {
@@ -113,8 +125,18 @@ export function createAvailabilityPublisher (options: AvailabilityPublisherOptio
 
   const publish = async (): Promise<void> => {
     if (debounce !== undefined) { clearTimeout(debounce); debounce = undefined }
-    last = build()
+    const fitted = fitRecord(build(), options.maxRecordBytes)
     armHeartbeat()
+    if (!fitted.ok) {
+      components.log.error({ bytes: fitted.bytes, maxRecordBytes: options.maxRecordBytes, reason: fitted.reason }, 'availability record not published: peers would reject it')
+      return
+    }
+    const cut = JSON.stringify(fitted.record.truncated ?? {})
+    if (cut !== lastCut) {
+      lastCut = cut
+      if (fitted.record.truncated !== undefined) components.log.warn({ leftOut: fitted.record.truncated, bytes: fitted.bytes, maxRecordBytes: options.maxRecordBytes }, 'availability record cut to fit mesh.maxRecordBytes')
+    }
+    last = fitted.record
     await components.publish(last)
   }
 
@@ -147,12 +169,77 @@ export function createAvailabilityPublisher (options: AvailabilityPublisherOptio
   }
 }
 
-/** Most namespaces a record lists (the schema's bound); the rest are left out, sorted order decides. */
-export const maxResidentNamespaces = 1024
-
-/** The StateManager's record sections: host pool and NVMe tier free bytes, resident namespaces. */
+/** The StateManager's record sections: host pool and NVMe tier free bytes, resident namespaces (bounded by fitRecord). */
 export function stateSections (a: StateAvailability): AvailabilitySections {
-  return { hostPool: a.hostPool, nvme: a.nvme, resident: a.namespaces.slice(0, maxResidentNamespaces) }
+  return { hostPool: a.hostPool, nvme: a.nvme, resident: a.namespaces }
+}
+
+/** The sections fitRecord may cut, least important first. */
+export const cutOrder = ['resident', 'weights', 'gpus'] as const
+type CutSection = typeof cutOrder[number]
+
+interface SectionRule { maxItems: number, entry: { Check(value: unknown): boolean } }
+const sectionRule = (schema: { maxItems?: number, items: Parameters<typeof TypeCompiler.Compile>[0] }): SectionRule =>
+  ({ maxItems: schema.maxItems ?? Infinity, entry: TypeCompiler.Compile(schema.items) })
+/** Per section: the schema's entry bound and a check of one entry (the schema receivers apply). */
+const sectionRules: Record<CutSection, SectionRule> = {
+  resident: sectionRule(AvailabilityRecordSchema.properties.resident),
+  weights: sectionRule(AvailabilityRecordSchema.properties.weights),
+  gpus: sectionRule(AvailabilityRecordSchema.properties.gpus),
+}
+
+export type FitResult =
+  | { ok: true, record: AvailabilityRecord, /** signed message size */ bytes: number }
+  | { ok: false, bytes: number, reason: string }
+
+/**
+ * `record` as receivers with a `maxBytes` bound (mesh.maxRecordBytes, which
+ * covers the envelope) accept it: entries the schema would reject (too many,
+ * too long a name) are left out, then, while the signed message would be too
+ * large, entries from the end of the sections in cutOrder; `truncated` counts
+ * what was left out per section. Not ok when even the record without those
+ * sections' entries is too large, or breaks the schema elsewhere: such a
+ * record must not be published. Pure; `record` is not modified.
+ */
+export function fitRecord (record: AvailabilityRecord, maxBytes: number): FitResult {
+  const out: AvailabilityRecord = { ...record }
+  delete out.truncated
+  const leftOut: Partial<Record<CutSection, number>> = {}
+  const sections = out as unknown as Partial<Record<CutSection, unknown[]>>
+  for (const section of cutOrder) {
+    const entries = sections[section]
+    if (entries === undefined) continue
+    const rule = sectionRules[section]
+    const kept = entries.filter(e => rule.entry.Check(e)).slice(0, rule.maxItems)
+    sections[section] = kept
+    if (kept.length < entries.length) leftOut[section] = entries.length - kept.length
+  }
+  const budget = maxBytes - envelopeHeaderBytes
+  const size = (): number => {
+    if (Object.keys(leftOut).length > 0) out.truncated = { ...leftOut }
+    return Buffer.byteLength(JSON.stringify(out))
+  }
+  let bytes = size()
+  for (const section of cutOrder) {
+    const entries = sections[section]
+    while (bytes > budget && entries !== undefined && entries.length > 0) {
+      // Cut enough from the end to cover the excess, then measure again (the counts themselves take a few bytes).
+      let excess = bytes - budget
+      let n = 0
+      while (excess > 0 && n < entries.length) {
+        excess -= Buffer.byteLength(JSON.stringify(entries[entries.length - 1 - n])) + 1
+        n++
+      }
+      entries.length -= n
+      leftOut[section] = (leftOut[section] ?? 0) + n
+      bytes = size()
+    }
+  }
+  bytes += envelopeHeaderBytes
+  if (bytes > maxBytes) return { ok: false, bytes, reason: `${bytes} bytes even with ${cutOrder.join(', ')} emptied` }
+  const schemaError = meshMessageSchemaError(out)
+  if (schemaError !== undefined) return { ok: false, bytes, reason: `schema: ${schemaError}` }
+  return { ok: true, record: out, bytes }
 }
 
 /**

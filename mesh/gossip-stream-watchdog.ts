@@ -13,18 +13,26 @@
  * is killed, a survivor never hears the new leader's decisions.
  *
  * Contract. Every checkIntervalMs, a peer with an open connection but no open
- * outbound gossipsub stream (`/meshsub/…`) on any of them for graceMs is hung
- * up (all its connections closed): gossipsub forgets it, the peer dialer
- * (peer-dialer.ts) dials it again and gossipsub starts afresh on the new
- * connection. Only libp2p's public connection and stream views are read.
+ * outbound gossipsub stream (`/meshsub/…`) on any of them is hung up (all its
+ * connections closed): gossipsub forgets it, the peer dialer (peer-dialer.ts)
+ * dials it again and gossipsub starts afresh on the new connection. A peer
+ * that had such a stream (the failure above) is hung up after graceMs without
+ * one; a peer that never had one since it connected, after newPeerGraceMs: a
+ * new connection gets its stream only after identify and stream set-up, which
+ * on a loaded host take seconds, and hanging it up then only starts the same
+ * wait again (on a 20-agent test host, a 3 s grace hung up every peer about
+ * every 5 s and kept most of the cluster's connections down). Only libp2p's
+ * public connection and stream views are read.
  */
 import type { PeerId } from '@libp2p/interface'
 
 export interface GossipStreamWatchdogOptions {
   /** How often connections are checked, ms. Default 1000. */
   checkIntervalMs?: number
-  /** How long a connected peer may lack an outbound gossipsub stream before it is hung up, ms (stream set-up after identify takes well under a second). Default 3000. */
+  /** How long a connected peer that had an outbound gossipsub stream may lack one before it is hung up, ms. Default 3000. */
   graceMs?: number
+  /** How long a connected peer that never had one (since it connected) may lack one, ms. Default 30000. */
+  newPeerGraceMs?: number
 }
 
 /** The parts of a libp2p connection the watchdog reads. */
@@ -59,6 +67,9 @@ const gossipsubProtocol = /^\/meshsub\//
 export function createGossipStreamWatchdog (options: GossipStreamWatchdogOptions, components: GossipStreamWatchdogComponents): GossipStreamWatchdog {
   const checkIntervalMs = options.checkIntervalMs ?? 1000
   const graceMs = options.graceMs ?? 3000
+  const newPeerGraceMs = options.newPeerGraceMs ?? 30_000
+  /** Connected peers seen with an outbound gossipsub stream; forgotten when no connection is left. */
+  const hadStream = new Set<string>()
   const now = components.now ?? (() => performance.now())
   /** Peer id → since when (monotonic ms) it has had no outbound gossipsub stream. */
   const missingSince = new Map<string, number>()
@@ -75,12 +86,14 @@ export function createGossipStreamWatchdog (options: GossipStreamWatchdogOptions
       byPeer.set(id, entry)
     }
     for (const id of missingSince.keys()) if (byPeer.get(id)?.sending !== false) missingSince.delete(id)
+    for (const id of hadStream) if (!byPeer.has(id)) hadStream.delete(id)
     const t = now()
     for (const [id, { peer, sending }] of byPeer) {
-      if (sending) continue
+      if (sending) { hadStream.add(id); continue }
       const since = missingSince.get(id)
       if (since === undefined) { missingSince.set(id, t); continue }
-      if (t - since < graceMs) continue
+      if (t - since < (hadStream.has(id) ? graceMs : newPeerGraceMs)) continue
+      hadStream.delete(id)
       missingSince.delete(id)
       repairs++
       components.log.warn({ peer: id, withoutStreamMs: Math.round(t - since) }, 'connected peer has no outbound gossip stream: hanging up so that it is dialed afresh')

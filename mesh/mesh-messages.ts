@@ -13,7 +13,9 @@
  *
  * Later subsystems contribute record sections (hostPool, nvme, resident,
  * weights) through AvailabilityContributor (availability-publisher.ts); a
- * section a node does not have is absent, never zero.
+ * section a node does not have is absent, never zero. A record that would
+ * not fit the receivers' byte bound is cut by its publisher, least important
+ * entries first, and says so in `truncated`.
  */
 import { Type, type Static } from '@sinclair/typebox'
 
@@ -60,6 +62,11 @@ export const AvailabilityRecordSchema = Type.Object({
   resident: Type.Optional(Type.Array(Type.String({ maxLength: 512 }), { maxItems: 1024, description: 'namespaces resident on the node (StateManager)' })),
   weights: Type.Optional(Type.Array(Type.Object({ model: Type.String({ maxLength: 512 }), version: Type.Integer({ minimum: 0 }) }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
   election: Type.Optional(ElectionAdvertSchema),
+  truncated: Type.Optional(Type.Object({
+    resident: Type.Optional(Type.Integer({ minimum: 1, description: 'resident namespaces left out' })),
+    weights: Type.Optional(Type.Integer({ minimum: 1, description: 'weight versions left out' })),
+    gpus: Type.Optional(Type.Integer({ minimum: 1, description: 'GPUs left out' })),
+  }, { additionalProperties: false, description: 'present when the publisher cut the record to fit mesh.maxRecordBytes (or a section\'s entry bound): entries left out per section; absent = complete' })),
 }, { additionalProperties: false })
 
 export const MembershipClaimSchema = Type.Object({

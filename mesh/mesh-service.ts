@@ -178,6 +178,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     preemptible: config.preemptible,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     publishDebounceMs: config.publishDebounceMs,
+    maxRecordBytes: config.maxRecordBytes,
   }, {
     self,
     liveMembers: () => membership.liveCount(),

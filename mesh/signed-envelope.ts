@@ -8,6 +8,7 @@
  * decodeEnvelope never throws: anything wrong comes back as a reason, which
  * the caller counts (oversized, malformed, schema, signature).
  */
+import { createPublicKey, verify, type KeyObject } from 'node:crypto'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { PrivateKey } from '@libp2p/interface'
@@ -16,6 +17,8 @@ import { MeshMessageSchema, type MeshMessage } from './mesh-messages.ts'
 const formatVersion = 1
 const signatureBytes = 64
 const headerBytes = 1 + signatureBytes
+/** Bytes an envelope adds to the message's JSON: a receiver's size bound covers them too. */
+export const envelopeHeaderBytes = headerBytes
 const domain = new TextEncoder().encode('agentd/mesh/1\n')
 const checkMessage = TypeCompiler.Compile(MeshMessageSchema)
 
@@ -43,18 +46,44 @@ export async function decodeEnvelope (data: Uint8Array, maxBytes: number): Promi
   } catch (err) {
     return { ok: false, reason: 'malformed', detail: (err as Error).message }
   }
-  if (!checkMessage.Check(message)) {
-    const first = checkMessage.Errors(message).First()
-    return { ok: false, reason: 'schema', detail: first !== undefined ? `${first.path || '/'}: ${first.message}` : 'does not match the schema' }
-  }
+  const schemaError = meshMessageSchemaError(message)
+  if (schemaError !== undefined) return { ok: false, reason: 'schema', detail: schemaError }
+  const valid = message as MeshMessage
   try {
-    const publicKey = peerIdFromString(message.from).publicKey
-    if (publicKey === undefined || publicKey.type !== 'Ed25519') return { ok: false, reason: 'signature', detail: 'sender peer id carries no Ed25519 key' }
-    if (!await publicKey.verify(signedBytes(body), data.subarray(1, headerBytes))) return { ok: false, reason: 'signature', detail: 'signature does not match the sender' }
+    const publicKey = senderKey(valid.from)
+    if (publicKey === undefined) return { ok: false, reason: 'signature', detail: 'sender peer id carries no Ed25519 key' }
+    if (!verify(null, signedBytes(body), publicKey, data.subarray(1, headerBytes))) return { ok: false, reason: 'signature', detail: 'signature does not match the sender' }
   } catch (err) {
     return { ok: false, reason: 'signature', detail: (err as Error).message }
   }
-  return { ok: true, message }
+  return { ok: true, message: valid }
+}
+
+/** Why `message` is not a mesh message receivers accept (the schema check of decodeEnvelope); undefined when it is one. */
+export function meshMessageSchemaError (message: unknown): string | undefined {
+  if (checkMessage.Check(message)) return undefined
+  const first = checkMessage.Errors(message).First()
+  return first !== undefined ? `${first.path || '/'}: ${first.message}` : 'does not match the schema'
+}
+
+/** Most sender keys kept; past it the cache starts afresh (a cluster has far fewer members). */
+const maxCachedKeys = 4096
+const senderKeys = new Map<string, KeyObject | undefined>()
+
+/**
+ * The Ed25519 public key a peer id embeds, as a node:crypto key object,
+ * parsed once per sender: decoding the peer id and importing the key cost
+ * about as much as the verification itself, for every message received.
+ */
+function senderKey (peerId: string): KeyObject | undefined {
+  if (senderKeys.has(peerId)) return senderKeys.get(peerId)
+  const publicKey = peerIdFromString(peerId).publicKey
+  const key = publicKey?.type === 'Ed25519'
+    ? createPublicKey({ format: 'jwk', key: { kty: 'OKP', crv: 'Ed25519', x: Buffer.from(publicKey.raw).toString('base64url') } })
+    : undefined
+  if (senderKeys.size >= maxCachedKeys) senderKeys.clear()
+  senderKeys.set(peerId, key)
+  return key
 }
 
 function signedBytes (body: Uint8Array): Uint8Array {

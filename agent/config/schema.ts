@@ -161,7 +161,7 @@ export const MeshSection = Type.Object({
   maxRecordBytes: Type.Integer({
     minimum: 1024,
     maximum: 4 * 1024 * 1024,
-    description: 'Largest availability record or membership message accepted from the mesh, in bytes; larger ones are dropped and counted. Default: 65536.',
+    description: 'Largest availability record or membership message accepted from the mesh, in bytes; larger ones are dropped and counted. This agent\'s own record is cut to fit (resident namespaces first, then weight versions, then GPUs) and marked partial (agentctl peers stars it). Default: 65536.',
   }),
 }, { additionalProperties: false })
 

@@ -49,20 +49,23 @@ t.test('a peer whose outbound gossip stream closed hears nothing until the watch
   await waitUntil('a gossip stream from a to b', () => gossipOutbound(a, b).length > 0, 10_000)
   t.ok(await delivered(a, b, 5000), 'messages flow from a to b')
 
-  // What a closed duplicate connection does to gossipsub: its outbound stream is gone, the peer stays connected.
-  for (const s of gossipOutbound(a, b)) s.abort(new Error('test: the connection carrying it closed'))
-  await sleep(200)
-  t.ok(a.getConnections(b.peerId).length > 0, 'a and b are still connected')
-  t.notOk(await delivered(a, b, 2000), 'nothing a publishes reaches b any more (the failure)')
-
   const hungUp: string[] = []
-  const watchdog = createGossipStreamWatchdog({ checkIntervalMs: 100, graceMs: 500 }, {
+  const watchdog = createGossipStreamWatchdog({ checkIntervalMs: 100, graceMs: 3000 }, {
     node: { getConnections: () => a.getConnections(), hangUp: async peer => { hungUp.push(peer.toString()); await a.hangUp(peer) } },
     log: quiet,
   })
   const controller = new AbortController()
   watchdog.start({ signal: controller.signal })
   t.teardown(() => controller.abort())
+  await sleep(300) // it sees b's stream
+
+  // What a closed duplicate connection does to gossipsub: its outbound stream is gone, the peer stays connected.
+  for (const s of gossipOutbound(a, b)) s.abort(new Error('test: the connection carrying it closed'))
+  await sleep(200)
+  t.ok(a.getConnections(b.peerId).length > 0, 'a and b are still connected')
+  t.notOk(await delivered(a, b, 2000), 'nothing a publishes reaches b any more (the failure)')
+
+  t.same(hungUp, [], 'not within graceMs')
   await waitUntil('the watchdog to hang up b', () => hungUp.length > 0, 5000)
   t.same(hungUp, [b.peerId.toString()], 'the watchdog hung up b, and only b')
   await waitUntil('a to be disconnected from b', () => a.getConnections(b.peerId).length === 0, 5000)
@@ -96,4 +99,35 @@ t.test('grace: a peer is hung up only after graceMs without an outbound gossip s
   t.same(hungUp, [], 'a stream that came back restarts the grace')
   nowMs = 11_000; watchdog.check()
   t.same(hungUp, [peer.toString()], 'hung up after graceMs without one')
+})
+
+t.test('a newly connected peer still waiting for its stream gets newPeerGraceMs, not graceMs', async t => {
+  let nowMs = 0
+  const peer = peerIdFromString('12D3KooWHBAgyExdPmWKkDaJWt1ya3yFLmesucLAihfs8D3LBEQb')
+  const gossip = { protocol: '/meshsub/1.2.0', direction: 'outbound', status: 'open' }
+  let connections: WatchedConnection[] = [{ remotePeer: peer, status: 'open', streams: [] }]
+  const hungUp: string[] = []
+  const watchdog = createGossipStreamWatchdog({ graceMs: 3000, newPeerGraceMs: 30_000 }, {
+    node: { getConnections: () => connections, hangUp: async p => { hungUp.push(p.toString()) } },
+    log: quiet,
+    now: () => nowMs,
+  })
+  watchdog.check(); nowMs = 10_000; watchdog.check()
+  t.same(hungUp, [], 'identify and stream set-up may take seconds on a loaded host')
+  nowMs = 31_000; watchdog.check()
+  t.same(hungUp, [peer.toString()], 'a stream that never comes is still repaired')
+
+  // Once it had a stream, losing it is the failure: graceMs again. Disconnecting forgets the peer.
+  connections = [{ remotePeer: peer, status: 'open', streams: [gossip] }]
+  watchdog.check()
+  connections = []
+  watchdog.check()
+  connections = [{ remotePeer: peer, status: 'open', streams: [] }]
+  nowMs = 40_000; watchdog.check(); nowMs = 44_000; watchdog.check()
+  t.equal(hungUp.length, 1, 'reconnected: a new peer again')
+  connections = [{ remotePeer: peer, status: 'open', streams: [gossip] }]
+  watchdog.check()
+  connections = [{ remotePeer: peer, status: 'open', streams: [] }]
+  nowMs = 45_000; watchdog.check(); nowMs = 48_100; watchdog.check()
+  t.equal(hungUp.length, 2, 'its stream closed while connected: hung up after graceMs')
 })
