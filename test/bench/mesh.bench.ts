@@ -1,7 +1,12 @@
 /**
  * Mesh benchmark: N real agents (separate processes) on loopback, N = 3 and 20.
  *
- *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60]
+ *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60] [servers=3]
+ *
+ * The cluster is deployed as README describes: `servers` election servers
+ * (one voter set) and the rest clients; servers=0 makes every agent a --dev
+ * agent leading a voter set of its own (how figures before this option were
+ * taken: N leaders each republishing decisions).
  *
  * - convergence: from the last agent's "mesh started" until every agent has
  *   logged every other one alive (log timestamps, one clock, no polling);
@@ -25,6 +30,7 @@ import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
 
 const sizes = (process.argv[2] ?? '3,20').split(',').map(Number)
 const idleS = Number(process.argv[3] ?? 60)
+const servers = Number(process.argv[4] ?? 3)
 const clkTck = 100
 
 interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
@@ -51,7 +57,7 @@ async function run (n: number): Promise<Record<string, unknown>> {
   const teardowns: Array<() => unknown> = []
   const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
   try {
-    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built: true })
+    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built: true, ...(servers > 0 ? { clusterServers: Math.min(servers, n) } : {}) })
     const baselineDir = tempDir(t)
     const baseline = await spawnAgent(t, { stateDir: baselineDir, built: true, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
     const agents = mesh.agents
@@ -95,6 +101,7 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const medianOfSeen = (xs: number[], from: number): number => median(delays(xs, from).filter(x => !Number.isNaN(x)))
     return {
       agents: n,
+      electionServers: servers > 0 ? Math.min(servers, n) : 'every agent leads itself (--dev)',
       convergenceMs: Math.round(convergenceMs),
       disseminationMs: { p50MedianOfAgents: round(median(p50s)), p99MaxOfAgents: round(Math.max(...p99s)), samplesPerAgent: median(infos.map(i => i.dissemination.samples)) },
       idlePerAgent: {

@@ -7,7 +7,10 @@
  *
  * Agents run `--dev` with the StateManager off (no 256 MiB pinned host pool per
  * agent; pass `args` to change that) and log at info level, so `output()`
- * holds the "member state" lines.
+ * holds the "member state" lines. A `--dev` agent is an election server that
+ * leads a voter set of its own; `clusterServers: K` makes it a cluster as
+ * deployed instead: the first K agents bootstrap one voter set of K, the
+ * others are clients.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -30,6 +33,8 @@ export interface TestMeshOptions {
   built?: boolean
   /** Agents started at once (each start-up is CPU-bound; twenty at once on two cores starve each other). Default 4. */
   startConcurrency?: number
+  /** The first K agents are the election servers of one voter set (--bootstrap-expect K), the others clients. Default: each agent leads itself (--dev). */
+  clusterServers?: number
 }
 
 export interface MeshAgent extends AgentProcess {
@@ -74,13 +79,17 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
   writeFileSync(clusterKeyFile, generateClusterKey(), { mode: 0o600 })
   let index = 0
   let seed = ''
+  const servers = options.clusterServers
+  const electionArgs = (nth: number): string[] => servers === undefined
+    ? []
+    : nth < servers ? ['--bootstrap-expect', String(servers)] : ['--set', 'election.server=false']
 
   const addAgent = async (o: AddAgentOptions = {}): Promise<MeshAgent> => {
     const nth = index++
     const name = o.name ?? `node${String(nth).padStart(2, '0')}`
     const stateDir = o.stateDir ?? join(dir, name)
     const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
-      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
+      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...electionArgs(nth), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
     const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false, ...(o.env !== undefined ? { env: o.env } : {}) })
     // Twenty agents starting at once on two cores take a while to answer.
     await waitReady(agent, 90_000)
