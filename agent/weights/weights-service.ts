@@ -63,6 +63,7 @@ export interface VersionSummary {
   model: string
   version: number
   tensors: number
+  /** Bytes held: the version's, or its slices' for a partial holding. */
   bytes: number
   committedAtMs: number
   durable: boolean
@@ -148,7 +149,8 @@ export function createWeightsService (options: WeightsServiceOptions, components
     },
     list: () => ({
       versions: versions.list().map(m => ({
-        model: m.model, version: m.version, tensors: m.tensors.length, bytes: m.totalBytes, committedAtMs: m.committedAtMs, durable: m.durable,
+        model: m.model, version: m.version, committedAtMs: m.committedAtMs, durable: m.durable,
+        tensors: m.tensors.length, bytes: m.partial !== undefined ? m.partial.slices.reduce((a, s) => a + s.bytes, 0) : m.totalBytes,
         ...(m.partial !== undefined ? { partial: { layout: m.partial.layout, tp: m.partial.tp, rank: m.partial.rank } } : {}),
       })),
       pulls: server.activePulls(),
