@@ -200,7 +200,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           while (failure === undefined && remaining > 0) {
             if (stream === undefined || stream.closed) {
               if (stream !== undefined) {
-                if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${request.from}`)
+                if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${source}`)
                 reconnects++
                 await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
               }
@@ -210,7 +210,19 @@ export function createPuller (options: PullerOptions, components: PullerComponen
               } catch (err) {
                 if ((err as AgentError).code === 'ERR_WEIGHTS_AUTH') throw err
                 lastError = err as Error
-                if (++failures > maxReconnects) throw err
+                stream = undefined // one failure counted per failed open
+                if (++failures > maxReconnects) {
+                  // The source is gone (not just one connection): go on from the next holder, if any.
+                  const next = streamFrom === source ? fallbacks.shift() : undefined
+                  if (next === undefined && streamFrom === source) throw err
+                  if (next !== undefined) {
+                    logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, 'weights source unreachable: resuming from another holder')
+                    source = next
+                    switchedTo.push(next)
+                  }
+                  failures = 0
+                  continue
+                }
                 await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
                 continue
               }

@@ -118,3 +118,23 @@ t.test('B retires the version while C pulls from it: C fails clearly, or with A 
     t.ok((await keyBytes(c.sm, r.keys[i]!)).equals(await keyBytes(direct.sm, expected.keys[i]!)), `${r.keys[i]} byte-identical to a pull from A (v2 republishes v1's bytes)`)
   }
 })
+
+t.test('B goes away while C pulls from it: with A as fallback the pull resumes there once B stays unreachable', async t => {
+  const key = sharedKey()
+  const a = await published(t, key)
+  const b = await weightsNode(t, key)
+  await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const c = await weightsNode(t, key)
+  let closing: Promise<void> | undefined
+  const proxy = await tcpProxy(t, b.weights.address(), (chunk, seen) => {
+    if (seen + chunk.length > MiB / 2) { closing ??= proxy.close(); return 'cut' }
+    return chunk
+  })
+  const r = await c.weights.pull({ from: proxy.address, fallbacks: [a.weights.address()], model: 'm', version: 1, layout: layout(0), streams: 2 })
+  t.ok(closing, 'B became unreachable mid-pull')
+  t.same(r.switchedTo, [a.weights.address()])
+  t.ok(r.bytesReceived < rankBytes + MiB / 2, `received ${r.bytesReceived} for ${rankBytes}`)
+  const direct = await weightsNode(t, key)
+  const expected = await direct.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  for (let i = 0; i < r.keys.length; i++) t.ok((await keyBytes(c.sm, r.keys[i]!)).equals(await keyBytes(direct.sm, expected.keys[i]!)), `${r.keys[i]} byte-identical`)
+})
