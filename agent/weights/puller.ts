@@ -52,6 +52,8 @@ export interface PullRequest {
 }
 
 export interface PullResult {
+  /** The data address the pull started from (request.from). */
+  from: string
   model: string
   version: number
   /** Bytes of the slices this pull produced (needed bytes, including those already stored). */
@@ -320,7 +322,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
       const seconds = (performance.now() - began) / 1000
       logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
-      return { model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo }
+      return { from: request.from, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo }
     } finally {
       for (const s of scratches) s?.release()
       first.close()

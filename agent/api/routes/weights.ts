@@ -45,6 +45,7 @@ const PullBody = Type.Object({
 }, { additionalProperties: false })
 const RetireBody = Type.Object({ model: Model, version: uint }, { additionalProperties: false })
 const PullResultSchema = Type.Object({
+  from: Type.String({ description: 'data address the pull started from (given, or the holder chosen from the mesh)' }),
   model: Type.String(), version: uint, bytes: uint, bytesReceived: uint, seconds: Type.Number(), tensors: uint, keys: Type.Array(Type.String()), refetchedPieces: uint, reconnects: uint,
   switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),
 })
