@@ -196,8 +196,11 @@ export function createPublisher (options: PublisherOptions, components: Publishe
   /** `mapping`: the agent's own mapping of the region, until the StateManager adopts it. */
   const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean, mapping: SharedMemoryObject | undefined }>()
   const populate = components.populate ?? populateHostRange
-  /** Bytes of regions between their space check and their last page allocated (statfs does not show them yet). */
+  /** Bytes of regions between their space check and their last page allocated (statfs does not show them yet), this one's included. */
   let creatingBytes = 0
+  /** Tensor bytes per model of regions being handed out (not yet in `regions`), for the quota check. */
+  const creating = new Map<string, number>()
+  /** ERR_TIER_FULL unless `bytes` fit in /dev/shm's free space beside the other regions being created. */
   async function checkShmSpace (bytes: number): Promise<void> {
     let freeBytes: number
     try {
@@ -206,8 +209,9 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     } catch (cause) {
       throw new AgentError('ERR_IO', `cannot read the free space of ${shmDir}: ${(cause as Error).message}`, { cause })
     }
-    if (bytes > freeBytes - creatingBytes) {
-      throw new AgentError('ERR_TIER_FULL', `a region of ${bytes} bytes does not fit in ${shmDir}: ${freeBytes} bytes free${creatingBytes > 0 ? `, ${creatingBytes} of them promised to regions being handed out` : ''}`)
+    const others = creatingBytes - bytes
+    if (bytes > freeBytes - others) {
+      throw new AgentError('ERR_TIER_FULL', `a region of ${bytes} bytes does not fit in ${shmDir}: ${freeBytes} bytes free${others > 0 ? `, ${others} of them promised to regions being handed out` : ''}`)
     }
   }
   const namePrefix = `agentd-weights-${createHash('sha256').update(options.owner).digest('hex').slice(0, 8)}-`
@@ -325,21 +329,24 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       })
       if (!Number.isSafeInteger(offset)) throw new AgentError('ERR_BAD_REQUEST', `the tensors add up to more than ${Number.MAX_SAFE_INTEGER} bytes`)
       const reservation = versions.reserve(model, version)
-      // Checked before anything is created, so the trainer learns before writing gigabytes:
-      // the quota the publish's adoptShm applies (counting this model's other open regions),
-      // then the space left in /dev/shm (counting regions being created alongside).
+      // Checked before anything is created, so the trainer learns before writing gigabytes: the quota
+      // the publish's adoptShm applies, counting this model's other open regions and those being
+      // handed out (checked and counted in one tick: concurrent hand-outs see each other) ...
+      const tensorBytes = laidOut.reduce((a, x) => a + x.bytes, 0)
       try {
-        const promised = [...regions.values()].filter(r => r.model === model).reduce((a, r) => a + r.tensors.reduce((b, x) => b + x.bytes, 0), 0)
+        const promised = [...regions.values()].filter(r => r.model === model).reduce((a, r) => a + r.tensors.reduce((b, x) => b + x.bytes, 0), creating.get(model) ?? 0)
         sm.checkQuota(laidOut.map(t => weightsKey(model, t.name, t.dtype, t.shape, version)), promised)
-        await checkShmSpace(offset)
       } catch (err) {
         reservation.release()
         throw err
       }
-      const name = `${namePrefix}${model}-v${version}-${randomBytes(6).toString('hex')}`
+      creating.set(model, (creating.get(model) ?? 0) + tensorBytes)
       creatingBytes += offset
+      const name = `${namePrefix}${model}-v${version}-${randomBytes(6).toString('hex')}`
       let mapping: SharedMemoryObject | undefined
       try {
+        // ... then the space left in /dev/shm, less the regions being created alongside.
+        await checkShmSpace(offset)
         try {
           const handle = await open(`${shmDir}/${name}`, 'wx', 0o600)
           try { await handle.truncate(offset) } finally { await handle.close() }
@@ -362,6 +369,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         throw err
       } finally {
         creatingBytes -= offset
+        creating.set(model, creating.get(model)! - tensorBytes)
       }
       const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
       regions.set(name, { ...region, release: reservation.release, publishing: false, mapping })

@@ -59,7 +59,10 @@ t.test('the namespace quota the publish would apply is checked at hand-out, coun
   t.ok(await publisher.createRegion('other', 1, [mib('a', 2)]), 'another model\'s namespace is not charged')
   await publisher.discardRegion(first.region)
   t.equal((await publisher.createRegion('q', 2, [mib('a', 2)])).version, 2, 'fits again once the first region is given back')
-  t.same(regionObjects().filter(n => !before.has(n)).length, 2, 'only the regions handed out exist')
+  const racing = await Promise.allSettled([publisher.createRegion('q', 3, [mib('a', 1)]), publisher.createRegion('q', 4, [mib('a', 1)])])
+  t.same(racing.map(r => r.status).sort(), ['fulfilled', 'rejected'], 'two concurrent hand-outs over the quota together: one is refused')
+  t.match(racing.find(r => r.status === 'rejected'), { reason: { code: 'ERR_QUOTA_EXCEEDED' } })
+  t.same(regionObjects().filter(n => !before.has(n)).length, 3, 'only the regions handed out exist')
 })
 
 t.test('a pre-fault the kernel refuses fails the hand-out and leaves no object, mapping or reservation', async t => {
