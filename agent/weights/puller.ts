@@ -52,7 +52,7 @@ export interface PullRequest {
 }
 
 export interface PullResult {
-  /** The data address the pull started from (request.from). */
+  /** The data address the pull started from: request.from, or the first fallback that served the manifest. */
   from: string
   model: string
   version: number
@@ -132,29 +132,41 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
   async function pullOnce (request: PullRequest, began: number): Promise<PullResult> {
     if (!Number.isSafeInteger(request.streams) || request.streams < 1 || request.streams > 64) throw new AgentError('ERR_BAD_REQUEST', `streams must be 1..64, got ${request.streams}`)
-    const first = await connector.open(request.from, request.signal !== undefined ? { signal: request.signal } : {})
-    let manifest: WeightsManifest
-    try {
-      manifest = await first.manifest(request.model, request.version)
-    } catch (err) {
-      first.close()
-      throw err
+    // The first source that answers the manifest; one that is gone or no longer has the version hands over to the next fallback.
+    const fallbacks = [...(request.fallbacks ?? [])]
+    let source = request.from
+    let first: WeightStream | undefined
+    let manifest!: WeightsManifest
+    for (;;) {
+      try {
+        first = await connector.open(source, request.signal !== undefined ? { signal: request.signal } : {})
+        manifest = await first.manifest(request.model, request.version)
+        break
+      } catch (err) {
+        first?.close()
+        first = undefined
+        const code = (err as AgentError).code
+        const sourceLost = code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_WEIGHTS_TRANSFER'
+        const next = sourceLost && request.signal?.aborted !== true ? fallbacks.shift() : undefined
+        if (next === undefined) throw err
+        logger.warn({ model: request.model, from: source, to: next, err: (err as Error).message }, 'weights source did not serve the manifest: trying another holder')
+        source = next
+      }
     }
     const version = manifest.version
+    const startedFrom = source
     let layout: TargetLayout | undefined
     let slices: TensorSlice[]
     try {
       layout = typeof request.layout === 'function' ? request.layout(manifest) : request.layout
       const tensors = manifest.tensors.map(t => ({ name: t.name, shape: t.shape, elementBytes: dtypeBytes[t.dtype] }))
       slices = layout !== undefined ? planReshard(tensors, layout) : planReshard(tensors, { tp: 1, rank: 0, rules: [] })
-      if (manifest.partial !== undefined) checkPartialSource(request.from, manifest, manifest.partial, layout, slices)
+      if (manifest.partial !== undefined) checkPartialSource(source, manifest, manifest.partial, layout, slices)
     } catch (err) {
       first.close()
       throw err
     }
     const partial = manifest.partial
-    let source = request.from
-    const fallbacks = [...(request.fallbacks ?? [])]
     const switchedTo: string[] = []
     const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
     const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
@@ -189,7 +201,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
       async function connection (initial: WeightStream | undefined): Promise<void> {
         let stream = initial
-        let streamFrom = request.from
+        let streamFrom = startedFrom
         try {
           await fetchOver()
         } finally {
@@ -294,7 +306,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       const workers = Array.from({ length: Math.min(request.streams, Math.max(1, pieces.length)) }, (_, i) =>
         connection(i === 0 ? first : undefined).catch(err => {
           // A connection that gives up fails the pull only if no other connection is left to finish it.
-          logger.warn({ from: request.from, err: (err as Error).message }, 'weights connection gave up')
+          logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
           return err as Error
         }))
       const settled = Promise.all(workers).then(results => {
@@ -322,7 +334,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
       const seconds = (performance.now() - began) / 1000
       logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
-      return { from: request.from, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo }
+      return { from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo }
     } finally {
       for (const s of scratches) s?.release()
       first.close()

@@ -138,3 +138,17 @@ t.test('B goes away while C pulls from it: with A as fallback the pull resumes t
   const expected = await direct.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
   for (let i = 0; i < r.keys.length; i++) t.ok((await keyBytes(c.sm, r.keys[i]!)).equals(await keyBytes(direct.sm, expected.keys[i]!)), `${r.keys[i]} byte-identical`)
 })
+
+t.test('the chosen holder no longer has the version when the pull starts: the manifest comes from the fallback', async t => {
+  const key = sharedKey()
+  const a = await published(t, key)
+  const b = await weightsNode(t, key)
+  await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  await b.weights.retire('m', 1)
+  const c = await weightsNode(t, key)
+  const r = await c.weights.pull({ from: b.weights.address(), fallbacks: [a.weights.address()], model: 'm', version: 1, layout: layout(0), streams: 2 })
+  t.equal(r.from, a.weights.address(), 'started from A')
+  t.same(r.switchedTo, [])
+  t.equal(r.bytesReceived, rankBytes)
+  await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, layout: layout(1), streams: 1 }), { code: 'ERR_WEIGHTS_RETIRED' }, 'without a fallback: B\'s error')
+})
