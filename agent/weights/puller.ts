@@ -17,7 +17,14 @@
  *   connection puts its in-flight pieces back in the queue and reconnects with
  *   backoff; pieces that landed are never fetched again.
  * - The version retired mid-pull fails the pull with ERR_WEIGHTS_RETIRED, or,
- *   when `latest` was asked for, starts over with the new latest.
+ *   when `latest` was asked for, starts over with the new latest. With
+ *   `fallbacks` (full holders of the version), a source that drops the
+ *   version or stays unreachable hands the pull to the next one instead:
+ *   landed pieces stay, the checksums stay those of the first manifest.
+ * - A source that holds only one rank's slices (a partial holder) serves only
+ *   pulls of exactly that (layout, rank); its pieces are checked against the
+ *   checksums it recorded. A completed sliced pull makes this agent a partial
+ *   holder in turn (PROTOCOL.md "Partial holders").
  * Memory: exactly the destination slices (host pool) plus 64 KiB per connection.
  */
 import type { Logger } from 'pino'

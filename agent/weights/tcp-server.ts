@@ -11,7 +11,9 @@
  * (`sharedRegion`) may have been changed by its writer after commit: a reply
  * whose checksum the server computes (sliced or unaligned) is sent only after
  * the committed chunks it was taken from verify, else status 6 (corrupt);
- * aligned whole chunks carry the manifest checksum, which the puller checks. A malformed or unauthenticated connection is
+ * aligned whole chunks carry the manifest checksum, which the puller checks.
+ * A version held as one rank's slices (a partial holding) answers only READs
+ * of exactly those slices, from their stored contiguous bytes. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
  */
