@@ -7,6 +7,7 @@
  */
 import { join } from 'node:path'
 import t from 'tap'
+import { viewHostRange } from '../../../native/index.ts'
 import { createDataAuth } from '../../../agent/weights/data-auth.ts'
 import { planReshard, type TargetLayout } from '../../../agent/weights/reshard.ts'
 import { createTcpConnector } from '../../../agent/weights/tcp-client.ts'
@@ -151,4 +152,18 @@ t.test('the chosen holder no longer has the version when the pull starts: the ma
   t.same(r.switchedTo, [])
   t.equal(r.bytesReceived, rankBytes)
   await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, layout: layout(1), streams: 1 }), { code: 'ERR_WEIGHTS_RETIRED' }, 'without a fallback: B\'s error')
+})
+
+t.test('bytes that changed on the partial holder after it recorded their checksums are never accepted', async t => {
+  const key = sharedKey()
+  const a = await published(t, key)
+  const b = await weightsNode(t, key)
+  const seeded = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const pinned = await b.sm.readHost(seeded.keys[1]!) // b.weight's column slice on B
+  const view = viewHostRange(pinned.range)
+  view[300_000] = view[300_000]! ^ 0x01
+  pinned.release()
+  const c = await weightsNode(t, key)
+  await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 }), { code: 'ERR_DATA_CORRUPT', message: /b\.weight bytes 262144\.\.524288 failed the checksum 4 times/ })
+  t.same(c.sm.storedKeys('weights/'), [], 'nothing stored from a corrupt partial holder')
 })
