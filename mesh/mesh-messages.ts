@@ -60,7 +60,11 @@ export const AvailabilityRecordSchema = Type.Object({
   hostPool: Type.Optional(TierAvailabilitySchema),
   nvme: Type.Optional(TierAvailabilitySchema),
   resident: Type.Optional(Type.Array(Type.String({ maxLength: 512 }), { maxItems: 1024, description: 'namespaces resident on the node (StateManager)' })),
-  weights: Type.Optional(Type.Array(Type.Object({ model: Type.String({ maxLength: 512 }), version: Type.Integer({ minimum: 0 }) }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
+  weights: Type.Optional(Type.Array(Type.Object({
+    model: Type.String({ maxLength: 512 }),
+    version: Type.Integer({ minimum: 0 }),
+    layout: Type.Optional(Type.String({ maxLength: 128, description: 'set when only these (layout, rank) slices are served: a layout id (weights/reshard.ts layoutId)' })),
+  }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
   election: Type.Optional(ElectionAdvertSchema),
   truncated: Type.Optional(Type.Object({
     resident: Type.Optional(Type.Integer({ minimum: 1, description: 'resident namespaces left out' })),

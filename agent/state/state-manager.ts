@@ -194,6 +194,15 @@ export interface StateManager {
    *   when it throws.
    */
   adoptShm(source: string | SharedMemoryObject, items: Array<{ key: string, offset: number }>): { adopted: string[], deduplicated: string[] }
+  /**
+   * The namespace-quota check that offload, adopt and adoptShm apply, without
+   * storing anything: ERR_QUOTA_EXCEEDED when storing `keys` (those not
+   * already stored), plus `pendingBytes` more in each of their namespaces
+   * (bytes promised elsewhere, e.g. regions handed out but not published),
+   * would exceed a quota; ERR_KEY_INVALID for a key that does not parse.
+   * For producers that want to refuse before the bytes are written.
+   */
+  checkQuota(keys: string[], pendingBytes?: number): void
 }
 
 export interface ScratchBytes extends PinnedBytes {
@@ -438,9 +447,9 @@ export function createStateManager (options: StateManagerOptions, components: St
     })
   }
 
-  function checkQuotas (newKeys: StateKey[]): void {
+  function checkQuotas (newKeys: StateKey[], pendingBytes = 0): void {
     const adding = new Map<string, number>()
-    for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? 0) + k.bytes)
+    for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? pendingBytes) + k.bytes)
     for (const [namespace, bytes] of adding) {
       const quota = options.namespaceQuotaBytes[namespace]
       if (quota === undefined) continue
@@ -815,6 +824,10 @@ export function createStateManager (options: StateManagerOptions, components: St
           unpin()
         }
       }
+    },
+    checkQuota (keys, pendingBytes = 0) {
+      const parsed = parseItems(keys.map(key => ({ key })), 'checkQuota')
+      checkQuotas(parsed.filter(k => !entries.has(k.text)), pendingBytes)
     },
     adoptShm (source, items) {
       const name = typeof source === 'string' ? source : source.name

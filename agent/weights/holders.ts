@@ -21,6 +21,8 @@ export interface WeightsHolder {
   address: string
   /** The version it advertises (the highest it holds when `latest` was asked for). */
   version: number
+  /** Set when it holds only one (layout, rank)'s slices of that version: their layout id. */
+  layout?: string
 }
 
 /**
@@ -28,15 +30,15 @@ export interface WeightsHolder {
  * the newest version of every model first, then the second newest, … up to
  * maxAdvertisedVersions entries.
  */
-export function weightsAdvert (address: string, versions: ReadonlyArray<{ model: string, version: number }>): AvailabilitySections {
-  const byModel = new Map<string, number[]>()
-  for (const v of versions) byModel.set(v.model, [...(byModel.get(v.model) ?? []), v.version])
-  const ranked: Array<{ model: string, version: number, rank: number }> = []
-  for (const [model, list] of byModel) list.sort((a, b) => b - a).forEach((version, rank) => ranked.push({ model, version, rank }))
+export function weightsAdvert (address: string, versions: ReadonlyArray<{ model: string, version: number, layout?: string }>): AvailabilitySections {
+  const byModel = new Map<string, Array<{ version: number, layout?: string }>>()
+  for (const v of versions) byModel.set(v.model, [...(byModel.get(v.model) ?? []), { version: v.version, ...(v.layout !== undefined ? { layout: v.layout } : {}) }])
+  const ranked: Array<{ model: string, version: number, layout?: string, rank: number }> = []
+  for (const [model, list] of byModel) list.sort((a, b) => b.version - a.version).forEach((v, rank) => ranked.push({ model, ...v, rank }))
   ranked.sort((a, b) => a.rank - b.rank || (a.model < b.model ? -1 : a.model > b.model ? 1 : 0))
   return {
     ...(address !== '' ? { weightsAddress: address } : {}),
-    weights: ranked.slice(0, maxAdvertisedVersions).map(({ model, version }) => ({ model, version })),
+    weights: ranked.slice(0, maxAdvertisedVersions).map(({ rank: _, ...entry }) => entry),
   }
 }
 
@@ -55,30 +57,43 @@ export function reachableAddress (weightsAddress: string, meshAddresses: readonl
 }
 
 /**
- * Alive peers that advertise `version` of `model` (`-1`: any version), the
- * highest version first.
+ * Alive peers that can serve `version` of `model` (`-1`: any version) to a
+ * pull of `layout` (a layoutId; undefined: the whole version), the highest
+ * version first. A full holder serves every layout; a partial holder only the
+ * (layout, rank) it advertises. A peer's best entry: its highest version, and
+ * at that version its full copy before its slices.
  */
-export function findHolders (peers: readonly PeerView[], model: string, version: number): WeightsHolder[] {
+export function findHolders (peers: readonly PeerView[], model: string, version: number, layout?: string): WeightsHolder[] {
   const holders: WeightsHolder[] = []
   for (const p of peers) {
     const address = p.record?.addresses.weights
     if (p.state !== 'alive' || address === undefined) continue
-    const versions = (p.record?.weights ?? []).filter(w => w.model === model && (version === latestVersion || w.version === version)).map(w => w.version)
-    if (versions.length === 0) continue
-    holders.push({ node: p.node, peerId: p.peerId, address: reachableAddress(address, p.addresses), version: Math.max(...versions) })
+    const entries = (p.record?.weights ?? []).filter(w => w.model === model && (version === latestVersion || w.version === version) && (w.layout === undefined || w.layout === layout))
+    if (entries.length === 0) continue
+    const top = Math.max(...entries.map(w => w.version))
+    const full = entries.some(w => w.version === top && w.layout === undefined)
+    holders.push({ node: p.node, peerId: p.peerId, address: reachableAddress(address, p.addresses), version: top, ...(full ? {} : { layout: layout! }) })
   }
   return holders.sort((a, b) => b.version - a.version)
 }
 
 /**
  * One holder to pull from: among those with the highest matching version, a
- * random one (`random` in [0, 1)), so that pullers spread over the holders.
- * ERR_WEIGHTS_NOT_FOUND when no alive peer advertises it.
+ * random one (`random` in [0, 1)), so that pullers spread over the holders;
+ * for a pull of `layout`, a holder of exactly that layout's slices before a
+ * full holder (RLBoost §4.3: rollout instances of the same layout serve each
+ * other's late joiners and leave the full holders, the publisher first, to
+ * others). `fallbacks`: the full holders of the same version, where a pull
+ * resumes if the chosen one drops the version. ERR_WEIGHTS_NOT_FOUND when no
+ * alive peer advertises it.
  */
-export function pickHolder (peers: readonly PeerView[], model: string, version: number, random: () => number = Math.random): WeightsHolder {
-  const holders = findHolders(peers, model, version)
+export function pickHolder (peers: readonly PeerView[], model: string, version: number, random: () => number = Math.random, layout?: string): WeightsHolder & { fallbacks: string[] } {
+  const holders = findHolders(peers, model, version, layout)
   const wanted = version === latestVersion ? `model ${model}` : `version ${version} of model ${model}`
-  if (holders.length === 0) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no alive agent in the mesh advertises ${wanted} (${peers.length} peers known); pass the serving agent's data address (--from HOST:PORT)`)
+  if (holders.length === 0) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no alive agent in the mesh advertises ${wanted}${layout !== undefined ? ` whole or as layout ${layout}` : ''} (${peers.length} peers known); pass the serving agent's data address (--from HOST:PORT)`)
   const best = holders.filter(h => h.version === holders[0]!.version)
-  return best[Math.min(best.length - 1, Math.floor(random() * best.length))]!
+  const partial = best.filter(h => h.layout !== undefined)
+  const pool = partial.length > 0 ? partial : best
+  const chosen = pool[Math.min(pool.length - 1, Math.floor(random() * pool.length))]!
+  return { ...chosen, fallbacks: best.filter(h => h.layout === undefined && h !== chosen).map(h => h.address) }
 }

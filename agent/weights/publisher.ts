@@ -13,12 +13,18 @@
  * (its reservation released, the keys it created dropped).
  *
  * Region lifecycle (one owner at a time, nothing leaks):
+ * - hand-out refuses, before creating anything, a tensor table that does not
+ *   validate, a region the namespace quota of weights/<model> could not take
+ *   at publish (this model's other open regions counted), and one larger
+ *   than the free space of /dev/shm (statfs, less regions being created
+ *   alongside): ERR_BAD_REQUEST, ERR_QUOTA_EXCEEDED, ERR_TIER_FULL.
  * - handed out: /dev/shm/agentd-weights-<agent tag>-<model>-v<version>-<random>,
- *   mode 0600, the version reserved, mapped by the agent at once and its
- *   pages faulted in on a native thread (MADV_POPULATE_WRITE) while the
- *   trainer writes, so the publish's checksum pass takes no page faults; the
- *   region's memory is thereby allocated at hand-out rather than by the
- *   trainer's first writes. Only this publisher knows it; it is
+ *   mode 0600, the version reserved, mapped by the agent and every page
+ *   allocated (MADV_POPULATE_WRITE on a native thread) before the reply, so
+ *   a tmpfs or memory limit that cannot hold it fails the hand-out
+ *   (ERR_TIER_FULL; the object and mapping removed, the version released)
+ *   instead of the trainer's writes (SIGBUS), and the publish's checksum
+ *   pass takes no page faults. Only this publisher knows it; it is
  *   removed by `discardRegion`, at `close()` (agent shutdown) or, after a
  *   crash, by `start()` of the next run of the same agent (the tag is derived
  *   from `owner`), so an abandoned region never outlives its agent's run.
@@ -47,7 +53,7 @@
  * writing (close their mapping) once they publish.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { open, readdir, unlink } from 'node:fs/promises'
+import { open, readdir, statfs, unlink } from 'node:fs/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
 import { checksum, openDirectFile, openSharedMemory, populateHostRange, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
@@ -97,6 +103,8 @@ export interface PublisherComponents {
   stateManager: StateManager
   versions: VersionStore
   logger: Logger
+  /** Allocates a region's pages at hand-out. Default: populateHostRange (MADV_POPULATE_WRITE on a native thread). */
+  populate?: (range: HostRange) => Promise<void>
 }
 
 export interface Publisher {
@@ -120,7 +128,9 @@ function checkTensor (t: TensorSpec, where: string): number {
   if (typeof t.name !== 'string' || !tensorNamePattern.test(t.name)) throw new AgentError('ERR_BAD_REQUEST', `${where}: tensor name ${JSON.stringify(t.name)} may only contain letters, digits, "_", "-", "."`)
   if (!Object.hasOwn(dtypeBytes, t.dtype)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): unknown dtype ${JSON.stringify(t.dtype)}`)
   if (!Array.isArray(t.shape) || t.shape.length > 8 || !t.shape.every(d => Number.isSafeInteger(d) && d >= 1)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): shape must be up to 8 positive integers`)
-  return t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[t.dtype]
+  const bytes = t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[t.dtype]
+  if (!Number.isSafeInteger(bytes)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): shape ${JSON.stringify(t.shape)} is larger than ${Number.MAX_SAFE_INTEGER} bytes`)
+  return bytes
 }
 
 function checkUniqueNames (tensors: readonly { name: string }[]): void {
@@ -185,6 +195,25 @@ export function createPublisher (options: PublisherOptions, components: Publishe
   const { stateManager: sm, versions, logger } = components
   /** `mapping`: the agent's own mapping of the region, until the StateManager adopts it. */
   const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean, mapping: SharedMemoryObject | undefined }>()
+  const populate = components.populate ?? populateHostRange
+  /** Bytes of regions between their space check and their last page allocated (statfs does not show them yet), this one's included. */
+  let creatingBytes = 0
+  /** Tensor bytes per model of regions being handed out (not yet in `regions`), for the quota check. */
+  const creating = new Map<string, number>()
+  /** ERR_TIER_FULL unless `bytes` fit in /dev/shm's free space beside the other regions being created. */
+  async function checkShmSpace (bytes: number): Promise<void> {
+    let freeBytes: number
+    try {
+      const fs = await statfs(shmDir)
+      freeBytes = fs.bavail * fs.bsize
+    } catch (cause) {
+      throw new AgentError('ERR_IO', `cannot read the free space of ${shmDir}: ${(cause as Error).message}`, { cause })
+    }
+    const others = creatingBytes - bytes
+    if (bytes > freeBytes - others) {
+      throw new AgentError('ERR_TIER_FULL', `a region of ${bytes} bytes does not fit in ${shmDir}: ${freeBytes} bytes free${others > 0 ? `, ${others} of them promised to regions being handed out` : ''}`)
+    }
+  }
   const namePrefix = `agentd-weights-${createHash('sha256').update(options.owner).digest('hex').slice(0, 8)}-`
   const removeRegion = async (name: string): Promise<void> => {
     const region = regions.get(name)
@@ -287,7 +316,8 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     },
     async createRegion (model, requested, tensors) {
       checkModelName(model)
-      if (!Array.isArray(tensors)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
+      if (!Array.isArray(tensors) || tensors.some(t => typeof t !== 'object' || t === null)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
+      tensors.forEach((t, i) => checkTensor(t, `tensors[${i}]`))
       checkUniqueNames(tensors)
       const version = requested ?? versions.nextVersion(model)
       let offset = 0
@@ -297,26 +327,51 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         offset += Math.ceil(bytes / 4096) * 4096
         return placed
       })
+      if (!Number.isSafeInteger(offset)) throw new AgentError('ERR_BAD_REQUEST', `the tensors add up to more than ${Number.MAX_SAFE_INTEGER} bytes`)
       const reservation = versions.reserve(model, version)
-      const name = `${namePrefix}${model}-v${version}-${randomBytes(6).toString('hex')}`
+      // Checked before anything is created, so the trainer learns before writing gigabytes: the quota
+      // the publish's adoptShm applies, counting this model's other open regions and those being
+      // handed out (checked and counted in one tick: concurrent hand-outs see each other) ...
+      const tensorBytes = laidOut.reduce((a, x) => a + x.bytes, 0)
       try {
-        const handle = await open(`${shmDir}/${name}`, 'wx', 0o600)
-        try { await handle.truncate(offset) } finally { await handle.close() }
-      } catch (cause) {
+        const promised = [...regions.values()].filter(r => r.model === model).reduce((a, r) => a + r.tensors.reduce((b, x) => b + x.bytes, 0), creating.get(model) ?? 0)
+        sm.checkQuota(laidOut.map(t => weightsKey(model, t.name, t.dtype, t.shape, version)), promised)
+      } catch (err) {
         reservation.release()
-        throw new AgentError('ERR_IO', `cannot create the shared-memory region ${shmDir}/${name}: ${(cause as Error).message}`, { cause })
+        throw err
       }
-      const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
-      // Mapped now and its pages faulted in on a native thread while the trainer writes, so the
-      // publish's pass over it takes no page faults (the trainer writes every page anyway).
+      creating.set(model, (creating.get(model) ?? 0) + tensorBytes)
+      creatingBytes += offset
+      const name = `${namePrefix}${model}-v${version}-${randomBytes(6).toString('hex')}`
       let mapping: SharedMemoryObject | undefined
       try {
-        mapping = openSharedMemory(name)
-        const populating = mapping.range(0, mapping.sizeBytes)
-        populateHostRange(populating).catch((err: unknown) => logger.debug({ region: name, err }, 'weights region not pre-faulted'))
+        // ... then the space left in /dev/shm, less the regions being created alongside.
+        await checkShmSpace(offset)
+        try {
+          const handle = await open(`${shmDir}/${name}`, 'wx', 0o600)
+          try { await handle.truncate(offset) } finally { await handle.close() }
+          mapping = openSharedMemory(name)
+        } catch (cause) {
+          throw new AgentError('ERR_IO', `cannot create the shared-memory region ${shmDir}/${name}: ${(cause as Error).message}`, { cause })
+        }
+        // Every page allocated now (MADV_POPULATE_WRITE on a native thread): tmpfs or a memory limit that
+        // cannot hold the region fails here, with a clear error, rather than as a SIGBUS in the trainer's
+        // writes; the publish's pass over the mapping then takes no page faults.
+        try {
+          await populate(mapping.range(0, mapping.sizeBytes))
+        } catch (cause) {
+          throw new AgentError('ERR_TIER_FULL', `cannot allocate the ${offset} bytes of shared-memory region ${name} (${(cause as Error).message}): /dev/shm or this agent's memory limit cannot hold it`, { cause })
+        }
       } catch (err) {
-        logger.debug({ region: name, err }, 'weights region not mapped at hand-out (mapped at publish)')
+        mapping?.close()
+        await unlink(`${shmDir}/${name}`).catch(() => {})
+        reservation.release()
+        throw err
+      } finally {
+        creatingBytes -= offset
+        creating.set(model, creating.get(model)! - tensorBytes)
       }
+      const region: WeightsRegion = { region: name, model, version, bytes: offset, tensors: laidOut }
       regions.set(name, { ...region, release: reservation.release, publishing: false, mapping })
       logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
       return region

@@ -17,7 +17,14 @@
  *   connection puts its in-flight pieces back in the queue and reconnects with
  *   backoff; pieces that landed are never fetched again.
  * - The version retired mid-pull fails the pull with ERR_WEIGHTS_RETIRED, or,
- *   when `latest` was asked for, starts over with the new latest.
+ *   when `latest` was asked for, starts over with the new latest. With
+ *   `fallbacks` (full holders of the version), a source that drops the
+ *   version or stays unreachable hands the pull to the next one instead:
+ *   landed pieces stay, the checksums stay those of the first manifest.
+ * - A source that holds only one rank's slices (a partial holder) serves only
+ *   pulls of exactly that (layout, rank); its pieces are checked against the
+ *   checksums it recorded. A completed sliced pull makes this agent a partial
+ *   holder in turn (PROTOCOL.md "Partial holders").
  * Memory: exactly the destination slices (host pool) plus 64 KiB per connection.
  */
 import type { Logger } from 'pino'
@@ -26,9 +33,10 @@ import { checksum } from '../../native/index.ts'
 import { dtypeBytes } from '../state/keys.ts'
 import type { ScratchBytes, StateManager } from '../state/state-manager.ts'
 import { latestVersion, maxReadBytes } from './protocol.ts'
-import { planReshard, type TargetLayout, type TensorSlice } from './reshard.ts'
+import { chunkChecksums } from './publisher.ts'
+import { layoutId, planReshard, type TargetLayout, type TensorSlice } from './reshard.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
-import { weightsKey, type VersionStore, type WeightsManifest } from './version-store.ts'
+import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
 
 export interface PullRequest {
   /** host:port of the serving agent's data server. */
@@ -40,11 +48,19 @@ export interface PullRequest {
   layout?: TargetLayout | ((manifest: WeightsManifest) => TargetLayout)
   /** Parallel connections, >= 1. */
   streams: number
+  /**
+   * Data addresses that hold the same version (full holders), in order: when
+   * `from` stops serving it mid-pull (retired or gone: status 2 or 1), the
+   * pull goes on from the next one, keeping the pieces that landed.
+   */
+  fallbacks?: string[]
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
 
 export interface PullResult {
+  /** The data address the pull started from: request.from, or the first fallback that served the manifest. */
+  from: string
   model: string
   version: number
   /** Bytes of the slices this pull produced (needed bytes, including those already stored). */
@@ -56,10 +72,12 @@ export interface PullResult {
   keys: string[]
   refetchedPieces: number
   reconnects: number
+  /** Addresses the pull moved on to after `from` stopped serving the version (request.fallbacks). */
+  switchedTo: string[]
 }
 
 export interface PullerOptions {
-  /** Window of a sliced piece, bytes. */
+  /** Window of a sliced piece, bytes (from a partial holder: the manifest's chunkBytes, its checksum windows). */
   chunkBytes: number
   /** Requests in flight per connection. Default 2. */
   pipelineDepth?: number
@@ -74,7 +92,7 @@ export interface PullerOptions {
 export interface PullerComponents {
   stateManager: StateManager
   connector: WeightStreamConnector
-  /** Where a complete (unsliced) pull is registered so this agent serves it too. */
+  /** Where a pull is registered so this agent serves it too: a complete one as a version, a sliced one as a partial holding. */
   versions?: VersionStore
   logger: Logger
 }
@@ -97,6 +115,21 @@ export function sliceKey (model: string, version: number, manifest: WeightsManif
   return weightsKey(model, `${slice.name}.tp${layout!.tp}-r${layout!.rank}`, t.dtype, slice.shape, version)
 }
 
+/**
+ * A partial holder serves one (layout, rank): a pull of another layout, or of
+ * the whole version, is refused before any byte moves.
+ */
+function checkPartialSource (from: string, manifest: WeightsManifest, holding: PartialHolding, layout: TargetLayout | undefined, slices: TensorSlice[]): void {
+  const holds = `${from} holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}`
+  if (layout === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `${holds}, not the whole version; pull it from a full holder`)
+  const wanted = layoutId(layout)
+  const same = wanted === holding.layout && slices.length === holding.slices.length && slices.every((s, i) => {
+    const h = holding.slices[i]!
+    return h.index === s.index && h.dim === s.dim && h.bytes === s.bytes && h.ranges.length === s.ranges.length && h.ranges.every((r, j) => r.start === s.ranges[j]!.start && r.count === s.ranges[j]!.count)
+  })
+  if (!same) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `${holds}; this pull asks for tp ${layout.tp} rank ${layout.rank} (layout ${wanted}): pull it from a full holder or a holder of that layout`)
+}
+
 export function createPuller (options: PullerOptions, components: PullerComponents): Puller {
   const { stateManager: sm, connector, logger } = components
   const depth = options.pipelineDepth ?? 2
@@ -106,18 +139,42 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
   async function pullOnce (request: PullRequest, began: number): Promise<PullResult> {
     if (!Number.isSafeInteger(request.streams) || request.streams < 1 || request.streams > 64) throw new AgentError('ERR_BAD_REQUEST', `streams must be 1..64, got ${request.streams}`)
-    const first = await connector.open(request.from, request.signal !== undefined ? { signal: request.signal } : {})
-    let manifest: WeightsManifest
+    // The first source that answers the manifest; one that is gone or no longer has the version hands over to the next fallback.
+    const fallbacks = [...(request.fallbacks ?? [])]
+    let source = request.from
+    let first: WeightStream | undefined
+    let manifest!: WeightsManifest
+    for (;;) {
+      try {
+        first = await connector.open(source, request.signal !== undefined ? { signal: request.signal } : {})
+        manifest = await first.manifest(request.model, request.version)
+        break
+      } catch (err) {
+        first?.close()
+        first = undefined
+        const code = (err as AgentError).code
+        const sourceLost = code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_WEIGHTS_TRANSFER'
+        const next = sourceLost && request.signal?.aborted !== true ? fallbacks.shift() : undefined
+        if (next === undefined) throw err
+        logger.warn({ model: request.model, from: source, to: next, err: (err as Error).message }, 'weights source did not serve the manifest: trying another holder')
+        source = next
+      }
+    }
+    const version = manifest.version
+    const startedFrom = source
+    let layout: TargetLayout | undefined
+    let slices: TensorSlice[]
     try {
-      manifest = await first.manifest(request.model, request.version)
+      layout = typeof request.layout === 'function' ? request.layout(manifest) : request.layout
+      const tensors = manifest.tensors.map(t => ({ name: t.name, shape: t.shape, elementBytes: dtypeBytes[t.dtype] }))
+      slices = layout !== undefined ? planReshard(tensors, layout) : planReshard(tensors, { tp: 1, rank: 0, rules: [] })
+      if (manifest.partial !== undefined) checkPartialSource(source, manifest, manifest.partial, layout, slices)
     } catch (err) {
       first.close()
       throw err
     }
-    const version = manifest.version
-    const layout = typeof request.layout === 'function' ? request.layout(manifest) : request.layout
-    const tensors = manifest.tensors.map(t => ({ name: t.name, shape: t.shape, elementBytes: dtypeBytes[t.dtype] }))
-    const slices = layout !== undefined ? planReshard(tensors, layout) : planReshard(tensors, { tp: 1, rank: 0, rules: [] })
+    const partial = manifest.partial
+    const switchedTo: string[] = []
     const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
     const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
     const scratches: Array<ScratchBytes | undefined> = []
@@ -127,7 +184,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     let bytesReceived = 0
     let refetchedPieces = 0
     let reconnects = 0
-    const step = (s: TensorSlice): number => s.dim === null ? manifest.chunkBytes : chunkBytes
+    const step = (s: TensorSlice): number => s.dim === null || partial !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
     try {
       for (let i = 0; i < slices.length; i++) {
         const s = slices[i]!
@@ -151,6 +208,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
       async function connection (initial: WeightStream | undefined): Promise<void> {
         let stream = initial
+        let streamFrom = startedFrom
         try {
           await fetchOver()
         } finally {
@@ -163,22 +221,35 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           while (failure === undefined && remaining > 0) {
             if (stream === undefined || stream.closed) {
               if (stream !== undefined) {
-                if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${request.from}`)
+                if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${source}`)
                 reconnects++
                 await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
               }
               try {
-                stream = await connector.open(request.from)
+                streamFrom = source
+                stream = await connector.open(source)
               } catch (err) {
                 if ((err as AgentError).code === 'ERR_WEIGHTS_AUTH') throw err
                 lastError = err as Error
-                if (++failures > maxReconnects) throw err
+                stream = undefined // one failure counted per failed open
+                if (++failures > maxReconnects) {
+                  // The source is gone (not just one connection): go on from the next holder, if any.
+                  const next = streamFrom === source ? fallbacks.shift() : undefined
+                  if (next === undefined && streamFrom === source) throw err
+                  if (next !== undefined) {
+                    logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, 'weights source unreachable: resuming from another holder')
+                    source = next
+                    switchedTo.push(next)
+                  }
+                  failures = 0
+                  continue
+                }
                 await new Promise(resolve => setTimeout(resolve, Math.min(2000, 50 * 2 ** failures)))
                 continue
               }
             }
             const s = stream
-            await Promise.all(Array.from({ length: depth }, () => lane(s, () => { failures = 0 }).catch(err => { lastError = err as Error })))
+            await Promise.all(Array.from({ length: depth }, () => lane(s, streamFrom, () => { failures = 0 }).catch(err => { lastError = err as Error })))
             if (failure !== undefined) return
             if (!s.closed && remaining > 0 && again.length === 0 && nextPiece >= pieces.length) return // others hold the rest
             if (lastError !== undefined && !s.closed) s.close()
@@ -187,7 +258,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
 
       /** Fetches pieces over one stream until the queue is empty or the stream fails (its piece goes back). */
-      async function lane (stream: WeightStream, landed: () => void): Promise<void> {
+      async function lane (stream: WeightStream, from: string, landed: () => void): Promise<void> {
         for (let piece = take(); piece !== undefined; piece = take()) {
           if (failure !== undefined) { again.push(piece); return }
           const s = slices[piece.slice]!
@@ -200,12 +271,28 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           } catch (err) {
             again.push(piece)
             const code = (err as AgentError).code
+            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
+              // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
+              if (from !== source) { stream.close(); throw err }
+              const next = fallbacks.shift()
+              if (next !== undefined) {
+                logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, 'weights source stopped serving the version: resuming from another holder')
+                source = next
+                switchedTo.push(next)
+                stream.close()
+                throw err
+              }
+            }
             if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
             throw err
           }
           bytesReceived += piece.length
           const got = await checksum({ memory: dst.range.memory, offset: dst.range.offset + piece.offset, length: piece.length })
-          const expected = s.dim === null && piece.offset % manifest.chunkBytes === 0 ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
+          const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
+          // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
+          const expected = s.dim === null && onChunk
+            ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
+            : partial !== undefined && onChunk ? partial.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
           if (got !== crc || got !== expected) {
             refetchedPieces++
             logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
@@ -226,12 +313,12 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       const workers = Array.from({ length: Math.min(request.streams, Math.max(1, pieces.length)) }, (_, i) =>
         connection(i === 0 ? first : undefined).catch(err => {
           // A connection that gives up fails the pull only if no other connection is left to finish it.
-          logger.warn({ from: request.from, err: (err as Error).message }, 'weights connection gave up')
+          logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
           return err as Error
         }))
       const settled = Promise.all(workers).then(results => {
         const lastError = results.find((r): r is Error => r instanceof Error)
-        if (remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${request.from} stopped with ${remaining} pieces left`))
+        if (remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${source} stopped with ${remaining} pieces left`))
       })
       try {
         await finished.promise
@@ -248,10 +335,13 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         if (scratch !== undefined) sm.adopt(keys[i]!, scratch)
         resultKeys.push(keys[i]!)
       }
-      if (layout === undefined && components.versions !== undefined) await registerFullCopy(components.versions, manifest, keys)
+      if (components.versions !== undefined) {
+        if (layout === undefined) await registerFullCopy(components.versions, manifest, keys)
+        else await registerPartial(components.versions, manifest, layout, slices, keys)
+      }
       const seconds = (performance.now() - began) / 1000
-      logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects }, 'weights pulled')
-      return { model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects }
+      logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
+      return { from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo }
     } finally {
       for (const s of scratches) s?.release()
       first.close()
@@ -271,6 +361,39 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     } catch (err) {
       reservation.release()
       logger.warn({ err }, 'pulled version not registered for serving')
+    }
+  }
+
+  /**
+   * A rank's slices pulled here are served from here to pullers of the same
+   * (layout, rank) (in memory, like a full copy). Their checksums are taken
+   * from the stored, verified bytes, on the manifest's chunk windows.
+   */
+  async function registerPartial (versions: VersionStore, manifest: WeightsManifest, layout: TargetLayout, slices: TensorSlice[], keys: string[]): Promise<void> {
+    let reservation
+    try {
+      reservation = versions.reserve(manifest.model, manifest.version)
+    } catch {
+      return // this agent already holds the version (whole, or another rank's slices) or a newer one
+    }
+    try {
+      const held: HeldSlice[] = []
+      for (let i = 0; i < slices.length; i++) {
+        const s = slices[i]!
+        let sums: number[] = []
+        if (s.bytes > 0) {
+          const pinned = await sm.readHost(keys[i]!)
+          try { sums = await chunkChecksums(pinned.range, manifest.chunkBytes) } finally { pinned.release() }
+        }
+        held.push({ index: s.index, dim: s.dim, ranges: s.ranges.map(r => ({ start: r.start, count: r.count })), shape: s.shape, bytes: s.bytes, key: s.bytes > 0 ? keys[i]! : '', chunkChecksums: sums })
+      }
+      await versions.commit({
+        ...manifest, ownsKeys: true, durable: false, committedAtMs: Date.now(), tensors: manifest.tensors.map(t => ({ ...t, key: '' })),
+        partial: { layout: layoutId(layout), tp: layout.tp, rank: layout.rank, slices: held },
+      })
+    } catch (err) {
+      reservation.release()
+      logger.warn({ err }, 'pulled slices not registered for serving')
     }
   }
 

@@ -24,6 +24,7 @@
  *                                (replicated tp / kvHeads times)
  * - `kvHeads: K` (with dim 0)    a separate k or v projection: like qkv's k part
  */
+import { createHash } from 'node:crypto'
 import { AgentError } from '../errors.ts'
 
 export interface TensorInfo {
@@ -275,4 +276,15 @@ export function groupRuns (runs: readonly ByteRun[]): StridedRuns[] {
     groups.push({ offset: run.offset, runBytes: run.length, runs: 1, stride: run.length })
   }
   return groups
+}
+
+/**
+ * A layout's identity across agents: `tp<T>-r<R>-<16 hex of sha256 of the
+ * rules in canonical form>`. Two layouts with the same id plan the same
+ * slices of the same tensor table; a partial holder advertises the id of the
+ * (layout, rank) it holds (PROTOCOL.md "Partial holders").
+ */
+export function layoutId (layout: TargetLayout): string {
+  const canonical = layout.rules.map(r => [r.pattern, r.dim, r.vocab ?? null, r.parts ?? null, r.qkv !== undefined ? [r.qkv.heads, r.qkv.kvHeads] : null, r.kvHeads ?? null])
+  return `tp${layout.tp}-r${layout.rank}-${createHash('sha256').update(JSON.stringify(canonical)).digest('hex').slice(0, 16)}`
 }

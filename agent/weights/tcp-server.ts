@@ -11,7 +11,9 @@
  * (`sharedRegion`) may have been changed by its writer after commit: a reply
  * whose checksum the server computes (sliced or unaligned) is sent only after
  * the committed chunks it was taken from verify, else status 6 (corrupt);
- * aligned whole chunks carry the manifest checksum, which the puller checks. A malformed or unauthenticated connection is
+ * aligned whole chunks carry the manifest checksum, which the puller checks.
+ * A version held as one rank's slices (a partial holding) answers only READs
+ * of exactly those slices, from their stored contiguous bytes. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
  */
@@ -28,7 +30,7 @@ import {
 } from './protocol.ts'
 import { groupRuns, sliceRuns } from './reshard.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
-import type { VersionStore, WeightsManifest } from './version-store.ts'
+import type { PartialHolding, VersionStore, WeightsManifest } from './version-store.ts'
 
 export interface TcpWeightServerOptions {
   /** host:port to listen on; port 0 picks a free one. */
@@ -160,7 +162,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         const pull = pulls.get(socket) ?? { remote, model: req.model, version: req.version, bytesSent: 0, connectedAtMs: Date.now() }
         Object.assign(pull, { model: req.model, version: req.version })
         pulls.set(socket, pull)
-        await serveRead(manifest, req, requestId)
+        await (manifest.partial !== undefined ? servePartialRead(manifest, manifest.partial, req, requestId) : serveRead(manifest, req, requestId))
         pull.bytesSent += req.byteLength
       } catch (err) {
         const status = statusOf(err)
@@ -207,6 +209,33 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         } finally {
           scratch.release()
         }
+      } finally {
+        pinned.release()
+      }
+    }
+
+    /**
+     * A READ of a version this agent holds only one rank's slices of: served
+     * only when it names one of those slices exactly (tensor, dim, ranges),
+     * from the slice's stored contiguous bytes (no gather: the bytes a full
+     * holder would gather). Windows on the manifest's chunks carry the
+     * checksum recorded when the slice was pulled; others are computed.
+     */
+    async function servePartialRead (manifest: WeightsManifest, holding: PartialHolding, req: ReadRequest, requestId: number): Promise<void> {
+      const held = holding.slices.find(h => h.index === req.tensorIndex)
+      const same = held !== undefined && held.dim === req.dim && held.ranges.length === req.ranges.length &&
+        held.ranges.every((r, i) => r.start === req.ranges[i]!.start && r.count === req.ranges[i]!.count)
+      if (!same) {
+        const name = manifest.tensors[req.tensorIndex]?.name ?? `#${req.tensorIndex}`
+        throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `this agent holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}, not the slice of ${name} asked for; pull it from a full holder`)
+      }
+      if (req.byteOffset + req.byteLength > held.bytes) throw new AgentError('ERR_BAD_REQUEST', `bytes ${req.byteOffset}..${req.byteOffset + req.byteLength} past the ${held.bytes} bytes of the slice`)
+      const pinned = await sm.readHost(held.key)
+      try {
+        const range: HostRange = { memory: pinned.range.memory, offset: pinned.range.offset + req.byteOffset, length: req.byteLength }
+        const chunk = req.byteOffset / manifest.chunkBytes
+        const aligned = Number.isInteger(chunk) && req.byteLength === Math.min(manifest.chunkBytes, held.bytes - req.byteOffset)
+        await send(Status.ok, requestId, viewHostRange(range), aligned ? held.chunkChecksums[chunk]! : await checksum(range))
       } finally {
         pinned.release()
       }

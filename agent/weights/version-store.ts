@@ -52,6 +52,41 @@ export interface WeightsManifest {
   /** Whether the keys are on NVMe (the version survives a restart). */
   durable: boolean
   tensors: ManifestTensor[]
+  /**
+   * Set when this agent holds only one tensor-parallel rank's slices of the
+   * version (a sliced pull: PROTOCOL.md "Partial holders"). `tensors` is then
+   * the full holder's table (whole-tensor checksums; its `key`s are empty:
+   * nothing of it is stored here whole), and the agent serves READs of
+   * exactly these slices.
+   */
+  partial?: PartialHolding
+}
+
+/** The (layout, rank) slices of a version an agent holds and serves. */
+export interface PartialHolding {
+  /** layoutId(): tp, rank and a digest of the resolved rules. */
+  layout: string
+  tp: number
+  rank: number
+  slices: HeldSlice[]
+}
+
+/** One held slice: what a READ names (tensor index, dim, ranges) and the stored key with its checksums. */
+export interface HeldSlice {
+  index: number
+  dim: number | null
+  ranges: Array<{ start: number, count: number }>
+  shape: number[]
+  bytes: number
+  /** The StateManager key holding the slice's contiguous bytes ('' for a slice of 0 bytes). */
+  key: string
+  /** crc32c of each chunkBytes window of the slice's bytes (the manifest's chunkBytes). */
+  chunkChecksums: number[]
+}
+
+/** The keys a version's manifest names as stored on this agent. */
+export function storedKeysOf (manifest: WeightsManifest): string[] {
+  return manifest.partial !== undefined ? manifest.partial.slices.filter(s => s.key !== '').map(s => s.key) : manifest.tensors.map(t => t.key)
 }
 
 export interface VersionStore {
@@ -120,7 +155,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     await mkdir(join(options.dir, model), { recursive: true })
     await writeFileDurably(join(options.dir, model, 'retired.json'), JSON.stringify({ retiredUpTo: m.retiredUpTo }), 0o640)
     if (manifest.durable) await unlink(manifestFile(model, version)).catch(() => {})
-    if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
+    if (manifest.ownsKeys) await stateManager.drop({ keys: storedKeysOf(manifest) })
     logger.info({ model, version }, 'weights version retired')
     components.changed?.()
   }

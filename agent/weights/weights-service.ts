@@ -14,7 +14,7 @@ import { pickHolder, weightsAdvert } from './holders.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
 import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
 import { createPuller, type PullResult } from './puller.ts'
-import type { LayoutRule, TargetLayout } from './reshard.ts'
+import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull } from './transport.ts'
@@ -52,6 +52,8 @@ export interface PullOptions {
   model: string
   version: number
   layout?: LayoutSpec
+  /** Full holders of the same version to resume from if `from` drops it mid-pull (a pull without `from` gets them from the mesh). */
+  fallbacks?: string[]
   streams?: number
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
@@ -61,9 +63,12 @@ export interface VersionSummary {
   model: string
   version: number
   tensors: number
+  /** Bytes held: the version's, or its slices' for a partial holding. */
   bytes: number
   committedAtMs: number
   durable: boolean
+  /** Set when this agent holds only one (layout, rank)'s slices: tp, rank and layout id. */
+  partial?: { layout: string, tp: number, rank: number }
 }
 
 export interface PullInProgress {
@@ -123,12 +128,14 @@ export function createWeightsService (options: WeightsServiceOptions, components
     discardRegion: name => publisher.discardRegion(name),
     publish: request => publisher.publish(request),
     async pull (o) {
-      const from = o.from ?? holderOf(o.model, o.version)
+      const chosen = o.from !== undefined ? { address: o.from, fallbacks: o.fallbacks ?? [] } : holderOf(o.model, o.version, o.layout)
+      const from = chosen.address
       const progress: PullInProgress = { from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
       pulling.add(progress)
       try {
         return await puller.pull({
           from,
+          fallbacks: chosen.fallbacks,
           model: o.model,
           version: o.version,
           streams: o.streams ?? options.streams,
@@ -141,22 +148,33 @@ export function createWeightsService (options: WeightsServiceOptions, components
       }
     },
     list: () => ({
-      versions: versions.list().map(m => ({ model: m.model, version: m.version, tensors: m.tensors.length, bytes: m.totalBytes, committedAtMs: m.committedAtMs, durable: m.durable })),
+      versions: versions.list().map(m => ({
+        model: m.model, version: m.version, committedAtMs: m.committedAtMs, durable: m.durable,
+        tensors: m.tensors.length, bytes: m.partial !== undefined ? m.partial.slices.reduce((a, s) => a + s.bytes, 0) : m.totalBytes,
+        ...(m.partial !== undefined ? { partial: { layout: m.partial.layout, tp: m.partial.tp, rank: m.partial.rank } } : {}),
+      })),
       pulls: server.activePulls(),
       pulling: [...pulling].map(p => ({ ...p })),
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),
-    advert: () => weightsAdvert(server.address, versions.list()),
+    advert: () => weightsAdvert(server.address, versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) }))),
   }
 
-  /** The data address of an alive peer advertising the version (the highest one for latest). */
-  function holderOf (model: string, version: number): string {
+  /**
+   * The data address of an alive peer advertising the version (the highest
+   * one for latest), and the full holders to fall back on. A layout given by
+   * rules has a layout id before any manifest is read, so holders of exactly
+   * its slices qualify; a preset's rules depend on the manifest's metadata,
+   * so such pulls go to full holders.
+   */
+  function holderOf (model: string, version: number, layout: LayoutSpec | undefined): { address: string, fallbacks: string[] } {
     const peers = components.meshPeers?.()
     if (peers === undefined) throw new AgentError('ERR_MESH_UNAVAILABLE', 'a pull without a serving agent\'s address (from) finds one in the mesh, which is not running on this agent')
-    const holder = pickHolder(peers, model, version)
-    logger.info({ model, version, holder: holder.node, address: holder.address, advertised: holder.version }, 'weights holder chosen from the mesh')
-    return holder.address
+    const id = layout?.rules !== undefined ? layoutId({ tp: layout.tp, rank: layout.rank, rules: layout.rules }) : undefined
+    const holder = pickHolder(peers, model, version, Math.random, id)
+    logger.info({ model, version, holder: holder.node, address: holder.address, advertised: holder.version, layout: holder.layout ?? null }, 'weights holder chosen from the mesh')
+    return holder
   }
 }
 

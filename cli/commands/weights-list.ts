@@ -6,14 +6,15 @@ export const weightsListCommand: Command = {
   summary: 'weight versions on this agent, the data address, who is pulling from it, and pulls in progress',
   async run ({ client, signal }) {
     const body = await client.weights({ signal })
-    const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString()])
+    // HOLDS: the whole version, or only one (layout, rank)'s slices (a sliced pull, served to pullers of that layout).
+    const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.partial !== undefined ? `tp ${v.partial.tp} rank ${v.partial.rank} (${v.partial.layout})` : 'all', v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString()])
     const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
     const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
     return {
       json: body,
       human: [
         `data server ${body.address}`,
-        versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'DURABLE', 'COMMITTED'], versions) : 'no versions',
+        versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'HOLDS', 'DURABLE', 'COMMITTED'], versions) : 'no versions',
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
         ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
       ].join('\n\n'),

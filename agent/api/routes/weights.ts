@@ -45,15 +45,26 @@ const PullBody = Type.Object({
 }, { additionalProperties: false })
 const RetireBody = Type.Object({ model: Model, version: uint }, { additionalProperties: false })
 const PullResultSchema = Type.Object({
+  from: Type.String({ description: 'data address the pull started from (given, or the holder chosen from the mesh)' }),
   model: Type.String(), version: uint, bytes: uint, bytesReceived: uint, seconds: Type.Number(), tensors: uint, keys: Type.Array(Type.String()), refetchedPieces: uint, reconnects: uint,
+  switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),
 })
 const ManifestSchema = Type.Object({
   model: Type.String(), version: uint, chunkBytes: uint, totalBytes: uint, committedAtMs: uint, metadata: Metadata, ownsKeys: Type.Boolean(), durable: Type.Boolean(),
   tensors: Type.Array(Type.Object({ name: Type.String(), dtype: Type.String(), shape: Type.Array(uint), bytes: uint, key: Type.String(), chunkChecksums: Type.Array(uint) })),
+  partial: Type.Optional(Type.Object({
+    layout: Type.String(), tp: uint, rank: uint,
+    slices: Type.Array(Type.Object({
+      index: uint, dim: Type.Union([uint, Type.Null()]), ranges: Type.Array(Type.Object({ start: uint, count: uint })), shape: Type.Array(uint), bytes: uint, key: Type.String(), chunkChecksums: Type.Array(uint),
+    })),
+  }, { description: 'set when this agent holds only these (layout, rank) slices: tensors is then the full holder\'s table (keys empty)' })),
 })
 const ListSchema = Type.Object({
   address: Type.String(),
-  versions: Type.Array(Type.Object({ model: Type.String(), version: uint, tensors: uint, bytes: uint, committedAtMs: uint, durable: Type.Boolean() })),
+  versions: Type.Array(Type.Object({
+    model: Type.String(), version: uint, tensors: uint, bytes: uint, committedAtMs: uint, durable: Type.Boolean(),
+    partial: Type.Optional(Type.Object({ layout: Type.String(), tp: uint, rank: uint }, { description: 'set when this agent holds and serves only these (layout, rank) slices of the version' })),
+  })),
   pulls: Type.Array(Type.Object({ remote: Type.String(), model: Type.String(), version: uint, bytesSent: uint, connectedAtMs: uint }), { description: 'connections pulling from this agent' }),
   pulling: Type.Array(Type.Object({ from: Type.String(), model: Type.String(), version: Type.Union([uint, Type.Literal('latest')]), doneBytes: uint, totalBytes: uint }), { description: 'pulls this agent is making' }),
 })

@@ -51,3 +51,26 @@ t.test('publish, list, manifest, pull with a layout, retire; bad input answers 4
   t.same(await bad(apiA, '/v1/weights/retire', { model: 'm', version: 0 }), { status: 200, code: undefined })
   t.same(await bad(apiB, '/v1/weights/pull', { from: a.weights.address(), model: 'm', version: 0 }), { status: 410, code: 'ERR_WEIGHTS_RETIRED' })
 })
+
+t.test('POST /v1/weights/regions refuses what the publish could not take, with a code and no object left in /dev/shm', async t => {
+  const { readdirSync, statfsSync } = await import('node:fs')
+  const a = await weightsNode(t, sharedKey())
+  const api = await app(a.weights)
+  const objects = (): string[] => readdirSync('/dev/shm').filter(n => n.startsWith('agentd-weights-'))
+  const before = new Set(objects())
+  const fs = statfsSync('/dev/shm')
+  const cases: Array<[unknown, number, string, RegExp]> = [
+    [[{ name: 'huge.weight', dtype: 'u8', shape: [2 * fs.bavail * fs.bsize] }], 507, 'ERR_TIER_FULL', /does not fit in \/dev\/shm/],
+    [[{ name: 'a', dtype: 'f32', shape: [0] }], 400, 'ERR_BAD_REQUEST', /positive integers/],
+    [[{ name: 'a', dtype: 'f32', shape: [-1] }], 400, 'ERR_BAD_REQUEST', /shape/],
+    [[{ name: 'a', dtype: 'f99', shape: [4] }], 400, 'ERR_BAD_REQUEST', /unknown dtype/],
+    [[{ name: 'a', dtype: 'f32', shape: [4] }, { name: 'a', dtype: 'f32', shape: [4] }], 400, 'ERR_BAD_REQUEST', /appears twice/],
+    [[], 400, 'ERR_BAD_REQUEST', /tensors/],
+  ]
+  for (const [tensors, status, code, message] of cases) {
+    const res = await api.inject({ method: 'POST', url: '/v1/weights/regions', payload: { model: 'r', tensors } })
+    t.equal(res.statusCode, status, JSON.stringify(tensors).slice(0, 80))
+    t.match(res.json(), { error: { code, message } })
+  }
+  t.same(objects().filter(n => !before.has(n)), [], 'no object left in /dev/shm')
+})

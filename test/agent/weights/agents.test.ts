@@ -60,6 +60,24 @@ if (!capabilities.addon.loaded) {
     t.equal(sliced.code, 0, sliced.stderr)
     t.equal(JSON.parse(sliced.stdout).bytes, tensors[0]!.data.length / 2 + tensors[1]!.data.length, 'rank 1 of 2: half the row-parallel tensor plus the replicated norm')
 
+    // D (same key) pulls rank 1 from B (which holds the whole version too), then serves exactly those slices.
+    const dDir = tempDir(t)
+    const d = await spawnAgent(t, { stateDir: dDir, args: args(dDir, keyFile) })
+    const bAddress = (await b.client.status()).weights?.address
+    const fromB = await d.client.call('POST', '/v1/weights/pull', { from: bAddress, model: 'm', version: 0, layout: { tp: 2, rank: 1, preset: 'llama' } }) as { keys: string[], bytesReceived: number }
+    t.equal(fromB.bytesReceived, tensors[0]!.data.length / 2 + tensors[1]!.data.length)
+    const onloaded = async (agent: typeof a, k: string, bytes: number): Promise<Buffer> => {
+      const name = makeShm(t, bytes)
+      await agent.client.call('POST', '/v1/state/onload', { tensors: [{ key: k, target: { kind: 'shm', name, offset: 0 } }] })
+      return readFileSync(`/dev/shm/${name}`)
+    }
+    const half = tensors[0]!.data.length / 2
+    t.ok((await onloaded(d, fromB.keys[0]!, half)).equals(await onloaded(b, fromB.keys[0]!, half)), 'the slice D pulled from B equals B\'s')
+    const dAddress = (await d.client.status()).weights?.address
+    const whole = await ctl(b, '--json', 'weights', 'pull', '--from', dAddress!, '--model', 'm', '--version', '0')
+    t.match(JSON.parse(whole.stdout || whole.stderr), { error: { code: 'ERR_WEIGHTS_NOT_FOUND', message: /holds only the tp 2 rank 1 slices/ } }, 'D refuses the whole version')
+    t.match((await ctl(d, 'weights', 'list')).stdout, /m\s+0\s+2\s+\S+ \S+\s+tp 2 rank 1 \(tp2-r1-/, 'D lists what it holds')
+
     const list = await ctl(a, 'weights', 'list')
     t.match(list.stdout, /m\s+0\s+2/)
     const refused = await ctl(c, '--json', 'weights', 'pull', '--from', address!, '--model', 'm')

@@ -7,7 +7,7 @@ import type { PeerView } from '../../../mesh/mesh-views.ts'
 
 const peerId = (n: number): string => `12D3KooW${String(n).padStart(44, 'A')}`
 
-function peer (n: number, state: PeerView['state'], weightsAddress: string | undefined, weights: Array<{ model: string, version: number }>): PeerView {
+function peer (n: number, state: PeerView['state'], weightsAddress: string | undefined, weights: Array<{ model: string, version: number, layout?: string }>): PeerView {
   const record: AvailabilityRecord = {
     kind: 'record', from: peerId(n), node: `n${n}`, incarnation: 1, seq: 1, publishedAtMs: 0,
     addresses: { mesh: [`/ip4/10.0.0.${n}/tcp/7460/p2p/${peerId(n)}`], ...(weightsAddress !== undefined ? { weights: weightsAddress } : {}) },
@@ -60,4 +60,25 @@ t.test('holders: alive peers advertising the model, the highest version for late
   t.equal(pickHolder(peers, 'qwen', -1).address, '10.0.0.3:7461')
   t.throws(() => pickHolder(peers, 'llama', 8), { code: 'ERR_WEIGHTS_NOT_FOUND', message: /no alive agent in the mesh advertises version 8 of model llama \(7 peers known\).*--from/ })
   t.throws(() => pickHolder([], 'llama', -1), { code: 'ERR_WEIGHTS_NOT_FOUND', message: /advertises model llama \(0 peers/ })
+})
+
+t.test('a pull of a layout prefers holders of exactly its slices, with the full holders of that version as fallbacks', async t => {
+  const peers = [
+    peer(1, 'alive', '10.0.0.1:7461', [{ model: 'm', version: 3 }]),
+    peer(2, 'alive', '10.0.0.2:7461', [{ model: 'm', version: 3, layout: 'tp2-r0-aaaa' }]),
+    peer(3, 'alive', '10.0.0.3:7461', [{ model: 'm', version: 3, layout: 'tp2-r1-bbbb' }]),
+    peer(4, 'alive', '10.0.0.4:7461', [{ model: 'm', version: 3 }]),
+    peer(5, 'alive', '10.0.0.5:7461', [{ model: 'm', version: 2, layout: 'tp2-r0-aaaa' }, { model: 'm', version: 3, layout: 'tp2-r0-aaaa' }]),
+  ]
+  t.same(findHolders(peers, 'm', 3).map(h => h.node), ['n1', 'n4'], 'a whole pull: full holders only')
+  t.same(findHolders(peers, 'm', 3, 'tp2-r0-aaaa').map(h => [h.node, h.layout ?? null]), [['n1', null], ['n2', 'tp2-r0-aaaa'], ['n4', null], ['n5', 'tp2-r0-aaaa']])
+  const picked = pickHolder(peers, 'm', -1, () => 0.99, 'tp2-r0-aaaa')
+  t.equal(picked.node, 'n5', 'a holder of exactly the layout first')
+  t.same(picked.fallbacks, ['10.0.0.1:7461', '10.0.0.4:7461'], 'full holders of the version to resume from')
+  t.equal(pickHolder(peers, 'm', 3, () => 0, 'tp4-r0-cccc').node, 'n1', 'another layout: a full holder')
+  t.same(pickHolder(peers, 'm', 3, () => 0).fallbacks, ['10.0.0.4:7461'])
+  t.throws(() => pickHolder([peers[2]!], 'm', 3, () => 0, 'tp2-r0-aaaa'), { code: 'ERR_WEIGHTS_NOT_FOUND', message: /whole or as layout tp2-r0-aaaa/ })
+  const advert = weightsAdvert('10.0.0.9:7461', [{ model: 'm', version: 3, layout: 'tp2-r0-aaaa' }, { model: 'm', version: 2 }])
+  t.same(advert.weights, [{ model: 'm', version: 3, layout: 'tp2-r0-aaaa' }, { model: 'm', version: 2 }])
+  t.ok(Value.Check(AvailabilityRecordSchema, { ...peer(9, 'alive', advert.weightsAddress, advert.weights!).record! }), 'the layout passes the record schema')
 })

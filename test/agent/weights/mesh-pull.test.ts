@@ -45,4 +45,26 @@ if (!capabilities.addon.loaded) {
     const missing = await ctl(b, 'weights', 'pull', '--model', 'm', '--version', '7')
     t.match(JSON.parse(missing.stdout || missing.stderr), { error: { code: 'ERR_WEIGHTS_NOT_FOUND', message: /version 7 of model m/ } })
   })
+
+  t.test('a partial holder advertises its layout; a mesh pull of that layout takes it from there, and another layout from the full holder', async t => {
+    const mesh = await startTestMesh(t, { nodes: 3, args: ['--set', 'state.enabled=true', '--set', 'state.hostPoolBytes=33554432', '--set', 'weights.chunkBytes=262144', '--set', 'weights.durable=false'] })
+    const [a, b, c] = mesh.agents as [MeshAgent, MeshAgent, MeshAgent]
+    const tensors = [tensor('model.layers.0.mlp.down_proj.weight', 'bf16', [64, 512], 1), tensor('model.norm.weight', 'f32', [64], 2)]
+    const file = join(mesh.dir, 'm.safetensors')
+    writeSafetensors(file, tensors)
+    t.equal((await runNode(agentctlMain, ['--socket', a.socketPath, 'weights', 'publish', '--model', 'm', '--version', '1', '--from-safetensors', file])).code, 0)
+    const rules = [{ pattern: 'down_proj', dim: 1 }]
+    const aAddress = (await a.client.status()).weights!.address
+    const bAddress = (await b.client.status()).weights!.address
+    const pull = (agent: MeshAgent, body: Record<string, unknown>): Promise<{ from: string, bytes: number, keys: string[] }> => agent.client.call('POST', '/v1/weights/pull', { model: 'm', version: 1, ...body }) as Promise<{ from: string, bytes: number, keys: string[] }>
+    await pull(b, { from: aAddress, layout: { tp: 2, rank: 0, rules } })
+    const layoutOf = (await b.client.call('GET', '/v1/weights') as { versions: Array<{ partial?: { layout: string } }> }).versions[0]!.partial!.layout
+    await mesh.waitFor([c], peers => peers.some(p => p.peerId === b.peerId && p.record?.weights?.some(w => w.version === 1 && w.layout === layoutOf) === true), 15_000, 'C sees B advertise its slices')
+    await mesh.waitFor([c], peers => peers.some(p => p.peerId === a.peerId && p.record?.weights?.some(w => w.version === 1 && w.layout === undefined) === true), 15_000, 'C sees A advertise v1')
+    const same = await pull(c, { layout: { tp: 2, rank: 0, rules } })
+    t.equal(same.from, bAddress, 'the same layout and rank: from the partial holder B')
+    t.equal(same.bytes, tensors[0]!.data.length / 2 + tensors[1]!.data.length)
+    const other = await pull(c, { layout: { tp: 2, rank: 1, rules } })
+    t.equal(other.from, aAddress, 'another rank: from the full holder A')
+  })
 }

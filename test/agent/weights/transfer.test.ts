@@ -78,7 +78,7 @@ t.test('resharded pull (llama preset, tp 4, GQA from the metadata): each rank re
   for (let i = 0; i < expected.length; i++) t.ok((await keyBytes(b.sm, r.keys[i]!)).equals(expected[i]!), `${tensors[i]!.name}: rank ${rank}'s slice`)
   t.match(r.keys[0], /qkv_proj\.weight\.tp4-r3:param@\[0,0\]/, 'a fused multi-range slice is named by its layout')
   t.match(r.keys[1], /o_proj\.weight:param@\[0,96\]\/\[128,32\]:bf16#v1$/, 'a single-range slice keeps its global offsets')
-  t.same(b.weights.list().versions, [], 'a partial pull is not served as a version')
+  t.match(b.weights.list().versions, [{ model: 'llama', version: 1, partial: { tp: 4, rank: 3, layout: /^tp4-r3-/ } }], 'a sliced pull is served as a partial holding (its rank only)')
 })
 
 t.test('publish from a handed-out shm region and from stored keys; bad input leaves nothing behind', async t => {
