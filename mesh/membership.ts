@@ -210,7 +210,11 @@ export function createMembership (options: MembershipOptions, components: Member
       if (e === undefined) return 'unknown'
       if (claim.incarnation < e.incarnation) return 'stale'
       if (claim.kind === 'dead') {
-        if (e.state === 'dead') return 'stale'
+        if (e.state === 'dead') {
+          // The member's own goodbye can arrive after its closed port was noticed: it is the better reason.
+          if (claim.reason === 'left' && claim.from === claim.subject && e.reason !== 'left') { e.reason = 'left'; return 'accepted' }
+          return 'stale'
+        }
         e.incarnation = claim.incarnation
         setState(e, 'dead', claim.reason)
         return 'accepted'

@@ -243,7 +243,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
         health.stop()
         if (started) {
           await publishMessage({ kind: 'dead', from: self, subject: self, incarnation: incarnation.current, reason: 'left', sentAtMs: Date.now() })
-            .then(() => new Promise(resolve => setTimeout(resolve, 50)))
+            .then(() => new Promise(resolve => setTimeout(resolve, 200)))
             .catch(() => {})
         }
         node.removeEventListener('peer:disconnect', onDisconnect)

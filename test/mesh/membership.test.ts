@@ -99,3 +99,16 @@ t.test('dead members are forgotten after the retention period', async t => {
   t.same(events.map(e => e.to), ['alive', 'dead', 'forgotten'])
   m.stop()
 })
+
+t.test('a member\'s own goodbye arriving after its closed port was noticed turns the reason into "left"', async t => {
+  const { m } = setup()
+  m.applyRecord(record(x, 1, 1))
+  t.ok(m.declareDead(x, 'refused'))
+  t.equal(m.get(x)?.reason, 'refused')
+  t.equal(m.applyClaim({ ...claim('dead', y, x, 1), reason: 'left' }), 'stale', 'a third party cannot say "left" for it')
+  t.equal(m.get(x)?.reason, 'refused')
+  t.equal(m.applyClaim({ ...claim('dead', x, x, 1), reason: 'left' }), 'accepted', 'its own goodbye is')
+  t.equal(m.get(x)?.reason, 'left')
+  t.equal(m.get(x)?.state, 'dead')
+  t.equal(m.applyClaim({ ...claim('dead', x, x, 1), reason: 'left' }), 'stale', 'once')
+})
