@@ -62,5 +62,8 @@ t.test('invalid, oversized, forged and stale records are dropped and counted; th
   const bInfo = await b.client.mesh()
   t.same(bInfo.messages.invalid, { oversized: 0, malformed: 0, schema: 0, signature: 0 }, 'invalid messages are not forwarded')
   t.equal((await a.client.status()).subsystems.find(s => s.id === 'mesh')?.state, 'ok', 'the agent carries on')
-  t.equal((await mesh.peerOf(a, b))?.state, 'alive')
+  // With two agents a probe that times out on a loaded machine has no helper to ask, so b may be
+  // suspected for a moment and refute; what must hold is that it stays (or is again) alive, never dead.
+  await mesh.waitFor([a], peers => peers.some(p => p.peerId === b.peerId && p.state === 'alive'), 10_000, 'the other agent to be alive at a')
+  t.not((await mesh.peerOf(a, b))?.state, 'dead', 'the other agent is still a member')
 })
