@@ -5,14 +5,10 @@
  * pre-fault the kernel fails leaves no object, mapping or reservation behind.
  */
 import { readdirSync, statfsSync, truncateSync } from 'node:fs'
-import { join } from 'node:path'
 import t from 'tap'
-import { createStateManager } from '../../../agent/state/state-manager.ts'
 import { createPublisher, type TensorSpec } from '../../../agent/weights/publisher.ts'
-import { createVersionStore } from '../../../agent/weights/version-store.ts'
 import { populateHostRange, type HostRange } from '../../../native/index.ts'
-import { diskDir } from '../../native/helpers.ts'
-import { logger, MiB, sharedKey, weightsNode } from './weights-fixtures.ts'
+import { logger, MiB, sharedKey, versionStoreNode, weightsNode } from './weights-fixtures.ts'
 
 const regionObjects = (): string[] => readdirSync('/dev/shm').filter(n => n.startsWith('agentd-weights-'))
 
@@ -40,15 +36,7 @@ t.test('bad tensor tables and sizes are refused with a clear error; nothing is c
 })
 
 t.test('the namespace quota the publish would apply is checked at hand-out, counting the model\'s other open regions', async t => {
-  const dir = diskDir(t)
-  const sm = createStateManager({
-    hostPoolBytes: 8 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
-    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: { 'weights/q': 3 * MiB }, prefetchHorizonMs: 1000,
-  }, { logger })
-  await sm.start()
-  t.teardown(() => sm.stop())
-  const versions = createVersionStore({ dir: join(dir, 'weights'), retainVersions: 2 }, { stateManager: sm, logger })
-  await versions.load()
+  const { sm, versions, dir } = await versionStoreNode(t, { 'weights/q': 3 * MiB })
   const publisher = createPublisher({ chunkBytes: 65536, durable: false, owner: dir }, { stateManager: sm, versions, logger })
   t.teardown(() => publisher.close())
   const before = new Set(regionObjects())
@@ -66,15 +54,7 @@ t.test('the namespace quota the publish would apply is checked at hand-out, coun
 })
 
 t.test('a pre-fault the kernel refuses fails the hand-out and leaves no object, mapping or reservation', async t => {
-  const dir = diskDir(t)
-  const sm = createStateManager({
-    hostPoolBytes: 8 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
-    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
-  }, { logger })
-  await sm.start()
-  t.teardown(() => sm.stop())
-  const versions = createVersionStore({ dir: join(dir, 'weights'), retainVersions: 2 }, { stateManager: sm, logger })
-  await versions.load()
+  const { sm, versions, dir } = await versionStoreNode(t)
   // The object shrinks under the mapping before its pages are allocated (as when tmpfs runs out):
   // MADV_POPULATE_WRITE of pages past the end fails in the kernel (EFAULT).
   let shrunk = 0

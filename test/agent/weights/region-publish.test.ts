@@ -10,11 +10,10 @@ import { join } from 'node:path'
 import t from 'tap'
 import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
 import { createPublisher, type WeightsRegion } from '../../../agent/weights/publisher.ts'
-import { createVersionStore } from '../../../agent/weights/version-store.ts'
 import { createWeightsService } from '../../../agent/weights/weights-service.ts'
 import { defaultWeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { diskDir, makeShm } from '../../native/helpers.ts'
-import { keyBytes, logger, MiB, sharedKey, tensor, weightsNode, type FixtureTensor } from './weights-fixtures.ts'
+import { keyBytes, logger, MiB, sharedKey, tensor, versionStoreNode, weightsNode, type FixtureTensor } from './weights-fixtures.ts'
 
 const specs = (tensors: FixtureTensor[]): Array<{ name: string, dtype: FixtureTensor['dtype'], shape: number[] }> => tensors.map(x => ({ name: x.name, dtype: x.dtype, shape: x.shape }))
 
@@ -172,15 +171,7 @@ t.test('abandoned regions: discarded, removed at stop, and after a crash by the 
   await t.rejects(a.weights.discardRegion(region.region), { code: 'ERR_WEIGHTS_NOT_FOUND' })
 
   const before = new Set(shmObjects())
-  const dir = diskDir(t)
-  const sm = createStateManager({
-    hostPoolBytes: 8 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
-    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
-  }, { logger })
-  await sm.start()
-  t.teardown(() => sm.stop())
-  const versions = createVersionStore({ dir: join(dir, 'weights'), retainVersions: 2 }, { stateManager: sm, logger })
-  await versions.load()
+  const { sm, versions, dir } = await versionStoreNode(t)
   const publisherOf = (owner: string): ReturnType<typeof createPublisher> => createPublisher({ chunkBytes: 65536, durable: false, owner }, { stateManager: sm, versions, logger })
   const crashed = publisherOf('agent-1') // never closed: a crash
   const other = publisherOf('agent-2')

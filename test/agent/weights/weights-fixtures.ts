@@ -11,6 +11,7 @@ import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
 import { createWeightsService, type WeightsService } from '../../../agent/weights/weights-service.ts'
 import { defaultWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
+import { createVersionStore, type VersionStore } from '../../../agent/weights/version-store.ts'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
 import { diskDir } from '../../native/helpers.ts'
 
@@ -44,6 +45,19 @@ export function writeSafetensors (path: string, tensors: FixtureTensor[], metada
 export const sharedKey = (): Uint8Array => parseClusterKey(generateClusterKey(), 'test key')
 
 export interface NodeFixture { sm: StateManager, weights: WeightsService, dir: string }
+
+/** A small StateManager (8 MiB pool, 64 MiB NVMe) and a loaded version store, for tests that drive the publisher directly; stopped at teardown. */
+export async function versionStoreNode (t: Test, namespaceQuotaBytes: Record<string, number> = {}, dir = diskDir(t)): Promise<{ sm: StateManager, versions: VersionStore, dir: string }> {
+  const sm = createStateManager({
+    hostPoolBytes: 8 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
+    spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes, prefetchHorizonMs: 1000,
+  }, { logger })
+  await sm.start()
+  t.teardown(() => sm.stop())
+  const versions = createVersionStore({ dir: join(dir, 'weights'), retainVersions: 2 }, { stateManager: sm, logger })
+  await versions.load()
+  return { sm, versions, dir }
+}
 
 /** A StateManager plus a weights service on 127.0.0.1:0, stopped at teardown. */
 export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB): Promise<NodeFixture> {
