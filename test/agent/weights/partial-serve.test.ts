@@ -35,6 +35,15 @@ async function published (t: Parameters<typeof weightsNode>[0], key: Uint8Array)
   return a
 }
 
+/** A published version on A and B a partial holder of its tp 2 rank 0 slices (pulled from A); the pull's result is `held`. */
+async function partialHolder (t: Parameters<typeof weightsNode>[0]) {
+  const key = sharedKey()
+  const a = await published(t, key)
+  const b = await weightsNode(t, key)
+  const held = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  return { key, a, b, held }
+}
+
 t.test('C pulls tp 2 rank 0 from B, which pulled it from A: the same keys and bytes as a pull from A; other slices are refused', async t => {
   const key = sharedKey()
   const a = await published(t, key)
@@ -76,10 +85,7 @@ t.test('C pulls tp 2 rank 0 from B, which pulled it from A: the same keys and by
 })
 
 t.test('B retires the version while C pulls from it: C fails clearly, or with A as fallback resumes there without refetching', async t => {
-  const key = sharedKey()
-  const a = await published(t, key)
-  const b = await weightsNode(t, key)
-  await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const { key, a, b } = await partialHolder(t)
   const direct = await weightsNode(t, key)
   const expected = await direct.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
 
@@ -121,10 +127,7 @@ t.test('B retires the version while C pulls from it: C fails clearly, or with A 
 })
 
 t.test('B goes away while C pulls from it: with A as fallback the pull resumes there once B stays unreachable', async t => {
-  const key = sharedKey()
-  const a = await published(t, key)
-  const b = await weightsNode(t, key)
-  await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const { key, a, b } = await partialHolder(t)
   const c = await weightsNode(t, key)
   let closing: Promise<void> | undefined
   const proxy = await tcpProxy(t, b.weights.address(), (chunk, seen) => {
@@ -141,10 +144,7 @@ t.test('B goes away while C pulls from it: with A as fallback the pull resumes t
 })
 
 t.test('the chosen holder no longer has the version when the pull starts: the manifest comes from the fallback', async t => {
-  const key = sharedKey()
-  const a = await published(t, key)
-  const b = await weightsNode(t, key)
-  await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const { key, a, b } = await partialHolder(t)
   await b.weights.retire('m', 1)
   const c = await weightsNode(t, key)
   const r = await c.weights.pull({ from: b.weights.address(), fallbacks: [a.weights.address()], model: 'm', version: 1, layout: layout(0), streams: 2 })
@@ -155,10 +155,7 @@ t.test('the chosen holder no longer has the version when the pull starts: the ma
 })
 
 t.test('bytes that changed on the partial holder after it recorded their checksums are never accepted', async t => {
-  const key = sharedKey()
-  const a = await published(t, key)
-  const b = await weightsNode(t, key)
-  const seeded = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: layout(0), streams: 1 })
+  const { key, a, b, held: seeded } = await partialHolder(t)
   const pinned = await b.sm.readHost(seeded.keys[1]!) // b.weight's column slice on B
   const view = viewHostRange(pinned.range)
   view[300_000] = view[300_000]! ^ 0x01
