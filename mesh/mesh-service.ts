@@ -5,6 +5,9 @@
  *   received message → signed-envelope (size, schema, signature) → membership
  *   (monotonic version, SWIM precedence) → accepted ones are forwarded by
  *   gossipsub, stale ones ignored, invalid ones rejected and counted.
+ *   own record published while no peer listened → again once one subscribes.
+ *   join, and every syncIntervalMs → push-pull state sync with one member
+ *   (state-sync.ts): signed records exchanged directly, applied as above.
  *   membership claims about this agent → refute: raise the incarnation
  *   (persisted) and publish a record at once.
  *   connection closed → probe that member now.
@@ -37,6 +40,7 @@ import { createFailureDetector } from './failure-detector.ts'
 import { createPeerDialer } from './peer-dialer.ts'
 import { createGossipStreamWatchdog } from './gossip-stream-watchdog.ts'
 import { createAvailabilityPublisher, type AvailabilityContributor } from './availability-publisher.ts'
+import { createStateSync, type HeldRecord } from './state-sync.ts'
 import { LatencyWindow, RateWindow } from './mesh-stats.ts'
 import type { MeshInfo, MeshStatus, PeerView } from './mesh-views.ts'
 
@@ -122,10 +126,17 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     dissemination: new LatencyWindow(),
   }
 
+  // The latest accepted record envelope of each member, and this agent's own: what state sync hands out.
+  const envelopes = new Map<string, HeldRecord>()
+  let ownRecord: HeldRecord | undefined
+  // The latest own record reached no peer (published before any connection, e.g. at start): sent again when one subscribes.
+  let ownRecordUnsent = false
   const publishMessage = async (message: MeshMessage): Promise<void> => {
     const data = await encodeEnvelope(message, privateKey)
+    if (message.kind === 'record') ownRecord = { peerId: self, incarnation: message.incarnation, seq: message.seq, envelope: data }
     stats.published.add()
-    await pubsub.publish(meshTopic, data)
+    const { recipients } = await pubsub.publish(meshTopic, data)
+    if (message.kind === 'record') ownRecordUnsent = recipients.length === 0
   }
   const say = (message: MeshMessage): void => {
     void publishMessage(message).catch(err => log.warn({ err, kind: message.kind }, 'mesh publish failed'))
@@ -190,8 +201,9 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   })
 
   let decisionHandler: ((batch: DecisionBatch) => Promise<DecisionVerdict>) | undefined
-  const validate = async (data: Uint8Array): Promise<TopicValidatorResult> => {
-    stats.received.add()
+  /** Gossip's validator, and state sync's (`via: 'sync'`: records only, not counted as received messages). */
+  const validate = async (data: Uint8Array, via: 'gossip' | 'sync' = 'gossip'): Promise<TopicValidatorResult> => {
+    if (via === 'gossip') stats.received.add()
     const decoded = await decodeEnvelope(data, config.maxRecordBytes)
     if (!decoded.ok) {
       stats.invalid[decoded.reason]++
@@ -199,6 +211,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       return TopicValidatorResult.Reject
     }
     const message = decoded.message
+    if (via === 'sync' && message.kind !== 'record') return TopicValidatorResult.Ignore
     if (message.kind === 'decisions') {
       const verdict = decisionHandler === undefined ? 'ignored' : await decisionHandler(message)
       if (verdict === 'stale') stats.stale++
@@ -206,10 +219,33 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     }
     const result = message.kind === 'record' ? membership.applyRecord(message) : membership.applyClaim(message)
     if (result === 'stale') { stats.stale++; return TopicValidatorResult.Ignore }
-    if (message.kind === 'record') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
+    if (message.kind === 'record' && message.from !== self) envelopes.set(message.from, { peerId: message.from, incarnation: message.incarnation, seq: message.seq, envelope: data })
+    if (message.kind === 'record' && via === 'gossip') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
     return TopicValidatorResult.Accept
   }
 
+  const sync = createStateSync({ intervalMs: config.syncIntervalMs }, {
+    node,
+    self,
+    own: () => ownRecord,
+    held () {
+      const listed = new Map(membership.members().map(m => [m.peerId, m.state]))
+      const out: HeldRecord[] = []
+      for (const [peer, held] of envelopes) {
+        const state = listed.get(peer)
+        if (state === undefined) envelopes.delete(peer) // forgotten after its retention
+        else if (state !== 'dead') out.push(held)
+      }
+      return out
+    },
+    livePeers: () => membership.members().filter(m => m.state === 'alive').map(m => m.peerId),
+    apply: async envelope => await validate(envelope, 'sync') === TopicValidatorResult.Accept,
+    log,
+  })
+
+  const onSubscriptionChange = (event: CustomEvent<{ subscriptions: Array<{ topic: string, subscribe: boolean }> }>): void => {
+    if (ownRecordUnsent && event.detail.subscriptions.some(s => s.topic === meshTopic && s.subscribe)) publisher.changed()
+  }
   const onDisconnect = (event: CustomEvent<{ toString(): string }>): void => detector.probeNow(event.detail.toString())
   let stopped: Promise<void> | undefined
   let started = false
@@ -217,8 +253,10 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   return {
     async start ({ signal }) {
       await prober.register()
+      await sync.register()
       pubsub.topicValidators.set(meshTopic, (_peer, message) => validate(message.data))
       node.addEventListener('peer:disconnect', onDisconnect)
+      pubsub.addEventListener('subscription-change', onSubscriptionChange)
       await node.start()
       started = true
       pubsub.subscribe(meshTopic)
@@ -231,12 +269,14 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       dialer.start({ signal })
       gossipWatchdog.start({ signal })
       detector.start({ signal })
+      sync.start({ signal })
       log.info({ peerId: self, addresses: announced(), announce: announce.source, incarnation: incarnation.current, seeds: config.join, clusterKey: cluster.file }, 'mesh started')
     },
 
     stop () {
       stopped ??= (async () => {
         detector.stop()
+        await sync.stop()
         dialer.stop()
         gossipWatchdog.stop()
         publisher.stop()
@@ -247,6 +287,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
             .catch(() => {})
         }
         node.removeEventListener('peer:disconnect', onDisconnect)
+        pubsub.removeEventListener('subscription-change', onSubscriptionChange)
         membership.stop()
         await prober.unregister()
         await node.stop()
@@ -280,6 +321,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
           invalid: { ...stats.invalid },
         },
         dissemination: stats.dissemination.summary(),
+        sync: sync.counts(),
         probes: { ...detector.probes },
         health: { score: health.score, healthy: health.healthy() },
       }

@@ -62,6 +62,11 @@ export const MeshInfoSchema = Type.Object({
     p99Ms: Type.Union([Type.Number(), Type.Null()]),
     maxMs: Type.Union([Type.Number(), Type.Null()]),
   }, { description: 'record receipt time minus the sender\'s publish time, over the last 60 s' }),
+  sync: Type.Object({
+    syncs: Type.Integer({ description: 'push-pull state syncs this agent started that completed' }),
+    failed: Type.Integer(),
+    recordsApplied: Type.Integer({ description: 'records that were news when they arrived by sync' }),
+  }, { description: 'push-pull state sync (state-sync.ts)' }),
   probes: Type.Object({ sent: Type.Integer(), failed: Type.Integer(), discarded: Type.Integer({ description: 'failed while this agent stalled: not held against the member' }) }),
   health: Type.Object({ score: Type.Integer({ description: 'Lifeguard awareness, 0 = healthy' }), healthy: Type.Boolean() }),
 })

@@ -113,6 +113,11 @@ export const MeshSection = Type.Object({
     maximum: 600_000,
     description: 'How often the availability record is re-published even when nothing changed (so a lost message never leaves a peer stale), in milliseconds, in clusters of up to 6 live agents; beyond that the period grows in proportion, so each agent receives about 6 heartbeat records per interval whatever the cluster size. Default: 2000.',
   }),
+  syncIntervalMs: Type.Integer({
+    minimum: 0,
+    maximum: 3_600_000,
+    description: 'Push-pull state sync: besides once right after start (a joiner learns every record at once), every this often with a random live member, the signed records either side lacks are exchanged directly (anti-entropy), in milliseconds; 0 = only after start. Default: 30000 (memberlist: 30 s).',
+  }),
   publishDebounceMs: Type.Integer({
     minimum: 0,
     maximum: 60_000,
@@ -201,6 +206,7 @@ export function defaultConfig (hostname: string): AgentConfig {
       trustedCidrs: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '127.0.0.0/8', 'fc00::/7', '::1/128'],
       preemptible: false,
       heartbeatIntervalMs: 2000,
+      syncIntervalMs: 30_000,
       publishDebounceMs: 100,
       probeIntervalMs: 500,
       probeTimeoutMs: 300,

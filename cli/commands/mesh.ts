@@ -23,6 +23,7 @@ export function renderMesh (m: MeshInfo): string {
     `messages     published ${m.messages.published.total} (${m.messages.published.perSecond}/s), received ${m.messages.received.total} (${m.messages.received.perSecond}/s), stale ${m.messages.stale}`,
     `invalid      oversized ${m.messages.invalid.oversized}, malformed ${m.messages.invalid.malformed}, schema ${m.messages.invalid.schema}, signature ${m.messages.invalid.signature}`,
     `records      dissemination p50 ${ms(m.dissemination.p50Ms)}, p99 ${ms(m.dissemination.p99Ms)} (${m.dissemination.samples} records in the last minute)`,
+    `state sync   ${m.sync.syncs} done, ${m.sync.failed} failed, ${m.sync.recordsApplied} records were new`,
     `probes       ${m.probes.sent} sent, ${m.probes.failed} failed, ${m.probes.discarded} discarded while stalled; health ${m.health.healthy ? 'ok' : 'degraded'} (score ${m.health.score})`,
   ]
   for (const s of m.seeds) lines.push(`seed         ${s.address} ${s.connected ? 'connected' : `not connected (${s.failures} failed dials)`}`)
