@@ -4,7 +4,9 @@
  * places on this agent (its peer id), started and stopped to match every
  * applied decision. It reports its capacity and live workers to the leader
  * every heartbeatIntervalMs (the leader's lease check; one report in flight
- * at a time, each numbered: reportSeq), and a worker that exits at once
+ * at a time, each numbered: reportSeq) when the agent has stages configured
+ * (an agent without any is not a candidate for workers and stays silent),
+ * and a worker that exits at once
  * (`reward.worker-lost`: its request is retried elsewhere).
  *
  * Workers: slot i of stage s is `<node name>/<s>/<i>`, environment
@@ -238,10 +240,14 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     start ({ signal }) {
       unsubscribe = components.onApplied(d => { if (d.kind === rewardWorkersKind) applyPayload(d.payload) })
       applyPayload(components.desiredState()[rewardWorkersKind])
-      // A worker that stopped while others were still stopping may be wanted again.
-      heartbeat = setInterval(() => { reconcile(); sendHeartbeat() }, options.heartbeatIntervalMs)
-      heartbeat.unref()
-      sendHeartbeat()
+      // An agent without stages offers the leader nothing and runs no worker, so it does not report:
+      // every agent of a cluster reporting twice a second to the leader was most of an idle leader's traffic.
+      if (options.stages.length > 0) {
+        // A worker that stopped while others were still stopping may be wanted again.
+        heartbeat = setInterval(() => { reconcile(); sendHeartbeat() }, options.heartbeatIntervalMs)
+        heartbeat.unref()
+        sendHeartbeat()
+      }
       signal.addEventListener('abort', () => { void this.stop() }, { once: true })
     },
 

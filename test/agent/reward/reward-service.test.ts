@@ -52,3 +52,30 @@ t.test('a worker past its lease\'s stage timeout is terminated and restarted', a
   controller.abort()
   await service.stop()
 })
+
+t.test('an agent without stages does not report to the leader; one with stages does', async t => {
+  const calls = async (stages: typeof defaultRewardConfig.stages): Promise<string[]> => {
+    const methods: string[] = []
+    const service = createRewardService({
+      config: { ...defaultRewardConfig, stages, heartbeatIntervalMs: 50, leaseTimeoutMs: 1000 },
+      socketPath: '/nonexistent.sock', nodeName: 'node', detectedCpuCores: 2, gpus: 0,
+    }, {
+      logger: pino({ level: 'silent' }),
+      selfId: 'self',
+      leader: {
+        async callLeader (method: string) { methods.push(method); return { ok: true } },
+        desiredState: () => ({}),
+        onApplied: () => () => {},
+      } as any,
+    })
+    const controller = new AbortController()
+    await service.start({ signal: controller.signal })
+    await sleep(300)
+    controller.abort()
+    await service.stop()
+    return methods
+  }
+  t.same(await calls([]), [], 'no stages: no heartbeat in 300 ms (6 periods)')
+  const withStage = await calls([{ name: 'judge', resource: 'cpu', command: ['sleep', '600'], coresPerWorker: 1, timeoutMs: 200 }])
+  t.ok(withStage.filter(m => m === 'reward.heartbeat').length >= 3, `a stage: heartbeats every period (${withStage.length} calls)`)
+})
