@@ -1,9 +1,10 @@
 /**
  * CPU profile of one idle agent in an N-agent cluster (built agents, loopback):
  *
- *   node test/bench/mesh-profile.bench.ts [nodes=20] [idleS=30] [outDir=.]
+ *   node test/bench/mesh-profile.bench.ts [nodes=20] [idleS=30] [outDir=.] [servers=3]
  *
- * N−1 agents start as in the mesh bench, the N-th with --cpu-prof; once all
+ * N−1 agents start as in the mesh bench (`servers` election servers, the
+ * rest clients; servers=0: every agent a --dev agent leading itself), the N-th with --cpu-prof; once all
  * converged and settled for 5 s it idles idleS seconds and is stopped
  * (SIGTERM, so the profile is written). Prints the idle window's self time by
  * package and the top functions (samples before the window are left out).
@@ -16,6 +17,7 @@ import { startTestMesh } from '../helpers/test-mesh.ts'
 const nodes = Number(process.argv[2] ?? 20)
 const idleS = Number(process.argv[3] ?? 30)
 const outDir = resolve(process.argv[4] ?? '.')
+const servers = Number(process.argv[5] ?? 3)
 
 interface ProfileNode { id: number, callFrame: { functionName: string, url: string, lineNumber: number }, children?: number[] }
 interface Profile { nodes: ProfileNode[], startTime: number, samples: number[], timeDeltas: number[] }
@@ -25,7 +27,7 @@ const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
 let windowStartMs = 0
 let windowEndMs = 0
 try {
-  const mesh = await startTestMesh(t, { nodes: nodes - 1, built: true, convergeTimeoutMs: 220_000 })
+  const mesh = await startTestMesh(t, { nodes: nodes - 1, built: true, convergeTimeoutMs: 220_000, ...(servers > 0 ? { clusterServers: Math.min(servers, nodes - 1) } : {}) })
   const profiled = await mesh.addAgent({ name: 'profiled', env: { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${outDir} --cpu-prof-interval=1000` } })
   await mesh.waitConverged(mesh.agents.concat(profiled), 120_000)
   await sleep(5000)
@@ -64,7 +66,9 @@ for (const [id, us] of selfUs) {
   byFn.set(key, (byFn.get(key) ?? 0) + us)
 }
 const pct = (us: number): string => `${(us / 1e6 / windowS * 100).toFixed(3)} %`
-console.log(`profile ${file}, idle window ${windowS.toFixed(1)} s; % of one core`)
+const idleUs = [...selfUs].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((sum, [, us]) => sum + us, 0)
+const totalUs = [...selfUs.values()].reduce((sum, us) => sum + us, 0)
+console.log(`profile ${file}, idle window ${windowS.toFixed(1)} s; % of one core; main thread busy ${pct(totalUs - idleUs)}`)
 for (const [k, us] of [...byPkg].sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`  ${pct(us).padStart(9)}  ${k}`)
 console.log('top functions (self):')
 for (const [k, us] of [...byFn].sort((a, b) => b[1] - a[1]).slice(0, 40)) console.log(`  ${pct(us).padStart(9)}  ${k}`)
