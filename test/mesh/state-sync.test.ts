@@ -57,7 +57,7 @@ t.test('the sync answer holds only signed records newer than the digest; a malfo
   t.same(partial.map(r => r.from), [b.peerId], 'a record the requester holds a newer version of is left out')
 
   for (const bad of [{ digest: [] }, { digest: { x: [1] } }, { digest: { x: [-1, 0] } }, 'hello', null]) {
-    await t.rejects(ask(bad), undefined, `refused: ${JSON.stringify(bad)}`)
+    await t.rejects(ask(bad), `refused: ${JSON.stringify(bad)}`)
   }
   const after = await a.client.meshPeers()
   t.same(after.peers.map(p => [p.peerId, p.state]), [[b.peerId, 'alive']], 'the agent carries on with its view unchanged')
