@@ -6,6 +6,11 @@
  * hardware, or something it requires is not ok) or `failed` (with the error).
  * A failure of a `critical` subsystem aborts start-up: everything already
  * started is stopped again and `startAll` rejects.
+ *
+ * A stop during start-up (a signal while subsystems still start): no further
+ * subsystem is started, the one starting finishes (its signal is aborted) or
+ * fails, and then everything started is stopped; `startAll` resolves, since a
+ * failure caused by the stop is not a start-up failure.
  */
 import type { Logger } from 'pino'
 
@@ -67,6 +72,7 @@ export function createSubsystemRunner (specs: readonly SubsystemSpec[], componen
   const controller = new AbortController()
   const { logger } = components
   let stopping: Promise<void> | undefined
+  let starting: Promise<void> | undefined
 
   const instance = (id: string): Subsystem | undefined => started.find(s => s.id === id)?.subsystem
 
@@ -106,31 +112,44 @@ export function createSubsystemRunner (specs: readonly SubsystemSpec[], componen
     }
   }
 
-  return {
-    async startAll () {
-      for (const spec of specs) {
+  /** Stops what was started, in reverse order, once (stopping ??=). */
+  const stopStarted = (): Promise<void> => {
+    stopping ??= (async () => {
+      for (const { id, subsystem } of started.reverse()) {
         try {
-          await startOne(spec)
+          await subsystem.stop()
         } catch (err) {
-          await this.stopAll()
-          throw err
+          logger.error({ subsystem: id, err }, 'subsystem stop failed')
         }
+        const record = records.get(id)!
+        if (record.state === 'ok') record.state = 'stopped'
       }
-    },
-    stopAll () {
-      stopping ??= (async () => {
-        controller.abort()
-        for (const { id, subsystem } of started.reverse()) {
+    })()
+    return stopping
+  }
+
+  return {
+    startAll () {
+      starting ??= (async () => {
+        for (const spec of specs) {
+          if (controller.signal.aborted) return
           try {
-            await subsystem.stop()
+            await startOne(spec)
           } catch (err) {
-            logger.error({ subsystem: id, err }, 'subsystem stop failed')
+            if (controller.signal.aborted) return
+            controller.abort()
+            await stopStarted()
+            throw err
           }
-          const record = records.get(id)!
-          if (record.state === 'ok') record.state = 'stopped'
         }
       })()
-      return stopping
+      return starting
+    },
+    async stopAll () {
+      controller.abort()
+      // A subsystem still starting is stopped with the others once its start has settled.
+      await starting?.catch(() => {})
+      await stopStarted()
     },
     records: () => specs.map(s => ({ ...records.get(s.id)! })),
     get: <T extends Subsystem>(id: string) => instance(id) as T | undefined,

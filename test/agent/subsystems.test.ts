@@ -101,3 +101,36 @@ t.test('subsystems get an abort signal that fires on stop', async t => {
   await runner.stopAll()
   t.equal(seen?.aborted, true)
 })
+
+t.test('a stop during start-up: the starting subsystem finishes, nothing later starts, all started ones stop, startAll resolves', async t => {
+  const events: string[] = []
+  const slow = Promise.withResolvers<void>()
+  const runner = createSubsystemRunner([
+    recorded(events, 'api'),
+    {
+      id: 'mesh',
+      requires: [],
+      critical: true,
+      async create () {
+        return {
+          async start ({ signal }) {
+            events.push('mesh starting')
+            await slow.promise
+            // What a real subsystem does when stopped mid-start: its start fails.
+            if (signal.aborted) throw new Error('mesh start aborted')
+          },
+          async stop () { events.push('stop mesh') },
+        }
+      },
+    },
+    recorded(events, 'later', [], { critical: true }),
+  ], { logger })
+  const starting = runner.startAll()
+  while (!events.includes('mesh starting')) await new Promise(resolve => setImmediate(resolve))
+  const stopping = runner.stopAll()
+  slow.resolve()
+  await stopping
+  await t.resolves(starting, 'a failure caused by the stop is not a start-up failure')
+  t.same(events, ['start api', 'mesh starting', 'stop mesh', 'stop api'], 'the subsystem that was starting is stopped too; nothing later starts')
+  t.equal(runner.records()[2]!.state, 'pending')
+})
