@@ -6,8 +6,8 @@
  *   (monotonic version, SWIM precedence) → accepted ones are forwarded by
  *   gossipsub, stale ones ignored, invalid ones rejected and counted.
  *   own record published while no peer listened → again once one subscribes.
- *   join, and every syncIntervalMs → push-pull state sync with one member
- *   (state-sync.ts): signed records exchanged directly, applied as above.
+ *   join, and every syncIntervalMs → state sync with one member
+ *   (state-sync.ts): the signed records it holds newer than ours, applied as above.
  *   membership claims about this agent → refute: raise the incarnation
  *   (persisted) and publish a record at once.
  *   connection closed → probe that member now.
@@ -131,9 +131,10 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   let ownRecord: HeldRecord | undefined
   // The latest own record reached no peer (published before any connection, e.g. at start): sent again when one subscribes.
   let ownRecordUnsent = false
+  const heldRecord = (record: AvailabilityRecord, envelope: Uint8Array): HeldRecord => ({ peerId: record.from, incarnation: record.incarnation, seq: record.seq, envelope })
   const publishMessage = async (message: MeshMessage): Promise<void> => {
     const data = await encodeEnvelope(message, privateKey)
-    if (message.kind === 'record') ownRecord = { peerId: self, incarnation: message.incarnation, seq: message.seq, envelope: data }
+    if (message.kind === 'record') ownRecord = heldRecord(message, data)
     stats.published.add()
     const { recipients } = await pubsub.publish(meshTopic, data)
     if (message.kind === 'record') ownRecordUnsent = recipients.length === 0
@@ -219,14 +220,13 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     }
     const result = message.kind === 'record' ? membership.applyRecord(message) : membership.applyClaim(message)
     if (result === 'stale') { stats.stale++; return TopicValidatorResult.Ignore }
-    if (message.kind === 'record' && message.from !== self) envelopes.set(message.from, { peerId: message.from, incarnation: message.incarnation, seq: message.seq, envelope: data })
+    if (message.kind === 'record' && message.from !== self) envelopes.set(message.from, heldRecord(message, data))
     if (message.kind === 'record' && via === 'gossip') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
     return TopicValidatorResult.Accept
   }
 
   const sync = createStateSync({ intervalMs: config.syncIntervalMs }, {
     node,
-    self,
     own: () => ownRecord,
     held () {
       const listed = new Map(membership.members().map(m => [m.peerId, m.state]))

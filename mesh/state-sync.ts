@@ -52,7 +52,6 @@ export interface StateSyncOptions {
 
 export interface StateSyncComponents {
   node: MeshLibp2p
-  self: string
   /** This agent's latest published record, if any yet. */
   own(): HeldRecord | undefined
   /** The latest records of the members this agent holds alive or suspect. */
@@ -117,14 +116,17 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
   }
   const onConnect = (event: CustomEvent<{ toString(): string }>): void => joinSync(event.detail.toString())
 
+  /** One sync with a random live member (the join sync while none has succeeded yet). */
+  const antiEntropy = async (): Promise<void> => {
+    const peers = c.livePeers()
+    const peer = peers[Math.floor(Math.random() * peers.length)]
+    if (peer === undefined) return
+    if (!joined) return joinSync(peer)
+    await syncWith(peer).catch(err => c.log.debug({ peer, err: (err as Error).message }, 'anti-entropy sync failed'))
+  }
   const schedule = (): void => {
     if (options.intervalMs <= 0 || stopped) return
-    timer = setTimeout(() => {
-      const peers = c.livePeers()
-      const peer = peers[Math.floor(Math.random() * peers.length)]
-      const done = peer === undefined ? Promise.resolve() : (joined ? syncWith(peer).then(() => {}) : Promise.resolve(joinSync(peer)))
-      void done.catch(err => c.log.debug({ peer, err: (err as Error).message }, 'anti-entropy sync failed')).finally(schedule)
-    }, options.intervalMs * (0.9 + 0.2 * Math.random()))
+    timer = setTimeout(() => { void antiEntropy().finally(schedule) }, options.intervalMs * (0.9 + 0.2 * Math.random()))
     timer.unref()
   }
 
