@@ -1,13 +1,15 @@
 // State sync (mesh/state-sync.ts) between real agents, and its wire against a peer inside the private network.
 import t from 'tap'
 import { readFileSync } from 'node:fs'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pino from 'pino'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import { lpStream } from '@libp2p/utils'
-import { parseClusterKey } from '../../mesh/cluster-key.ts'
+import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
 import { startMeshNode } from '../helpers/mesh-node.ts'
 import { decodeEnvelope } from '../../mesh/signed-envelope.ts'
-import { syncProtocol } from '../../mesh/state-sync.ts'
+import { createStateSync, syncProtocol, type HeldRecord } from '../../mesh/state-sync.ts'
 import { startTestMesh } from '../helpers/test-mesh.ts'
 
 // Heartbeats every 10 minutes: only the join sync and the re-publication of a record no one heard can make these converge.
@@ -61,4 +63,49 @@ t.test('the sync answer holds only signed records newer than the digest; a malfo
   }
   const after = await a.client.meshPeers()
   t.same(after.peers.map(p => [p.peerId, p.state]), [[b.peerId, 'alive']], 'the agent carries on with its view unchanged')
+})
+
+t.test('after the join sync, each period pulls from a live member what is newer than the digest', async t => {
+  const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
+  const [a, b] = await Promise.all([startMeshNode(t, clusterKey), startMeshNode(t, clusterKey)])
+  const record = (seq: number): HeldRecord => ({ peerId: 'member-x', incarnation: 1, seq, envelope: new TextEncoder().encode(`x@${seq}`) })
+  let onB = record(5)
+  const appliedAtA: string[] = []
+  let heldAtA: HeldRecord[] = []
+  const log = pino({ level: 'silent' })
+  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [onB], livePeers: () => [], apply: async () => false, log })
+  const syncA = createStateSync({ intervalMs: 200 }, {
+    node: a,
+    own: () => undefined,
+    held: () => heldAtA,
+    livePeers: () => [b.peerId.toString()],
+    async apply (envelope) {
+      const text = new TextDecoder().decode(envelope)
+      appliedAtA.push(text)
+      heldAtA = [record(Number(text.split('@')[1]))]
+      return true
+    },
+    log,
+  })
+  await syncB.register()
+  await syncA.register()
+  const controller = new AbortController()
+  t.teardown(() => controller.abort())
+  syncB.start({ signal: controller.signal })
+  syncA.start({ signal: controller.signal })
+  await a.dial(b.getMultiaddrs()[0]!)
+  const until = async (check: () => boolean, what: string): Promise<void> => {
+    for (const deadline = Date.now() + 10_000; !check();) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; applied ${JSON.stringify(appliedAtA)}`)
+      await sleep(20)
+    }
+  }
+  await until(() => appliedAtA.includes('x@5'), 'the join sync')
+  const syncsAfterJoin = syncA.counts().syncs
+  await until(() => syncA.counts().syncs >= syncsAfterJoin + 2, 'two periodic syncs')
+  t.same(appliedAtA, ['x@5'], 'a record the digest already covers is not sent again')
+  onB = record(6)
+  await until(() => appliedAtA.includes('x@6'), 'the newer record')
+  t.same(appliedAtA, ['x@5', 'x@6'], 'the newer version arrives with the next period')
+  t.equal(syncA.counts().failed, 0)
 })
