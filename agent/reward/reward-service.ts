@@ -64,7 +64,9 @@ export function createRewardService (options: RewardServiceOptions, components: 
   // lease's stage timeout (plus a grace for the leader's clock being ahead of
   // ours) has run out. The leader has given the request its timeout result by
   // then; a worker still on it (e.g. generated code in an endless loop) would
-  // hold its CPU or GPU for ever.
+  // hold its CPU or GPU for ever. The watch belongs to the process that
+  // fetched the lease: a worker that crashed and was restarted meanwhile is
+  // not on it, and is left alone.
   const leaseWatch = new Map<string, { leaseId: string, timer: NodeJS.Timeout }>()
   const overrunGraceMs = Math.max(1000, config.heartbeatIntervalMs)
   const unwatch = (workerId: string): void => {
@@ -73,8 +75,10 @@ export function createRewardService (options: RewardServiceOptions, components: 
   }
   const watch = (workerId: string, lease: RewardLease): void => {
     unwatch(workerId)
+    const pid = supervisor.pidOf(workerId)
     const timer = setTimeout(() => {
       leaseWatch.delete(workerId)
+      if (supervisor.pidOf(workerId) !== pid) return
       supervisor.terminate(workerId, `request ${lease.requestId} ran past the ${lease.timeoutMs} ms timeout of stage ${lease.stage}`)
     }, lease.timeoutMs + overrunGraceMs)
     timer.unref()

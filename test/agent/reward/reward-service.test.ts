@@ -49,6 +49,18 @@ t.test('a worker past its lease\'s stage timeout is terminated and restarted', a
   for (const deadline = performance.now() + 5000; (await local())?.state !== 'running' || (await local())?.pid === pidBefore;) { if (performance.now() > deadline) break; await sleep(50) }
   t.match(await local(), { state: 'running', crashes: 0 }, 'restarted, without counting as a crash')
   t.not((await local())!.pid, pidBefore, 'a new process')
+
+  // A worker that crashes on a lease and is restarted: the lease's timer must not kill the new process.
+  await service.fetchWork({ workerId, waitMs: 0 })
+  const crashed = (await local())!.pid
+  process.kill(crashed, 'SIGKILL')
+  for (const deadline = performance.now() + 5000; (await local())?.state !== 'running' || (await local())?.pid === crashed;) { if (performance.now() > deadline) break; await sleep(50) }
+  const restarted = (await local())!.pid
+  t.not(restarted, crashed, 'the crashed worker was restarted')
+  const lostBefore = lost.length
+  await sleep(1500) // past the lease's 200 ms timeout + 1 s grace
+  t.equal((await local())!.pid, restarted, 'the restarted process is left running')
+  t.notOk(lost.slice(lostBefore).some(why => /ran past|SIGKILL/.test(why) && !why.includes(String(crashed))), 'nothing terminated it')
   controller.abort()
   await service.stop()
 })
