@@ -317,9 +317,6 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     async createRegion (model, requested, tensors) {
       checkModelName(model)
       if (!Array.isArray(tensors) || tensors.some(t => typeof t !== 'object' || t === null)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
-      tensors.forEach((t, i) => checkTensor(t, `tensors[${i}]`))
-      checkUniqueNames(tensors)
-      const version = requested ?? versions.nextVersion(model)
       let offset = 0
       const laidOut: RegionTensor[] = tensors.map((t, i) => {
         const bytes = checkTensor(t, `tensors[${i}]`)
@@ -327,6 +324,8 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         offset += Math.ceil(bytes / 4096) * 4096
         return placed
       })
+      checkUniqueNames(tensors)
+      const version = requested ?? versions.nextVersion(model)
       if (!Number.isSafeInteger(offset)) throw new AgentError('ERR_BAD_REQUEST', `the tensors add up to more than ${Number.MAX_SAFE_INTEGER} bytes`)
       const reservation = versions.reserve(model, version)
       // Checked before anything is created, so the trainer learns before writing gigabytes: the quota
