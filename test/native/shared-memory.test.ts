@@ -101,7 +101,9 @@ t.test('populateHostRange faults pages in without changing a byte, holes include
   truncateSync(`/dev/shm/${name}`, 8 * MiB) // a hole after the data
   const shm = openSharedMemory(name)
   t.teardown(() => shm.close())
+  t.ok(statSync(`/dev/shm/${name}`).blocks * 512 < 8 * MiB, 'the hole holds no pages before')
   await populateHostRange(shm.range(100, 8 * MiB - 200)) // unaligned ends are rounded to pages
+  t.ok(statSync(`/dev/shm/${name}`).blocks * 512 >= 8 * MiB, 'every page of the range is allocated, the rounded ends included')
   t.equal(await checksum(shm.range(0, data.length)), await checksumBytes(data), 'the data is unchanged')
   t.equal(await checksum(shm.range(data.length, 8 * MiB - data.length)), await checksumBytes(new Uint8Array(8 * MiB - data.length)), 'the hole reads as zeros')
   t.equal(statSync(`/dev/shm/${name}`).size, 8 * MiB, 'the size is unchanged')
