@@ -19,12 +19,11 @@ import { chunkChecksums } from '../../agent/weights/publisher.ts'
 import { createWeightsService, type WeightsService } from '../../agent/weights/weights-service.ts'
 import { defaultWeightsConfig } from '../../agent/weights/weights-config.ts'
 import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import { median } from './bench-stats.ts'
+import { gbPerSecond, median, MiB } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' }, streams: { type: 'string' }, file: { type: 'boolean' } } })
 /** --file: A publishes from a safetensors file into its pool, so its sliced READs skip the region check of committed chunks. */
 const fromFile = values.file === true
-const MiB = 2 ** 20
 const modelMiB = Number(values['model-mib'] ?? 512)
 const runs = Number(values.runs ?? 5)
 const streams = Number(values.streams ?? 4)
@@ -100,10 +99,9 @@ try {
       await p.sm.drop({ prefix: 'weights/m/' })
     }
   }
-  const gbps = (s: number): string => (seeded.bytes / s / 1e9).toFixed(2)
   console.log(`model ${(total / MiB).toFixed(0)} MiB (${layers} layers) published from a ${fromFile ? 'file' : 'region'}, TP 2 rank 0 = ${(seeded.bytes / MiB).toFixed(0)} MiB, ${streams} streams, medians of ${runs}`)
-  console.log(`  from the full holder A:    ${median(fromA).toFixed(3)} s (${gbps(median(fromA))} GB/s)`)
-  console.log(`  from the partial holder B: ${median(fromB).toFixed(3)} s (${gbps(median(fromB))} GB/s), ratio A/B ${(median(fromA) / median(fromB)).toFixed(2)}`)
+  console.log(`  from the full holder A:    ${median(fromA).toFixed(3)} s (${gbPerSecond(seeded.bytes, median(fromA)).toFixed(2)} GB/s)`)
+  console.log(`  from the partial holder B: ${median(fromB).toFixed(3)} s (${gbPerSecond(seeded.bytes, median(fromB)).toFixed(2)} GB/s), ratio A/B ${(median(fromA) / median(fromB)).toFixed(2)}`)
   console.log(`  registering a holding (checksum pass over the slices): ${median(checksumSeconds).toFixed(3)} s`)
 } finally {
   for (const n of nodes.reverse()) { await n.weights.stop(); await n.sm.stop() }

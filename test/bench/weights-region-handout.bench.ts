@@ -14,8 +14,8 @@ import { pino } from 'pino'
 import { createStateManager } from '../../agent/state/state-manager.ts'
 import { createPublisher } from '../../agent/weights/publisher.ts'
 import { createVersionStore } from '../../agent/weights/version-store.ts'
+import { median, MiB } from './bench-stats.ts'
 const logger = pino({ level: 'silent' })
-const MiB = 2 ** 20
 const dir = mkdtempSync(join(tmpdir(), 'agentd-wrh-'))
 const sm = createStateManager({ hostPoolBytes: 8 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true, spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000 }, { logger })
 await sm.start()
@@ -33,7 +33,6 @@ for (let i = 0; i < 7; i++) {
     await p.discardRegion(r.region)
   }
 }
-const med = (x: number[]) => x.sort((p, q) => p - q)[x.length >> 1]!
-console.log(`${mib} MiB hand-out: populate awaited median ${med(a).toFixed(1)} ms, without populate ${med(b).toFixed(1)} ms (7 runs)`)
+console.log(`${mib} MiB hand-out: populate awaited median ${median(a).toFixed(1)} ms, without populate ${median(b).toFixed(1)} ms (7 runs)`)
 await sm.stop()
 rmSync(dir, { recursive: true, force: true })
