@@ -34,7 +34,7 @@ import { dtypeBytes } from '../state/keys.ts'
 import type { ScratchBytes, StateManager } from '../state/state-manager.ts'
 import { latestVersion, maxReadBytes } from './protocol.ts'
 import { chunkChecksums } from './publisher.ts'
-import { layoutId, planReshard, type TargetLayout, type TensorSlice } from './reshard.ts'
+import { layoutId, planReshard, sameSlice, type TargetLayout, type TensorSlice } from './reshard.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
 
@@ -125,7 +125,7 @@ function checkPartialSource (from: string, manifest: WeightsManifest, holding: P
   const wanted = layoutId(layout)
   const same = wanted === holding.layout && slices.length === holding.slices.length && slices.every((s, i) => {
     const h = holding.slices[i]!
-    return h.index === s.index && h.dim === s.dim && h.bytes === s.bytes && h.ranges.length === s.ranges.length && h.ranges.every((r, j) => r.start === s.ranges[j]!.start && r.count === s.ranges[j]!.count)
+    return h.index === s.index && h.bytes === s.bytes && sameSlice(h, s)
   })
   if (!same) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `${holds}; this pull asks for tp ${layout.tp} rank ${layout.rank} (layout ${wanted}): pull it from a full holder or a holder of that layout`)
 }

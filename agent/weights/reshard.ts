@@ -71,6 +71,11 @@ export interface TensorSlice {
   bytes: number
 }
 
+/** Whether two slices of a tensor cut the same dim into the same ranges, in the same order. */
+export function sameSlice (a: Pick<TensorSlice, 'dim' | 'ranges'>, b: Pick<TensorSlice, 'dim' | 'ranges'>): boolean {
+  return a.dim === b.dim && a.ranges.length === b.ranges.length && a.ranges.every((r, i) => r.start === b.ranges[i]!.start && r.count === b.ranges[i]!.count)
+}
+
 function layoutError (message: string): AgentError {
   return new AgentError('ERR_LAYOUT_INVALID', message)
 }

@@ -28,7 +28,7 @@ import {
   authBytes, decodeAuth, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHello, encodeReplyHeader,
   Op, requestHeaderBytes, Status, type ReadRequest, type StatusCode,
 } from './protocol.ts'
-import { groupRuns, sliceRuns } from './reshard.ts'
+import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
 import type { PartialHolding, VersionStore, WeightsManifest } from './version-store.ts'
 
@@ -223,9 +223,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
      */
     async function servePartialRead (manifest: WeightsManifest, holding: PartialHolding, req: ReadRequest, requestId: number): Promise<void> {
       const held = holding.slices.find(h => h.index === req.tensorIndex)
-      const same = held !== undefined && held.dim === req.dim && held.ranges.length === req.ranges.length &&
-        held.ranges.every((r, i) => r.start === req.ranges[i]!.start && r.count === req.ranges[i]!.count)
-      if (!same) {
+      if (held === undefined || !sameSlice(held, req)) {
         const name = manifest.tensors[req.tensorIndex]?.name ?? `#${req.tensorIndex}`
         throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `this agent holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}, not the slice of ${name} asked for; pull it from a full holder`)
       }
