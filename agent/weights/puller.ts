@@ -175,6 +175,15 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     }
     const partial = manifest.partial
     const switchedTo: string[] = []
+    /** Goes on from the next fallback holder, if one is left: logged and recorded in switchedTo. */
+    const moveToFallback = (err: unknown, message: string): boolean => {
+      const next = fallbacks.shift()
+      if (next === undefined) return false
+      logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, message)
+      source = next
+      switchedTo.push(next)
+      return true
+    }
     const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
     const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
     const scratches: Array<ScratchBytes | undefined> = []
@@ -234,13 +243,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
                 stream = undefined // one failure counted per failed open
                 if (++failures > maxReconnects) {
                   // The source is gone (not just one connection): go on from the next holder, if any.
-                  const next = streamFrom === source ? fallbacks.shift() : undefined
-                  if (next === undefined && streamFrom === source) throw err
-                  if (next !== undefined) {
-                    logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, 'weights source unreachable: resuming from another holder')
-                    source = next
-                    switchedTo.push(next)
-                  }
+                  if (streamFrom === source && !moveToFallback(err, 'weights source unreachable: resuming from another holder')) throw err
                   failures = 0
                   continue
                 }
@@ -274,14 +277,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
             if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
               // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
               if (from !== source) { stream.close(); throw err }
-              const next = fallbacks.shift()
-              if (next !== undefined) {
-                logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, 'weights source stopped serving the version: resuming from another holder')
-                source = next
-                switchedTo.push(next)
-                stream.close()
-                throw err
-              }
+              if (moveToFallback(err, 'weights source stopped serving the version: resuming from another holder')) { stream.close(); throw err }
             }
             if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
             throw err
@@ -350,18 +346,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
   /** A whole version pulled here can be served from here (in memory: not written to NVMe, gone after a restart). */
   async function registerFullCopy (versions: VersionStore, manifest: WeightsManifest, keys: string[]): Promise<void> {
-    let reservation
-    try {
-      reservation = versions.reserve(manifest.model, manifest.version)
-    } catch {
-      return // this agent already knows the version (or a newer one)
-    }
-    try {
-      await versions.commit({ ...manifest, ownsKeys: true, durable: false, committedAtMs: Date.now(), tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) })
-    } catch (err) {
-      reservation.release()
-      logger.warn({ err }, 'pulled version not registered for serving')
-    }
+    await registerForServing(versions, manifest, 'pulled version not registered for serving', () =>
+      versions.commit({ ...manifest, ownsKeys: true, durable: false, committedAtMs: Date.now(), tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) }))
   }
 
   /**
@@ -370,13 +356,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
    * from the stored, verified bytes, on the manifest's chunk windows.
    */
   async function registerPartial (versions: VersionStore, manifest: WeightsManifest, layout: TargetLayout, slices: TensorSlice[], keys: string[]): Promise<void> {
-    let reservation
-    try {
-      reservation = versions.reserve(manifest.model, manifest.version)
-    } catch {
-      return // this agent already holds the version (whole, or another rank's slices) or a newer one
-    }
-    try {
+    await registerForServing(versions, manifest, 'pulled slices not registered for serving', async () => {
       const held: HeldSlice[] = []
       for (let i = 0; i < slices.length; i++) {
         const s = slices[i]!
@@ -391,9 +371,26 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         ...manifest, ownsKeys: true, durable: false, committedAtMs: Date.now(), tensors: manifest.tensors.map(t => ({ ...t, key: '' })),
         partial: { layout: layoutId(layout), tp: layout.tp, rank: layout.rank, slices: held },
       })
+    })
+  }
+
+  /**
+   * Reserves the version and commits it; a failed commit gives the reservation
+   * back and is only logged (the pull itself succeeded). Nothing is done when
+   * this agent already knows the version (whole, or another rank's slices) or a newer one.
+   */
+  async function registerForServing (versions: VersionStore, manifest: WeightsManifest, failed: string, commit: () => Promise<unknown>): Promise<void> {
+    let reservation
+    try {
+      reservation = versions.reserve(manifest.model, manifest.version)
+    } catch {
+      return
+    }
+    try {
+      await commit()
     } catch (err) {
       reservation.release()
-      logger.warn({ err }, 'pulled slices not registered for serving')
+      logger.warn({ err }, failed)
     }
   }
 
