@@ -87,6 +87,15 @@ async function verifyCommitted (manifest: WeightsManifest, tensor: WeightsManife
   }
 }
 
+/**
+ * The manifest chunk a READ's window is, when it is exactly one (its recorded
+ * checksum is sent as is); undefined when the checksum must be computed.
+ */
+function alignedChunk (req: ReadRequest, chunkBytes: number, totalBytes: number): number | undefined {
+  const chunk = req.byteOffset / chunkBytes
+  return Number.isInteger(chunk) && req.byteLength === Math.min(chunkBytes, totalBytes - req.byteOffset) ? chunk : undefined
+}
+
 export function createTcpWeightServer (options: TcpWeightServerOptions, components: TcpWeightServerComponents): WeightServer {
   const { stateManager: sm, versions, auth, logger } = components
   const authTimeoutMs = options.authTimeoutMs ?? 5000
@@ -183,10 +192,9 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         const sub = (offset: number, length: number): HostRange => ({ memory: pinned.range.memory, offset: pinned.range.offset + offset, length })
         if (runs.length === 1 && req.dim === null) {
           const range = sub(runs[0]!.offset, runs[0]!.length)
-          const chunk = req.byteOffset / manifest.chunkBytes
-          const aligned = Number.isInteger(chunk) && req.byteLength === Math.min(manifest.chunkBytes, tensor.bytes - req.byteOffset)
-          const crc = aligned ? tensor.chunkChecksums[chunk]! : await checksum(range)
-          if (!aligned && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, pinned.range, runs[0]!.offset, runs[0]!.offset + runs[0]!.length)
+          const chunk = alignedChunk(req, manifest.chunkBytes, tensor.bytes)
+          const crc = chunk !== undefined ? tensor.chunkChecksums[chunk]! : await checksum(range)
+          if (chunk === undefined && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, pinned.range, runs[0]!.offset, runs[0]!.offset + runs[0]!.length)
           await send(Status.ok, requestId, viewHostRange(range), crc)
           return
         }
@@ -231,9 +239,8 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       const pinned = await sm.readHost(held.key)
       try {
         const range: HostRange = { memory: pinned.range.memory, offset: pinned.range.offset + req.byteOffset, length: req.byteLength }
-        const chunk = req.byteOffset / manifest.chunkBytes
-        const aligned = Number.isInteger(chunk) && req.byteLength === Math.min(manifest.chunkBytes, held.bytes - req.byteOffset)
-        await send(Status.ok, requestId, viewHostRange(range), aligned ? held.chunkChecksums[chunk]! : await checksum(range))
+        const chunk = alignedChunk(req, manifest.chunkBytes, held.bytes)
+        await send(Status.ok, requestId, viewHostRange(range), chunk !== undefined ? held.chunkChecksums[chunk]! : await checksum(range))
       } finally {
         pinned.release()
       }
