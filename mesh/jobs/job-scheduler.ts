@@ -125,47 +125,49 @@ export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs:
   /** The first job that did not fit: its claim on nodes (by peer id) that backfilled jobs must leave by `fromSlot`. */
   let claim: PeerClaim | undefined
   for (const queued of table.jobs.filter(j => j.state === 'QUEUED')) {
-    const job = placeOne(current, queued, byPeer, nowSlot, nowMs, options, claim)
-    if (job === undefined) {
+    const outcome = placeOne(current, queued, byPeer, nowSlot, nowMs, options, claim, backfill && claim === undefined)
+    if (outcome.job === undefined) {
       if (!backfill) break
-      claim ??= claimOf(current, queued, byPeer, nowSlot, options)
+      claim ??= outcome.claim
       continue
     }
-    current = replaceJob(current, job)
-    placed.push(job.id)
+    current = replaceJob(current, outcome.job)
+    placed.push(outcome.job.id)
   }
   return { table: current, placed }
 }
 
 interface PeerClaim { jobId: string, peerIds: readonly string[], fromSlot: number }
 
-/** The claim of a job that does not fit, over the nodes it could run on. */
-function claimOf (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, options: PlacementRoundOptions): PeerClaim | undefined {
+/**
+ * Places `queued` if it fits. When it does not and `wantClaim` is set, also
+ * returns its claim over the nodes it could run on, from the same view.
+ */
+function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim: PeerClaim | undefined, wantClaim: boolean): { job: JobRecord } | { job: undefined, claim: PeerClaim | undefined } {
   const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
-  if (eligible.length < queued.spec.nodes) return undefined
-  const claim = claimNodes(horizonOf(table, eligible, nowSlot, options), placementJobOf(queued.spec), nowSlot)
-  return claim === undefined ? undefined : { jobId: claim.jobId, peerIds: claim.nodes.map(i => eligible[i]!.peerId), fromSlot: claim.fromSlot }
-}
-
-function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim?: PeerClaim): JobRecord | undefined {
-  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
-  if (eligible.length < queued.spec.nodes) return undefined
+  if (eligible.length < queued.spec.nodes) return { job: undefined, claim: undefined }
   const horizon = horizonOf(table, eligible, nowSlot, options)
   const index = new Map(eligible.map((n, i) => [n.peerId, i]))
   const claim: NodeClaim | undefined = peerClaim === undefined
     ? undefined
     : { jobId: peerClaim.jobId, fromSlot: peerClaim.fromSlot, nodes: peerClaim.peerIds.map(p => index.get(p)).filter((i): i is number => i !== undefined).sort((a, b) => a - b) }
-  const decision = planPlacement(horizon, placementJobOf(queued.spec), { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode, claim })
-  if (decision === undefined) return undefined
+  const job = placementJobOf(queued.spec)
+  const decision = planPlacement(horizon, job, { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode, claim })
+  if (decision === undefined) {
+    const own = wantClaim ? claimNodes(horizon, job, nowSlot) : undefined
+    return { job: undefined, claim: own === undefined ? undefined : { jobId: own.jobId, peerIds: own.nodes.map(i => eligible[i]!.peerId), fromSlot: own.fromSlot } }
+  }
   const chosen = decision.nodes.map(i => eligible[i]!)
   const f = decision.footprint
   return {
-    ...queued,
-    state: 'RUNNING',
-    nodes: chosen.map(n => n.peerId),
-    nodeNames: chosen.map(n => n.name),
-    placement: { mode: decision.mode, startSlot: f.startSlot, periodSlots: f.periodSlots, periods: f.periods, busy: f.busy.map(([a, b]) => [a, b] as [number, number]), shiftSlots: decision.shiftSlots, predictedSlowdown: decision.predictedSlowdown, strict: decision.strict },
-    startedAtMs: nowMs,
+    job: {
+      ...queued,
+      state: 'RUNNING',
+      nodes: chosen.map(n => n.peerId),
+      nodeNames: chosen.map(n => n.name),
+      placement: { mode: decision.mode, startSlot: f.startSlot, periodSlots: f.periodSlots, periods: f.periods, busy: f.busy.map(([a, b]) => [a, b] as [number, number]), shiftSlots: decision.shiftSlots, predictedSlowdown: decision.predictedSlowdown, strict: decision.strict },
+      startedAtMs: nowMs,
+    },
   }
 }
 

@@ -177,15 +177,17 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   }
 
   function tryPlace (): void {
-    if (waiting.length === 0) { claim = undefined; return }
+    claim = undefined
+    if (waiting.length === 0) return
     const nowSlot = Math.ceil(q.nowS / slotS - 1e-9)
     horizon.advanceTo(nowSlot)
     const observed = observedSlowdown()
     const depth = options.backfillDepth ?? 32
-    claim = undefined
+    /** The claim's part of a failure key, built when the claim is made. */
+    let claimKey = ''
     for (let i = 0; i < waiting.length && i < depth;) {
       const run = waiting[i]!
-      const key = `${capacityVersion}/${claim === undefined ? '' : `${claim.jobId}@${claim.fromSlot}:${claim.nodes.join(',')}`}`
+      const key = `${capacityVersion}/${claimKey}`
       let decision: PlacementDecision | undefined
       if (run.lastFailedKey !== key) {
         decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot, observedSlowdown: observed, maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks, claim })
@@ -194,7 +196,10 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       if (decision === undefined) {
         if (!backfill) return
         // The oldest job that cannot start claims the nodes it will get; later ones backfill around it.
-        if (claim === undefined && claimHead) claim = claimNodes(horizon, run.job, nowSlot)
+        if (claim === undefined && claimHead) {
+          claim = claimNodes(horizon, run.job, nowSlot)
+          if (claim !== undefined) claimKey = `${claim.jobId}@${claim.fromSlot}:${claim.nodes.join(',')}`
+        }
         i++
         continue
       }

@@ -25,46 +25,20 @@ export interface PairConflicts {
   bHits: number
 }
 
-/** Instances of the footprint in [from, until), as [start, end) pairs in time order. */
-function instancesOf (f: Footprint, from: number, until: number): Array<[number, number]> {
-  const out: Array<[number, number]> = []
-  forEachBusyInstance(f, from, until, (x, y) => { out.push([x, y]) })
-  return out
-}
-
 /**
  * Overlapping instances of two footprints within [from, until). Both are
  * sampled over the same range, so h / K is each job's share of delayed
  * instances.
  */
 export function pairConflicts (a: Footprint, b: Footprint, from: number, until: number): PairConflicts {
-  return countOverlaps(instancesOf(a, from, until), instancesOf(b, from, until))
-}
-
-/** Overlap counts of two time-ordered instance lists. */
-function countOverlaps (xs: ReadonlyArray<readonly [number, number]>, ys: ReadonlyArray<readonly [number, number]>): PairConflicts {
-  let aHits = 0
-  let bHits = 0
-  let lastHitY = -1
-  let j = 0
-  for (let i = 0; i < xs.length; i++) {
-    const [x0, x1] = xs[i]!
-    while (j < ys.length && ys[j]![1] <= x0) j++
-    let hit = false
-    for (let k = j; k < ys.length && ys[k]![0] < x1; k++) {
-      hit = true
-      if (k > lastHitY) { bHits++; lastHitY = k }
-    }
-    if (hit) aHits++
-  }
-  return { aInstances: xs.length, aHits, bInstances: ys.length, bHits }
+  return sampledPairConflicts(a, b, from, until, 1, until - from)
 }
 
 /**
- * pairConflicts over `windows` windows of `windowSlots` each, spread evenly
- * over [from, until) (the first at `from`, the last ending at `until`),
- * counts summed; one window over the whole range when it is no longer than
- * their total. Two footprints with incommensurate periods drift against
+ * Overlap counts (as pairConflicts) over `windows` windows of `windowSlots`
+ * each, spread evenly over [from, until) (the first at `from`, the last
+ * ending at `until`), counts summed; one window over the whole range when
+ * it is no longer than their total. Two footprints with incommensurate periods drift against
  * each other: a sample of their first periods only misses the conflicts of
  * their later phases, a spread sample of the same size sees them. On the
  * tolerant placement path (once per candidate and resident), so it walks the
@@ -103,21 +77,10 @@ export function sampledPairConflicts (a: Footprint, b: Footprint, from: number, 
 const scratchA: number[] = []
 const scratchB: number[] = []
 
-/** Writes the footprint's instances in [from, until) as flat start/end pairs into `out` (as forEachBusyInstance); returns their count. */
+/** Writes the footprint's instances in [from, until) as flat start/end pairs into `out`, in time order; returns their count. */
 function fillInstances (f: Footprint, from: number, until: number, out: number[]): number {
-  const busy = f.busy
-  if (busy.length === 0 || until <= from) return 0
-  const maxTo = busy[busy.length - 1]![1]
   let n = 0
-  for (let k = Math.max(0, Math.floor((from - f.startSlot - maxTo) / f.periodSlots)); k < f.periods; k++) {
-    const base = f.startSlot + k * f.periodSlots
-    if (base >= until) break
-    for (let r = 0; r < busy.length; r++) {
-      const a = Math.max(from, base + busy[r]![0])
-      const b = Math.min(until, base + busy[r]![1])
-      if (b > a) { out[2 * n] = a; out[2 * n + 1] = b; n++ }
-    }
-  }
+  forEachBusyInstance(f, from, until, (x, y) => { out[2 * n] = x; out[2 * n + 1] = y; n++ })
   return n
 }
 

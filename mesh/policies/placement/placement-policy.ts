@@ -259,10 +259,9 @@ export function commitPlacement (horizon: ClusterHorizon, decision: PlacementDec
 export function planPlacement (view: ClusterHorizonView, job: PlacementJob, options: PlacementOptions): PlacementDecision | undefined {
   const now = Math.max(options.nowSlot ?? view.windowStart, view.windowStart)
   if (job.nodes > view.nodeCount) return undefined
-  const claim = options.claim?.jobId === job.id ? undefined : options.claim
-  const opts = claim === options.claim ? options : { ...options, claim }
-  if (options.policy === 'isolated' || !job.profiled) return planDedicated(view, job, now, claimLimits(claim))
-  return planShared(view, job, now, opts)
+  const claim = options.claim === undefined || options.claim.jobId === job.id ? undefined : { nodes: new Set(options.claim.nodes), fromSlot: options.claim.fromSlot }
+  if (options.policy === 'isolated' || !job.profiled) return planDedicated(view, job, now, claim)
+  return planShared(view, job, now, options, claim)
 }
 
 /**
@@ -289,9 +288,12 @@ export function claimNodes (view: ClusterHorizonView, job: PlacementJob, nowSlot
   return { jobId: job.id, nodes: gang.map(g => g.n).sort((a, b) => a - b), fromSlot: gang[gang.length - 1]!.at }
 }
 
-/** Per node, the slot by which a placement on it must end (claimed nodes only). */
-function claimLimits (claim: NodeClaim | undefined): ReadonlyMap<number, number> | undefined {
-  return claim === undefined ? undefined : new Map(claim.nodes.map(n => [n, claim.fromSlot]))
+/** Another job's claim as the planner checks it: the claimed nodes, and the slot by which a placement on them must end. */
+interface ClaimedNodes { nodes: ReadonlySet<number>, fromSlot: number }
+
+/** The slot by which a placement on node `n` must end (Infinity unless claimed). */
+function endLimit (claim: ClaimedNodes | undefined, n: number): number {
+  return claim !== undefined && claim.nodes.has(n) ? claim.fromSlot : Infinity
 }
 
 /** Slots the job runs alone: iterations × period. */
@@ -299,12 +301,12 @@ function isolatedSlots (job: PlacementJob, slotS: number): number {
   return Math.max(1, durationSlots(job.iterations * job.periodS, slotS))
 }
 
-function planDedicated (view: ClusterHorizonView, job: PlacementJob, now: number, limits?: ReadonlyMap<number, number>): PlacementDecision | undefined {
+function planDedicated (view: ClusterHorizonView, job: PlacementJob, now: number, claim: ClaimedNodes | undefined): PlacementDecision | undefined {
   const length = isolatedSlots(job, view.slotS)
   const until = Math.min(now + length, view.windowEnd)
   const nodes: number[] = []
   for (let n = 0; n < view.nodeCount && nodes.length < job.nodes; n++) {
-    if (view.jobsOn(n).size === 0 && view.node(n).fits(now, until) && now + length <= (limits?.get(n) ?? Infinity)) nodes.push(n)
+    if (view.jobsOn(n).size === 0 && view.node(n).fits(now, until) && now + length <= endLimit(claim, n)) nodes.push(n)
   }
   if (nodes.length < job.nodes) return undefined
   const footprint: Footprint = { startSlot: now, periodSlots: length, periods: 1, busy: [[0, length]] }
@@ -316,16 +318,16 @@ interface SegmentSlots { offset: number, length: number, members: number[] }
 
 interface Candidate { startSlot: number, periodSlots: number, cost: number }
 
-function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, options: PlacementOptions): PlacementDecision | undefined {
+/** `options.claim` is not read: `claim` is the claim that applies to this job (none for the claimant itself). */
+function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, options: PlacementOptions, claim: ClaimedNodes | undefined): PlacementDecision | undefined {
   const slotS = view.slotS
   const period = Math.max(1, durationSlots(job.periodS, slotS))
   const setup = durationSlots(job.switchS, slotS)
   const segments = paddedSegments(job, slotS, setup)
   const maxPeriod = Math.floor(period * job.maxSlowdown + 1e-9)
-  const limits = claimLimits(options.claim)
   // A claimed node is out when even the earliest, unstretched footprint would end after the claim starts.
   const earliestEnd = now + (job.iterations - 1) * period + 1
-  const eligible = eligibleNodes(view, options).filter(n => earliestEnd <= (limits?.get(n) ?? Infinity))
+  const eligible = eligibleNodes(view, options).filter(n => earliestEnd <= endLimit(claim, n))
   if (eligible.length < job.nodes) return undefined
   // Scan nodes in the policy's order of preference (pack: fullest first; spread: emptiest first).
   const freeOf = (n: number): number => view.node(n).freeSlots
@@ -351,8 +353,8 @@ function planShared (view: ClusterHorizonView, job: PlacementJob, now: number, o
       const shifts = strictShifts ?? segments.map(() => 0)
       const footprint = buildFootprint(segments, shifts, candidate, job.iterations)
       const fitting = tolerant
-        ? tolerantNodes(view, job, footprint, emptiestFirst, { period, headroom, costBlocks: conflictCostBlocks, observed: options.observedSlowdown, limits })
-        : strictNodes(view, job, footprint, eligible, limits)
+        ? tolerantNodes(view, job, footprint, emptiestFirst, { period, headroom, costBlocks: conflictCostBlocks, observed: options.observedSlowdown, claim })
+        : strictNodes(view, job, footprint, eligible, claim)
       if (fitting === undefined) continue
       const guard = Math.max(1, Math.round(period * 0.02))
       const scored = fitting.map(f => ({ ...f, interference: interferenceOn(view, f.n, footprint, guard), load: 1 - view.node(f.n).freeSlots / view.slots }))
@@ -397,12 +399,12 @@ interface NodeFit {
 interface ResidentCost { jobId: string, toJob: number, toResident: number }
 
 /** Strict pass: nodes where the whole footprint is free inside the window (no cost to anyone). */
-function strictNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Footprint, order: readonly number[], limits: ReadonlyMap<number, number> | undefined): NodeFit[] | undefined {
+function strictNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Footprint, order: readonly number[], claim: ClaimedNodes | undefined): NodeFit[] | undefined {
   const { slots } = busyInWindow(view, footprint, view.windowEnd)
   const end = footprintEnd(footprint)
   const out: NodeFit[] = []
   for (const n of order) {
-    if (end > (limits?.get(n) ?? Infinity)) continue
+    if (end > endLimit(claim, n)) continue
     if (view.node(n).freeSlots < slots || !view.fitsOnNode(n, footprint)) continue
     out.push({ n, cost: 0, hits: 0, instances: 0, residents: [] })
     if (out.length >= job.nodes + rankingSample) break
@@ -419,7 +421,7 @@ function strictNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Fo
  * budgets, §7.2).
  */
 function tolerantNodes (view: ClusterHorizonView, job: PlacementJob, footprint: Footprint, order: readonly number[],
-  model: { period: number, headroom: number, costBlocks: number, observed: ReadonlyMap<string, number> | undefined, limits: ReadonlyMap<number, number> | undefined }): NodeFit[] | undefined {
+  model: { period: number, headroom: number, costBlocks: number, observed: ReadonlyMap<string, number> | undefined, claim: ClaimedNodes | undefined }): NodeFit[] | undefined {
   const end = footprintEnd(footprint)
   const from = view.windowStart
   const block = meanBlockSlots(footprint)
@@ -441,7 +443,7 @@ function tolerantNodes (view: ClusterHorizonView, job: PlacementJob, footprint: 
   const scanned = Math.min(order.length, tolerantScanFactor * (job.nodes + rankingSample))
   for (let i = 0; i < scanned; i++) {
     const n = order[i]!
-    if (end > (model.limits?.get(n) ?? Infinity)) continue
+    if (end > endLimit(model.claim, n)) continue
     let cost = 0
     let hits = 0
     let instances = 0

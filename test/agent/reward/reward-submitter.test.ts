@@ -40,6 +40,7 @@ t.test('the retry count of a request survives a leader change', async t => {
   const resubmits = calls.filter(c => c.method === 'reward.submit').slice(2)
   t.ok(resubmits.some(c => c.body.requestId === 'r' && c.body.retried === true && c.body.batchSize === 2), 'r again, marked retried')
   t.ok(resubmits.every(c => c.body.requestId !== 's' || c.body.retried === undefined), 's again, not marked')
+  t.ok(resubmits.some(c => c.body.requestId === 's'), 's resubmitted')
   t.ok(calls.some(c => c.method === 'reward.resync'), 'its batch resynced first')
   controller.abort()
   await submitter.stop()
