@@ -4,7 +4,8 @@ import { readFileSync } from 'node:fs'
 const packageJson = new URL('../../package.json', import.meta.url)
 
 function readVersion (): string {
-  // Source runs from agent/, the build from dist/agent/: look one level further up if needed.
+  // Source runs from agent/, the build from dist/agent/ and its bundle from dist/bundle/:
+  // look one level further up if needed.
   for (const url of [new URL('../package.json', import.meta.url), packageJson]) {
     try {
       const parsed = JSON.parse(readFileSync(url, 'utf8')) as { name?: string, version?: string }

@@ -17,7 +17,8 @@ import { commands } from './commands/index.ts'
 const stateDir = resolve('.agentd-dev')
 const socketPath = `${stateDir}/agentd.sock`
 const logFile = `${stateDir}/agentd.log`
-const agentMain = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../agent/main.ts' : '../agent/main.js', import.meta.url))
+// From the sources, the agent's sources; from the build, the agent as installed (its bundle).
+const agentMain = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../agent/main.ts' : '../bundle/agentd.js', import.meta.url))
 
 mkdirSync(stateDir, { recursive: true })
 const log = openSync(logFile, 'a')

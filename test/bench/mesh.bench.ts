@@ -1,7 +1,7 @@
 /**
  * Mesh benchmark: N real agents (separate processes) on loopback, N = 3 and 20.
  *
- *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60] [servers=3]
+ *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60] [servers=3] [build=bundle]
  *
  * The cluster is deployed as README describes: `servers` election servers
  * (one voter set) and the rest clients; servers=0 makes every agent a --dev
@@ -13,8 +13,9 @@
  * - dissemination: record receipt − publish time over the idle minute, per
  *   agent (GET /v1/mesh): median of the agents' p50, max of their p99;
  * - idle CPU (utime+stime over the idle window, % of one core), RSS and PSS
- *   per agent — built agents as installed (dist/, agent/node-flags.ts) — with
- *   an agent whose mesh is disabled as the baseline in the same run;
+ *   per agent — built agents as installed (the bundle, agent/node-flags.ts;
+ *   build=unbundled runs the compiled modules instead, the previous build) —
+ *   with an agent whose mesh is disabled as the baseline in the same run;
  * - detection: SIGKILL one agent, then SIGSTOP another; time until the last
  *   other agent logged it dead (and suspect first, for SIGSTOP); then SIGCONT
  *   and the time until every agent sees it alive again (refutation).
@@ -31,6 +32,9 @@ import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
 const sizes = (process.argv[2] ?? '3,20').split(',').map(Number)
 const idleS = Number(process.argv[3] ?? 60)
 const servers = Number(process.argv[4] ?? 3)
+const build = process.argv[5] ?? 'bundle'
+if (build !== 'bundle' && build !== 'unbundled') throw new Error(`build must be bundle or unbundled, got ${build}`)
+const built = build === 'bundle' ? true : 'unbundled'
 const clkTck = 100
 
 interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
@@ -57,9 +61,9 @@ async function run (n: number): Promise<Record<string, unknown>> {
   const teardowns: Array<() => unknown> = []
   const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
   try {
-    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built: true, ...(servers > 0 ? { clusterServers: Math.min(servers, n) } : {}) })
+    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built, ...(servers > 0 ? { clusterServers: Math.min(servers, n) } : {}) })
     const baselineDir = tempDir(t)
-    const baseline = await spawnAgent(t, { stateDir: baselineDir, built: true, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
+    const baseline = await spawnAgent(t, { stateDir: baselineDir, built, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
     const agents = mesh.agents
 
     const lastStart = Math.max(...agents.map(a => ms(lines(a).find(l => l.msg === 'mesh started')!.time)))
@@ -101,6 +105,7 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const medianOfSeen = (xs: number[], from: number): number => median(delays(xs, from).filter(x => !Number.isNaN(x)))
     return {
       agents: n,
+      build,
       electionServers: servers > 0 ? Math.min(servers, n) : 'every agent leads itself (--dev)',
       convergenceMs: Math.round(convergenceMs),
       disseminationMs: { p50MedianOfAgents: round(median(p50s)), p99MaxOfAgents: round(Math.max(...p99s)), samplesPerAgent: median(infos.map(i => i.dissemination.samples)) },

@@ -1,30 +1,35 @@
 /**
- * Dev-agent start-up time and idle RSS, compared in the same run with the
- * bare runtime (`node -e ""` start-to-exit) as the baseline.
+ * Dev-agent start-up time, start-up CPU and idle RSS of the agent as installed
+ * (its bundle, dist/bundle/agentd.js) against, in the same run and interleaved,
+ * the unbundled compiled sources (dist/agent/main.js: the previous way it ran)
+ * and the bare runtime (`node -e ""` start-to-exit).
  *
  *   node_modules/.bin/node test/bench/startup.bench.ts [runs=7]
  *
  * Start-up = spawn of `agentd --dev` until GET /healthz answers (what a user
- * or systemd waits for). RSS = VmRSS of the agent after 2 s idle.
+ * or systemd waits for). CPU = utime+stime and RSS = VmRSS, after 2 s idle.
  */
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient } from '../../agent/client/client.ts'
+import { agentNodeFlags } from '../../agent/node-flags.ts'
+import { builtAgentMain, unbundledAgentMain } from '../helpers/agent-process.ts'
 
 const runs = Number(process.argv[2] ?? 7)
-const repo = fileURLToPath(new URL('../../', import.meta.url))
-const entry = join(repo, 'dist/agent/main.js')
+const entries = { bundle: builtAgentMain, unbundled: unbundledAgentMain }
+const clkTck = 100
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
-async function agentOnce (): Promise<{ startMs: number, rssBytes: number }> {
+interface AgentRun { startMs: number, cpuMs: number, rssBytes: number }
+
+async function agentOnce (entry: string): Promise<AgentRun> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const began = performance.now()
-  const proc = spawn(process.execPath, [entry, '--dev', '--state-dir', dir, '--log-level', 'warn'], { stdio: 'ignore' })
+  const proc = spawn(process.execPath, [...agentNodeFlags, entry, '--dev', '--state-dir', dir, '--log-level', 'warn'], { stdio: 'ignore' })
   const client = createAgentClient({ socketPath: join(dir, 'agentd.sock'), timeoutMs: 1000 })
   for (;;) {
     try { await client.health(); break } catch { await sleep(5) }
@@ -32,10 +37,12 @@ async function agentOnce (): Promise<{ startMs: number, rssBytes: number }> {
   const startMs = performance.now() - began
   await sleep(2000)
   const rssKb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'))![1])
+  const stat = readFileSync(`/proc/${proc.pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  const cpuMs = (Number(stat[11]) + Number(stat[12])) / clkTck * 1000
   proc.kill('SIGTERM')
   await new Promise(resolve => proc.once('exit', resolve))
   rmSync(dir, { recursive: true, force: true })
-  return { startMs, rssBytes: rssKb * 1024 }
+  return { startMs, cpuMs, rssBytes: rssKb * 1024 }
 }
 
 function bareNodeMs (): number {
@@ -44,20 +51,29 @@ function bareNodeMs (): number {
   return performance.now() - began
 }
 
-const agent: Array<{ startMs: number, rssBytes: number }> = []
+const measured: Record<keyof typeof entries, AgentRun[]> = { bundle: [], unbundled: [] }
 const bare: number[] = []
 for (let i = 0; i < runs; i++) {
   bare.push(bareNodeMs())
-  agent.push(await agentOnce())
+  for (const [name, entry] of Object.entries(entries)) measured[name as keyof typeof entries].push(await agentOnce(entry))
 }
-const startMs = median(agent.map(a => a.startMs))
 const bareMs = median(bare)
-const rssMiB = median(agent.map(a => a.rssBytes)) / 2 ** 20
+const summary = (xs: AgentRun[]): Record<string, unknown> => ({
+  startMedianMs: Math.round(median(xs.map(a => a.startMs))),
+  startAllMs: xs.map(a => Math.round(a.startMs)),
+  ratioToBareNode: Number((median(xs.map(a => a.startMs)) / bareMs).toFixed(2)),
+  cpuMedianMs: Math.round(median(xs.map(a => a.cpuMs))),
+  idleRssMedianMiB: Number((median(xs.map(a => a.rssBytes)) / 2 ** 20).toFixed(1)),
+})
+const ratio = (f: (xs: AgentRun[]) => number): number => Number((f(measured.bundle) / f(measured.unbundled)).toFixed(2))
 console.log(JSON.stringify({
   runs,
-  agentStartMedianMs: Math.round(startMs),
-  agentStartAllMs: agent.map(a => Math.round(a.startMs)),
   bareNodeStartMedianMs: Math.round(bareMs),
-  ratioToBareNode: Number((startMs / bareMs).toFixed(2)),
-  idleRssMedianMiB: Number(rssMiB.toFixed(1)),
+  bundle: summary(measured.bundle),
+  unbundled: summary(measured.unbundled),
+  bundleToUnbundled: {
+    start: ratio(xs => median(xs.map(a => a.startMs))),
+    cpu: ratio(xs => median(xs.map(a => a.cpuMs))),
+    rss: ratio(xs => median(xs.map(a => a.rssBytes))),
+  },
 }, null, 2))

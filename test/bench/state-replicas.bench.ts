@@ -13,14 +13,13 @@ import { createHash } from 'node:crypto'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { builtAgentMain, builtAgentctl } from '../helpers/agent-process.ts'
 import { createAgentClient, type AgentClient } from '../../agent/client/client.ts'
 import type { OffloadResult, Residency } from '../../agent/state/state-manager.ts'
 import { MiB } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { dir: { type: 'string', default: '/var/tmp' } } })
-const repo = fileURLToPath(new URL('../../', import.meta.url))
 const nvmeDir = mkdtempSync(join(values.dir, 'agentd-replicas-'))
 const stateDir = mkdtempSync('/tmp/agentd-rp-')
 const tensorBytes = 16 * MiB
@@ -44,7 +43,7 @@ process.once('exit', () => {
 const key = (i: number): string => `job42/actor/model.layers.${i}.mlp.up_proj.weight:param@[0,0]/[4096,2048]:bf16#v17`
 
 async function start (): Promise<{ proc: ChildProcess, client: AgentClient }> {
-  const proc = spawn(process.execPath, [join(repo, 'dist/agent/main.js'), '--dev', '--state-dir', stateDir, '--log-level', 'warn',
+  const proc = spawn(process.execPath, [builtAgentMain, '--dev', '--state-dir', stateDir, '--log-level', 'warn',
     '--set', `state.hostPoolBytes=${512 * MiB}`, '--set', `state.nvmeDir=${nvmeDir}`, '--set', `state.nvmeCapacityBytes=${4096 * MiB}`, '--set', 'mesh.enabled=false'],
   { stdio: ['ignore', 'ignore', 'inherit'] })
   const client = createAgentClient({ socketPath: join(stateDir, 'agentd.sock'), timeoutMs: 600_000 })
@@ -85,7 +84,7 @@ for (const k of residency.keys) {
 }
 console.log(`after restart: ${residency.keys.length} keys recovered (${durable.length} were on NVMe before), ${wrongAfter} mismatches`)
 console.log('\n$ agentctl inspect residency (keys elided)')
-console.log(execFileSync(process.execPath, [join(repo, 'dist/cli/agentctl.js'), '--socket', join(stateDir, 'agentd.sock'), 'inspect', 'residency'], { encoding: 'utf8' }).split('\n').slice(0, 12).join('\n'))
+console.log(execFileSync(process.execPath, [builtAgentctl, '--socket', join(stateDir, 'agentd.sock'), 'inspect', 'residency'], { encoding: 'utf8' }).split('\n').slice(0, 12).join('\n'))
 proc.kill('SIGTERM')
 await new Promise(resolve => proc.once('exit', resolve))
 if (wrong + wrongAfter > 0 || copies !== tensors) process.exitCode = 1

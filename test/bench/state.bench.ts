@@ -13,8 +13,8 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { builtAgentMain } from '../helpers/agent-process.ts'
 import { createAgentClient, type AgentClient } from '../../agent/client/client.ts'
 import { copyHost, createHostPool, openSharedMemory } from '../../native/index.ts'
 import { gbPerSecond, median, MiB, report, timeSeconds } from './bench-stats.ts'
@@ -25,7 +25,6 @@ const runs = Number(values.runs)
 const totalBytes = 1024 * MiB
 const chunkBytes = 16 * MiB
 const chunks = totalBytes / chunkBytes
-const repo = fileURLToPath(new URL('../../', import.meta.url))
 const dir = mkdtempSync(join(values.dir, 'agentd-state-bench-'))
 const stateDir = mkdtempSync('/tmp/agentd-sb-')
 const src = `agentd-bench-src-${process.pid}`
@@ -42,7 +41,7 @@ process.once('exit', () => {
 const key = (run: number, i: number): string => `bench/model/layer${i}.w:param@[0]/[${chunkBytes / 2}]:bf16#v${run}`
 
 async function startAgent (): Promise<{ proc: ChildProcess, client: AgentClient }> {
-  const proc = spawn(process.execPath, [join(repo, 'dist/agent/main.js'), '--dev', '--state-dir', stateDir, '--log-level', 'warn',
+  const proc = spawn(process.execPath, [builtAgentMain, '--dev', '--state-dir', stateDir, '--log-level', 'warn',
     '--set', `state.hostPoolBytes=${totalBytes + 256 * MiB}`, '--set', `state.nvmeDir=${dir}/nvme`, '--set', `state.nvmeCapacityBytes=${8 * totalBytes}`,
     '--set', 'mesh.enabled=false'], { stdio: ['ignore', 'ignore', 'inherit'] })
   const client = createAgentClient({ socketPath: join(stateDir, 'agentd.sock'), timeoutMs: 600_000 })

@@ -14,8 +14,15 @@ import { agentNodeFlags } from '../../agent/node-flags.ts'
 
 export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 export const agentMain = join(repoRoot, 'agent/main.ts')
-/** The built agent (what is installed): type stripping of the sources adds ~15 MB of RSS. */
-export const builtAgentMain = join(repoRoot, 'dist/agent/main.js')
+/**
+ * The built agent and agentctl as installed: the single-file bundles of the
+ * compiled sources (`npm run build:bundle`). Running the sources instead costs
+ * ~25 MB more RSS (type stripping, 1,400 module records and their source text).
+ */
+export const builtAgentMain = join(repoRoot, 'dist/bundle/agentd.js')
+export const builtAgentctl = join(repoRoot, 'dist/bundle/agentctl.js')
+/** The compiled modules the bundle is made from: how the agent ran before, a benchmark baseline. */
+export const unbundledAgentMain = join(repoRoot, 'dist/agent/main.js')
 export const agentctlMain = join(repoRoot, 'cli/agentctl.ts')
 
 interface Teardown { teardown(fn: () => unknown): void }
@@ -63,8 +70,17 @@ export interface SpawnOptions {
   stateDir?: string
   /** Wait until the API answers (default true). */
   waitReady?: boolean
-  /** Run the built agent (dist/, needs `npm run build`) instead of the sources: for memory figures. Default false. */
-  built?: boolean
+  /**
+   * Run the built agent (needs `npm run build`) instead of the sources, for
+   * memory and CPU figures: true = its bundle, as installed; 'unbundled' = the
+   * compiled modules (a baseline). Default false.
+   */
+  built?: boolean | 'unbundled'
+}
+
+function agentEntry (built: SpawnOptions['built']): string {
+  if (built === 'unbundled') return unbundledAgentMain
+  return built === true ? builtAgentMain : agentMain
 }
 
 export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Promise<AgentProcess> {
@@ -72,7 +88,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
   const env = { ...withoutAgentdEnv(process.env), ...options.env }
-  const proc = track(spawn(process.execPath, [...agentNodeFlags, options.built === true ? builtAgentMain : agentMain, ...args, '--exit-with-stdin'], { env, stdio: ['pipe', 'pipe', 'pipe'] }))
+  const proc = track(spawn(process.execPath, [...agentNodeFlags, agentEntry(options.built), ...args, '--exit-with-stdin'], { env, stdio: ['pipe', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
   proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })

@@ -17,7 +17,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateClusterKey } from '../../mesh/cluster-key.ts'
 import type { PeerView } from '../../mesh/mesh-views.ts'
-import { spawnAgent, tempDir, waitReady, type AgentProcess } from './agent-process.ts'
+import { spawnAgent, tempDir, waitReady, type AgentProcess, type SpawnOptions } from './agent-process.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 
@@ -29,8 +29,8 @@ export interface TestMeshOptions {
   nodeArgs?(index: number): string[]
   /** How long to wait for convergence, ms. Default 30000 + 2000 per node. */
   convergeTimeoutMs?: number
-  /** Run the built agents (dist/) instead of the sources (SpawnOptions.built). Default false. */
-  built?: boolean
+  /** Run the built agents instead of the sources (SpawnOptions.built). Default false. */
+  built?: SpawnOptions['built']
   /** Agents started at once (each start-up is CPU-bound; twenty at once on two cores starve each other). Default 4. */
   startConcurrency?: number
   /** The first K agents are the election servers of one voter set (--bootstrap-expect K), the others clients. Default: each agent leads itself (--dev). */

@@ -4,12 +4,12 @@ import { execFile } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync, chmodSync } from 'node:fs'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { repoRoot, tempDir } from '../helpers/agent-process.ts'
+import { builtAgentMain, repoRoot, tempDir } from '../helpers/agent-process.ts'
 import { agentNodeFlags } from '../../agent/node-flags.ts'
 
 const run = promisify(execFile)
 const installScript = join(repoRoot, 'systemd/install.sh')
-const built = existsSync(join(repoRoot, 'dist/agent/main.js'))
+const built = existsSync(builtAgentMain)
 
 async function install (args: string[], destdir: string): Promise<{ code: number, stdout: string, stderr: string }> {
   try {
@@ -30,12 +30,12 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
   const res = await install(['--prefix', '/opt/agentd'], root)
   t.equal(res.code, 0, res.stderr)
   const prefix = join(root, 'opt/agentd')
-  for (const path of ['dist/agent/main.js', 'dist/cli/agentctl.js', 'node_modules/.bin/node', 'package.json']) {
+  for (const path of ['dist/bundle/agentd.js', 'dist/bundle/agentctl.js', 'node_modules/.bin/node', 'package.json']) {
     t.ok(existsSync(join(prefix, path)), `${path} installed`)
   }
   const wrapper = readFileSync(join(prefix, 'bin/agentd'), 'utf8')
-  t.match(wrapper, `exec /opt/agentd/node_modules/.bin/node ${agentNodeFlags.join(' ')} /opt/agentd/dist/agent/main.js "$@"`, 'runs the bundled Node.js with the agent\'s flags (agent/node-flags.ts)')
-  t.match(readFileSync(join(prefix, 'bin/agentctl'), 'utf8'), 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/cli/agentctl.js "$@"')
+  t.match(wrapper, `exec /opt/agentd/node_modules/.bin/node ${agentNodeFlags.join(' ')} /opt/agentd/dist/bundle/agentd.js "$@"`, 'runs the bundled Node.js with the agent\'s flags (agent/node-flags.ts) on the agent\'s bundle')
+  t.match(readFileSync(join(prefix, 'bin/agentctl'), 'utf8'), 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/bundle/agentctl.js "$@"')
   t.equal(statSync(join(prefix, 'bin/agentctl')).mode & 0o111, 0o111, 'wrappers are executable')
   const unit = readFileSync(join(root, 'etc/systemd/system/agentd.service'), 'utf8')
   t.match(unit, /^ExecStart=\/opt\/agentd\/bin\/agentd --config \/etc\/agentd\/agentd\.toml$/m)
@@ -44,8 +44,12 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
   t.equal(readFileSync(join(root, 'etc/agentd/agentd.toml'), 'utf8'), readFileSync(join(repoRoot, 'systemd/agentd.toml'), 'utf8'))
   t.match(readFileSync(join(root, 'usr/lib/sysusers.d/agentd.conf'), 'utf8'), /^u agentd /m)
 
-  const { stdout } = await run(join(prefix, 'node_modules/.bin/node'), [join(prefix, 'dist/agent/main.js'), '--version'])
-  t.match(stdout, /^agentd \d/, 'the installed tree runs')
+  // The bundles run from the installed tree, with development packages pruned.
+  const node = join(prefix, 'node_modules/.bin/node')
+  const { stdout } = await run(node, [join(prefix, 'dist/bundle/agentd.js'), '--version'])
+  t.match(stdout, /^agentd \d/, 'the installed agent runs')
+  const help = await run(node, [join(prefix, 'dist/bundle/agentctl.js'), '--help'])
+  t.match(help.stdout, /^usage: agentctl /, 'the installed agentctl runs')
 })
 
 t.test('an existing config is kept; a custom prefix is written into the unit', { skip: built ? false : 'needs a build' }, async t => {
