@@ -11,7 +11,7 @@ import { resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient } from '../agent/client/client.ts'
-import { agentNodeFlags } from '../agent/node-flags.ts'
+import { agentEnvironment, agentNodeFlags } from '../agent/node-flags.ts'
 import { commands } from './commands/index.ts'
 
 const stateDir = resolve('.agentd-dev')
@@ -22,7 +22,7 @@ const agentMain = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../ag
 
 mkdirSync(stateDir, { recursive: true })
 const log = openSync(logFile, 'a')
-const agent = spawn(process.execPath, [...agentNodeFlags, agentMain, '--dev', '--state-dir', stateDir], { stdio: ['ignore', log, log], detached: true })
+const agent = spawn(process.execPath, [...agentNodeFlags, agentMain, '--dev', '--state-dir', stateDir], { env: { ...agentEnvironment, ...process.env }, stdio: ['ignore', log, log], detached: true })
 let exited = false
 agent.once('exit', (code, signal) => {
   exited = true

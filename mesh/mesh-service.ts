@@ -240,6 +240,13 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     },
     livePeers: () => membership.members().filter(m => m.state === 'alive').map(m => m.peerId),
     apply: async envelope => await validate(envelope, 'sync') === TopicValidatorResult.Accept,
+    introduce (peer) {
+      const held = envelopes.get(peer)
+      if (held === undefined) return
+      // Message ids are the data's hash: where the joiner's own publish arrived first, this one is a duplicate and dropped.
+      stats.published.add()
+      void pubsub.publish(meshTopic, held.envelope).catch(err => log.debug({ peer, err: (err as Error).message }, 'introduction not published'))
+    },
     log,
   })
 

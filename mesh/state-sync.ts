@@ -6,24 +6,40 @@
  * exactly as gossiped records (size, schema, signature, monotonic version:
  * `apply`), so sync can neither forge nor roll back a member's state.
  *
- * When: with the first agent this one is connected to after start — a joiner
- * then knows the whole cluster at once instead of after every member's next
- * heartbeat (6.7 s at 20 agents, availability-publisher.ts) — and then every
- * intervalMs (jittered ±10 %) with a random live member, as anti-entropy
- * under lost messages; every agent pulling covers both directions. A failed
- * join sync is tried again with the next agent that connects and at the next
- * period.
+ * When:
+ * - join: with the first agent this one is connected to after start; a
+ *   joiner then knows the whole cluster at once instead of after every
+ *   member's next heartbeat (6.7 s at 20 agents, availability-publisher.ts).
+ *   A failed join sync is tried again with the next agent that connects and
+ *   at the next pull.
+ * - introduction: the agent joined through asks the joiner back and gossips
+ *   the joiner's record itself, a flood publish to every peer it has, so to
+ *   every other agent joining through it at the same time. Two agents that
+ *   join through one seed at once then know each other a round trip after
+ *   the seed knows them, instead of after gossipsub grafts them into its mesh
+ *   (a heartbeat or more later).
+ * - newcomer: after the join, a peer that connects and whose record this
+ *   agent does not hold (it joined since, and found this agent in the records
+ *   it synced) is asked at once: its answer holds its own record.
+ * - anti-entropy: with a random live member, under lost messages; every
+ *   agent pulling covers both directions. The period ramps up from start:
+ *   the first pull after firstFollowUpMs, each next one twice as long after,
+ *   up to intervalMs (all jittered ±10 %). The first pull after the join goes
+ *   to the agent joined through, which by then asked the agents that joined
+ *   through it at the same time.
  *
- * Nothing is pushed: a record that arrived by sync is stale when its gossip
- * copy arrives, and gossipsub does not forward stale messages, so a pushed
- * record of a joiner would stop at the agent it synced with. The joiner's
- * record spreads by gossip (mesh-service.ts re-publishes a record no peer
- * heard).
+ * Nothing is pushed over this protocol: a record that arrived by sync is
+ * stale when its gossip copy arrives, and gossipsub does not forward stale
+ * messages, so a pushed record of a joiner would stop at the agent it synced
+ * with. The joiner's record spreads by gossip: the agent it joined through
+ * publishes it (introduction), and mesh-service.ts re-publishes a record no
+ * peer heard.
  *
  * Records of members this agent holds dead are not handed out: a joiner
  * would take the dead member's last record for a live one.
  *
- * Wire (json-protocol.ts): request { digest: { [peerId]: [incarnation, seq] } };
+ * Wire (json-protocol.ts): request { digest: { [peerId]: [incarnation, seq] },
+ * join?: true (the requester's first sync) };
  * answer { records: [base64 envelope] } (at most maxAnswerBytes of them; the
  * rest arrive with a later sync). A malformed request gets its stream aborted.
  */
@@ -46,8 +62,10 @@ export interface HeldRecord {
 }
 
 export interface StateSyncOptions {
-  /** Anti-entropy period, ms; 0 = sync only after start. */
+  /** Anti-entropy period, ms, once ramped up; 0 = sync only after start. */
   intervalMs: number
+  /** The first pull after start, ms (then doubling up to intervalMs). Default 1000. */
+  firstFollowUpMs?: number
 }
 
 export interface StateSyncComponents {
@@ -60,6 +78,8 @@ export interface StateSyncComponents {
   livePeers(): string[]
   /** Applies one received envelope like a gossiped one; true when it was news. */
   apply(envelope: Uint8Array): Promise<boolean>
+  /** Sends `peer`'s held record to every peer on the gossip topic (it joined through this agent). */
+  introduce(peer: string): void
   log: Logger
 }
 
@@ -79,7 +99,10 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
   const protocol = { protocol: syncProtocol, maxMessageBytes }
   const counts = { syncs: 0, failed: 0, recordsApplied: 0 }
   let joined = false
-  let joining: Promise<unknown> | undefined
+  /** The agent joined through: the first pull after the join goes to it, as it asked every agent that joined since. */
+  let followUpWith: string | undefined
+  let joining: Promise<void> | undefined
+  let joiningWith: string | undefined
   let timer: NodeJS.Timeout | undefined
   let stopped = false
 
@@ -90,12 +113,12 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
     return news
   }
 
-  async function syncWith (peer: string, signal?: AbortSignal): Promise<number> {
+  async function syncWith (peer: string, signal?: AbortSignal, join = false): Promise<number> {
     const digest: Digest = {}
     for (const h of c.held()) digest[h.peerId] = [h.incarnation, h.seq]
     const deadline = AbortSignal.any([AbortSignal.timeout(requestTimeoutMs), ...(signal !== undefined ? [signal] : [])])
     try {
-      const reply = await requestJson(c.node, peer, protocol, { digest }, deadline)
+      const reply = await requestJson(c.node, peer, protocol, join ? { digest, join } : { digest }, deadline)
       const records = (reply as { records?: unknown } | null)?.records
       if (!isStringArray(records)) throw new Error('malformed sync answer')
       const news = await applyAll(records)
@@ -109,32 +132,58 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
 
   const joinSync = (peer: string): void => {
     if (joined || joining !== undefined || stopped) return
-    joining = syncWith(peer)
-      .then(news => { joined = true; c.log.debug({ peer, news }, 'joined: state synced') })
+    joiningWith = peer
+    joining = syncWith(peer, undefined, true)
+      .then(news => { joined = true; followUpWith = peer; c.log.debug({ peer, news }, 'joined: state synced') })
       .catch(err => c.log.debug({ peer, err: (err as Error).message }, 'join sync failed'))
-      .finally(() => { joining = undefined })
+      .finally(() => { joining = undefined; joiningWith = undefined })
   }
-  const onConnect = (event: CustomEvent<{ toString(): string }>): void => joinSync(event.detail.toString())
+  /** Newcomers being asked, one pull each at a time. */
+  const askingNewcomers = new Map<string, Promise<void>>()
+  /** A peer whose record this agent lacks (it joined since) connected: ask it at once. */
+  const askNewcomer = (peer: string): Promise<void> => {
+    const asking = askingNewcomers.get(peer) ?? (joiningWith === peer ? joining : undefined)
+    if (asking !== undefined) return asking
+    if (stopped || c.held().some(h => h.peerId === peer)) return Promise.resolve()
+    const asked = syncWith(peer)
+      .then(news => c.log.debug({ peer, news }, 'newcomer asked'))
+      .catch(err => c.log.debug({ peer, err: (err as Error).message }, 'newcomer sync failed'))
+      .finally(() => askingNewcomers.delete(peer))
+    askingNewcomers.set(peer, asked)
+    return asked
+  }
+  /** A peer joined through this agent: ask it (unless its record is here already) and introduce its record. */
+  const introduceJoiner = (peer: string): void => {
+    void askNewcomer(peer).then(() => { if (!stopped && c.held().some(h => h.peerId === peer)) c.introduce(peer) })
+  }
+  const onConnect = (event: CustomEvent<{ toString(): string }>): void => {
+    const peer = event.detail.toString()
+    if (joined) void askNewcomer(peer)
+    else joinSync(peer)
+  }
 
-  /** One sync with a random live member (the join sync while none has succeeded yet). */
+  /** One sync with a random live member (the join sync while none has succeeded yet; the first after it with the agent joined through). */
   const antiEntropy = async (): Promise<void> => {
     const peers = c.livePeers()
-    const peer = peers[Math.floor(Math.random() * peers.length)]
+    const peer = followUpWith ?? peers[Math.floor(Math.random() * peers.length)]
+    followUpWith = undefined
     if (peer === undefined) return
     if (!joined) return joinSync(peer)
     await syncWith(peer).catch(err => c.log.debug({ peer, err: (err as Error).message }, 'anti-entropy sync failed'))
   }
+  let period = Math.min(options.firstFollowUpMs ?? 1000, options.intervalMs)
   const schedule = (): void => {
     if (options.intervalMs <= 0 || stopped) return
-    timer = setTimeout(() => { void antiEntropy().finally(schedule) }, options.intervalMs * (0.9 + 0.2 * Math.random()))
+    timer = setTimeout(() => { void antiEntropy().finally(schedule) }, period * (0.9 + 0.2 * Math.random()))
     timer.unref()
+    period = Math.min(period * 2, options.intervalMs)
   }
 
   return {
     async register () {
       await handleJson(c.node, { ...protocol, handlerTimeoutMs: requestTimeoutMs }, async (from, message) => {
-        const digest = (message as { digest?: unknown } | null)?.digest
-        if (!isDigest(digest)) throw new Error('malformed sync request')
+        const { digest, join } = (message ?? {}) as { digest?: unknown, join?: unknown }
+        if (!isDigest(digest) || (join !== undefined && join !== true)) throw new Error('malformed sync request')
         const theirs = new Map(Object.entries(digest))
         const records: string[] = []
         let bytes = 0
@@ -146,6 +195,7 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
           bytes += encoded.length
           records.push(encoded)
         }
+        if (join === true) queueMicrotask(() => introduceJoiner(from))
         return { records }
       })
     },

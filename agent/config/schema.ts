@@ -116,7 +116,7 @@ export const MeshSection = Type.Object({
   syncIntervalMs: Type.Integer({
     minimum: 0,
     maximum: 3_600_000,
-    description: 'Push-pull state sync: besides once right after start (a joiner learns every record at once), every this often with a random live member, the signed records either side lacks are exchanged directly (anti-entropy), in milliseconds; 0 = only after start. Default: 30000 (memberlist: 30 s).',
+    description: 'State sync: besides once right after start (a joiner learns every record at once), every this often a random live member is asked for the signed records this agent lacks (anti-entropy), in milliseconds; 0 = only after start. The period ramps up from start: the first pull 1 s after start, each next one twice as long after, up to this value (agents that join at the same time learn each other at once). Default: 30000 (memberlist: 30 s).',
   }),
   publishDebounceMs: Type.Integer({
     minimum: 0,

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient } from '../../agent/client/client.ts'
-import { agentNodeFlags } from '../../agent/node-flags.ts'
+import { agentEnvironment, agentNodeFlags } from '../../agent/node-flags.ts'
 import { builtAgentMain, unbundledAgentMain } from '../helpers/agent-process.ts'
 
 const runs = Number(process.argv[2] ?? 7)
@@ -29,7 +29,7 @@ interface AgentRun { startMs: number, cpuMs: number, rssBytes: number }
 async function agentOnce (entry: string): Promise<AgentRun> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const began = performance.now()
-  const proc = spawn(process.execPath, [...agentNodeFlags, entry, '--dev', '--state-dir', dir, '--log-level', 'warn'], { stdio: 'ignore' })
+  const proc = spawn(process.execPath, [...agentNodeFlags, entry, '--dev', '--state-dir', dir, '--log-level', 'warn'], { env: { ...agentEnvironment, ...process.env }, stdio: 'ignore' })
   const client = createAgentClient({ socketPath: join(dir, 'agentd.sock'), timeoutMs: 1000 })
   for (;;) {
     try { await client.health(); break } catch { await sleep(5) }

@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient, type AgentClient } from '../../agent/client/client.ts'
-import { agentNodeFlags } from '../../agent/node-flags.ts'
+import { agentEnvironment, agentNodeFlags } from '../../agent/node-flags.ts'
 
 export const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
 export const agentMain = join(repoRoot, 'agent/main.ts')
@@ -87,7 +87,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const stateDir = options.stateDir ?? tempDir(t)
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
-  const env = { ...withoutAgentdEnv(process.env), ...options.env }
+  const env = { ...agentEnvironment, ...withoutAgentdEnv(process.env), ...options.env }
   const proc = track(spawn(process.execPath, [...agentNodeFlags, agentEntry(options.built), ...args, '--exit-with-stdin'], { env, stdio: ['pipe', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })

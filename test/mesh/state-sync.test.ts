@@ -73,7 +73,7 @@ t.test('after the join sync, each period pulls from a live member what is newer 
   const appliedAtA: string[] = []
   let heldAtA: HeldRecord[] = []
   const log = pino({ level: 'silent' })
-  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [onB], livePeers: () => [], apply: async () => false, log })
+  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [onB], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
   const syncA = createStateSync({ intervalMs: 200 }, {
     node: a,
     own: () => undefined,
@@ -85,6 +85,7 @@ t.test('after the join sync, each period pulls from a live member what is newer 
       heldAtA = [record(Number(text.split('@')[1]))]
       return true
     },
+    introduce: () => {},
     log,
   })
   await syncB.register()
@@ -108,4 +109,94 @@ t.test('after the join sync, each period pulls from a live member what is newer 
   await until(() => appliedAtA.includes('x@6'), 'the newer record')
   t.same(appliedAtA, ['x@5', 'x@6'], 'the newer version arrives with the next period')
   t.equal(syncA.counts().failed, 0)
+})
+
+t.test('the pulls ramp up from start: the first after firstFollowUpMs, each next one twice as long after, up to the period', async t => {
+  const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
+  const [a, b] = await Promise.all([startMeshNode(t, clusterKey), startMeshNode(t, clusterKey)])
+  const log = pino({ level: 'silent' })
+  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
+  const pulls: number[] = []
+  const began = performance.now()
+  const syncA = createStateSync({ intervalMs: 60_000, firstFollowUpMs: 100 }, {
+    node: a,
+    own: () => undefined,
+    held: () => [],
+    livePeers () { pulls.push(performance.now() - began); return [b.peerId.toString()] },
+    apply: async () => false,
+    introduce: () => {},
+    log,
+  })
+  await syncB.register()
+  await syncA.register()
+  const controller = new AbortController()
+  t.teardown(() => controller.abort())
+  syncB.start({ signal: controller.signal })
+  syncA.start({ signal: controller.signal })
+  await a.dial(b.getMultiaddrs()[0]!)
+  for (const deadline = Date.now() + 10_000; pulls.length < 4 && Date.now() < deadline;) await sleep(20)
+  t.equal(pulls.length, 4, `four pulls within 10 s although the period is 60 s (at ${pulls.map(Math.round).join(', ')} ms)`)
+  // Timers never fire early; the jitter is ±10 %.
+  const gaps = pulls.map((at, i) => at - (i === 0 ? 0 : pulls[i - 1]!))
+  for (const [i, gap] of gaps.entries()) t.ok(gap >= 0.9 * 100 * 2 ** i - 5, `pull ${i + 1} came ${Math.round(gap)} ms after the previous one (at least ${0.9 * 100 * 2 ** i} ms)`)
+  t.ok(syncA.counts().syncs >= 3, `the pulls were syncs (${JSON.stringify(syncA.counts())})`)
+})
+
+t.test('after the join, a peer that connects unknown is asked at once, one that joins through this agent is also introduced; a known one is neither', async t => {
+  const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
+  const [a, b, c, d] = await Promise.all([startMeshNode(t, clusterKey), startMeshNode(t, clusterKey), startMeshNode(t, clusterKey), startMeshNode(t, clusterKey)])
+  const log = pino({ level: 'silent' })
+  const ownOf = (node: typeof a): HeldRecord => ({ peerId: node.peerId.toString(), incarnation: 1, seq: 1, envelope: new TextEncoder().encode(node.peerId.toString()) })
+  for (const node of [b, c]) {
+    const sync = createStateSync({ intervalMs: 0 }, { node, own: () => ownOf(node), held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
+    await sync.register()
+  }
+  const heldAtA: HeldRecord[] = []
+  const introducedByA: string[] = []
+  const syncA = createStateSync({ intervalMs: 0 }, {
+    node: a,
+    own: () => undefined,
+    held: () => heldAtA,
+    livePeers: () => [],
+    async apply (envelope) {
+      const peerId = new TextDecoder().decode(envelope)
+      heldAtA.push({ peerId, incarnation: 1, seq: 1, envelope })
+      return true
+    },
+    introduce: peer => { introducedByA.push(peer) },
+    log,
+  })
+  await syncA.register()
+  const controller = new AbortController()
+  t.teardown(() => controller.abort())
+  syncA.start({ signal: controller.signal })
+  const until = async (check: () => boolean, what: string): Promise<void> => {
+    for (const deadline = Date.now() + 10_000; !check();) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; held ${heldAtA.map(h => h.peerId).join(', ')}`)
+      await sleep(20)
+    }
+  }
+  await a.dial(b.getMultiaddrs()[0]!)
+  await until(() => heldAtA.some(h => h.peerId === b.peerId.toString()), 'the join sync with b')
+  t.equal(syncA.counts().syncs, 1, 'joined through b')
+
+  await c.dial(a.getMultiaddrs()[0]!)
+  await until(() => heldAtA.some(h => h.peerId === c.peerId.toString()), 'c\'s record')
+  t.equal(syncA.counts().syncs, 2, 'c connected unknown and was asked for its record (no period is running)')
+  t.same(introducedByA, [], 'c did not join through a: not introduced')
+
+  await a.hangUp(c.peerId)
+  await c.dial(a.getMultiaddrs()[0]!)
+  await sleep(500)
+  t.equal(syncA.counts().syncs, 2, 'c, known now, is not asked again when it reconnects')
+
+  // d joins through a (its own join sync): a asks d back and introduces d's record.
+  const syncD = createStateSync({ intervalMs: 0 }, { node: d, own: () => ownOf(d), held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
+  await syncD.register()
+  syncD.start({ signal: controller.signal })
+  await d.dial(a.getMultiaddrs()[0]!)
+  await until(() => introducedByA.length > 0, 'the introduction of d')
+  t.same(introducedByA, [d.peerId.toString()], 'd joined through a: asked back and introduced, once')
+  t.ok(heldAtA.some(h => h.peerId === d.peerId.toString()), 'a holds d\'s record before introducing it')
+  t.equal(syncD.counts().syncs, 1, 'd\'s join sync')
 })

@@ -5,7 +5,7 @@ import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, wri
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { builtAgentMain, repoRoot, tempDir } from '../helpers/agent-process.ts'
-import { agentNodeFlags } from '../../agent/node-flags.ts'
+import { agentEnvironment, agentNodeFlags } from '../../agent/node-flags.ts'
 
 const run = promisify(execFile)
 const installScript = join(repoRoot, 'systemd/install.sh')
@@ -34,6 +34,9 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
     t.ok(existsSync(join(prefix, path)), `${path} installed`)
   }
   const wrapper = readFileSync(join(prefix, 'bin/agentd'), 'utf8')
+  for (const [name, value] of Object.entries(agentEnvironment)) {
+    t.match(wrapper, `: "\${${name}:=${value}}"\nexport ${name}\n`, `sets ${name}=${value} unless the environment has it (agent/node-flags.ts)`)
+  }
   t.match(wrapper, `exec /opt/agentd/node_modules/.bin/node ${agentNodeFlags.join(' ')} /opt/agentd/dist/bundle/agentd.js "$@"`, 'runs the bundled Node.js with the agent\'s flags (agent/node-flags.ts) on the agent\'s bundle')
   t.match(readFileSync(join(prefix, 'bin/agentctl'), 'utf8'), 'exec /opt/agentd/node_modules/.bin/node /opt/agentd/dist/bundle/agentctl.js "$@"')
   t.equal(statSync(join(prefix, 'bin/agentctl')).mode & 0o111, 0o111, 'wrappers are executable')
