@@ -45,6 +45,20 @@ export interface Daemon {
   subsystems(): SubsystemRecord[]
 }
 
+/** The agent process's own memory and CPU (GET /v1/status). */
+function processFootprint (): NonNullable<StatusBody['process']> {
+  const memory = process.memoryUsage()
+  const cpu = process.cpuUsage()
+  return {
+    pid: process.pid,
+    rssBytes: memory.rss,
+    heapUsedBytes: memory.heapUsed,
+    heapTotalBytes: memory.heapTotal,
+    externalBytes: memory.external,
+    cpuSeconds: Math.round((cpu.user + cpu.system) / 1e4) / 100,
+  }
+}
+
 export function createDaemon (options: DaemonOptions, components: DaemonComponents): Daemon {
   const { config, dev } = options
   const startedAt = performance.now()
@@ -76,6 +90,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     version: agentVersion,
     uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
     dev,
+    process: processFootprint(),
     subsystems: runner.records(),
     native: capabilities,
     ...(mesh !== undefined ? { mesh: mesh.status() } : {}),

@@ -18,6 +18,10 @@ export function renderStatus (status: StatusBody): string {
     `version  ${status.version}${status.dev ? '  (dev mode)' : ''}`,
     `uptime   ${formatDuration(status.uptimeS)}`,
   ]
+  const own = status.process
+  if (own !== undefined) {
+    head.push(`process  pid ${own.pid}, rss ${formatBytes(own.rssBytes)} (V8 heap ${formatBytes(own.heapUsedBytes)} of ${formatBytes(own.heapTotalBytes)}, external ${formatBytes(own.externalBytes)}), cpu ${own.cpuSeconds.toFixed(1)} s`)
+  }
   const native = status.native as Capabilities | undefined
   if (native !== undefined) {
     const memlock = native.memlockLimitBytes === null || native.memlockLimitBytes === Infinity ? 'unlimited' : formatBytes(native.memlockLimitBytes)

@@ -10,10 +10,14 @@ t.test('status, node and version against a running agent', async t => {
   const status = JSON.parse(json.stdout)
   t.ok(['identity', 'native', 'inventory', 'state', 'api'].every(id => status.subsystems.some((s: { id: string }) => s.id === id)), 'lists the subsystems')
   t.equal(status.node.id.length, 36)
+  t.equal(status.process.pid, agent.proc.pid, 'the process section is the agent\'s')
+  t.ok(status.process.rssBytes > status.process.heapUsedBytes && status.process.heapUsedBytes > 0, `rss ${status.process.rssBytes} > V8 heap in use ${status.process.heapUsedBytes} > 0`)
+  t.ok(status.process.cpuSeconds > 0, 'start-up took CPU')
 
   const human = await runNode(agentctlMain, ['status'], { AGENTD_SOCKET: agent.socketPath })
   t.equal(human.code, 0, 'AGENTD_SOCKET selects the socket')
   t.match(human.stdout, /SUBSYSTEM\s+STATE\s+START\s+REASON\nidentity\s+ok/)
+  t.match(human.stdout, /^process  pid \d+, rss [\d.]+ MiB \(V8 heap [\d.]+ MiB of [\d.]+ MiB, external [\d.]+ [KM]iB\), cpu [\d.]+ s$/m)
 
   const node = JSON.parse((await runNode(agentctlMain, ['--socket', agent.socketPath, '--json', 'node'])).stdout)
   t.ok(node.cpu.cores > 0)
