@@ -10,7 +10,6 @@ import { loadOrCreateNodeId } from './node-identity.ts'
 import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
 import { createGpuSampler, type GpuSampler } from './inventory/gpu-sampler.ts'
 import { createApiServer, type ApiServer } from './api/server.ts'
-import { createMemoryTrim } from './memory-trim.ts'
 import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
@@ -289,7 +288,6 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     },
   ]
   const runner = createSubsystemRunner(specs, { logger: components.logger })
-  const memoryTrim = createMemoryTrim({}, { logger: components.logger.child({ component: 'memory' }) })
 
   return {
     async start () {
@@ -297,10 +295,8 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       // A failure to build is the api subsystem's, reported when it is created.
       await builtApi.catch(() => {})
       await runner.startAll()
-      memoryTrim.start()
     },
     async stop () {
-      memoryTrim.stop()
       await runner.stopAll()
       // Built but never handed to the runner (stopped during start-up): close it here.
       if (!apiCreated) await (await builtApi?.catch(() => undefined))?.stop()
