@@ -69,7 +69,7 @@ fi
 # ~12 MB less resident memory than loading ~1,400 modules. The agent runs with
 # its Node.js flags and environment defaults (agent/node-flags.ts, kept in step
 # by a test); a value the operator sets (systemd Environment=) wins.
-agentd_node_flags='--max-semi-space-size=1'
+agentd_node_flags='--max-semi-space-size=1 --heap-growing-percent=25'
 printf '#!/bin/sh\n: "${MALLOC_ARENA_MAX:=2}"\nexport MALLOC_ARENA_MAX\nexec %s/node_modules/.bin/node %s %s/dist/bundle/agentd.js "$@"\n' \
   "$prefix" "$agentd_node_flags" "$prefix" | write_file "$root/bin/agentd" 0755
 printf '#!/bin/sh\nexec %s/node_modules/.bin/node %s/dist/bundle/agentctl.js "$@"\n' "$prefix" "$prefix" | write_file "$root/bin/agentctl" 0755
