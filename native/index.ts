@@ -200,11 +200,14 @@ export function openSharedMemory (name: string, options: { minBytes?: number } =
 /**
  * Faults the pages of a range in for writing on a native thread
  * (MADV_POPULATE_WRITE), so later passes over it take no page faults: a
- * freshly mapped 512 MiB shm object costs ~131k faults on first touch.
+ * freshly mapped 512 MiB shm object costs ~131k faults on first touch; and a
+ * shared-memory object its filesystem cannot hold fails here (ERR_SYSTEM),
+ * not as a SIGBUS at a later write. Resolves false, having allocated
+ * nothing, on a kernel without MADV_POPULATE_WRITE (Linux < 5.14).
  */
-export async function populateHostRange (range: HostRange): Promise<void> {
+export async function populateHostRange (range: HostRange): Promise<boolean> {
   checkHostRange(range, 'range')
-  await awaitNative(() => binding().populateRegion(range.memory.region, range.offset, range.length))
+  return await awaitNative(() => binding().populateRegion(range.memory.region, range.offset, range.length))
 }
 
 /** Copies `src` into `dst` on native threads. */

@@ -99,7 +99,8 @@ export interface NativeBinding {
     cudaChunkBytes: number): Promise<NativeRegion>
   openSharedMemory (name: string, minBytes: number): NativeRegion
   /** Faults the range's pages in for writing, on a worker thread. */
-  populateRegion (region: NativeRegion, offset: number, length: number): Promise<void>
+  /** false: the kernel has no MADV_POPULATE_WRITE (Linux < 5.14); nothing was allocated. */
+  populateRegion (region: NativeRegion, offset: number, length: number): Promise<boolean>
   /** threads: 0 = the whole CPU pool, 1 = one plain memcpy. */
   copyHost (dst: NativeRegion, dstOffset: number, src: NativeRegion, srcOffset: number,
     length: number, threads: number): Promise<void>

@@ -103,8 +103,8 @@ export interface PublisherComponents {
   stateManager: StateManager
   versions: VersionStore
   logger: Logger
-  /** Allocates a region's pages at hand-out. Default: populateHostRange (MADV_POPULATE_WRITE on a native thread). */
-  populate?: (range: HostRange) => Promise<void>
+  /** Allocates a region's pages at hand-out; false when the kernel cannot. Default: populateHostRange (MADV_POPULATE_WRITE on a native thread). */
+  populate?: (range: HostRange) => Promise<boolean>
 }
 
 export interface Publisher {
@@ -196,6 +196,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
   /** `mapping`: the agent's own mapping of the region, until the StateManager adopts it. */
   const regions = new Map<string, WeightsRegion & { release(): void, publishing: boolean, mapping: SharedMemoryObject | undefined }>()
   const populate = components.populate ?? populateHostRange
+  let populateUnsupportedSaid = false
   /** Bytes of regions between their space check and their last page allocated (statfs does not show them yet), this one's included. */
   let creatingBytes = 0
   /** Tensor bytes per model of regions being handed out (not yet in `regions`), for the quota check. */
@@ -357,7 +358,11 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         // cannot hold the region fails here, with a clear error, rather than as a SIGBUS in the trainer's
         // writes; the publish's pass over the mapping then takes no page faults.
         try {
-          await populate(mapping.range(0, mapping.sizeBytes))
+          const populated = await populate(mapping.range(0, mapping.sizeBytes))
+          if (!populated && !populateUnsupportedSaid) {
+            populateUnsupportedSaid = true
+            logger.warn({ region: name }, 'this kernel cannot allocate a region\'s pages at hand-out (MADV_POPULATE_WRITE needs Linux 5.14): a /dev/shm that cannot hold a region shows as SIGBUS in the writer instead of ERR_TIER_FULL here')
+          }
         } catch (cause) {
           throw new AgentError('ERR_TIER_FULL', `cannot allocate the ${offset} bytes of shared-memory region ${name} (${(cause as Error).message}): /dev/shm or this agent's memory limit cannot hold it`, { cause })
         }

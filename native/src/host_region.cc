@@ -347,10 +347,11 @@ static Napi::Value OpenSharedMemoryJs(const Napi::CallbackInfo& info) {
 
 // Faults the pages of [data, data + length) in for writing, on a worker
 // thread (MADV_POPULATE_WRITE): afterwards passes over the range take no page
-// faults. An optimization only: on a kernel without it (< 5.14) this does
-// nothing, and no fallback touches pages itself, because a touch of a shared
-// mapping whose filesystem is full raises SIGBUS where madvise returns an
-// error (rejected as ERR_SYSTEM).
+// faults, and a filesystem that cannot hold them has failed here (rejected as
+// ERR_SYSTEM). Resolves true when done, false on a kernel without it (< 5.14:
+// EINVAL), where nothing was allocated; no fallback touches pages itself,
+// because a touch of a shared mapping whose filesystem is full raises SIGBUS
+// where madvise returns an error.
 class PopulateWorker final : public PromiseWorker {
  public:
   PopulateWorker(Napi::Env env, std::shared_ptr<HostRegion> owner, uint8_t* data, size_t length)
@@ -364,17 +365,23 @@ class PopulateWorker final : public PromiseWorker {
     uintptr_t end = reinterpret_cast<uintptr_t>(data_) + length_;
     if (madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE) == 0) return;
     int err = errno;
-    if (err == EINVAL) return;  // the kernel does not know MADV_POPULATE_WRITE
+    if (err == EINVAL) {  // the kernel does not know MADV_POPULATE_WRITE
+      supported_ = false;
+      return;
+    }
     throw SystemError("ERR_SYSTEM", "madvise", err, "cannot populate the mapping");
   }
 
+  Napi::Value Result(Napi::Env env) override { return Napi::Boolean::New(env, supported_); }
+
  private:
+  bool supported_ = true;
   std::shared_ptr<HostRegion> owner_;
   uint8_t* data_;
   size_t length_;
 };
 
-// populateRegion(region, offset, length): Promise<void>
+// populateRegion(region, offset, length): Promise<boolean> (false: the kernel cannot)
 static Napi::Value PopulateRegionJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return GuardedCall(env, [&]() -> Napi::Value {

@@ -23,7 +23,7 @@ const versions = createVersionStore({ dir: join(dir, 'w'), retainVersions: 2 }, 
 await versions.load()
 const mib = Number(process.argv[2] ?? 512)
 const awaited = createPublisher({ chunkBytes: 4 * MiB, durable: false, owner: dir + 'a' }, { stateManager: sm, versions, logger })
-const noPopulate = createPublisher({ chunkBytes: 4 * MiB, durable: false, owner: dir + 'b' }, { stateManager: sm, versions, logger, populate: async () => {} })
+const noPopulate = createPublisher({ chunkBytes: 4 * MiB, durable: false, owner: dir + 'b' }, { stateManager: sm, versions, logger, populate: async () => true })
 const a: number[] = []; const b: number[] = []
 for (let i = 0; i < 7; i++) {
   for (const [p, out] of [[awaited, a], [noPopulate, b]] as const) {

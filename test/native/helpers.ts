@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync, statfsSync, unlinkSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Test } from 'tap'
+import { openSharedMemory, populateHostRange } from '../../native/index.ts'
 
 const TMPFS_MAGIC = 0x01021994
 const RAMFS_MAGIC = 0x858458f6
@@ -70,4 +71,14 @@ export function removeQuietly (path: string): void {
   try {
     unlinkSync(path)
   } catch {}
+}
+
+/** Whether this kernel has MADV_POPULATE_WRITE (Linux >= 5.14): populateHostRange resolves false, allocating nothing, without it. */
+export async function kernelHasPopulateWrite (): Promise<boolean> {
+  const name = `agentd_populate_probe_${process.pid}`
+  writeFileSync(`/dev/shm/${name}`, new Uint8Array(4096))
+  try {
+    const shm = openSharedMemory(name)
+    try { return await populateHostRange(shm.range(0, 4096)) } finally { shm.close() }
+  } finally { rmSync(`/dev/shm/${name}`, { force: true }) }
 }

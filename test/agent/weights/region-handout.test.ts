@@ -6,9 +6,11 @@
  */
 import { readdirSync, statfsSync, truncateSync } from 'node:fs'
 import t from 'tap'
+import pino from 'pino'
 import { createPublisher, type TensorSpec } from '../../../agent/weights/publisher.ts'
 import { populateHostRange, type HostRange } from '../../../native/index.ts'
 import { logger, MiB, sharedKey, versionStoreNode, weightsNode } from './weights-fixtures.ts'
+import { kernelHasPopulateWrite } from '../../native/helpers.ts'
 
 const regionObjects = (): string[] => readdirSync('/dev/shm').filter(n => n.startsWith('agentd-weights-'))
 
@@ -53,14 +55,14 @@ t.test('the namespace quota the publish would apply is checked at hand-out, coun
   t.same(regionObjects().filter(n => !before.has(n)).length, 3, 'only the regions handed out exist')
 })
 
-t.test('a pre-fault the kernel refuses fails the hand-out and leaves no object, mapping or reservation', async t => {
+t.test('a pre-fault the kernel refuses fails the hand-out and leaves no object, mapping or reservation', { skip: await kernelHasPopulateWrite() ? false : 'this kernel has no MADV_POPULATE_WRITE (Linux < 5.14): hand-out allocates nothing' }, async t => {
   const { sm, versions, dir } = await versionStoreNode(t)
   // The object shrinks under the mapping before its pages are allocated (as when tmpfs runs out):
   // MADV_POPULATE_WRITE of pages past the end fails in the kernel (EFAULT).
   let shrunk = 0
-  const populate = async (range: HostRange): Promise<void> => {
+  const populate = async (range: HostRange): Promise<boolean> => {
     for (const name of regionObjects()) if (name.includes('-f-v')) { truncateSync(`/dev/shm/${name}`, 0); shrunk++ }
-    await populateHostRange(range)
+    return await populateHostRange(range)
   }
   const publisher = createPublisher({ chunkBytes: 65536, durable: false, owner: dir }, { stateManager: sm, versions, logger, populate })
   t.teardown(() => publisher.close())
@@ -70,4 +72,17 @@ t.test('a pre-fault the kernel refuses fails the hand-out and leaves no object, 
   t.same(regionObjects().filter(n => !before.has(n)), [], 'the object is removed')
   t.same(sm.residency().shm, { regions: 0, bytes: 0 })
   t.equal(versions.nextVersion('f'), 0, 'the version is released')
+})
+
+t.test('on a kernel without MADV_POPULATE_WRITE the hand-out works, and the publisher says once what is lost', async t => {
+  const { sm, versions, dir } = await versionStoreNode(t)
+  const lines: Array<{ level: number, msg: string }> = []
+  const recording = pino({ level: 'warn' }, { write: (line: string) => { lines.push(JSON.parse(line)) } })
+  const publisher = createPublisher({ chunkBytes: 65536, durable: false, owner: dir }, { stateManager: sm, versions, logger: recording, populate: async () => false })
+  t.teardown(() => publisher.close())
+  await publisher.createRegion('k', 1, [{ name: 'a', dtype: 'u8', shape: [MiB] }])
+  await publisher.createRegion('k', 2, [{ name: 'a', dtype: 'u8', shape: [MiB] }])
+  const said = lines.filter(l => /MADV_POPULATE_WRITE needs Linux 5\.14/.test(l.msg))
+  t.equal(said.length, 1, 'one warning for two hand-outs')
+  t.equal(said[0]!.level, 40)
 })
