@@ -13,6 +13,7 @@ import { createWeightsService, type WeightsService } from '../../../agent/weight
 import { defaultWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { createVersionStore, type VersionStore } from '../../../agent/weights/version-store.ts'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
+import type { PeerView } from '../../../mesh/mesh-views.ts'
 import { diskDir } from '../../native/helpers.ts'
 
 export const MiB = 2 ** 20
@@ -59,14 +60,14 @@ export async function versionStoreNode (t: Test, namespaceQuotaBytes: Record<str
   return { sm, versions, dir }
 }
 
-/** A StateManager plus a weights service on 127.0.0.1:0, stopped at teardown. */
-export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB): Promise<NodeFixture> {
+/** A StateManager plus a weights service on 127.0.0.1:0, stopped at teardown; `meshPeers`: the mesh view its pulls without `from` pick a holder from. */
+export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB, meshPeers?: () => PeerView[]): Promise<NodeFixture> {
   const sm = createStateManager({
     hostPoolBytes: poolBytes, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 256 * MiB, directIo: true,
     spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }, { logger })
   await sm.start()
-  const weights = createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 256 * 1024, ...overrides, manifestDir: join(dir, 'weights') }, { stateManager: sm, clusterKey, logger })
+  const weights = createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 256 * 1024, ...overrides, manifestDir: join(dir, 'weights') }, { stateManager: sm, clusterKey, logger, ...(meshPeers !== undefined ? { meshPeers } : {}) })
   await weights.start()
   t.teardown(async () => { await weights.stop(); await sm.stop() })
   return { sm, weights, dir }
