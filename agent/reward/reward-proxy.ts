@@ -158,8 +158,7 @@ interface ProxyRequest {
   state: RequestState
   /** The previous stage's output. */
   input: unknown
-  /** The one retry after a lost worker is used. */
-  retried: boolean
+  /** 1, or 2 once the one retry after a lost worker is used (here or before a resubmission). */
   attempt: number
   excludeWorker: string | undefined
   queueEntry: QueueEntry | undefined
@@ -359,13 +358,12 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     if (now() - lease.startedMs >= stages[r.stage]!.timeoutMs) { timeOut(r, lease.id); return }
     endLease(r)
     const stage = stages[r.stage]!.name
-    if (r.retried) {
+    if (r.attempt > 1) {
       log.warn({ requestId: r.id, stage, worker: lease.workerId, why }, 'reward request lost its worker twice: failed')
       finish(r, { status: 'failed', reward: options.timeoutReward, stage, message: `lost its worker twice at stage ${stage} (last: ${lease.workerId}: ${why})` })
       return
     }
     log.info({ requestId: r.id, stage, worker: lease.workerId, why }, 'reward request lost its worker: retried once')
-    r.retried = true
     r.attempt++
     r.excludeWorker = lease.workerId
     enqueue(r)
@@ -419,7 +417,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       }
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
-        retried: b.retried === true, attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
+        attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
         stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
       }
       requests.set(r.id, r)
@@ -525,7 +523,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
           const r = requests.get(id)
           if (r === undefined) unknown.push(id)
           else if (r.result !== undefined) results.push(r.result)
-          else if (r.retried) retried.push(id)
+          else if (r.attempt > 1) retried.push(id)
         }
         return { results, unknown, retried }
       }
