@@ -1,7 +1,8 @@
 /**
- * Shared helpers of the native benchmarks: timing, medians, GB/s.
- * GB/s means 10^9 bytes per second.
+ * Shared helpers of the benchmarks: timing, medians, GB/s, a process's CPU
+ * time and resident memory. GB/s means 10^9 bytes per second.
  */
+import { readFileSync } from 'node:fs'
 
 export function median (values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b)
@@ -28,3 +29,17 @@ export function report (label: string, samples: number[], baseline?: number[]): 
 }
 
 export const MiB = 2 ** 20
+
+/** Clock ticks per second of /proc/<pid>/stat's times (USER_HZ, 100 on Linux). */
+const clockTicksPerSecond = 100
+
+/** User + system CPU time of a running process, seconds (/proc/<pid>/stat). */
+export function processCpuSeconds (pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / clockTicksPerSecond
+}
+
+/** Resident set size of a running process, bytes (VmRSS of /proc/<pid>/status). */
+export function processRssBytes (pid: number): number {
+  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024
+}

@@ -28,6 +28,7 @@ import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
 import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
+import { MiB, processCpuSeconds, processRssBytes } from './bench-stats.ts'
 
 const sizes = (process.argv[2] ?? '3,20').split(',').map(Number)
 const idleS = Number(process.argv[3] ?? 60)
@@ -35,13 +36,11 @@ const servers = Number(process.argv[4] ?? 3)
 const build = process.argv[5] ?? 'bundle'
 if (build !== 'bundle' && build !== 'unbundled') throw new Error(`build must be bundle or unbundled, got ${build}`)
 const built = build === 'bundle' ? true : 'unbundled'
-const clkTck = 100
 
 interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
 const lines = (a: { output(): string }): LogLine[] => a.output().split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l) as LogLine)
 const ms = (iso: string): number => Date.parse(iso)
-const cpuTicks = (pid: number): number => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' '); return Number(f[11]) + Number(f[12]) }
-const rssMiB = (pid: number): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024
+const rssMiB = (pid: number): number => processRssBytes(pid) / MiB
 /** Proportional set size: the Node.js binary's text (~55 MB of RSS) is shared by every agent on a host. */
 const pssMiB = (pid: number): number => Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))![1]) / 1024
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
@@ -72,11 +71,11 @@ async function run (n: number): Promise<Record<string, unknown>> {
 
     const pids = [...agents.map(a => a.proc.pid!), baseline.proc.pid!]
     await sleep(5000)
-    const before = pids.map(cpuTicks)
+    const before = pids.map(processCpuSeconds)
     const idleBegan = performance.now()
     await sleep(idleS * 1000)
     const seconds = (performance.now() - idleBegan) / 1000
-    const cpu = pids.map((p, i) => (cpuTicks(p) - before[i]!) / clkTck / seconds * 100)
+    const cpu = pids.map((p, i) => (processCpuSeconds(p) - before[i]!) / seconds * 100)
     const rss = pids.map(rssMiB)
     const pss = pids.map(pssMiB)
     const infos = await Promise.all(agents.map(a => a.client.mesh({ idleTimeoutMs: 60_000 })))

@@ -10,17 +10,17 @@
  * or systemd waits for). CPU = utime+stime and RSS = VmRSS, after 2 s idle.
  */
 import { spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createAgentClient } from '../../agent/client/client.ts'
 import { agentEnvironment, agentNodeFlags } from '../../agent/node-flags.ts'
 import { builtAgentMain, unbundledAgentMain } from '../helpers/agent-process.ts'
+import { processCpuSeconds, processRssBytes } from './bench-stats.ts'
 
 const runs = Number(process.argv[2] ?? 7)
 const entries = { bundle: builtAgentMain, unbundled: unbundledAgentMain }
-const clkTck = 100
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
@@ -36,13 +36,12 @@ async function agentOnce (entry: string): Promise<AgentRun> {
   }
   const startMs = performance.now() - began
   await sleep(2000)
-  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proc.pid}/status`, 'utf8'))![1])
-  const stat = readFileSync(`/proc/${proc.pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-  const cpuMs = (Number(stat[11]) + Number(stat[12])) / clkTck * 1000
+  const rssBytes = processRssBytes(proc.pid!)
+  const cpuMs = processCpuSeconds(proc.pid!) * 1000
   proc.kill('SIGTERM')
   await new Promise(resolve => proc.once('exit', resolve))
   rmSync(dir, { recursive: true, force: true })
-  return { startMs, cpuMs, rssBytes: rssKb * 1024 }
+  return { startMs, cpuMs, rssBytes }
 }
 
 function bareNodeMs (): number {
