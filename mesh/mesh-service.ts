@@ -243,9 +243,10 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     introduce (peer) {
       const held = envelopes.get(peer)
       if (held === undefined) return
-      // Message ids are the data's hash: where the joiner's own publish arrived first, this one is a duplicate and dropped.
-      stats.published.add()
-      void pubsub.publish(meshTopic, held.envelope).catch(err => log.debug({ peer, err: (err as Error).message }, 'introduction not published'))
+      // Message ids are the data's hash: where the joiner's own publish arrived first, this one is a duplicate and not sent.
+      void pubsub.publish(meshTopic, held.envelope)
+        .then(() => stats.published.add())
+        .catch(err => log.debug({ peer, err: (err as Error).message }, 'introduction not published'))
     },
     log,
   })

@@ -101,8 +101,8 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
   let joined = false
   /** The agent joined through: the first pull after the join goes to it, as it asked every agent that joined since. */
   let followUpWith: string | undefined
-  let joining: Promise<void> | undefined
-  let joiningWith: string | undefined
+  /** The join sync in flight, and with whom. */
+  let joining: { peer: string, done: Promise<void> } | undefined
   let timer: NodeJS.Timeout | undefined
   let stopped = false
 
@@ -132,17 +132,17 @@ export function createStateSync (options: StateSyncOptions, c: StateSyncComponen
 
   const joinSync = (peer: string): void => {
     if (joined || joining !== undefined || stopped) return
-    joiningWith = peer
-    joining = syncWith(peer, undefined, true)
+    const done = syncWith(peer, undefined, true)
       .then(news => { joined = true; followUpWith = peer; c.log.debug({ peer, news }, 'joined: state synced') })
       .catch(err => c.log.debug({ peer, err: (err as Error).message }, 'join sync failed'))
-      .finally(() => { joining = undefined; joiningWith = undefined })
+      .finally(() => { joining = undefined })
+    joining = { peer, done }
   }
   /** Newcomers being asked, one pull each at a time. */
   const askingNewcomers = new Map<string, Promise<void>>()
   /** A peer whose record this agent lacks (it joined since) connected: ask it at once. */
   const askNewcomer = (peer: string): Promise<void> => {
-    const asking = askingNewcomers.get(peer) ?? (joiningWith === peer ? joining : undefined)
+    const asking = askingNewcomers.get(peer) ?? (joining?.peer === peer ? joining.done : undefined)
     if (asking !== undefined) return asking
     if (stopped || c.held().some(h => h.peerId === peer)) return Promise.resolve()
     const asked = syncWith(peer)
