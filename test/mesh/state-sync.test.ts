@@ -1,5 +1,5 @@
 // State sync (mesh/state-sync.ts) between real agents, and its wire against a peer inside the private network.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
@@ -9,11 +9,37 @@ import { lpStream } from '@libp2p/utils'
 import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
 import { startMeshNode } from '../helpers/mesh-node.ts'
 import { decodeEnvelope } from '../../mesh/signed-envelope.ts'
-import { createStateSync, syncProtocol, type HeldRecord } from '../../mesh/state-sync.ts'
+import { createStateSync, syncProtocol, type HeldRecord, type StateSync, type StateSyncComponents, type StateSyncOptions } from '../../mesh/state-sync.ts'
+import type { MeshLibp2p } from '../../mesh/libp2p-node.ts'
 import { startTestMesh } from '../helpers/test-mesh.ts'
 
 // Heartbeats every 10 minutes: only the join sync and the re-publication of a record no one heard can make these converge.
 const noHeartbeats = ['--set', 'mesh.heartbeatIntervalMs=600000']
+
+/**
+ * A state sync on `node`, registered, with inert parts where the test gives none (no records, no
+ * peers, nothing applied or introduced); started unless `start` is false, stopped at teardown.
+ */
+async function syncOn (t: Test, node: MeshLibp2p, options: StateSyncOptions, given: Partial<StateSyncComponents> = {}, start = true): Promise<StateSync> {
+  const sync = createStateSync(options, {
+    node, own: () => undefined, held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log: pino({ level: 'silent' }), ...given,
+  })
+  await sync.register()
+  if (start) {
+    const controller = new AbortController()
+    t.teardown(() => controller.abort())
+    sync.start({ signal: controller.signal })
+  }
+  return sync
+}
+
+/** Polls `check` for up to 10 s; a timeout names `what` and the state `seen()` describes. */
+async function waitUntil (check: () => boolean, what: string, seen: () => string): Promise<void> {
+  for (const deadline = Date.now() + 10_000; !check();) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; ${seen()}`)
+    await sleep(20)
+  }
+}
 
 t.test('without heartbeats, agents converge through the join sync and the re-published first record', async t => {
   const mesh = await startTestMesh(t, { nodes: 3, args: noHeartbeats, convergeTimeoutMs: 30_000 })
@@ -72,11 +98,8 @@ t.test('after the join sync, each period pulls from a live member what is newer 
   let onB = record(5)
   const appliedAtA: string[] = []
   let heldAtA: HeldRecord[] = []
-  const log = pino({ level: 'silent' })
-  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [onB], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
-  const syncA = createStateSync({ intervalMs: 200 }, {
-    node: a,
-    own: () => undefined,
+  await syncOn(t, b, { intervalMs: 0 }, { held: () => [onB] })
+  const syncA = await syncOn(t, a, { intervalMs: 200 }, {
     held: () => heldAtA,
     livePeers: () => [b.peerId.toString()],
     async apply (envelope) {
@@ -85,22 +108,9 @@ t.test('after the join sync, each period pulls from a live member what is newer 
       heldAtA = [record(Number(text.split('@')[1]))]
       return true
     },
-    introduce: () => {},
-    log,
   })
-  await syncB.register()
-  await syncA.register()
-  const controller = new AbortController()
-  t.teardown(() => controller.abort())
-  syncB.start({ signal: controller.signal })
-  syncA.start({ signal: controller.signal })
   await a.dial(b.getMultiaddrs()[0]!)
-  const until = async (check: () => boolean, what: string): Promise<void> => {
-    for (const deadline = Date.now() + 10_000; !check();) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; applied ${JSON.stringify(appliedAtA)}`)
-      await sleep(20)
-    }
-  }
+  const until = (check: () => boolean, what: string): Promise<void> => waitUntil(check, what, () => `applied ${JSON.stringify(appliedAtA)}`)
   await until(() => appliedAtA.includes('x@5'), 'the join sync')
   const syncsAfterJoin = syncA.counts().syncs
   await until(() => syncA.counts().syncs >= syncsAfterJoin + 2, 'two periodic syncs')
@@ -114,25 +124,12 @@ t.test('after the join sync, each period pulls from a live member what is newer 
 t.test('the pulls ramp up from start: the first after firstFollowUpMs, each next one twice as long after, up to the period', async t => {
   const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
   const [a, b] = await Promise.all([startMeshNode(t, clusterKey), startMeshNode(t, clusterKey)])
-  const log = pino({ level: 'silent' })
-  const syncB = createStateSync({ intervalMs: 0 }, { node: b, own: () => undefined, held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
+  await syncOn(t, b, { intervalMs: 0 })
   const pulls: number[] = []
   const began = performance.now()
-  const syncA = createStateSync({ intervalMs: 60_000, firstFollowUpMs: 100 }, {
-    node: a,
-    own: () => undefined,
-    held: () => [],
+  const syncA = await syncOn(t, a, { intervalMs: 60_000, firstFollowUpMs: 100 }, {
     livePeers () { pulls.push(performance.now() - began); return [b.peerId.toString()] },
-    apply: async () => false,
-    introduce: () => {},
-    log,
   })
-  await syncB.register()
-  await syncA.register()
-  const controller = new AbortController()
-  t.teardown(() => controller.abort())
-  syncB.start({ signal: controller.signal })
-  syncA.start({ signal: controller.signal })
   await a.dial(b.getMultiaddrs()[0]!)
   for (const deadline = Date.now() + 10_000; pulls.length < 4 && Date.now() < deadline;) await sleep(20)
   t.equal(pulls.length, 4, `four pulls within 10 s although the period is 60 s (at ${pulls.map(Math.round).join(', ')} ms)`)
@@ -145,37 +142,21 @@ t.test('the pulls ramp up from start: the first after firstFollowUpMs, each next
 t.test('after the join, a peer that connects unknown is asked at once, one that joins through this agent is also introduced; a known one is neither', async t => {
   const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
   const [a, b, c, d] = await Promise.all([startMeshNode(t, clusterKey), startMeshNode(t, clusterKey), startMeshNode(t, clusterKey), startMeshNode(t, clusterKey)])
-  const log = pino({ level: 'silent' })
-  const ownOf = (node: typeof a): HeldRecord => ({ peerId: node.peerId.toString(), incarnation: 1, seq: 1, envelope: new TextEncoder().encode(node.peerId.toString()) })
-  for (const node of [b, c]) {
-    const sync = createStateSync({ intervalMs: 0 }, { node, own: () => ownOf(node), held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
-    await sync.register()
-  }
+  const ownOf = (node: MeshLibp2p): HeldRecord => ({ peerId: node.peerId.toString(), incarnation: 1, seq: 1, envelope: new TextEncoder().encode(node.peerId.toString()) })
+  // b and c answer with their own records but never sync themselves.
+  for (const node of [b, c]) await syncOn(t, node, { intervalMs: 0 }, { own: () => ownOf(node) }, false)
   const heldAtA: HeldRecord[] = []
   const introducedByA: string[] = []
-  const syncA = createStateSync({ intervalMs: 0 }, {
-    node: a,
-    own: () => undefined,
+  const syncA = await syncOn(t, a, { intervalMs: 0 }, {
     held: () => heldAtA,
-    livePeers: () => [],
     async apply (envelope) {
       const peerId = new TextDecoder().decode(envelope)
       heldAtA.push({ peerId, incarnation: 1, seq: 1, envelope })
       return true
     },
     introduce: peer => { introducedByA.push(peer) },
-    log,
   })
-  await syncA.register()
-  const controller = new AbortController()
-  t.teardown(() => controller.abort())
-  syncA.start({ signal: controller.signal })
-  const until = async (check: () => boolean, what: string): Promise<void> => {
-    for (const deadline = Date.now() + 10_000; !check();) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; held ${heldAtA.map(h => h.peerId).join(', ')}`)
-      await sleep(20)
-    }
-  }
+  const until = (check: () => boolean, what: string): Promise<void> => waitUntil(check, what, () => `held ${heldAtA.map(h => h.peerId).join(', ')}`)
   await a.dial(b.getMultiaddrs()[0]!)
   await until(() => heldAtA.some(h => h.peerId === b.peerId.toString()), 'the join sync with b')
   t.equal(syncA.counts().syncs, 1, 'joined through b')
@@ -191,9 +172,7 @@ t.test('after the join, a peer that connects unknown is asked at once, one that 
   t.equal(syncA.counts().syncs, 2, 'c, known now, is not asked again when it reconnects')
 
   // d joins through a (its own join sync): a asks d back and introduces d's record.
-  const syncD = createStateSync({ intervalMs: 0 }, { node: d, own: () => ownOf(d), held: () => [], livePeers: () => [], apply: async () => false, introduce: () => {}, log })
-  await syncD.register()
-  syncD.start({ signal: controller.signal })
+  const syncD = await syncOn(t, d, { intervalMs: 0 }, { own: () => ownOf(d) })
   await d.dial(a.getMultiaddrs()[0]!)
   await until(() => introducedByA.length > 0, 'the introduction of d')
   t.same(introducedByA, [d.peerId.toString()], 'd joined through a: asked back and introduced, once')
