@@ -102,11 +102,10 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
    * The API's routes and schemas are compiled before any subsystem starts
    * (~0.3 s of CPU on the event loop, several times that on a loaded host):
    * compiled after the mesh started, they held up its first connections and
-   * the join sync. The api subsystem, last, only listens.
+   * the join sync. The api subsystem, last, only listens. Built once (start).
    */
   let builtApi: Promise<ApiServer> | undefined
-  let apiCreated = false
-  const buildApi = (): Promise<ApiServer> => createApiServer({ ...config.api, version: agentVersion }, {
+  const api = (): Promise<ApiServer> => builtApi ??= createApiServer({ ...config.api, version: agentVersion }, {
     logger: components.logger.child({ component: 'api' }),
     status: { status },
     inventory: { inventory: () => inventory },
@@ -281,25 +280,21 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       id: 'api',
       requires: ['identity'],
       critical: true,
-      async create () {
-        apiCreated = true
-        return await (builtApi ?? buildApi())
-      },
+      create: api,
     },
   ]
   const runner = createSubsystemRunner(specs, { logger: components.logger })
 
   return {
     async start () {
-      builtApi = buildApi()
       // A failure to build is the api subsystem's, reported when it is created.
-      await builtApi.catch(() => {})
+      await api().catch(() => {})
       await runner.startAll()
     },
     async stop () {
       await runner.stopAll()
-      // Built but never handed to the runner (stopped during start-up): close it here.
-      if (!apiCreated) await (await builtApi?.catch(() => undefined))?.stop()
+      // Built but never started by the runner (stopped during start-up): close it here.
+      if (runner.get('api') === undefined) await (await builtApi?.catch(() => undefined))?.stop()
     },
     status,
     subsystems: () => runner.records(),
