@@ -14,8 +14,8 @@
  * what is left is written as \uXXXX, which means the same character in a
  * string, a template's cooked value, a regular expression and an identifier.
  * (Not in a template's raw value: the build refuses a String.raw template
- * with non-ASCII text.) Licence
- * comments go to a separate file beside each bundle (*.LEGAL.txt).
+ * with non-ASCII text.) Licence comments go to a separate file beside each
+ * bundle (*.LEGAL.txt).
  */
 import { build } from 'esbuild'
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
