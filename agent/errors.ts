@@ -55,6 +55,8 @@ export const errorStatus = {
   ERR_MESH_UNAVAILABLE: 503,
   // leader election (mesh/election/)
   ERR_NOT_LEADER: 409,
+  /** A decision no majority of voters stored in time; it may still be committed later (retry by id). */
+  ERR_NOT_COMMITTED: 503,
   ERR_ELECTION_STATE: 500,
   ERR_LEADER_UNAVAILABLE: 503,
   ERR_ETCD_UNAVAILABLE: 503,

@@ -1,16 +1,19 @@
 /**
- * The safety invariants of fenced decisions, checked over the decision logs
- * of every agent of a cluster (decision-log.ts entries, e.g. read from each
- * agent's decisions.jsonl). Pure: the fault tests and the benchmark call it.
+ * The safety invariants of committed, fenced decisions, checked over the
+ * decision logs of every agent of a cluster (decision-log.ts entries, e.g.
+ * read from each agent's decisions.jsonl). Pure: the fault tests, the
+ * Jepsen-style partition test and the benchmarks call it.
  *
  * 1. One leader per epoch: every decision applied anywhere in epoch e names
  *    the same leader.
- * 2. No stale decision applied: on each agent the applied (epoch, seq) pairs
- *    (snapshots included) strictly increase, lexicographically — nothing of an
- *    older epoch after a newer one, nothing twice, nothing out of order.
- * 3. Gap-free: within an epoch an agent applies seq n+1 after n, unless a
- *    snapshot at or after n+1 replaced the gap.
- * 4. Agreement: the decision (epoch, seq) has the same digest everywhere.
+ * 2. No stale or uncommitted decision applied: on each agent the applied log
+ *    indexes (snapshots included) strictly increase and their epochs never
+ *    decrease — nothing older after something newer, nothing twice, and no
+ *    repair (a repair replaces decisions that were applied uncommitted).
+ * 3. Gap-free: an agent applies index n+1 right after n, unless a snapshot
+ *    at or after n+1 replaced the gap.
+ * 4. Agreement (revisions never fork): log index n holds the same decision
+ *    on every agent, and a snapshot at index n the same state.
  */
 import type { DecisionLogEntry } from './decision-log.ts'
 
@@ -33,18 +36,17 @@ export function checkDecisionInvariants (logs: ReadonlyMap<string, readonly Deci
       else if (known.leader !== e.leader) {
         violations.push({ invariant: 'one-leader-per-epoch', agent, detail: `epoch ${e.epoch}: applied a decision of ${e.leader}, ${known.agent} one of ${known.leader}` })
       }
-      if (last !== undefined && (e.epoch < last.epoch || (e.epoch === last.epoch && e.seq <= last.seq))) {
-        violations.push({ invariant: 'no-stale-apply', agent, detail: `applied ${e.epoch}/${e.seq} after ${last.epoch}/${last.seq}` })
-      } else if (e.outcome === 'applied' && e.seq !== 1 && (last === undefined || last.epoch !== e.epoch || last.seq !== e.seq - 1)) {
-        // The first entry of an epoch on an agent may start later only through a snapshot.
+      if (e.reason === 'repair' || (last !== undefined && (e.epoch < last.epoch || e.seq <= last.seq))) {
+        violations.push({ invariant: 'no-stale-apply', agent, detail: `applied ${e.epoch}/${e.seq} after ${last === undefined ? 'nothing' : `${last.epoch}/${last.seq}`}${e.reason === 'repair' ? ' (repair of uncommitted decisions)' : ''}` })
+      } else if (e.outcome === 'applied' && e.seq !== (last?.seq ?? 0) + 1) {
+        // Only a snapshot may skip indexes.
         violations.push({ invariant: 'gap-free', agent, detail: `applied ${e.epoch}/${e.seq} after ${last === undefined ? 'nothing' : `${last.epoch}/${last.seq}`}` })
       }
       last = { epoch: e.epoch, seq: e.seq }
-      if (e.outcome !== 'applied') continue
-      const key = `${e.epoch}/${e.seq}`
+      const key = `${e.outcome === 'applied' ? 'decision' : 'state'} ${e.seq}`
       const d = digestOf.get(key)
       if (d === undefined) digestOf.set(key, { digest: e.digest, agent })
-      else if (d.digest !== e.digest) violations.push({ invariant: 'agreement', agent, detail: `decision ${key} has digest ${e.digest}, on ${d.agent} ${d.digest}` })
+      else if (d.digest !== e.digest) violations.push({ invariant: 'agreement', agent, detail: `${key} has digest ${e.digest}, on ${d.agent} ${d.digest}` })
     }
   }
   return violations

@@ -1,6 +1,9 @@
 /**
  * Fenced decisions, receiving side (every agent, the leader included for its
- * own decisions). Contract:
+ * own decisions). Only committed decisions are ever sent (leader-service.ts:
+ * a decision leaves the leader once a quorum holds it), so every decision
+ * received is final; fencing keeps out a deposed leader's late messages.
+ * Contract:
  *
  * - Batches of another voter set, or from a sender that may not lead in it, are
  *   ignored (a --dev agent elsewhere on the mesh leads its own cluster).
@@ -10,10 +13,18 @@
  * - epoch > highest → the new epoch starts: its sender is the epoch's leader.
  *   A second sender claiming the same epoch is rejected and counted as a
  *   violation (it cannot happen while the election is sound).
- * - Within the epoch decisions are applied in seq order, each exactly once;
- *   later ones wait for the gap to fill. A batch's `state` (the full desired
- *   state as of state.seq) closes a gap the recent decisions cannot: the agent
- *   adopts it and logs outcome "snapshot".
+ * - `seq` is the cluster-wide log index (replicated-log.ts): it counts on
+ *   across epochs. Decisions are applied in seq order, each exactly once;
+ *   later ones wait for the gap to fill. A batch's `state` (the committed
+ *   desired state as of state.seq) closes a gap the recent decisions cannot:
+ *   the agent adopts it and logs outcome "snapshot".
+ * - Convergence: the leader of epoch E sends state only once a decision of E
+ *   is committed, so its state is past every decision of an older epoch that
+ *   was ever committed. An agent whose last applied decision is of an older
+ *   epoch than a state batch therefore adopts that state even when its own
+ *   seq is as high or higher: what it holds beyond the state was never
+ *   committed (an agent of an older version, a deposed leader's message).
+ *   The adoption is logged with reason "repair".
  *
  * Every outcome is appended to the log: in memory (the API serves the last
  * `memoryEntries`) and to <stateDir>/decisions.jsonl, one JSON object per line,
@@ -33,7 +44,7 @@ export interface DecisionLogEntry {
   seq: number
   kind: string
   outcome: DecisionOutcome
-  /** Why it was rejected. */
+  /** Why it was rejected, or "repair" for a snapshot that replaced uncommitted decisions. */
   reason?: string
   /** SHA-256 (hex, 16 chars) of kind + payload: the same decision has the same digest everywhere. */
   digest: string
@@ -63,11 +74,15 @@ export interface DecisionLogComponents {
   persist(position: DecisionPosition): Promise<void>
   /** Called for each applied decision, in order; must not throw. */
   apply(decision: AppliedDecision): void
-  /** Called when a snapshot replaces the desired state. */
-  adoptState(epoch: number, leader: string, entries: Record<string, unknown>): void
+  /** Called when a snapshot replaces the desired state (at log index `seq`). */
+  adoptState(epoch: number, leader: string, seq: number, entries: Record<string, unknown>): void
 }
 
-export interface DecisionPosition { epoch: number, leader: string | null, seq: number }
+/**
+ * epoch: the highest epoch seen, leader: its leader, seq: the last log index
+ * applied, appliedEpoch: the epoch of the batch it was applied from.
+ */
+export interface DecisionPosition { epoch: number, leader: string | null, seq: number, appliedEpoch: number }
 
 export type BatchVerdict = 'accepted' | 'stale' | 'ignored'
 
@@ -75,8 +90,8 @@ export interface DecisionLog {
   /** Processes one batch; batches are processed one at a time in arrival order. */
   receive(batch: DecisionBatch): Promise<BatchVerdict>
   entries(): DecisionLogEntry[]
-  /** Highest applied (epoch, seq) and the epoch's leader. */
-  position(): { epoch: number, seq: number, leader: string | null }
+  /** Highest epoch seen and its leader, the last log index applied and its epoch. */
+  position(): DecisionPosition
   counts(): { applied: number, rejected: number, snapshots: number, violations: number }
   /** Resolves once every entry logged so far is appended to the file. */
   flush(): Promise<void>
@@ -92,6 +107,7 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
   let epoch = start.epoch
   let epochLeader: string | null = start.leader
   let appliedSeq = start.seq
+  let appliedEpoch = start.appliedEpoch
   let pending = new Map<number, Decision>()
   /**
    * The voter set the position above belongs to (learned at the first batch: the election may
@@ -129,22 +145,24 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     epoch = p.epoch
     epochLeader = p.leader
     appliedSeq = p.seq
+    appliedEpoch = p.appliedEpoch
     pending = new Map()
   }
+  const position = (): DecisionPosition => ({ epoch, leader: epochLeader, seq: appliedSeq, appliedEpoch })
 
   async function process (batch: DecisionBatch): Promise<BatchVerdict> {
     followDomain()
     if (batch.voterSetId !== components.voterSetId() || !components.mayDecide(batch.from)) return 'ignored'
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
     if (batch.epoch > epoch) {
-      await components.persist({ epoch: batch.epoch, leader: batch.from, seq: 0 })
+      await components.persist({ ...position(), epoch: batch.epoch, leader: batch.from })
       epoch = batch.epoch
       epochLeader = batch.from
-      appliedSeq = 0
+      // What waits for a gap is dropped: the new epoch's first batch carries the committed state, which holds it.
       pending = new Map()
     }
     if (epochLeader === null) {
-      await components.persist({ epoch, leader: batch.from, seq: appliedSeq })
+      await components.persist({ ...position(), leader: batch.from })
       epochLeader = batch.from
     }
     if (epochLeader !== batch.from) {
@@ -156,22 +174,26 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     const drain = async (): Promise<void> => {
       for (let next = pending.get(appliedSeq + 1); next !== undefined; next = pending.get(appliedSeq + 1)) {
         pending.delete(next.seq)
-        await components.persist({ epoch, leader: batch.from, seq: next.seq })
+        await components.persist({ ...position(), seq: next.seq, appliedEpoch: epoch })
         appliedSeq = next.seq
+        appliedEpoch = epoch
         counts.applied++
         record({ atMs: Date.now(), epoch, leader: batch.from, seq: next.seq, kind: next.kind, outcome: 'applied', digest: decisionDigest(next.kind, next.payload) })
         components.apply({ epoch, leader: batch.from, seq: next.seq, kind: next.kind, payload: next.payload })
       }
     }
     await drain()
-    if (batch.state !== undefined && batch.state.seq > appliedSeq) {
-      // A gap the recent decisions cannot fill: the desired state as of state.seq replaces it.
-      await components.persist({ epoch, leader: batch.from, seq: batch.state.seq })
-      appliedSeq = batch.state.seq
+    const state = batch.state
+    const repair = state !== undefined && state.seq <= appliedSeq && appliedEpoch < epoch && state.seq > 0
+    if (state !== undefined && (state.seq > appliedSeq || repair)) {
+      // A gap the recent decisions cannot fill, or uncommitted decisions to replace: the committed state as of state.seq.
+      await components.persist({ ...position(), seq: state.seq, appliedEpoch: epoch })
+      appliedSeq = state.seq
+      appliedEpoch = epoch
       for (const s of [...pending.keys()]) if (s <= appliedSeq) pending.delete(s)
       counts.snapshots++
-      record({ atMs: Date.now(), epoch, leader: batch.from, seq: appliedSeq, kind: 'snapshot', outcome: 'snapshot', digest: decisionDigest('snapshot', batch.state.entries) })
-      components.adoptState(epoch, batch.from, batch.state.entries)
+      record({ atMs: Date.now(), epoch, leader: batch.from, seq: appliedSeq, kind: 'snapshot', outcome: 'snapshot', ...(repair ? { reason: 'repair' } : {}), digest: decisionDigest('snapshot', state.entries) })
+      components.adoptState(epoch, batch.from, state.seq, state.entries)
       await drain()
     }
     // Valid for the current epoch: forwarded even when nothing was new here (others may need it).
@@ -185,7 +207,7 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
       return result
     },
     entries: () => [...memory],
-    position: () => ({ epoch, seq: appliedSeq, leader: epochLeader }),
+    position,
     counts: () => ({ ...counts }),
     flush: () => fileChain,
   }

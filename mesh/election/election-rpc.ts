@@ -1,7 +1,10 @@
 /**
  * The election's request/response protocol on the agent's libp2p node,
  * `/agentd/election/1.0.0`: one JSON request (raft-election.ts
- * ElectionRequest), one JSON response (json-protocol.ts).
+ * ElectionRequest: prevote, vote, heartbeat, append), one JSON response
+ * (json-protocol.ts). A (pre)vote without `log` (an agent of an older
+ * version) counts as an empty log: it wins no vote from a voter that holds
+ * decisions.
  *
  * Besides the election's requests, `{ type: 'decisions', batch }` is the
  * leader's direct catch-up for a voter whose heartbeat answers show it lags
@@ -12,10 +15,11 @@ import type { MeshLibp2p } from '../libp2p-node.ts'
 import { handleJson, requestJson } from '../json-protocol.ts'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import type { ElectionRequest, ElectionResponse, ElectionTransport } from './raft-election.ts'
+import { emptyPosition, parseSnapshot, type LogPosition } from './replicated-log.ts'
 import { DecisionBatchSchema, type DecisionBatch } from '../mesh-messages.ts'
 
 export const electionProtocol = '/agentd/election/1.0.0'
-/** Requests carry at most a catch-up batch of decisions (leader-service.ts). */
+/** Requests carry at most a catch-up batch of decisions or the leader's log snapshot (both bounded by mesh.maxRecordBytes). */
 const maxMessageBytes = 1024 * 1024
 const handlerTimeoutMs = 5_000
 
@@ -52,10 +56,18 @@ function parseRequest (v: unknown): ElectionRpcRequest {
   if (typeof r === 'object' && r !== null && r.type === 'decisions' && checkBatch.Check(r.batch)) return { type: 'decisions', batch: r.batch }
   if (typeof r !== 'object' || r === null || !isCount(r.term) || typeof r.voterSetId !== 'string') throw new Error('malformed election request')
   if ((r.type === 'prevote' || r.type === 'vote') && typeof r.candidate === 'string') {
-    return { type: r.type, term: r.term, candidate: r.candidate, voterSetId: r.voterSetId }
+    const log = r.log === undefined ? emptyPosition : parsePosition(r.log)
+    if (log === undefined) throw new Error('malformed election request: log')
+    return { type: r.type, term: r.term, candidate: r.candidate, voterSetId: r.voterSetId, log }
   }
   if (r.type === 'heartbeat' && typeof r.leader === 'string') return { type: 'heartbeat', term: r.term, leader: r.leader, voterSetId: r.voterSetId }
+  if (r.type === 'append' && typeof r.leader === 'string') return { type: 'append', term: r.term, leader: r.leader, voterSetId: r.voterSetId, snapshot: parseSnapshot(r.snapshot) }
   throw new Error('malformed election request')
+}
+
+function parsePosition (v: unknown): LogPosition | undefined {
+  const p = v as Record<string, unknown> | null
+  return typeof p === 'object' && p !== null && isCount(p.epoch) && isCount(p.seq) ? { epoch: p.epoch, seq: p.seq } : undefined
 }
 
 function parseResponse (v: unknown): ElectionResponse {
@@ -65,5 +77,7 @@ function parseResponse (v: unknown): ElectionResponse {
   if (typeof r.reason === 'string') response.reason = r.reason
   const applied = r.applied as Record<string, unknown> | undefined
   if (typeof applied === 'object' && applied !== null && isCount(applied.epoch) && isCount(applied.seq)) response.applied = { epoch: applied.epoch, seq: applied.seq }
+  const log = parsePosition(r.log)
+  if (log !== undefined) response.log = log
   return response
 }

@@ -7,8 +7,9 @@
  *   can never vote twice in one term.
  * - `voters` and `voterSetId`: the voter set fixed at bootstrap (or adopted
  *   from a peer's record); it never changes afterwards.
- * - `highestEpoch`, `epochLeader`, `appliedSeq`: the highest decision epoch
- *   this agent has seen, its leader and the last seq applied in it; saved
+ * - `highestEpoch`, `epochLeader`, `appliedSeq`, `appliedEpoch`: the highest
+ *   decision epoch this agent has seen, its leader, the last log index
+ *   applied (decision-log.ts) and the epoch it was applied in; saved
  *   before a decision is applied, so after a restart nothing older is
  *   applied and nothing is applied twice (gossip may deliver a message again).
  * - `backend`: the election backend that wrote the file.
@@ -40,6 +41,7 @@ export interface PersistedElection {
   highestEpoch: number
   epochLeader: string | null
   appliedSeq: number
+  appliedEpoch: number
   backend: ElectionBackend | ''
 }
 
@@ -52,11 +54,11 @@ export interface ElectionStore {
   save(patch: Partial<PersistedElection>): Promise<void>
 }
 
-export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0, backend: '' }
+export const emptyElection: PersistedElection = { term: 0, votedFor: null, voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0, appliedEpoch: 0, backend: '' }
 
 /** What a new fencing domain starts from: no voters, no position. */
-const freshDomain = (): Pick<PersistedElection, 'voters' | 'voterSetId' | 'highestEpoch' | 'epochLeader' | 'appliedSeq'> =>
-  ({ voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0 })
+const freshDomain = (): Pick<PersistedElection, 'voters' | 'voterSetId' | 'highestEpoch' | 'epochLeader' | 'appliedSeq' | 'appliedEpoch'> =>
+  ({ voters: [], voterSetId: '', highestEpoch: 0, epochLeader: null, appliedSeq: 0, appliedEpoch: 0 })
 
 export interface OpenedElectionStore extends ElectionStore {
   /** Set when the file was written by another backend and its domain was forgotten. */
@@ -93,7 +95,8 @@ export async function openElectionStore (stateDir: string, backend: ElectionBack
 }
 
 function parsePersisted (value: unknown): PersistedElection {
-  const v = { epochLeader: null, appliedSeq: 0, backend: '', ...(value as object) } as Partial<PersistedElection>
+  // appliedEpoch 0 for a file of an older version: the next state batch repairs the position (decision-log.ts).
+  const v = { epochLeader: null, appliedSeq: 0, appliedEpoch: 0, backend: '', ...(value as object) } as Partial<PersistedElection>
   const ok = typeof v === 'object' && v !== null &&
     Number.isSafeInteger(v.term) && v.term! >= 0 &&
     (v.votedFor === null || typeof v.votedFor === 'string') &&
@@ -102,6 +105,7 @@ function parsePersisted (value: unknown): PersistedElection {
     Number.isSafeInteger(v.highestEpoch) && v.highestEpoch! >= 0 &&
     (v.epochLeader === null || typeof v.epochLeader === 'string') &&
     Number.isSafeInteger(v.appliedSeq) && v.appliedSeq! >= 0 &&
+    Number.isSafeInteger(v.appliedEpoch) && v.appliedEpoch! >= 0 &&
     (v.backend === '' || v.backend === 'embedded' || v.backend === 'etcd')
   if (!ok) throw new Error('not a valid election state')
   return v as PersistedElection

@@ -15,6 +15,7 @@
  * (`decisions` requests, answered through components.receiveDecisions).
  */
 import { createHash } from 'node:crypto'
+import { AgentError } from '../../agent/errors.ts'
 import type { Logger } from 'pino'
 import type { ElectionConfig } from './election-config.ts'
 import type { Mesh } from '../mesh-service.ts'
@@ -24,6 +25,7 @@ import type { BatchVerdict } from './decision-log.ts'
 import { createElectionRpc } from './election-rpc.ts'
 import { createRaftElection, type ElectionResponse, type RaftElection } from './raft-election.ts'
 import type { LeaderElection } from './leader-election.ts'
+import type { ReplicatedLog } from './replicated-log.ts'
 
 export function voterSetIdOf (voters: readonly string[]): string {
   return createHash('sha256').update([...voters].sort().join('\n')).digest('hex').slice(0, 16)
@@ -40,6 +42,8 @@ export interface EmbeddedElectionComponents {
   onHeartbeatAnswer(peer: string, response: ElectionResponse): void
   /** A direct catch-up batch from the leader. */
   receiveDecisions(batch: DecisionBatch): Promise<BatchVerdict>
+  /** This agent's durable copy of the decision log, replicated by the leader (raft-election.ts). */
+  log: ReplicatedLog
 }
 
 export function createEmbeddedElection (config: ElectionConfig, components: EmbeddedElectionComponents): LeaderElection {
@@ -68,6 +72,11 @@ export function createEmbeddedElection (config: ElectionConfig, components: Embe
       log,
       appliedPosition: components.appliedPosition,
       onHeartbeatAnswer: components.onHeartbeatAnswer,
+      replica: {
+        last: () => components.log.last(persisted.voterSetId),
+        snapshot: () => components.log.snapshot(persisted.voterSetId),
+        accept: s => components.log.accept(s),
+      },
     })
     raft.onChange(() => { for (const l of listeners) l() })
     raft.start({ signal })
@@ -141,9 +150,14 @@ export function createEmbeddedElection (config: ElectionConfig, components: Embe
     state () {
       if (raft === undefined || !store.current().voters.includes(self)) return undefined
       const s = raft.state()
-      return { role: s.role, epoch: s.term, leaderId: s.leaderId, actAfterMs: s.actAfterMs }
+      return { role: s.role, epoch: s.term, leaderId: s.leaderId, actAfterMs: s.actAfterMs, leaseUntilMs: s.leaseUntilMs, leaderContactMs: s.lastLeaderContactMs }
     },
     mayAct: () => raft?.mayAct() === true,
+    commit (snapshot, s) {
+      if (raft === undefined) return Promise.reject(new AgentError('ERR_NOT_COMMITTED', `decision ${snapshot.seq} not committed: no voter set yet`))
+      return raft.commit(snapshot.seq, s)
+    },
+    committedBase: async () => undefined,
     onChange (listener) { listeners.add(listener); return () => listeners.delete(listener) },
     async sendDecisions (peer, batch, s) {
       await rpc.request(peer, { type: 'decisions', batch }, s)

@@ -2,7 +2,8 @@
  * A small etcd v3 client over etcd's JSON gRPC gateway (HTTP/1.1 POST to
  * `/v3/...`, bytes as base64, int64 as decimal strings), enough for the
  * election recipe in etcd-election.ts: lease grant / keep-alive / revoke, a
- * create-if-absent transaction and prefix ranges sorted by create revision.
+ * create-if-absent transaction, prefix ranges sorted by create revision, and
+ * the leader's fenced write and read of the desired state.
  * No dependency beyond `fetch`.
  *
  * Endpoints: every call tries the endpoint that answered last, then the
@@ -52,6 +53,14 @@ export interface EtcdClient {
    * returns the key as it now is.
    */
   createIfAbsent(key: string, value: string, lease: string, signal?: AbortSignal): Promise<{ created: boolean, kv: EtcdKeyValue, header: EtcdHeader }>
+  /**
+   * Puts `key` = `value` only while `guardKey` exists with create revision
+   * `guardCreateRevision` (a leader's campaign key: the write is fenced by
+   * its leadership). Resolves whether it was written.
+   */
+  putIfGuard(key: string, value: string, guardKey: string, guardCreateRevision: number, signal?: AbortSignal): Promise<{ written: boolean, header: EtcdHeader }>
+  /** One key as it is now (linearizable read); undefined when absent. */
+  get(key: string, signal?: AbortSignal): Promise<EtcdKeyValue | undefined>
   /** Every key under `prefix`, lowest create revision first. */
   rangePrefix(prefix: string, signal?: AbortSignal): Promise<{ kvs: EtcdKeyValue[], header: EtcdHeader }>
   /** The cluster id and current revision. */
@@ -177,6 +186,20 @@ export function createEtcdClient (options: EtcdClientOptions): EtcdClient {
       const kvs = ((responses?.[0]?.response_range as Json | undefined)?.kvs ?? []) as Json[]
       if (kvs[0] === undefined) throw new AgentError('ERR_ETCD', `etcd transaction on ${key} neither created nor found it`)
       return { created: false, kv: keyValue(kvs[0]), header: h }
+    },
+    async putIfGuard (key, value, guardKey, guardCreateRevision, signal) {
+      // Retrying on another endpoint is safe: a second write of the same value under the same guard changes nothing.
+      const j = await call('/v3/kv/txn', {
+        compare: [{ key: b64(guardKey), target: 'CREATE', result: 'EQUAL', create_revision: String(guardCreateRevision) }],
+        success: [{ request_put: { key: b64(key), value: b64(value) } }],
+        failure: [],
+      }, signal)
+      return { written: j.succeeded === true, header: header(j) }
+    },
+    async get (key, signal) {
+      const j = await call('/v3/kv/range', { key: b64(key) }, signal)
+      const kv = ((j.kvs ?? []) as Json[])[0]
+      return kv === undefined ? undefined : keyValue(kv)
     },
     async rangePrefix (prefix, signal) {
       const j = await call('/v3/kv/range', { key: b64(prefix), range_end: Buffer.from(prefixEnd(prefix), 'latin1').toString('base64'), sort_order: 'ASCEND', sort_target: 'CREATE' }, signal)

@@ -32,6 +32,14 @@
  * viewGraceMs (actAfterMs is the moment it first sees its key lowest). A
  * frozen leader that publishes after resuming is fenced by epoch anyway.
  *
+ * Committed decisions. The desired state lives in etcd: the leader writes its
+ * log snapshot (replicated-log.ts) to `<prefix without its last "/">.desired`
+ * in a transaction that succeeds only while its campaign key exists with the
+ * create revision it leads (a deposed leader's write fails: its key went with
+ * its lease), one write at a time, newest snapshot last; a decision is
+ * acknowledged once etcd answered the write. A new leader starts from that
+ * key (committedBase), never from its own copy.
+ *
  * Fencing domain: voterSetId = SHA-256("etcd", cluster id, prefix), so two
  * elections on one etcd cluster (different prefixes) never accept each
  * other's decisions.
@@ -43,6 +51,8 @@ import type { ElectionConfig } from './election-config.ts'
 import type { ElectionStore } from './election-store.ts'
 import { createEtcdClient, type EtcdClient, type EtcdHeader, type EtcdKeyValue } from './etcd-client.ts'
 import type { LeaderElection, LeaderElectionState } from './leader-election.ts'
+import { AgentError } from '../../agent/errors.ts'
+import { parseSnapshot, type LogSnapshot } from './replicated-log.ts'
 
 export interface EtcdElectionComponents {
   self: string
@@ -76,6 +86,11 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
   const now = components.now ?? (() => performance.now())
   const client = components.client ?? createEtcdClient({ endpoints: config.etcdEndpoints, requestTimeoutMs: config.etcdRequestTimeoutMs })
   const prefix = config.etcdPrefix
+  /** Beside the campaign keys, not under their prefix (every key there is a candidate). */
+  const desiredKey = `${prefix.replace(/\/+$/, '')}.desired`
+  /** Fenced writes of the desired state, one at a time; the seq etcd is known to hold in this campaign. */
+  let writes: Promise<void> = Promise.resolve()
+  let writtenSeq = { key: '', seq: 0 }
   const listeners = new Set<() => void>()
   const controller = new AbortController()
   let voterSetId = ''
@@ -233,9 +248,36 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
     state (): LeaderElectionState | undefined {
       if (!config.server) return undefined
       const l = leaderKv()
-      return { role: isLeader() ? 'leader' : 'follower', epoch: l?.createRevision ?? 0, leaderId: l?.value ?? null, actAfterMs: leaderSinceMs }
+      return { role: isLeader() ? 'leader' : 'follower', epoch: l?.createRevision ?? 0, leaderId: l?.value ?? null, actAfterMs: leaderSinceMs, leaseUntilMs: isLeader() ? campaign!.actUntilMs : 0 }
     },
     mayAct: () => isLeader() && leaderSinceMs > 0 && now() >= leaderSinceMs,
     onChange (listener) { listeners.add(listener); return () => listeners.delete(listener) },
+    commit (snapshot, signal) {
+      const c = campaign
+      if (c === undefined || !isLeader()) return Promise.reject(new AgentError('ERR_NOT_COMMITTED', `decision ${snapshot.seq} not committed: this agent no longer leads`))
+      const write = writes.catch(() => {}).then(async () => {
+        if (writtenSeq.key === c.key && writtenSeq.seq >= snapshot.seq) return
+        let r: { written: boolean }
+        try {
+          r = await client.putIfGuard(desiredKey, JSON.stringify(snapshot), c.key, c.createRevision, signal)
+        } catch (err) {
+          throw new AgentError('ERR_NOT_COMMITTED', `decision ${snapshot.seq} not committed: etcd did not take the write (${(err as Error).message}); it may still be committed, so retry by id`, { cause: err })
+        }
+        if (!r.written) throw new AgentError('ERR_NOT_COMMITTED', `decision ${snapshot.seq} not committed: this agent's campaign key ${c.key} is gone (no longer the leader)`)
+        if (writtenSeq.key !== c.key || writtenSeq.seq < snapshot.seq) writtenSeq = { key: c.key, seq: snapshot.seq }
+      })
+      writes = write
+      return write
+    },
+    async committedBase (signal) {
+      const kv = await client.get(desiredKey, signal)
+      if (kv === undefined) return undefined
+      try {
+        const s = parseSnapshot(JSON.parse(kv.value))
+        return s.voterSetId === voterSetId ? s : undefined
+      } catch (err) {
+        throw new AgentError('ERR_ELECTION_STATE', `etcd key ${desiredKey} holds no valid desired state: ${(err as Error).message}`, { cause: err })
+      }
+    },
   }
 }

@@ -16,7 +16,10 @@
  *   leader acts, every pending call of every agent polling at a fixed 100 ms
  *   was the load that kept a starved cluster from electing one (each round
  *   is a stream to another agent). A handler's AgentError
- *   reaches the caller with its code and message, and is not retried. A
+ *   reaches the caller with its code and message, and is not retried, except
+ *   ERR_NOT_COMMITTED (the leader lost its majority before the decision the
+ *   call made was committed): that is retried like ERR_NOT_LEADER, and is the
+ *   error when the timeout passes after one. A
  *   request may therefore run more than once (a leader that acted on it and
  *   died before answering): handlers must be idempotent (request ids).
  * - Calls in flight per connection are not capped by libp2p's default of 32
@@ -148,6 +151,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
       const signal = options.signal !== undefined ? AbortSignal.any([options.signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs)
       let last = 'no leader known yet'
       let hint: string | null = null
+      let notCommitted: AgentError | undefined
       let round = 0
       while (performance.now() < deadline && !signal.aborted) {
         const { leaderId, acting } = c.leadership()
@@ -158,8 +162,12 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
           ? undefined
           : await ask(target, method, body, signal).catch((err: Error) => { last = `${target}: ${err.message}`; return undefined })
         if (a?.ok === true) return a.result
-        if (a !== undefined && a.code !== 'ERR_NOT_LEADER') throw refusal(a)
-        if (a !== undefined) {
+        if (a !== undefined && a.code !== 'ERR_NOT_LEADER' && a.code !== 'ERR_NOT_COMMITTED') throw refusal(a)
+        if (a?.code === 'ERR_NOT_COMMITTED') {
+          // The leader lost its majority mid-decision; the next leader answers the (idempotent) call.
+          notCommitted = refusal(a)
+          last = `${target} answered: ${a.message}`
+        } else if (a !== undefined) {
           last = `${target} answered: ${a.message} (its leader: ${a.leaderId ?? 'unknown'})`
           // Follow the answering agent's idea of the leader at once, but only one hop per round.
           if (!followingHint && a.leaderId !== null && a.leaderId !== target) { hint = a.leaderId; continue }
@@ -167,6 +175,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
         await waitForRetry(retryDelayMs * 2 ** Math.min(round++, 10), signal)
       }
       if (options.signal?.aborted === true) throw new AgentError('ERR_LEADER_UNAVAILABLE', `leader call ${method} cancelled (${last})`)
+      if (notCommitted !== undefined) throw new AgentError('ERR_NOT_COMMITTED', `no leader committed ${method} within ${timeoutMs} ms (last: ${last})`, { cause: notCommitted })
       throw new AgentError('ERR_LEADER_UNAVAILABLE', `no acting leader answered ${method} within ${timeoutMs} ms (last: ${last})`)
     },
 

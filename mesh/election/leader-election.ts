@@ -8,6 +8,7 @@
  */
 import type { DecisionBatch } from '../mesh-messages.ts'
 import type { ElectionRole } from './raft-election.ts'
+import type { LogSnapshot } from './replicated-log.ts'
 
 export type ElectionBackend = 'embedded' | 'etcd'
 
@@ -18,6 +19,10 @@ export interface LeaderElectionState {
   leaderId: string | null
   /** Monotonic ms (performance.now) from which the leader may act: the previous leader's lease is over. */
   actAfterMs: number
+  /** Leader: monotonic ms until which its lease lets it act (0 when it has none). */
+  leaseUntilMs: number
+  /** Follower: monotonic ms when the leader was last heard by the election; undefined where the backend does not know. */
+  leaderContactMs?: number
 }
 
 export interface LeaderElection {
@@ -37,6 +42,22 @@ export interface LeaderElection {
   /** Leader, its lease valid, the previous lease waited out. Checked before every decision leaves. */
   mayAct(): boolean
   onChange(listener: () => void): () => void
+  /**
+   * Leader: resolves once the log up to `snapshot.seq` (this leader's log, of
+   * its epoch, durable here) is held by a quorum — embedded: a majority of
+   * voters (Raft replication); etcd: the desired-state key, written in a
+   * transaction guarded by this leader's campaign key. Only then is a
+   * decision acknowledged or gossiped. Rejects with ERR_NOT_COMMITTED when
+   * that cannot happen before `signal` aborts or leadership is lost.
+   */
+  commit(snapshot: LogSnapshot, signal: AbortSignal): Promise<void>
+  /**
+   * Leader, before its first decision: the committed log it must continue
+   * from — embedded: undefined (its own replicated log holds every committed
+   * decision, by the election restriction); etcd: the desired-state key as
+   * etcd has it (undefined when never written).
+   */
+  committedBase(signal: AbortSignal): Promise<LogSnapshot | undefined>
   /** Leader side, optional: hands a lagging follower the epoch's decisions directly. */
   sendDecisions?(peer: string, batch: DecisionBatch, signal: AbortSignal): Promise<void>
 }

@@ -11,9 +11,21 @@
  * over. The first decision of every epoch is kind "leader". Acting stops the
  * moment the election says it may not; tasks are aborted.
  *
+ * Commit before acknowledge. A decision is appended to the leader's log
+ * (replicated-log.ts, durable), then committed by the election backend
+ * (LeaderElection.commit: a majority of voters on the embedded backend, etcd
+ * on the etcd one); only then is it applied, gossiped and acknowledged. A
+ * decision that cannot be committed within commitTimeoutMs fails with
+ * ERR_NOT_COMMITTED and the leader stops acting (it resumes from its log if
+ * it still holds the lease: the entry is then committed with the next one).
+ * Gossip spreads committed decisions only; it is never the source of truth.
+ *
  * Desired state. Every agent keeps the latest payload per decision kind as
- * applied; a new leader starts from its own copy. While acting, the leader
- * re-publishes the epoch's recent decisions and the full desired state every
+ * applied. A new leader starts from the committed log — its own replicated
+ * copy (embedded: complete by Raft's election restriction) or etcd's — and
+ * its first decision (kind "leader") carries that state, so every agent
+ * adopts it on entering the epoch. While acting, the leader re-publishes the
+ * epoch's recent decisions and the committed state every
  * republishIntervalMs, so an agent that missed a message catches up — when
  * some other live agent advertises the same voter set (nobody else needs it).
  *
@@ -41,6 +53,7 @@ import { createEtcdElection } from './etcd-election.ts'
 import type { LeaderViewBody } from './leader-views.ts'
 import { createLeaderCalls, type LeaderCallHandler, type LeaderCallOptions } from './leader-calls.ts'
 import { createDecisionLog, type AppliedDecision, type BatchVerdict, type DecisionLog, type DecisionLogEntry } from './decision-log.ts'
+import { openReplicatedLog, type LogSnapshot } from './replicated-log.ts'
 
 /** A leader-only subsystem (the cluster policies): runs while this agent acts as leader. */
 export interface LeaderTask {
@@ -52,7 +65,9 @@ export interface LeaderTask {
 export interface LeaderContext {
   epoch: number
   signal: AbortSignal
+  /** Resolves once the decision is committed (see above); ERR_NOT_COMMITTED / ERR_NOT_LEADER otherwise. */
   decide(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
+  /** The leader's log: every committed decision and this leader's own decisions (the base for the next one). */
   desiredState(): Record<string, unknown>
   /** Answers leader calls to `method` (leader-calls.ts) until `signal` aborts. */
   handleCalls(method: string, handler: LeaderCallHandler): void
@@ -132,6 +147,9 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const opened = await openElectionStore(options.stateDir, config.backend)
   if (opened.switchedFrom !== null) log.warn({ from: opened.switchedFrom, to: config.backend }, 'election backend changed: the previous voter set and fencing epoch are forgotten')
   const store: ElectionStore = opened
+  const replicated = await openReplicatedLog(options.stateDir)
+  /** How long a decision may wait for its quorum before the leader gives up (and stops acting). */
+  const commitTimeoutMs = config.backend === 'etcd' ? config.etcdLeaseTtlS * 1000 : config.leaseMs
   const calls = createLeaderCalls({
     node: mesh.node,
     self,
@@ -147,9 +165,9 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   let desired: Record<string, unknown> = {}
   const appliedListeners = new Set<(d: AppliedDecision) => void>()
 
-  /** A batch of the desired state and the newest recent decisions that fit in one mesh message with it. */
-  const stateBatch = ({ epoch, seq, recent }: { epoch: number, seq: number, recent: readonly Decision[] }): DecisionBatch => {
-    const entries = { ...desired }
+  /** A batch of the committed state and the newest recent decisions that fit in one mesh message with it. */
+  const stateBatch = ({ epoch, committed, recent }: { epoch: number, committed: LogSnapshot, recent: readonly Decision[] }): DecisionBatch => {
+    const { seq, entries } = committed
     let room = (options.maxBatchBytes ?? 65_536) - batchOverheadBytes - Buffer.byteLength(JSON.stringify(entries))
     let first = recent.length
     while (first > 0) {
@@ -164,8 +182,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const decisionLog: DecisionLog = createDecisionLog({ file: join(options.stateDir, 'decisions.jsonl'), memoryEntries: 10_000 }, {
     voterSetId: () => election.voterSetId(),
     mayDecide: peer => election.mayDecide(peer),
-    persisted: () => { const p = store.current(); return { epoch: p.highestEpoch, leader: p.epochLeader, seq: p.appliedSeq } },
-    persist: p => store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq }),
+    persisted: () => { const p = store.current(); return { epoch: p.highestEpoch, leader: p.epochLeader, seq: p.appliedSeq, appliedEpoch: p.appliedEpoch } },
+    persist: p => store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq, appliedEpoch: p.appliedEpoch }),
     apply (d) {
       desired[d.kind] = d.payload
       if (d.kind === 'leader') leadershipChanged()
@@ -173,9 +191,18 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         try { l(d) } catch (err) { log.warn({ err, kind: d.kind }, 'decision listener failed') }
       }
     },
-    adoptState (epoch, leader, entries) {
+    adoptState (epoch, leader, seq, entries) {
+      const before = desired
       desired = { ...entries }
-      log.info({ epoch, leader }, 'adopted the desired state from a snapshot')
+      log.info({ epoch, leader, seq }, 'adopted the desired state from a snapshot')
+      // Subsystems hear of every kind the snapshot changed, as if its decision had been applied.
+      for (const kind of Object.keys(desired)) {
+        if (JSON.stringify(before[kind]) === JSON.stringify(desired[kind])) continue
+        if (kind === 'leader') leadershipChanged()
+        for (const l of appliedListeners) {
+          try { l({ epoch, leader, seq, kind, payload: desired[kind] }) } catch (err) { log.warn({ err, kind }, 'decision listener failed') }
+        }
+      }
     },
   })
 
@@ -189,13 +216,14 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const catchUpAfterAnswers = 5
   const catchUp = (peer: string, applied: { epoch: number, seq: number } | undefined): void => {
     const a = acting
-    if (a === undefined || applied === undefined || a.seq === 0 || election.sendDecisions === undefined) return
-    const behind = applied.epoch < a.epoch || (applied.epoch === a.epoch && applied.seq < a.seq)
+    if (a?.committed === undefined || applied === undefined || election.sendDecisions === undefined) return
+    const committed = a.committed
+    const behind = applied.seq < committed.seq
     const count = behind ? (lagging.get(peer) ?? 0) + 1 : 0
     lagging.set(peer, count >= catchUpAfterAnswers ? 0 : count)
     if (count < catchUpAfterAnswers || !election.mayAct()) return
-    const batch = stateBatch(a)
-    log.info({ peer, applied, epoch: a.epoch, seq: a.seq }, 'voter lags behind the decisions: sending them directly')
+    const batch = stateBatch({ ...a, committed })
+    log.info({ peer, applied, epoch: a.epoch, seq: committed.seq }, 'voter lags behind the decisions: sending them directly')
     void election.sendDecisions(peer, batch, AbortSignal.timeout(config.rpcTimeoutMs * 3)).catch(err => log.debug({ peer, err: (err as Error).message }, 'direct catch-up failed'))
   }
 
@@ -209,16 +237,21 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       appliedPosition: () => { const p = decisionLog.position(); return { epoch: p.epoch, seq: p.seq } },
       onHeartbeatAnswer: (peer, r) => catchUp(peer, r.applied),
       receiveDecisions: batch => receive(batch),
+      log: replicated,
     })
 
   /**
    * Follower side: when a batch of the leader this agent follows was last
    * accepted, or that leader first seen (monotonic ms), and whether a pull runs.
    */
-  const heard = { leaderId: null as string | null, atMs: 0, pulling: false }
+  const heard = { leaderId: null as string | null, atMs: 0, pulling: false, batchFrom: null as string | null, batchAtMs: 0 }
   const receive = async (batch: DecisionBatch): Promise<BatchVerdict> => {
     const verdict = await decisionLog.receive(batch)
-    if (verdict === 'accepted' && batch.from === heard.leaderId) heard.atMs = performance.now()
+    if (verdict === 'accepted') {
+      heard.batchFrom = batch.from
+      heard.batchAtMs = performance.now()
+      if (batch.from === heard.leaderId) heard.atMs = heard.batchAtMs
+    }
     return verdict
   }
   const pullAfterSilenceMs = 2 * config.republishIntervalMs
@@ -246,15 +279,16 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
 
   // Leader side of the current epoch.
   /**
-   * The last epoch this agent acted in, its last seq and recent decisions. A
-   * lease that lapsed and was renewed in time (a late majority acknowledgement,
-   * a late etcd keep-alive answer) resumes acting in the same epoch: the
-   * sequence continues (a seq is never given to two decisions).
+   * The last epoch this agent acted in: its last committed snapshot (undefined
+   * until its first decision committed) and recent decisions. A lease that
+   * lapsed and was renewed in time (a late majority acknowledgement, a late
+   * etcd keep-alive answer) resumes acting in the same epoch from there.
    * publishStaleDecision publishes in it.
    */
-  let lastLed: { epoch: number, seq: number, recent: Decision[] } | undefined
+  interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], staleSeq: number }
+  let lastLed: Led | undefined
   /** tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on). */
-  let acting: { epoch: number, seq: number, recent: Decision[], controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean } | undefined
+  let acting: (Led & { controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean }) | undefined
   let supervisor: NodeJS.Timeout | undefined
 
   const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
@@ -263,15 +297,28 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       const v = view()
       throw new AgentError('ERR_NOT_LEADER', `this agent is not the acting leader (self: ${v.self}, leader: ${v.leaderId ?? 'unknown'}, epoch ${v.epoch})`, { details: { leaderId: v.leaderId, epoch: v.epoch } })
     }
-    const decision: Decision = { seq: ++a.seq, kind, payload }
-    lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
+    const { snapshot, durable } = replicated.append(election.voterSetId(), a.epoch, kind, payload)
+    try {
+      await durable
+      await election.commit(snapshot, AbortSignal.any([a.controller.signal, AbortSignal.timeout(commitTimeoutMs)]))
+    } catch (err) {
+      const e = (err as AgentError).code === 'ERR_NOT_COMMITTED'
+        ? err as AgentError
+        : new AgentError('ERR_NOT_COMMITTED', `decision ${snapshot.seq} not committed: ${(err as Error).message}`, { cause: err })
+      if (acting === a) stopActing(`decision ${a.epoch}/${snapshot.seq} not committed`)
+      throw e
+    }
+    const decision: Decision = { seq: snapshot.seq, kind, payload }
+    const first = a.committed === undefined
+    if (first || snapshot.seq > a.committed!.seq) a.committed = snapshot
     a.recent.push(decision)
+    a.recent.sort((x, y) => x.seq - y.seq)
     if (a.recent.length > recentDecisions) a.recent.shift()
-    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: election.voterSetId(), epoch: a.epoch, decisions: [decision], sentAtMs: Date.now() }
+    // The epoch's first decision carries the committed state: every agent adopts it on entering the epoch.
+    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: snapshot.voterSetId, epoch: a.epoch, decisions: [decision], ...(first ? { state: { seq: snapshot.seq, entries: snapshot.entries } } : {}), sentAtMs: Date.now() }
     await decisionLog.receive(batch)
-    // Checked again right before it leaves: the lease may have lapsed meanwhile.
-    if (!election.mayAct() || acting !== a) throw new AgentError('ERR_NOT_LEADER', `lost the lease before decision ${a.epoch}/${decision.seq} was published`)
-    await mesh.publish(batch)
+    // Committed: it stands whatever happens to this leader now, so it is published even if the lease just lapsed.
+    await mesh.publish(batch).catch(err => log.warn({ err, seq: snapshot.seq }, 'committed decision not gossiped (republish and direct catch-up carry it)'))
     return { epoch: a.epoch, seq: decision.seq }
   }
 
@@ -283,24 +330,30 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
 
   const startActing = (state: LeaderElectionState): void => {
     const controller = new AbortController()
-    const resumed = lastLed !== undefined && lastLed.epoch === state.epoch ? lastLed : undefined
-    const a = { epoch: state.epoch, seq: resumed?.seq ?? 0, recent: resumed?.recent ?? [] as Decision[], controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
+    const resumed = lastLed !== undefined && lastLed.epoch === state.epoch && lastLed.committed !== undefined ? lastLed : undefined
+    const a = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [] as Decision[], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
     a.republish.unref()
     acting = a
-    lastLed = { epoch: a.epoch, seq: a.seq, recent: a.recent }
-    log.info({ epoch: a.epoch, resumedAtSeq: resumed?.seq }, 'leader: acting')
+    lastLed = a
+    log.info({ epoch: a.epoch, resumedAtSeq: resumed?.committed?.seq }, 'leader: acting')
     const republish = (): void => {
-      if (acting !== a || !election.mayAct() || !followed()) return
-      void mesh.publish(stateBatch(a)).catch(err => log.warn({ err }, 'decision republish failed'))
+      const committed = a.committed
+      if (acting !== a || committed === undefined || !election.mayAct() || !followed()) return
+      void mesh.publish(stateBatch({ ...a, committed })).catch(err => log.warn({ err }, 'decision republish failed'))
     }
     void (async () => {
-      if (resumed === undefined) await decide('leader', { leader: self, epoch: a.epoch, voters: election.voters() })
+      if (resumed === undefined) {
+        // etcd keeps the committed log: continue from it, not from this agent's own (possibly uncommitted) copy.
+        const base = await election.committedBase(controller.signal)
+        if (base !== undefined) await replicated.reset(base)
+        await decide('leader', { leader: self, epoch: a.epoch, voters: election.voters() })
+      }
       const handleCalls = (method: string, handler: LeaderCallHandler): void => {
         const unregister = calls.handle(method, handler)
         controller.signal.addEventListener('abort', unregister, { once: true })
       }
-      handleCalls(stateCallMethod, async () => stateBatch(a))
-      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => ({ ...desired }), handleCalls }
+      handleCalls(stateCallMethod, async () => stateBatch({ ...a, committed: a.committed! }))
+      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => replicated.snapshot(election.voterSetId()).entries, handleCalls }
       for (const task of components.leaderTasks) {
         if (controller.signal.aborted) return
         await Promise.resolve(task.start(context)).catch(err => log.error({ err, task: task.name }, 'leader task failed'))
@@ -331,7 +384,17 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     if (acting === undefined && mayAct && fenced && performance.now() >= state.actAfterMs + config.viewGraceMs && !signal.aborted) startActing(state)
   }
 
+  /** How long ago this agent heard from the leader it names: itself 0, voters by the election's heartbeats, others by decision batches. */
+  const leaderHeardMsAgo = (state: LeaderElectionState | undefined, now: number): number | null => {
+    const leaderId = state !== undefined ? state.leaderId : decisionLog.position().leader
+    if (leaderId === null) return null
+    if (leaderId === self) return 0
+    const at = state?.leaderContactMs ?? (heard.batchFrom === leaderId ? heard.batchAtMs : undefined)
+    return at === undefined || !Number.isFinite(at) ? null : Math.max(0, Math.round(now - at))
+  }
+
   const view = (): LeaderView => {
+    const now = performance.now()
     const state = election.state()
     const position = decisionLog.position()
     const self_: SelfRole = state === undefined ? (config.server ? 'follower' : 'client') : state.role
@@ -345,6 +408,10 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       voterSetId: election.voterSetId(),
       acting: acting !== undefined && election.mayAct(),
       applied: { epoch: position.epoch, seq: position.seq },
+      commitSeq: acting !== undefined ? acting.committed?.seq ?? 0 : null,
+      log: config.backend === 'embedded' && election.voters().includes(self) ? replicated.last(election.voterSetId()) : null,
+      leaseRemainingMs: state?.role === 'leader' ? Math.max(0, Math.round(state.leaseUntilMs - now)) : null,
+      leaderHeardMsAgo: leaderHeardMsAgo(state, now),
       decisions: decisionLog.counts(),
     }
   }
@@ -388,7 +455,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     onApplied (listener) { appliedListeners.add(listener); return () => appliedListeners.delete(listener) },
     async publishStaleDecision (kind, payload) {
       if (lastLed === undefined) throw new AgentError('ERR_NOT_LEADER', 'this agent never led: no epoch to publish in')
-      const seq = ++lastLed.seq
+      const seq = Math.max(lastLed.committed?.seq ?? 0, lastLed.staleSeq) + 1
+      lastLed.staleSeq = seq
       log.warn({ epoch: lastLed.epoch, seq, kind }, 'fault injection: publishing a decision without a lease')
       await mesh.publish({ kind: 'decisions', from: self, voterSetId: election.voterSetId(), epoch: lastLed.epoch, decisions: [{ seq, kind, payload }], sentAtMs: Date.now() })
       return { epoch: lastLed.epoch, seq }

@@ -10,7 +10,11 @@ export const LeaderViewSchema = Type.Object({
   selfId: Type.String({ description: 'this agent\'s peer id' }),
   voterSetId: Type.String(),
   acting: Type.Boolean({ description: 'this agent is the leader, holds the lease and decides' }),
-  applied: Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }, { description: 'highest decision applied here' }),
+  applied: Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }, { description: 'epoch: the highest epoch seen here; seq: the last log index applied here (log indexes count on across epochs)' }),
+  commitSeq: Type.Union([Type.Integer(), Type.Null()], { description: 'acting leader: the highest log index a quorum holds (a decision is acknowledged only once committed); null elsewhere' }),
+  log: Type.Union([Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), Type.Null()], { description: 'embedded voters: the last position of this agent\'s durable copy of the leader\'s log (epoch of its last entry, index); null elsewhere' }),
+  leaseRemainingMs: Type.Union([Type.Integer(), Type.Null()], { description: 'leader: ms its lease still lets it act; null elsewhere' }),
+  leaderHeardMsAgo: Type.Union([Type.Integer(), Type.Null()], { description: 'ms since this agent last heard from `leaderId` (election heartbeat, or a decision batch for clients); null when no leader is known. A leader cut off from this agent shows here long before a new one is elected' }),
   decisions: Type.Object({ applied: Type.Integer(), rejected: Type.Integer(), snapshots: Type.Integer(), violations: Type.Integer() }),
 })
 

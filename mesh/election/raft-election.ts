@@ -1,9 +1,15 @@
 /**
- * The election part of Raft (Ongaro & Ousterhout, §5.2, §9.6 PreVote, §6.4
- * leader lease; etcd's CheckQuorum) among a fixed voter set. There is no log:
- * the leader's authority is its term (the epoch of its decisions) and a lease
- * renewed by a majority. Transport and persistence are components, so tests
- * drive several instances in one process.
+ * Raft (Ongaro & Ousterhout, §5.2 election, §5.3–5.4 log replication with the
+ * election restriction, §9.6 PreVote, §6.4 leader lease; etcd's CheckQuorum)
+ * among a fixed voter set. The log is the decision log compacted to one
+ * snapshot (replicated-log.ts): the leader sends its whole snapshot in each
+ * `append` request, a voter stores it durably before answering, and a
+ * decision counts as committed once a majority (the leader included) holds a
+ * snapshot of the leader's term at or past its seq (commit). A voter grants
+ * no (pre)vote to a candidate whose last log position is behind its own, so
+ * every leader holds every committed decision (Leader Completeness).
+ * Transport and persistence are components, so tests drive several instances
+ * in one process.
  *
  * Roles: follower → (election timeout, PreVote majority) → candidate →
  * (vote majority) → leader → (lease lost or higher term seen) → follower.
@@ -39,11 +45,15 @@
  *     highest epoch it has seen and rejects lower ones (decision-log.ts).
  */
 
+import { AgentError } from '../../agent/errors.ts'
+import { positionBefore, type LogPosition, type LogSnapshot } from './replicated-log.ts'
+
 export type ElectionRole = 'follower' | 'candidate' | 'leader'
 
 export type ElectionRequest =
-  | { type: 'prevote' | 'vote', term: number, candidate: string, voterSetId: string }
+  | { type: 'prevote' | 'vote', term: number, candidate: string, voterSetId: string, log: LogPosition }
   | { type: 'heartbeat', term: number, leader: string, voterSetId: string }
+  | { type: 'append', term: number, leader: string, voterSetId: string, snapshot: LogSnapshot }
 
 export interface ElectionResponse {
   term: number
@@ -52,6 +62,8 @@ export interface ElectionResponse {
   reason?: string
   /** Heartbeat answers: the highest decision the voter applied (components.appliedPosition). */
   applied?: { epoch: number, seq: number }
+  /** Heartbeat and append answers: the voter's last log position, durable (components.replica). */
+  log?: LogPosition
 }
 
 export interface ElectionTransport {
@@ -94,6 +106,16 @@ export interface RaftElectionComponents {
   appliedPosition?(): { epoch: number, seq: number }
   /** Leader side: every heartbeat answer, as it arrives. */
   onHeartbeatAnswer?(peer: string, response: ElectionResponse): void
+  /**
+   * This voter's copy of the decision log: its last position (votes compare
+   * it), the snapshot a leader sends, and the follower's durable adoption of
+   * a leader's snapshot.
+   */
+  replica: {
+    last(): LogPosition
+    snapshot(): LogSnapshot
+    accept(snapshot: LogSnapshot): Promise<LogPosition>
+  }
 }
 
 export interface ElectionState {
@@ -105,6 +127,8 @@ export interface ElectionState {
   leaseUntilMs: number
   /** Leader only: monotonic ms from which it may act (previous lease waited out). */
   actAfterMs: number
+  /** Monotonic ms when a leader of this term was last heard (or a vote granted); -Infinity: never. */
+  lastLeaderContactMs: number
 }
 
 export interface RaftElection {
@@ -117,6 +141,16 @@ export interface RaftElection {
   mayAct(): boolean
   /** Role or term changed. */
   onChange(listener: (state: ElectionState) => void): () => void
+  /**
+   * Leader: resolves once a majority of voters (this one included) durably
+   * holds the log up to `seq` in the current term; `seq` must already be
+   * durable here. Rejects with ERR_NOT_COMMITTED when leadership is lost or
+   * `signal` aborts first (the decision may still be committed later by this
+   * or the next leader: the caller retries idempotently).
+   */
+  commit(seq: number, signal: AbortSignal): Promise<void>
+  /** Leader: the highest seq known committed in its term (0 otherwise). */
+  commitSeq(): number
 }
 
 export function createRaftElection (options: RaftElectionOptions, components: RaftElectionComponents): RaftElection {
@@ -142,8 +176,23 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
   let controller = new AbortController()
   let campaigning = false
   const listeners = new Set<(s: ElectionState) => void>()
+  /**
+   * Leader side of log replication, reset on every term led: per other voter
+   * the highest seq it acknowledged holding in this term, whether an append
+   * is in flight and whether another must follow it; this leader's own
+   * durable seq; commits waiting for a majority.
+   */
+  let followers = new Map<string, { match: number, inFlight: boolean, again: boolean }>()
+  let ownSeq = 0
+  let committedSeq = 0
+  let commitWaiters: Array<{ seq: number, resolve(): void, reject(err: Error): void }> = []
+  const failCommits = (why: string): void => {
+    const waiting = commitWaiters
+    commitWaiters = []
+    for (const w of waiting) w.reject(new AgentError('ERR_NOT_COMMITTED', `decision ${w.seq} not committed: ${why}; it may still be committed by the next leader, so retry by id`))
+  }
 
-  const snapshot = (): ElectionState => ({ role, term, leaderId, votedFor, leaseUntilMs, actAfterMs })
+  const snapshot = (): ElectionState => ({ role, term, leaderId, votedFor, leaseUntilMs, actAfterMs, lastLeaderContactMs })
   const changed = (): void => {
     const s = snapshot()
     for (const l of listeners) {
@@ -172,7 +221,7 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     actAfterMs = 0
     clearInterval(heartbeatTimer)
     heartbeatTimer = undefined
-    if (wasLeader) { controller.abort(); controller = new AbortController() }
+    if (wasLeader) { controller.abort(); controller = new AbortController(); failCommits(why) }
     if (before !== 'follower' || termChanged) {
       log.info({ term, leader, from: before, why }, 'election: follower')
       changed()
@@ -212,7 +261,7 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     campaigning = true
     try {
       const startTerm = term
-      const preVoteOk = await gather({ type: 'prevote', term: term + 1, candidate: self, voterSetId: options.voterSetId })
+      const preVoteOk = await gather({ type: 'prevote', term: term + 1, candidate: self, voterSetId: options.voterSetId, log: components.replica.last() })
       if (!running || !preVoteOk || term !== startTerm || (role as ElectionRole) === 'leader' || inLeaderContact()) return
       term += 1
       votedFor = self
@@ -223,7 +272,7 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
       changed()
       const sentAt = now()
       const electionTerm = term
-      const won = await gather({ type: 'vote', term, candidate: self, voterSetId: options.voterSetId })
+      const won = await gather({ type: 'vote', term, candidate: self, voterSetId: options.voterSetId, log: components.replica.last() })
       if (!running || !won || term !== electionTerm || role !== 'candidate') return
       becomeLeader(sentAt)
     } finally {
@@ -240,6 +289,9 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     // Previous lease: whoever led before was last heard by us at lastLeaderContactMs; its lease
     // cannot outlast that by more than electionTimeoutMinMs (see the argument above).
     actAfterMs = Math.max(now(), lastLeaderContactMs + options.electionTimeoutMinMs)
+    followers = new Map(others.map(peer => [peer, { match: 0, inFlight: false, again: false }]))
+    ownSeq = 0
+    committedSeq = 0
     log.info({ term, voters: voters.length, actAfterMs: Math.round(actAfterMs - now()) }, 'election: leader')
     changed()
     heartbeatTimer = setInterval(heartbeatRound, options.heartbeatIntervalMs)
@@ -262,8 +314,56 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     void broadcast({ type: 'heartbeat', term, leader: self, voterSetId: options.voterSetId }, (peer, r) => {
       components.onHeartbeatAnswer?.(peer, r)
       if (r.term > term) { void becomeFollower(r.term, null, `heartbeat answered with term ${r.term}`); armElectionTimer(); return }
-      if (role === 'leader' && term === roundTerm && r.granted && ++acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
+      if (role !== 'leader' || term !== roundTerm || !r.granted) return
+      if (++acks >= majority) leaseUntilMs = Math.max(leaseUntilMs, t + options.leaseMs)
+      // A voter that lacks the leader's log (a heal, a restart, a lost append) gets it now.
+      if (r.log !== undefined) matched(peer, r.log)
+      const leaderLog = components.replica.last()
+      if (leaderLog.epoch === term && (r.log === undefined || positionBefore(r.log, leaderLog))) sendLog(peer)
     }, controller.signal)
+  }
+
+  /** A voter's answer shows it holds `position`: counts toward commits when it is this term's log. */
+  function matched (peer: string, position: LogPosition): void {
+    const f = followers.get(peer)
+    if (f === undefined || role !== 'leader' || position.epoch !== term) return
+    if (position.seq > f.match) { f.match = position.seq; advanceCommit() }
+  }
+
+  /** The highest seq a majority holds in this term; resolves the commits it covers (Raft §5.3–5.4). */
+  function advanceCommit (): void {
+    const held = [ownSeq, ...[...followers.values()].map(f => f.match)].sort((a, b) => b - a)
+    const majoritySeq = held[majority - 1] ?? 0
+    if (majoritySeq <= committedSeq) return
+    committedSeq = majoritySeq
+    const ready = commitWaiters.filter(w => w.seq <= committedSeq)
+    commitWaiters = commitWaiters.filter(w => w.seq > committedSeq)
+    for (const w of ready) w.resolve()
+  }
+
+  /**
+   * Sends the leader's whole log snapshot to `peer`; one append in flight per
+   * voter, and one more after it when the log grew meanwhile.
+   */
+  function sendLog (peer: string): void {
+    const f = followers.get(peer)
+    if (f === undefined || role !== 'leader') return
+    if (f.inFlight) { f.again = true; return }
+    f.inFlight = true
+    f.again = false
+    const sendTerm = term
+    const snapshot = components.replica.snapshot()
+    const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(options.rpcTimeoutMs)])
+    void components.transport.request(peer, { type: 'append', term, leader: self, voterSetId: options.voterSetId, snapshot }, signal)
+      .then(r => {
+        if (r.term > term) { void becomeFollower(r.term, null, `append answered with term ${r.term}`); armElectionTimer(); return }
+        if (r.granted && r.log !== undefined && term === sendTerm) matched(peer, r.log)
+      })
+      .catch(err => log.debug({ peer, err: (err as Error).message }, 'append failed'))
+      .finally(() => {
+        f.inFlight = false
+        if (f.again && role === 'leader' && term === sendTerm) sendLog(peer)
+      })
   }
 
   return {
@@ -280,28 +380,37 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
       clearTimeout(electionTimer)
       clearInterval(heartbeatTimer)
       controller.abort()
+      failCommits('the agent is stopping')
       if (role !== 'follower') { role = 'follower'; leaderId = null; leaseUntilMs = 0; changed() }
     },
 
     async handle (from, request) {
       if (!isVoter || !voters.includes(from)) return { term, granted: false, reason: 'not in the voter set' }
       if (request.voterSetId !== options.voterSetId) return { term, granted: false, reason: 'another voter set' }
-      if (request.type === 'heartbeat') {
+      if (request.type === 'heartbeat' || request.type === 'append') {
         if (request.leader !== from) return { term, granted: false, reason: 'sender is not the leader it names' }
         if (request.term < term) return { term, granted: false, reason: 'stale term' }
+        if (request.type === 'append' && (request.snapshot.voterSetId !== options.voterSetId || request.snapshot.epoch > request.term)) {
+          return { term, granted: false, reason: 'the snapshot is not of this voter set and term' }
+        }
         const saving = request.term > term || role !== 'follower' || leaderId !== from
-          ? becomeFollower(request.term, from, 'heartbeat from the leader')
+          ? becomeFollower(request.term, from, `${request.type} from the leader`)
           : undefined
         lastLeaderContactMs = now()
         armElectionTimer()
         await saving
+        // The snapshot is durable before the answer leaves: the leader counts this voter toward a commit.
+        const held = request.type === 'append' ? await components.replica.accept(request.snapshot) : components.replica.last()
         const applied = components.appliedPosition?.()
-        return applied !== undefined ? { term, granted: true, applied } : { term, granted: true }
+        return applied !== undefined ? { term, granted: true, applied, log: held } : { term, granted: true, log: held }
       }
       if (request.candidate !== from) return { term, granted: false, reason: 'sender is not the candidate it names' }
       // Leader stickiness (CheckQuorum/PreVote): while a leader is heard, nobody else may win.
       if (role === 'leader' && now() < leaseUntilMs) return { term, granted: false, reason: 'leader with a lease' }
       if (role !== 'leader' && inLeaderContact()) return { term, granted: false, reason: 'a leader is heard' }
+      // Election restriction (Raft §5.4.1): a candidate must hold every decision this voter may have helped commit.
+      const own = components.replica.last()
+      if (positionBefore(request.log, own)) return { term, granted: false, reason: `candidate's log ${request.log.epoch}/${request.log.seq} is behind ${own.epoch}/${own.seq}` }
       if (request.type === 'prevote') {
         return request.term > term ? { term, granted: true } : { term, granted: false, reason: 'stale term' }
       }
@@ -319,5 +428,22 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     state: snapshot,
     mayAct: () => role === 'leader' && now() < leaseUntilMs && now() >= actAfterMs,
     onChange (listener) { listeners.add(listener); return () => listeners.delete(listener) },
+    commit (seq, signal) {
+      if (role !== 'leader') return Promise.reject(new AgentError('ERR_NOT_COMMITTED', `decision ${seq} not committed: this agent no longer leads`))
+      ownSeq = Math.max(ownSeq, seq)
+      const done = new Promise<void>((resolve, reject) => {
+        const waiter = { seq, resolve, reject }
+        commitWaiters.push(waiter)
+        signal.addEventListener('abort', () => {
+          if (!commitWaiters.includes(waiter)) return
+          commitWaiters = commitWaiters.filter(w => w !== waiter)
+          reject(new AgentError('ERR_NOT_COMMITTED', `decision ${seq} not committed: no majority of voters stored it in time; it may still be committed, so retry by id`))
+        }, { once: true })
+      })
+      advanceCommit()
+      for (const peer of others) sendLog(peer)
+      return done
+    },
+    commitSeq: () => role === 'leader' ? committedSeq : 0,
   }
 }

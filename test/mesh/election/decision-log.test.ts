@@ -12,17 +12,17 @@ import type { DecisionBatch } from '../../../mesh/mesh-messages.ts'
 const A = 'leaderA'
 const B = 'leaderB'
 
-function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0, persisted: { leader: string | null, seq: number } = { leader: null, seq: 0 }) {
+function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0, persisted: { leader: string | null, seq: number, appliedEpoch?: number } = { leader: null, seq: 0 }) {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>>, persisted: [] as string[] }
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
     voterSetId: () => 'set',
     mayDecide: (peer: string) => [A, B].includes(peer),
-    persisted: () => ({ epoch: state.highestEpoch, ...persisted }),
+    persisted: () => ({ epoch: state.highestEpoch, appliedEpoch: 0, ...persisted }),
     async persist (p) { state.highestEpoch = p.epoch; state.persisted.push(`${p.epoch}/${p.seq}`) },
     apply: d => state.applied.push(d),
-    adoptState: (_e, _l, entries) => state.adopted.push(entries),
+    adoptState: (_e, _l, _seq, entries) => state.adopted.push(entries),
   })
   return { log, state, file: join(dir, 'decisions.jsonl') }
 }
@@ -38,14 +38,14 @@ t.test('in order, exactly once; gaps wait; a higher epoch fences the lower one',
   await log.receive(batch(A, 1, [2, 3]))
   await log.receive(batch(A, 1, [1, 2, 3]))
   t.same(state.applied.map(d => d.seq), [1, 2, 3], 'applied in order, each once')
-  await log.receive(batch(B, 2, [1]))
+  await log.receive(batch(B, 2, [4]))
   t.equal(state.highestEpoch, 2, 'the new epoch is persisted before it is applied')
-  t.equal(await log.receive(batch(A, 1, [4])), 'stale', 'an older epoch is stale')
-  t.same(state.applied.map(d => `${d.epoch}/${d.seq}`), ['1/1', '1/2', '1/3', '2/1'])
+  t.equal(await log.receive(batch(A, 1, [5])), 'stale', 'an older epoch is stale')
+  t.same(state.applied.map(d => `${d.epoch}/${d.seq}`), ['1/1', '1/2', '1/3', '2/4'], 'the log index counts on across epochs')
   t.same(log.counts(), { applied: 4, rejected: 1, snapshots: 0, violations: 0 })
   await log.flush()
   const entries = parseDecisionLog(readFileSync(file, 'utf8'))
-  t.match(entries.at(-1), { epoch: 1, seq: 4, leader: A, outcome: 'rejected' }, 'the rejection is in the file')
+  t.match(entries.at(-1), { epoch: 1, seq: 5, leader: A, outcome: 'rejected' }, 'the rejection is in the file')
   t.same(checkDecisionInvariants(new Map([['x', entries]])), [], 'the log satisfies the invariants')
 })
 
@@ -86,17 +86,46 @@ t.test('a snapshot closes a gap the recent decisions cannot fill', async t => {
   await log.receive(batch(A, 1, [6, 7], { state: { seq: 5, entries: { k: { seq: 5 } } } }))
   t.same(state.adopted, [{ k: { seq: 5 } }], 'desired state adopted')
   t.same(state.applied.map(d => d.seq), [1, 6, 7], 'then 6 and 7 applied in order')
-  t.same(log.position(), { epoch: 1, seq: 7, leader: A })
+  t.same(log.position(), { epoch: 1, seq: 7, leader: A, appliedEpoch: 1 })
+})
+
+t.test('a new epoch whose first decision leaves a gap waits for the committed state it carries; nothing of the old epoch is applied in between', async t => {
+  const { log, state } = setup(t)
+  await log.receive(batch(A, 1, [1, 2]))
+  // Decision 3 was committed in epoch 1 but never reached this agent; epoch 2 starts at 4 and carries the state.
+  await log.receive(batch(B, 2, [5]))
+  t.same(state.applied.map(d => d.seq), [1, 2], '5 waits: 3 and 4 are missing')
+  await log.receive(batch(B, 2, [4], { state: { seq: 4, entries: { k: { seq: 4 }, leader: B } } }))
+  t.same(state.adopted, [{ k: { seq: 4 }, leader: B }], 'the committed state as of 4 is adopted')
+  t.same(state.applied.map(d => d.seq), [1, 2, 5], 'then 5 follows')
+  t.same(log.counts().snapshots, 1)
+})
+
+t.test('an agent that applied decisions never committed (an older version, a deposed leader) is repaired by the next epoch\'s state', async t => {
+  const { log, state, file } = setup(t)
+  await log.receive(batch(A, 1, [1, 2, 3, 4]))
+  // Epoch 2's committed log ends at 3 (4 was A's, never committed), and B's own first decision is 4 as well.
+  await log.receive(batch(B, 2, [4], { decisions: [{ seq: 4, kind: 'leader', payload: B }], state: { seq: 4, entries: { k: { seq: 3 }, leader: B } } }))
+  t.same(state.adopted, [{ k: { seq: 3 }, leader: B }], 'the committed state replaced what was applied beyond it')
+  t.same(log.position(), { epoch: 2, seq: 4, leader: B, appliedEpoch: 2 })
+  await log.receive(batch(B, 2, [4], { state: { seq: 4, entries: { k: { seq: 3 }, leader: B } } }))
+  t.equal(log.counts().snapshots, 1, 'a state batch of the same epoch and index changes nothing')
+  await log.flush()
+  const entries = parseDecisionLog(readFileSync(file, 'utf8'))
+  t.match(entries.at(-1), { seq: 4, outcome: 'snapshot', reason: 'repair' })
+  t.match(checkDecisionInvariants(new Map([['x', entries]])).map(v => v.invariant), ['no-stale-apply'], 'the checker reports the repair: something uncommitted had been applied')
 })
 
 t.test('the invariant checker flags two leaders in an epoch, stale applies, gaps and disagreement', async t => {
   const e = (epoch: number, seq: number, leader: string, payload: unknown = seq): DecisionLogEntry =>
     ({ atMs: 0, epoch, seq, leader, kind: 'k', outcome: 'applied', digest: decisionDigest('k', payload) })
   const found = checkDecisionInvariants(new Map([
-    ['x', [e(1, 1, A), e(2, 1, B), e(1, 2, A)]],
+    ['x', [e(1, 1, A), e(2, 2, B), e(1, 3, A)]],
     ['y', [e(1, 1, B, 'other'), e(1, 3, B)]],
   ])).map(v => v.invariant).sort()
   t.same(found, ['agreement', 'gap-free', 'no-stale-apply', 'one-leader-per-epoch', 'one-leader-per-epoch'])
+  t.same(checkDecisionInvariants(new Map([['x', [e(1, 1, A), e(1, 2, A), e(2, 3, B)]], ['y', [e(1, 1, A), e(2, 2, B, 'forked')]]])).map(v => v.invariant),
+    ['agreement'], 'index 2 holds different decisions on two agents: a fork, whatever the epochs')
 })
 
 t.test('when the election moves to another voter set, the log continues from the position persisted for it', async t => {
@@ -107,7 +136,7 @@ t.test('when the election moves to another voter set, the log continues from the
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
     voterSetId: () => store.voterSetId,
     mayDecide: (peer: string) => [A, B].includes(peer),
-    persisted: () => ({ epoch: store.epoch, leader: store.leader, seq: store.seq }),
+    persisted: () => ({ epoch: store.epoch, leader: store.leader, seq: store.seq, appliedEpoch: 0 }),
     async persist (p) { Object.assign(store, { epoch: p.epoch, leader: p.leader, seq: p.seq }) },
     apply: d => applied.push(d),
     adoptState: () => {},
