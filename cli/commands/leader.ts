@@ -6,19 +6,28 @@ export const leaderCommand: Command = {
   summary: 'who leads: leader id, epoch, backend, voters, and this agent\'s role (leader, follower, candidate, client)',
   async run ({ client, signal }) {
     const view = await client.leader({ signal })
-    const { leaderId, epoch, backend, voters, self } = view
-    return { json: { leaderId, epoch, backend, voters, self }, human: renderLeader(view) }
+    return { json: view, human: renderLeader(view) }
   },
 }
 
+/** A leader not heard for this long is shown as possibly gone (the election timeout's order of magnitude). */
+const staleLeaderMs = 1500
+
 export function renderLeader (v: LeaderViewBody): string {
   const mark = (id: string): string => `${id}${id === v.leaderId ? '  (leader)' : ''}${id === v.selfId ? '  (this agent)' : ''}`
+  const heard = v.leaderHeardMsAgo === null || v.leaderId === v.selfId
+    ? ''
+    : v.leaderHeardMsAgo > staleLeaderMs
+      ? ` (not heard for ${(v.leaderHeardMsAgo / 1000).toFixed(1)} s: cut off or gone; a new leader may lead elsewhere)`
+      : ` (heard ${v.leaderHeardMsAgo} ms ago)`
+  const acting = v.acting ? ` (acting; lease ${v.leaseRemainingMs ?? 0} ms left; commit index ${v.commitSeq ?? 0})` : v.self === 'leader' ? ' (not acting yet)' : ''
   return [
-    `leader    ${v.leaderId ?? 'unknown'}`,
+    `leader    ${v.leaderId ?? 'unknown'}${heard}`,
     `epoch     ${v.epoch}`,
     `backend   ${v.backend}`,
-    `self      ${v.self}${v.acting ? ' (acting)' : ''}`,
-    `applied   epoch ${v.applied.epoch} seq ${v.applied.seq}; ${v.decisions.applied} applied, ${v.decisions.rejected} rejected, ${v.decisions.snapshots} snapshots`,
+    `self      ${v.self}${acting}`,
+    `applied   index ${v.applied.seq} (epoch ${v.applied.epoch}); ${v.decisions.applied} applied, ${v.decisions.rejected} rejected, ${v.decisions.snapshots} snapshots`,
+    ...(v.log !== null ? [`log       index ${v.log.seq} (epoch ${v.log.epoch}), durable here`] : []),
     `voters    ${v.voters.length === 0 ? 'none yet (not bootstrapped)' : `${v.voters.length} (voter set ${v.voterSetId})`}`,
     ...v.voters.map(id => `  ${mark(id)}`),
   ].join('\n')

@@ -11,7 +11,7 @@
  *    decrease — nothing older after something newer, nothing twice, and no
  *    repair (a repair replaces decisions that were applied uncommitted).
  * 3. Gap-free: an agent applies index n+1 right after n, unless a snapshot
- *    at or after n+1 replaced the gap.
+ *    at or after n+1 replaced the gap, or it restarted ("resumed") at n.
  * 4. Agreement (revisions never fork): log index n holds the same decision
  *    on every agent, and a snapshot at index n the same state.
  */
@@ -31,6 +31,12 @@ export function checkDecisionInvariants (logs: ReadonlyMap<string, readonly Deci
     let last: { epoch: number, seq: number } | undefined
     for (const e of entries) {
       if (e.outcome === 'rejected') continue
+      if (e.outcome === 'resumed') {
+        // A restart continues from the persisted position; lines written behind it may be lost to a kill.
+        if (last !== undefined && e.seq < last.seq) violations.push({ invariant: 'no-stale-apply', agent, detail: `resumed at ${e.seq} after applying ${last.seq}` })
+        last = { epoch: Math.max(e.epoch, last?.epoch ?? 0), seq: e.seq }
+        continue
+      }
       const known = leaderOf.get(e.epoch)
       if (known === undefined) leaderOf.set(e.epoch, { leader: e.leader, agent })
       else if (known.leader !== e.leader) {

@@ -28,13 +28,16 @@
  *
  * Every outcome is appended to the log: in memory (the API serves the last
  * `memoryEntries`) and to <stateDir>/decisions.jsonl, one JSON object per line,
- * which the invariant checker (decision-invariants.ts) reads.
+ * which the invariant checker (decision-invariants.ts) reads. The file is an
+ * audit trail written behind the persisted position, so a kill can lose its
+ * last lines; a log opened on a persisted position starts with a "resumed"
+ * entry naming it, which tells the checker where the agent really continues.
  */
 import { appendFile } from 'node:fs/promises'
 import { createHash } from 'node:crypto'
 import type { Decision, DecisionBatch } from '../mesh-messages.ts'
 
-export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot'
+export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot' | 'resumed'
 
 export interface DecisionLogEntry {
   /** Wall clock when logged, ms since the epoch. */
@@ -124,6 +127,10 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     if (memory.length > options.memoryEntries) memory.splice(0, memory.length - options.memoryEntries)
     const line = `${JSON.stringify(entry)}\n`
     fileChain = fileChain.then(() => appendFile(options.file, line)).catch(() => {})
+  }
+
+  if (start.seq > 0 || start.epoch > 0) {
+    record({ atMs: Date.now(), epoch: start.appliedEpoch, leader: start.leader ?? '', seq: start.seq, kind: 'resumed', outcome: 'resumed', digest: '' })
   }
 
   const reject = (batch: DecisionBatch, reason: string): void => {

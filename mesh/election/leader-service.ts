@@ -213,7 +213,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
    * (backends that have one: election.sendDecisions).
    */
   const lagging = new Map<string, number>()
-  const catchUpAfterAnswers = 5
+  const catchUpAfterAnswers = 3
   const catchUp = (peer: string, applied: { epoch: number, seq: number } | undefined): void => {
     const a = acting
     if (a?.committed === undefined || applied === undefined || election.sendDecisions === undefined) return

@@ -24,7 +24,7 @@ export const DecisionLogEntrySchema = Type.Object({
   leader: Type.String(),
   seq: Type.Integer(),
   kind: Type.String(),
-  outcome: Type.Union([Type.Literal('applied'), Type.Literal('rejected'), Type.Literal('snapshot')]),
+  outcome: Type.Union([Type.Literal('applied'), Type.Literal('rejected'), Type.Literal('snapshot'), Type.Literal('resumed')], { description: 'resumed: the agent restarted at this persisted position (seq: the last index applied before)' }),
   reason: Type.Optional(Type.String()),
   digest: Type.String(),
 })

@@ -76,6 +76,8 @@ export interface SpawnOptions {
    * compiled modules (a baseline). Default false.
    */
   built?: boolean | 'unbundled'
+  /** Run the agent inside this network namespace (test/helpers/netns-lab.ts); `ip netns exec` execs it, so `proc` is the agent. */
+  netns?: string
 }
 
 function agentEntry (built: SpawnOptions['built']): string {
@@ -88,7 +90,9 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const socketPath = join(stateDir, 'agentd.sock')
   const args = options.args ?? ['--dev', '--state-dir', stateDir]
   const env = { ...agentEnvironment, ...withoutAgentdEnv(process.env), ...options.env }
-  const proc = track(spawn(process.execPath, [...agentNodeFlags, agentEntry(options.built), ...args, '--exit-with-stdin'], { env, stdio: ['pipe', 'pipe', 'pipe'] }))
+  const command = [process.execPath, ...agentNodeFlags, agentEntry(options.built), ...args, '--exit-with-stdin']
+  if (options.netns !== undefined) command.unshift('ip', 'netns', 'exec', options.netns)
+  const proc = track(spawn(command[0]!, command.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] }))
   let output = ''
   proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
   proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })

@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startTestMesh, type MeshAgent, type TestMesh } from './test-mesh.ts'
+import { startTestMesh, type MeshAgent, type TestMesh, type TestMeshOptions } from './test-mesh.ts'
 import { checkDecisionInvariants, parseDecisionLog, type InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { DecisionLogEntry } from '../../mesh/election/decision-log.ts'
 import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
@@ -25,6 +25,8 @@ export interface ElectionClusterOptions {
   clientArgs?: string[]
   /** Elect through this etcd (test/helpers/etcd-process.ts) instead of the embedded backend. */
   etcd?: { endpoint: string, leaseTtlS?: number }
+  /** Run agent i in hosts[i] (network namespaces, netns-lab.ts). */
+  hosts?: TestMeshOptions['hosts']
 }
 
 /** The flags that put an agent on the etcd backend (test timing: 1 s lease, 50 ms polls). */
@@ -44,6 +46,7 @@ export async function startElectionCluster (t: Teardown, options: ElectionCluste
     nodes: options.servers + clients,
     args: [...(options.etcd !== undefined ? etcdBackendArgs(options.etcd) : ['--bootstrap-expect', String(options.servers)]), ...(options.args ?? [])],
     nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false', ...(options.clientArgs ?? [])],
+    ...(options.hosts !== undefined ? { hosts: options.hosts } : {}),
   })
   return Object.assign(mesh, { servers: mesh.agents.slice(0, options.servers), clients: mesh.agents.slice(options.servers) })
 }

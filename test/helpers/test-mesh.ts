@@ -17,6 +17,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateClusterKey } from '../../mesh/cluster-key.ts'
 import type { PeerView } from '../../mesh/mesh-views.ts'
+import type { NetnsHost } from './netns-lab.ts'
 import { spawnAgent, tempDir, waitReady, type AgentProcess, type SpawnOptions } from './agent-process.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
@@ -35,6 +36,8 @@ export interface TestMeshOptions {
   startConcurrency?: number
   /** The first K agents are the election servers of one voter set (--bootstrap-expect K), the others clients. Default: each agent leads itself (--dev). */
   clusterServers?: number
+  /** Run the index-th agent on hosts[index] (a network namespace of netns-lab.ts), listening on its address. Default: loopback. */
+  hosts?: readonly NetnsHost[]
 }
 
 export interface MeshAgent extends AgentProcess {
@@ -42,6 +45,8 @@ export interface MeshAgent extends AgentProcess {
   peerId: string
   /** Its announced mesh multiaddr (with /p2p/). */
   meshAddress: string
+  /** The network namespace it runs in (TestMeshOptions.hosts), if any. */
+  host?: NetnsHost
 }
 
 export interface AddAgentOptions {
@@ -52,6 +57,8 @@ export interface AddAgentOptions {
   args?: string[]
   /** Extra environment of the agent process. */
   env?: NodeJS.ProcessEnv
+  /** Run it in this network namespace, listening on its address (port 4001). Default: the nth of TestMeshOptions.hosts, if given. */
+  host?: NetnsHost
 }
 
 export interface TestMesh {
@@ -88,14 +95,16 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
     const nth = index++
     const name = o.name ?? `node${String(nth).padStart(2, '0')}`
     const stateDir = o.stateDir ?? join(dir, name)
+    const host = o.host ?? options.hosts?.[nth]
     const args = ['--dev', '--state-dir', stateDir, '--node-name', name, '--cluster-key', o.clusterKeyFile ?? clusterKeyFile,
-      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...electionArgs(nth), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
-    const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false, ...(o.env !== undefined ? { env: o.env } : {}) })
+      '--set', 'state.enabled=false', ...(seed !== '' ? ['--join', seed] : []), ...(host !== undefined ? ['--mesh-listen', `/ip4/${host.address}/tcp/4001`, '--set', `mesh.announceAddress=${host.address}`] : []),
+      ...electionArgs(nth), ...(options.args ?? []), ...(options.nodeArgs?.(nth) ?? []), ...(o.args ?? [])]
+    const agent = await spawnAgent(t, { stateDir, args, waitReady: false, built: options.built ?? false, ...(o.env !== undefined ? { env: o.env } : {}), ...(host !== undefined ? { netns: host.ns } : {}) })
     // Twenty agents starting at once on two cores take a while to answer.
     await waitReady(agent, 90_000)
     const status = await agent.client.status()
     if (status.mesh === undefined) throw new Error(`agent ${name} runs no mesh:\n${agent.output()}`)
-    return Object.assign(agent, { name, peerId: status.mesh.peerId, meshAddress: status.mesh.addresses[0]! })
+    return Object.assign(agent, { name, peerId: status.mesh.peerId, meshAddress: status.mesh.addresses[0]!, ...(host !== undefined ? { host } : {}) })
   }
 
   const first = await addAgent()
