@@ -19,10 +19,11 @@
  * not two agents started in the same instant. A flock holder also refuses a
  * live "pid" holder, so the two kinds exclude each other.
  */
-import { open, mkdir, readFile, type FileHandle } from 'node:fs/promises'
+import { open, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from './errors.ts'
+import { mkdirDurably } from './durable-file.ts'
 import { capabilities, tryLockExclusive } from '../native/index.ts'
 
 export const lockFileName = 'agentd.lock'
@@ -64,7 +65,7 @@ export interface StateDirLockComponents {
 export async function lockStateDir (options: StateDirLockOptions, components: StateDirLockComponents): Promise<StateDirLock> {
   const { stateDir } = options
   const tryLock = components.tryLock !== undefined ? components.tryLock : (capabilities.addon.loaded ? tryLockExclusive : null)
-  await mkdir(stateDir, { recursive: true, mode: 0o750 })
+  await mkdirDurably(stateDir, 0o750)
   const path = join(stateDir, lockFileName)
   const handle = await open(path, 'a+', 0o640)
   try {

@@ -29,7 +29,7 @@ import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { writeFileDurably } from '../durable-file.ts'
+import { mkdirDurably, writeFileDurably } from '../durable-file.ts'
 import { formatKey, parseKey, type Dtype } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import { latestVersion, modelNamePattern } from './protocol.ts'
@@ -176,7 +176,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     m.committed.delete(version)
     m.damaged.delete(version)
     m.retiredUpTo = Math.max(m.retiredUpTo, version)
-    await mkdir(join(options.dir, model), { recursive: true })
+    await mkdirDurably(join(options.dir, model), 0o755)
     await writeFileDurably(join(options.dir, model, 'retired.json'), JSON.stringify({ retiredUpTo: m.retiredUpTo }), 0o640)
     if (damaged !== undefined || manifest!.durable) await unlink(manifestFile(model, version)).catch(() => {})
     if (manifest?.ownsKeys === true) {
@@ -252,7 +252,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       const m = modelOf(manifest.model)
       if (!m.reserved.has(manifest.version)) throw new AgentError('ERR_INTERNAL', `version ${manifest.version} of ${manifest.model} was not reserved`)
       if (manifest.durable) {
-        await mkdir(join(options.dir, manifest.model), { recursive: true })
+        await mkdirDurably(join(options.dir, manifest.model), 0o755)
         await writeFileDurably(manifestFile(manifest.model, manifest.version), JSON.stringify(manifest), 0o640)
       }
       m.reserved.delete(manifest.version)
