@@ -10,6 +10,8 @@ import { loadOrCreateNodeId } from './node-identity.ts'
 import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
 import { createGpuSampler, type GpuSampler } from './inventory/gpu-sampler.ts'
 import { createApiServer, type ApiServer } from './api/server.ts'
+import { claimSocketPath } from './api/socket-path.ts'
+import { lockStateDir, type StateDirLock } from './state-dir-lock.ts'
 import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
@@ -285,16 +287,29 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   ]
   const runner = createSubsystemRunner(specs, { logger: components.logger })
 
+  let stateDirLock: StateDirLock | undefined
+
   return {
     async start () {
-      // A failure to build is the api subsystem's, reported when it is created.
-      await api().catch(() => {})
-      await runner.startAll()
+      // One agent per state directory and socket, settled before any subsystem touches disk:
+      // a second agent leaves here with ERR_STATE_DIR_LOCKED or ERR_SOCKET_IN_USE, having
+      // changed nothing. The lock is held until stop() (or the process dies).
+      stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
+      try {
+        await claimSocketPath(config.api.socketPath)
+        // A failure to build is the api subsystem's, reported when it is created.
+        await api().catch(() => {})
+        await runner.startAll()
+      } catch (err) {
+        await stateDirLock.release()
+        throw err
+      }
     },
     async stop () {
       await runner.stopAll()
       // Built but never started by the runner (stopped during start-up): close it here.
       if (runner.get('api') === undefined) await (await builtApi?.catch(() => undefined))?.stop()
+      await stateDirLock?.release()
     },
     status,
     subsystems: () => runner.records(),

@@ -2,7 +2,8 @@
 /**
  * agentctl: the command-line client of the local agent; just another client
  * of the API. Exit codes: 0 ok, 1 the agent (or reaching it) failed, 2 bad
- * usage. With --json, results and errors are JSON on stdout.
+ * usage, and the shell's 141 (SIGPIPE) when its output pipe closes early
+ * (closed-pipe.ts). With --json, results and errors are JSON on stdout.
  */
 import '../agent/runtime-check.ts'
 import { createAgentClient, defaultSocketPath } from '../agent/client/client.ts'
@@ -10,6 +11,7 @@ import { AgentError, toErrorBody } from '../agent/errors.ts'
 import { UsageError } from './command.ts'
 import { commands } from './commands/index.ts'
 import { dispatch, usageText } from './dispatch.ts'
+import { dieOnClosedPipe } from './closed-pipe.ts'
 
 async function main (argv: string[]): Promise<number> {
   let dispatched
@@ -44,4 +46,5 @@ async function main (argv: string[]): Promise<number> {
   }
 }
 
+dieOnClosedPipe()
 process.exitCode = await main(process.argv.slice(2))

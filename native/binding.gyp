@@ -16,6 +16,7 @@
         'src/crc32c.cc',
         'src/cuda_ipc.cc',
         'src/direct_file.cc',
+        'src/file_lock.cc',
         'src/host_copy.cc',
         'src/host_region.cc',
         'src/native_error.cc',

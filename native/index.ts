@@ -263,6 +263,18 @@ export function notifySystemd (message: string, env: NodeJS.ProcessEnv = process
   return unixSocket.notifySystemd(binding(), message, env)
 }
 
+/**
+ * An exclusive flock(2) on the file open as `fd`, without waiting: true when
+ * this descriptor holds it, false when another open file description does.
+ * The lock lasts until the descriptor is closed or the process dies (SIGKILL
+ * included), so a crashed holder never leaves it behind.
+ */
+export function tryLockExclusive (fd: number): boolean {
+  if (!Number.isInteger(fd) || fd < 0) throw new AgentError('ERR_ARG_INVALID', `expected an open file descriptor, got ${String(fd)}`)
+  const lib = binding()
+  return callNative(() => lib.tryLockExclusive(fd))
+}
+
 /** Opens a client's CUDA IPC handle (64-byte raw or 66-byte PyTorch form) on `device`. */
 export function openDeviceMemory (options: { device: number, handle: Uint8Array }): DeviceMemory {
   return cudaIpc.openDeviceMemory(binding(), cudaUnavailable(), options)

@@ -114,6 +114,8 @@ export interface NativeBinding {
   probeDirectIo (probePath: string): Omit<NativeFileInfo, 'path' | 'sizeBytes'>
   peerCredentials (fd: number): { pid: number, uid: number, gid: number }
   sendUnixDatagram (path: string, message: Uint8Array): void
+  /** flock(fd, LOCK_EX | LOCK_NB): true = held by this descriptor, false = held by another. */
+  tryLockExclusive (fd: number): boolean
   /** Present only in a build with CUDA. */
   cudaOpenIpcHandle?: (device: number, handle: Uint8Array) => NativeDeviceMapping
   cudaCopy?: (toDevice: boolean, mapping: NativeDeviceMapping, deviceOffset: number,

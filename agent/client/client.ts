@@ -14,6 +14,7 @@ import type { PullResult } from '../weights/puller.ts'
 import type { PublishRequest, WeightsRegion, TensorSpec } from '../weights/publisher.ts'
 import type { WeightsManifest } from '../weights/version-store.ts'
 import type { PullInProgress, VersionSummary } from '../weights/weights-service.ts'
+import type { DamagedVersion } from '../weights/version-store.ts'
 import type { ActivePull } from '../weights/transport.ts'
 import type { PullBodyType } from '../api/routes/weights.ts'
 import type { JobsView } from '../../mesh/jobs/job-table.ts'
@@ -84,7 +85,7 @@ export interface AgentClient {
    */
   gpuLockEvents(gpu: number, options?: GpuLockHolderOptions): AsyncIterable<GpuLockStreamEvent>
   /** Versions on this agent, who pulls from it, the pulls it makes (GET /v1/weights). */
-  weights(options?: RequestOptions): Promise<{ address: string, versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }>
+  weights(options?: RequestOptions): Promise<{ address: string, versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[] }>
   /** A shared-memory region to write a version into (POST /v1/weights/regions). */
   weightsRegion(body: { model: string, version?: number, tensors: TensorSpec[] }, options?: RequestOptions): Promise<WeightsRegion>
   /** Gives back a handed-out region that will not be published (DELETE /v1/weights/regions/:region). */

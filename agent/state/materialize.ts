@@ -18,7 +18,7 @@ import { AgentError } from '../errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
 import type { Dtype, StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'
-import { writeFileDurably } from '../durable-file.ts'
+import { syncDirectory, writeFileDurably } from '../durable-file.ts'
 
 /** Our dtype names → safetensors' (the header's "dtype"). */
 export const safetensorsDtype: Record<Dtype, string> = {
@@ -186,6 +186,7 @@ async function writeShard (state: StateManager, path: string, tensors: PlannedTe
     file.close()
     file = undefined
     await rename(tmp, path)
+    await syncDirectory(dirname(path))
   } catch (err) {
     file?.close()
     await unlink(tmp).catch(() => {})

@@ -8,6 +8,7 @@
 import { open, rename, type FileHandle } from 'node:fs/promises'
 import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
+import { syncDirectory } from '../durable-file.ts'
 
 export type JournalRecord =
   | { op: 'put', key: string, bytes: number, checksum: number, object: string }
@@ -100,13 +101,4 @@ export async function rewriteJournal (path: string, records: JournalRecord[]): P
   }
   await rename(tmp, path)
   await syncDirectory(dirname(path))
-}
-
-export async function syncDirectory (dir: string): Promise<void> {
-  const handle = await open(dir, 'r')
-  try {
-    await handle.sync()
-  } finally {
-    await handle.close()
-  }
 }

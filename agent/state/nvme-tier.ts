@@ -3,16 +3,19 @@
  * `<dir>/objects/`, written with O_DIRECT where the filesystem allows it, and
  * a journal that makes the tier durable. Commit order for a put: write the
  * object, fdatasync it, then append the journal record and fdatasync the
- * journal; the key exists only once its record is on disk. A crash before the
+ * journal; the key exists only once its record is on disk. Between the two
+ * the objects directory is fsynced, so a committed record never names an
+ * object file whose directory entry a power cut took. A crash before the
  * record leaves an orphan object that `open()` removes; a torn journal tail is
  * ignored. `open()` also drops records whose object is missing or has the
  * wrong size, then compacts the journal.
  */
 import { createHash } from 'node:crypto'
-import { mkdir, readFile, readdir, stat, unlink } from 'node:fs/promises'
+import { readFile, readdir, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AgentError } from '../errors.ts'
 import { openDirectFile, type HostRange } from '../../native/index.ts'
+import { mkdirDurably, syncDirectory } from '../durable-file.ts'
 import { openJournalWriter, replayJournal, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
 
 export interface NvmeObject {
@@ -64,7 +67,13 @@ export interface NvmeTier {
   close(): Promise<void>
 }
 
-export function createNvmeTier (options: NvmeTierOptions): NvmeTier {
+export interface NvmeTierComponents {
+  /** fsync of a directory (durable-file.ts syncDirectory by default); tests trace it. */
+  syncDirectory?: (dir: string) => Promise<void>
+}
+
+export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierComponents = {}): NvmeTier {
+  const syncDir = components.syncDirectory ?? syncDirectory
   const objectsDir = join(options.dir, 'objects')
   const journalPath = join(options.dir, 'journal.log')
   const io = { queueDepth: options.queueDepth ?? 8, blockBytes: options.blockBytes ?? 4 * 2 ** 20 }
@@ -87,7 +96,7 @@ export function createNvmeTier (options: NvmeTierOptions): NvmeTier {
     objects: () => committed.values(),
 
     async open () {
-      await mkdir(objectsDir, { recursive: true, mode: 0o750 })
+      await mkdirDurably(objectsDir, 0o750)
       let text = ''
       try { text = await readFile(journalPath, 'utf8') } catch (err) { if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err }
       const { records, tornLines } = replayJournal(text)
@@ -133,6 +142,7 @@ export function createNvmeTier (options: NvmeTierOptions): NvmeTier {
         } finally {
           file.close()
         }
+        await syncDir(objectsDir)
         await w.append({ op: 'put', ...obj })
       } catch (err) {
         await unlink(path).catch(() => {})

@@ -5,9 +5,16 @@
  * Contracts:
  * - A version is visible only once committed: its tensors are stored keys
  *   (and on NVMe when `durable`), their chunk checksums computed, and its
- *   manifest file written durably (temp file, fsync, rename). A crash before
- *   the rename leaves no manifest, so the version never existed; start-up
- *   discards a manifest whose keys are not all stored (and their keys).
+ *   manifest file written durably (temp file, fsync, rename, fsync of the
+ *   directory). A crash before the rename leaves no manifest, so the version
+ *   never existed. Once `commit` resolved (the publish was acknowledged), a
+ *   durable version is found again by every later start, whatever key
+ *   namespace its tensors are stored under.
+ * - Start-up never deletes a manifest it cannot explain. The one it can: a
+ *   version at or below `retiredUpTo` (a retire interrupted between its two
+ *   steps), which it finishes. A manifest that cannot be read, or whose keys
+ *   are not all stored, is kept and reported as damaged (`damaged()`, the
+ *   log says why); its version number stays taken, and `retire` removes it.
  * - Versions of a model are monotonic: a new one must exceed every committed,
  *   retired or in-progress version. Committed versions are immutable.
  * - Retention keeps the last `retainVersions` of each model; retiring removes
@@ -22,7 +29,7 @@ import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { writeFileDurably } from '../durable-file.ts'
+import { mkdirDurably, writeFileDurably } from '../durable-file.ts'
 import { formatKey, parseKey, type Dtype } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import { latestVersion, modelNamePattern } from './protocol.ts'
@@ -89,8 +96,18 @@ export function storedKeysOf (manifest: WeightsManifest): string[] {
   return manifest.partial !== undefined ? manifest.partial.slices.filter(s => s.key !== '').map(s => s.key) : manifest.tensors.map(t => t.key)
 }
 
+/** A manifest file start-up found and could not make a version of. */
+export interface DamagedVersion {
+  model: string
+  version: number
+  /** The manifest file, kept as found. */
+  file: string
+  /** Why it is not served, e.g. "2 of 3 keys are not stored (first: ...)". */
+  reason: string
+}
+
 export interface VersionStore {
-  /** Reads the manifests on disk, discarding those whose keys are gone. */
+  /** Reads the manifests on disk; those it cannot serve are kept and reported (damaged()). */
   load(): Promise<void>
   /** Reserves `version` of `model` for a publish in progress; ERR_WEIGHTS_VERSION_EXISTS if not above every known one. */
   reserve(model: string, version: number): { release(): void }
@@ -101,6 +118,9 @@ export interface VersionStore {
   /** A committed version (`-1` = latest); ERR_WEIGHTS_NOT_FOUND or ERR_WEIGHTS_RETIRED. */
   get(model: string, version: number): WeightsManifest
   list(): WeightsManifest[]
+  /** Manifests found at start that are not served, by model and version. */
+  damaged(): DamagedVersion[]
+  /** Retires a committed version, or removes a damaged one's manifest. */
   retire(model: string, version: number): Promise<void>
 }
 
@@ -130,6 +150,8 @@ export function checkModelName (model: string): string {
 
 interface ModelVersions {
   committed: Map<number, WeightsManifest>
+  /** Manifests kept but not served; `manifest` when the file could be read. */
+  damaged: Map<number, DamagedVersion & { manifest?: WeightsManifest }>
   reserved: Set<number>
   /** Highest version ever retired (versions at or below are gone). */
   retiredUpTo: number
@@ -140,30 +162,44 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
   const models = new Map<string, ModelVersions>()
   const modelOf = (model: string): ModelVersions => {
     let m = models.get(model)
-    if (m === undefined) { m = { committed: new Map(), reserved: new Set(), retiredUpTo: -1 }; models.set(model, m) }
+    if (m === undefined) { m = { committed: new Map(), damaged: new Map(), reserved: new Set(), retiredUpTo: -1 }; models.set(model, m) }
     return m
   }
-  const highest = (m: ModelVersions): number => Math.max(m.retiredUpTo, ...m.committed.keys(), ...m.reserved)
+  const highest = (m: ModelVersions): number => Math.max(m.retiredUpTo, ...m.committed.keys(), ...m.damaged.keys(), ...m.reserved)
   const manifestFile = (model: string, version: number): string => join(options.dir, model, `v${version}.json`)
 
   async function retire (model: string, version: number): Promise<void> {
     const m = models.get(model)
-    const manifest = m?.committed.get(version)
-    if (m === undefined || manifest === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model}`)
+    const damaged = m?.damaged.get(version)
+    const manifest = m?.committed.get(version) ?? damaged?.manifest
+    if (m === undefined || (manifest === undefined && damaged === undefined)) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model}`)
     m.committed.delete(version)
+    m.damaged.delete(version)
     m.retiredUpTo = Math.max(m.retiredUpTo, version)
-    await mkdir(join(options.dir, model), { recursive: true })
+    await mkdirDurably(join(options.dir, model), 0o755)
     await writeFileDurably(join(options.dir, model, 'retired.json'), JSON.stringify({ retiredUpTo: m.retiredUpTo }), 0o640)
-    if (manifest.durable) await unlink(manifestFile(model, version)).catch(() => {})
-    if (manifest.ownsKeys) await stateManager.drop({ keys: storedKeysOf(manifest) })
-    logger.info({ model, version }, 'weights version retired')
+    if (damaged !== undefined || manifest!.durable) await unlink(manifestFile(model, version)).catch(() => {})
+    if (manifest?.ownsKeys === true) {
+      // A damaged version's keys may be gone already; drop those still stored.
+      const stored = new Set(stateManager.storedKeys(`weights/${model}/`).map(k => k.text))
+      await stateManager.drop({ keys: storedKeysOf(manifest).filter(k => damaged === undefined || stored.has(k)) })
+    }
+    logger.info({ model, version, damaged: damaged !== undefined }, 'weights version retired')
     components.changed?.()
+  }
+
+  /** Keeps a manifest start-up cannot serve, and says why. */
+  function keepDamaged (entry: DamagedVersion & { manifest?: WeightsManifest }): void {
+    modelOf(entry.model).damaged.set(entry.version, entry)
+    logger.error({ model: entry.model, version: entry.version, file: entry.file, reason: entry.reason },
+      'weights version damaged: its manifest is kept but not served (agentctl weights list shows it; agentctl weights retire removes it)')
   }
 
   return {
     async load () {
       await mkdir(options.dir, { recursive: true })
-      const stored = new Set(stateManager.storedKeys('weights/').map(k => k.text))
+      // Every stored key, whatever its namespace: a version published from a trainer's keys names them.
+      const stored = new Set(stateManager.storedKeys().map(k => k.text))
       for (const model of await readdir(options.dir).catch(() => [] as string[])) {
         if (!modelNamePattern.test(model)) continue
         const retired = await readFile(join(options.dir, model, 'retired.json'), 'utf8').then(text => (JSON.parse(text) as { retiredUpTo?: unknown }).retiredUpTo, () => undefined)
@@ -171,27 +207,35 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
         for (const file of await readdir(join(options.dir, model))) {
           const match = /^v(0|[1-9]\d*)\.json$/.exec(file)
           if (match === null) continue
+          const version = Number(match[1])
           const path = join(options.dir, model, file)
           let manifest: WeightsManifest
           try {
             manifest = JSON.parse(await readFile(path, 'utf8')) as WeightsManifest
-            if (manifest.model !== model || manifest.version !== Number(match[1]) || !Array.isArray(manifest.tensors)) throw new Error('manifest does not match its file name')
-            for (const t of manifest.tensors) parseKey(t.key)
+            if (manifest.model !== model || manifest.version !== version || !Array.isArray(manifest.tensors)) throw new Error('its model or version does not match its file name')
+            for (const k of storedKeysOf(manifest)) parseKey(k)
           } catch (err) {
-            logger.warn({ path, err }, 'unreadable weights manifest ignored')
+            keepDamaged({ model, version, file: path, reason: `unreadable: ${(err as Error).message}` })
             continue
           }
-          const missing = manifest.tensors.find(t => !stored.has(t.key))
-          if (manifest.version <= modelOf(model).retiredUpTo || missing !== undefined) {
-            logger.warn({ model, version: manifest.version, missing: missing?.key ?? null }, 'weights version discarded at start: retired before a crash, or a key is not stored')
+          if (version <= modelOf(model).retiredUpTo) {
+            // retire() writes retired.json, then removes the manifest: a crash in between is finished here.
+            logger.info({ model, version, file: path }, 'weights version was retired before a restart: removing its manifest')
             await unlink(path).catch(() => {})
-            if (manifest.ownsKeys) await stateManager.drop({ keys: manifest.tensors.map(t => t.key) })
+            if (manifest.ownsKeys) await stateManager.drop({ keys: storedKeysOf(manifest).filter(k => stored.has(k)) })
             continue
           }
-          modelOf(model).committed.set(manifest.version, manifest)
+          const keys = storedKeysOf(manifest)
+          const missing = keys.filter(k => !stored.has(k))
+          if (missing.length > 0) {
+            keepDamaged({ model, version, file: path, manifest, reason: `${missing.length} of ${keys.length} keys are not stored on this node (first: ${missing[0]})` })
+            continue
+          }
+          modelOf(model).committed.set(version, manifest)
         }
       }
-      logger.info({ models: models.size, versions: [...models.values()].reduce((a, m) => a + m.committed.size, 0) }, 'weights versions loaded')
+      const all = [...models.values()]
+      logger.info({ models: models.size, versions: all.reduce((a, m) => a + m.committed.size, 0), damaged: all.reduce((a, m) => a + m.damaged.size, 0) }, 'weights versions loaded')
       components.changed?.()
     },
     reserve (model, version) {
@@ -208,7 +252,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       const m = modelOf(manifest.model)
       if (!m.reserved.has(manifest.version)) throw new AgentError('ERR_INTERNAL', `version ${manifest.version} of ${manifest.model} was not reserved`)
       if (manifest.durable) {
-        await mkdir(join(options.dir, manifest.model), { recursive: true })
+        await mkdirDurably(join(options.dir, manifest.model), 0o755)
         await writeFileDurably(manifestFile(manifest.model, manifest.version), JSON.stringify(manifest), 0o640)
       }
       m.reserved.delete(manifest.version)
@@ -227,10 +271,16 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       }
       const manifest = m?.committed.get(version)
       if (manifest !== undefined) return manifest
+      const damaged = m?.damaged.get(version)
+      if (damaged !== undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `version ${version} of ${model} is damaged and not served: ${damaged.reason}`)
       if (m !== undefined && version <= m.retiredUpTo) throw new AgentError('ERR_WEIGHTS_RETIRED', `version ${version} of ${model} was retired (latest: ${m.committed.size > 0 ? Math.max(...m.committed.keys()) : 'none'})`)
       throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no committed version ${version} of model ${model} on this agent`)
     },
-    list: () => [...models.values()].flatMap(m => [...m.committed.values()]).sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version),
+    list: () => [...models.values()].flatMap(m => [...m.committed.values()]).sort(byModelAndVersion),
+    damaged: () => [...models.values()].flatMap(m => [...m.damaged.values()]).map(({ model, version, file, reason }) => ({ model, version, file, reason })).sort(byModelAndVersion),
     retire,
   }
 }
+
+const byModelAndVersion = (a: { model: string, version: number }, b: { model: string, version: number }): number =>
+  a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version

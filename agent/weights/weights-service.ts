@@ -18,7 +18,7 @@ import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull } from './transport.ts'
-import { createVersionStore, type WeightsManifest } from './version-store.ts'
+import { createVersionStore, type DamagedVersion, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
 
 export interface WeightsServiceOptions extends WeightsConfig {
@@ -89,8 +89,8 @@ export interface WeightsService {
   discardRegion(name: string): Promise<void>
   publish(request: PublishRequest): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
-  /** Versions held, connections pulling from this agent, and pulls this agent is making. */
-  list(): { versions: VersionSummary[], pulls: ActivePull[], pulling: PullInProgress[] }
+  /** Versions held, manifests found damaged at start, connections pulling from this agent, and pulls this agent is making. */
+  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
   /** This agent's `weights` section of its mesh availability record: data address and the versions it serves. */
@@ -153,6 +153,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
         tensors: m.tensors.length, bytes: m.partial !== undefined ? m.partial.slices.reduce((a, s) => a + s.bytes, 0) : m.totalBytes,
         ...(m.partial !== undefined ? { partial: { layout: m.partial.layout, tp: m.partial.tp, rank: m.partial.rank } } : {}),
       })),
+      damaged: versions.damaged(),
       pulls: server.activePulls(),
       pulling: [...pulling].map(p => ({ ...p })),
     }),

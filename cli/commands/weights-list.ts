@@ -1,4 +1,4 @@
-/** agentctl weights list: versions on this agent (model, version, tensors, size), who is pulling from it, and its own pulls. */
+/** agentctl weights list: versions on this agent (model, version, tensors, size), damaged manifests, who is pulling from it, and its own pulls. */
 import type { Command } from '../command.ts'
 import { formatBytes, formatTable } from '../table.ts'
 
@@ -8,6 +8,7 @@ export const weightsListCommand: Command = {
     const body = await client.weights({ signal })
     // HOLDS: the whole version, or only one (layout, rank)'s slices (a sliced pull, served to pullers of that layout).
     const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.partial !== undefined ? `tp ${v.partial.tp} rank ${v.partial.rank} (${v.partial.layout})` : 'all', v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString()])
+    const damaged = body.damaged.map(d => [d.model, String(d.version), d.reason, d.file])
     const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
     const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
     return {
@@ -15,6 +16,8 @@ export const weightsListCommand: Command = {
       human: [
         `data server ${body.address}`,
         versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'HOLDS', 'DURABLE', 'COMMITTED'], versions) : 'no versions',
+        // Kept as found, not served: `agentctl weights retire` removes one.
+        ...(damaged.length > 0 ? [formatTable(['DAMAGED MODEL', 'VERSION', 'WHY', 'MANIFEST'], damaged)] : []),
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
         ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
       ].join('\n\n'),

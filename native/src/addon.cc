@@ -10,6 +10,7 @@
 #include "checksum.h"
 #include "cuda_runtime.h"
 #include "direct_file.h"
+#include "file_lock.h"
 #include "host_copy.h"
 #include "host_region.h"
 #include "native_error.h"
@@ -32,6 +33,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   RegisterHostCopy(env, exports);
   RegisterChecksum(env, exports);
   RegisterDirectFile(env, exports);
+  RegisterFileLock(env, exports);
   RegisterUnixSocket(env, exports);
   RegisterCudaIpc(env, exports);
   return exports;

@@ -1,6 +1,6 @@
 // The daemon as a process: start-up, socket ownership, shutdown, exit codes.
 import t from 'tap'
-import { existsSync, lstatSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentMain, runNode, spawnAgent, tempDir } from '../helpers/agent-process.ts'
 
@@ -66,12 +66,15 @@ t.test('a second signal forces exit', async t => {
   t.equal((await agent.exited).code, 130)
 })
 
-t.test('two agents on one socket: the second refuses to start, the first keeps serving', async t => {
+t.test('two agents on one socket: the second refuses to start before touching its state directory, the first keeps serving', async t => {
   const stateDir = tempDir(t)
   const first = await spawnAgent(t, { stateDir })
-  const second = await spawnAgent(t, { stateDir, waitReady: false })
+  // Another state directory (one agent per state directory is test/agent/state-dir-lock.test.ts), the same socket.
+  const otherDir = tempDir(t)
+  const second = await spawnAgent(t, { stateDir: otherDir, args: ['--dev', '--state-dir', otherDir, '--socket', first.socketPath], waitReady: false })
   t.equal((await second.exited).code, 1)
-  t.match(second.output(), /ERR_SOCKET_IN_USE|another agent is already listening/)
+  t.match(second.output(), /another agent is already listening.*"code":"ERR_SOCKET_IN_USE"/s)
+  t.same(readdirSync(otherDir), ['agentd.lock'], 'nothing but its lock file was written')
   t.equal((await first.client.status()).dev, true, 'first agent unaffected')
 })
 

@@ -65,6 +65,7 @@ const ListSchema = Type.Object({
     model: Type.String(), version: uint, tensors: uint, bytes: uint, committedAtMs: uint, durable: Type.Boolean(),
     partial: Type.Optional(Type.Object({ layout: Type.String(), tp: uint, rank: uint }, { description: 'set when this agent holds and serves only these (layout, rank) slices of the version' })),
   })),
+  damaged: Type.Array(Type.Object({ model: Type.String(), version: uint, file: Type.String(), reason: Type.String() }), { description: 'manifests found at start that are not served (kept as found; retiring the version removes one)' }),
   pulls: Type.Array(Type.Object({ remote: Type.String(), model: Type.String(), version: uint, bytesSent: uint, connectedAtMs: uint }), { description: 'connections pulling from this agent' }),
   pulling: Type.Array(Type.Object({ from: Type.String(), model: Type.String(), version: Type.Union([uint, Type.Literal('latest')]), doneBytes: uint, totalBytes: uint }), { description: 'pulls this agent is making' }),
 })
