@@ -147,6 +147,25 @@ export interface RewardWorkersPayload {
   /** Workers per stage the policy asked for, and how many found no node. */
   wanted: Record<string, number>
   unplaced: Record<string, number>
+  /**
+   * How the policy's plan met the cluster's capacity (mesh/policies/reward-scaling/capacity-fit.ts):
+   * `wanted` is the plan cut down to it. Absent in plans made before capacity was fitted.
+   */
+  capacity?: PlanCapacity
+}
+
+export interface PlanCapacity {
+  /** The policy wanted more workers than the cores or GPUs hold: `wanted` was cut down. */
+  bound: boolean
+  /** Capacity the plan was fitted to: cores and GPUs of the agents that run reward stages. */
+  cpuCores: number
+  gpus: number
+  /** Workers per stage the policy wanted before the cut. */
+  unconstrained: Record<string, number>
+  /** unconstrained − wanted, per stage. */
+  shortBy: Record<string, number>
+  /** Stages with work but no worker in this plan (more stages than capacity): they take turns. */
+  waiting: string[]
 }
 
 export const rewardWorkersKind = 'reward-workers'

@@ -23,7 +23,10 @@
  *   at the last one), an output for the next stage, or an error (the request
  *   fails). A lease ends with the timeout result (status timeout, reward
  *   timeoutReward) stageTimeoutMs after it was handed out, whatever the worker
- *   does later.
+ *   does later. The stage timeout also bounds the time a request waits in a
+ *   stage's queue: one still queued there stageTimeoutMs after it entered
+ *   ends with the timeout result too (nothing waits for ever, e.g. at a stage
+ *   the plan has no worker for).
  * - A lease is lost when its worker is reported dead (workerLost), is missing
  *   from a heartbeat its agent built after the lease's fetch (report seq; a
  *   report delayed across the fetch says nothing about the worker, and one
@@ -90,8 +93,15 @@ export interface RewardProxyComponents {
    * once, so it needs no such decision).
    */
   onBatchBoundary(reason: 'batch-start' | 'batch-arrival' | 'batch-complete', task: string, batch: number): void
-  /** The scaler's latest decision, for status. */
+  /** The scaler's latest decision, for status and to tell a stage it gives no worker. */
   plan(): RewardWorkersPayload | null
+  /**
+   * Requests wait at `stage` and the latest plan gives the stage no worker:
+   * the scaler should plan again (with fewer cores than stages, stages take
+   * turns). Called when such a request is queued and at every tick while one
+   * waits; the scaler rate-limits. Optional.
+   */
+  onStageWithoutWorkers?(stage: string, queued: number): void
   leaderId: string
 }
 
@@ -163,6 +173,8 @@ interface ProxyRequest {
   excludeWorker: string | undefined
   queueEntry: QueueEntry | undefined
   enqueuedMs: number
+  /** Ends the request if it is still queued at its stage after the stage's timeout. */
+  queueTimer: NodeJS.Timeout | undefined
   lease: Lease | undefined
   stageMs: number[]
   result: RewardResult | undefined
@@ -239,7 +251,24 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     request.queueEntry = entry
     queues[request.stage]!.push(entry)
     queued[request.stage]!++
+    clearTimeout(request.queueTimer)
+    const stage = stages[request.stage]!
+    request.queueTimer = setTimeout(() => {
+      if (request.queueEntry !== entry || request.state !== 'queued' || stopped) return
+      log.info({ requestId: request.id, stage: stage.name, timeoutMs: stage.timeoutMs }, 'reward request timed out in the queue')
+      finish(request, { status: 'timeout', reward: options.timeoutReward, stage: stage.name, message: `waited longer than the ${stage.timeoutMs} ms timeout of stage ${stage.name} in its queue` })
+    }, stage.timeoutMs)
+    request.queueTimer.unref()
     dispatch(request.stage)
+    if (queued[request.stage]! > 0 && plannedWorkersOf(request.stage) === 0) components.onStageWithoutWorkers?.(stage.name, queued[request.stage]!)
+  }
+
+  /** Workers the latest plan places for a stage, on all agents. */
+  const plannedWorkersOf = (stage: number): number => {
+    const workers = components.plan()?.workers ?? {}
+    let n = 0
+    for (const counts of Object.values(workers)) n += counts[stages[stage]!.name] ?? 0
+    return n
   }
 
   /** Live workers of a stage by the latest reports, other than `except`. */
@@ -272,6 +301,8 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     queued[r.stage]!--
     running[r.stage]!++
     r.queueEntry = undefined
+    clearTimeout(r.queueTimer)
+    r.queueTimer = undefined
     r.state = 'running'
     const id = randomUUID()
     const timer = setTimeout(() => timeOut(r, id), stage.timeoutMs)
@@ -320,6 +351,8 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
 
   const finish = (r: ProxyRequest, result: Omit<RewardResult, 'requestId' | 'task' | 'batch' | 'stageS'>): void => {
     if (r.state === 'queued' && r.queueEntry !== undefined) { queued[r.stage]!--; r.queueEntry = undefined }
+    clearTimeout(r.queueTimer)
+    r.queueTimer = undefined
     endLease(r)
     r.state = 'done'
     r.finishedMs = now()
@@ -417,7 +450,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       }
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
-        attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
+        attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, queueTimer: undefined, lease: undefined,
         stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
       }
       requests.set(r.id, r)
@@ -608,6 +641,9 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         }
       }
       for (const [key, at] of completedBatches) if (t - at > batchIdleTimeoutMs) completedBatches.delete(key)
+      for (let k = 0; k < stages.length; k++) {
+        if (queued[k]! > 0 && plannedWorkersOf(k) === 0) components.onStageWithoutWorkers?.(stages[k]!.name, queued[k]!)
+      }
     },
 
     plannerSnapshot (seed) {
@@ -632,6 +668,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       if (stopped) return
       stopped = true
       for (const r of leases.values()) clearTimeout(r.lease!.timer)
+      for (const r of requests.values()) clearTimeout(r.queueTimer)
       for (const waiters of fetchWaiters) for (const w of waiters.splice(0)) w.resolve(null)
       for (const wake of [...resultWaiters]) wake()
     },

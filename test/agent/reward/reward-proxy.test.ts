@@ -263,3 +263,28 @@ t.test('the one retry after a lost worker survives a leader change: a resubmissi
   t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'x', payload: {}, retried: 'yes' }, 'x'), { code: 'ERR_BAD_REQUEST' })
   proxy.stop()
 })
+
+t.test('a request queued at a stage the plan gives no worker asks for a plan, and waits no longer than the stage timeout', async t => {
+  const starved: string[] = []
+  const plan = { workers: { n1: { verify: 1 } }, wanted: { verify: 1, judge: 0 }, unplaced: {} }
+  const proxy = createRewardProxy({
+    stages, timeoutReward: -1, maxPayloadBytes: 1024, maxPendingRequests: 100, leaseTimeoutMs: 1000, resultRetentionMs: 60_000, maxExtraDelayMs: 1000,
+    policy: createRewardScalingPolicy('distrs'),
+  }, {
+    logger: pino({ level: 'silent' }), now: () => performance.now(), onBatchBoundary: () => {}, plan: () => plan, leaderId: 'leader',
+    onStageWithoutWorkers: (stage, queued) => starved.push(`${stage}:${queued}`),
+  })
+  proxy.batchStart({ task: 'a', batch: 0, size: 1 })
+  proxy.submit({ task: 'a', batch: 0, requestId: 'r', payload: {} }, 'agent')
+  t.same(starved, [], 'verify has a planned worker: nothing asked')
+  const lease = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, output: { parsed: true } })
+  t.same(starved, ['judge:1'], 'queued at judge, which the plan gives no worker: a plan is asked for')
+  proxy.tick()
+  t.same(starved, ['judge:1', 'judge:1'], 'and again at every tick while it waits')
+  // judge's timeout is 80 ms: the request ends with the timeout result although no worker ever took it.
+  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 2000 }, never)
+  t.match(results, [{ requestId: 'r', status: 'timeout', reward: -1, stage: 'judge', message: /waited longer than the 80 ms timeout of stage judge in its queue/ }])
+  t.equal(proxy.status().stages[1]!.queued, 0, 'no longer queued')
+  proxy.stop()
+})
