@@ -140,6 +140,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
         maxPendingRequests: config.maxPendingRequests,
         leaseTimeoutMs: config.leaseTimeoutMs,
         resultRetentionMs: config.resultRetentionMs,
+        unfetchedResultRetentionMs: config.unfetchedResultRetentionMs,
         maxExtraDelayMs: config.maxExtraDelayMs,
         policy,
       }, {
@@ -175,6 +176,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
       context.handleCalls('reward.await', async body => await proxy.awaitResults(body, context.signal))
       context.handleCalls('reward.resync', async body => proxy.resync(body))
       context.handleCalls('reward.status', async () => proxy.status())
+      context.handleCalls('reward.result', async body => await proxy.result(body, context.signal))
 
       const ticker = setInterval(() => proxy.tick(), tickMs)
       ticker.unref()

@@ -42,6 +42,14 @@
  *   until it holds the result, and a new leader that answers `unknown` for one
  *   gets the batch (resync) and the request again. This proxy's state lives
  *   only in the leader's memory; a new epoch starts empty.
+ * - A result is kept here until the trainer fetched it, through any agent
+ *   (the submitting agent reports its fetches in `ack`; another agent asks
+ *   with `result`), then resultRetentionMs more for a repeated fetch; one
+ *   never fetched is dropped unfetchedResultRetentionMs after it finished.
+ *   So it survives the submitting agent. It survives this leader through the
+ *   submitting agent, which holds it too and hands the results its trainer
+ *   has not fetched to every new leader (resync `results`). A resubmission
+ *   of a request with a result, through any agent, is answered with it.
  *
  * Times: `now()` is a monotonic clock in ms; the planner gets seconds on it.
  */
@@ -55,7 +63,7 @@ import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-pl
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
 import {
-  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
+  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResultBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
   type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
 } from './reward-messages.ts'
 
@@ -69,8 +77,10 @@ export interface RewardProxyOptions {
   maxPendingRequests: number
   /** An agent silent this long loses its leases, ms. */
   leaseTimeoutMs: number
-  /** A done request nobody collected is forgotten after this long, ms. */
+  /** A result the trainer fetched is kept this long for a repeated fetch, ms. */
   resultRetentionMs: number
+  /** A result the trainer never fetched is forgotten this long after its request finished, ms. Default 3600000. */
+  unfetchedResultRetentionMs?: number
   /** A batch with no submission or result for this long is dropped (its trainer is gone), ms. Default 600000. */
   batchIdleTimeoutMs?: number
   /** D of the planner's constraint, ms. */
@@ -107,7 +117,15 @@ export interface RewardProxyComponents {
 
 export interface RewardProxy {
   batchStart(body: unknown): { task: string, batch: number, size: number, started: boolean }
-  submit(body: unknown, submitter: string): { requestId: string, state: RequestState, duplicate: boolean }
+  /** With the result when the request is done (a resubmission of a finished request). */
+  submit(body: unknown, submitter: string): { requestId: string, state: RequestState, duplicate: boolean, result?: RewardResult }
+  /**
+   * A trainer's fetch through an agent that does not hold the request (its
+   * submitting agent may be gone): its result, waiting up to waitMs; the
+   * fetch counts as the trainer's. ERR_NOT_FOUND for a request this leader
+   * does not know.
+   */
+  result(body: unknown, signal: AbortSignal): Promise<{ requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }>
   /** Long-poll: a lease of the worker's stage, or null after waitMs. */
   fetch(body: unknown, signal: AbortSignal): Promise<{ lease: RewardLease | null }>
   complete(body: unknown): { accepted: true }
@@ -179,6 +197,8 @@ interface ProxyRequest {
   stageMs: number[]
   result: RewardResult | undefined
   finishedMs: number
+  /** When the trainer fetched the result (through any agent), or undefined. */
+  fetchedMs: number | undefined
 }
 
 interface QueueEntry extends QueueKey { request: ProxyRequest }
@@ -196,6 +216,7 @@ const validators = {
   workerLost: validatorOf(WorkerLostBody, 'lost-worker report'),
   await: validatorOf(AwaitBody, 'result wait'),
   resync: validatorOf(ResyncBody, 'resync'),
+  result: validatorOf(ResultBody, 'result fetch'),
 }
 
 const batchKey = (task: string, batch: number): string => `${task}#${batch}`
@@ -211,6 +232,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
   const stageIndex = new Map(stages.map((s, i) => [s.name, i]))
   const plannerStages: RewardStage[] = stages.map(s => ({ name: s.name, resource: s.resource, cost: stageCost(s), timeoutS: s.timeoutMs / 1000 }))
   const batchIdleTimeoutMs = options.batchIdleTimeoutMs ?? 600_000
+  const unfetchedResultRetentionMs = options.unfetchedResultRetentionMs ?? 3_600_000
   const requests = new Map<string, ProxyRequest>()
   const batches = new Map<string, Batch>()
   const history: Record<string, BatchHistory> = {}
@@ -374,6 +396,32 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     components.onBatchBoundary('batch-complete', batch.task, batch.index)
   }
 
+  /**
+   * A result a submitting agent held across a leader change (resync): kept as
+   * a done request, so a fetch or a resubmission through any agent gets it.
+   * Its batch is the active one if this leader has it, else a record of its own.
+   */
+  const adoptResult = (result: RewardResult, digest: string): void => {
+    if (requests.has(result.requestId)) return
+    const key = batchKey(result.task, result.batch)
+    const batch: Batch = batches.get(key) ?? {
+      task: result.task, index: result.batch, key, startMs: now(), size: 1, priorityS: 0, requests: new Set(), doneIds: new Set(), known: new Set(),
+      finished: [], completed: true, arrived: true, lastActivityMs: now(),
+    }
+    const r: ProxyRequest = {
+      id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
+      attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, queueTimer: undefined, lease: undefined,
+      stageMs: stages.map(() => 0), result, finishedMs: now(), fetchedMs: undefined,
+    }
+    requests.set(r.id, r)
+    batch.requests.add(r)
+    batch.known.add(r.id)
+    if (!batch.doneIds.has(r.id)) {
+      batch.doneIds.add(r.id)
+      if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
+    }
+  }
+
   const timeOut = (r: ProxyRequest, leaseId: string): void => {
     if (r.lease?.id !== leaseId || stopped) return
     const stage = stages[r.stage]!
@@ -433,7 +481,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         if (known.digest !== digest) {
           throw new AgentError('ERR_REWARD_CONFLICT', `request ${b.requestId} was submitted before with another task, batch or payload (task ${known.batch.task}, batch ${known.batch.index})`)
         }
-        return { requestId: b.requestId, state: known.state, duplicate: true }
+        return { requestId: b.requestId, state: known.state, duplicate: true, ...(known.result !== undefined ? { result: known.result } : {}) }
       }
       if (requests.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `the reward proxy holds ${requests.size} requests (reward.maxPendingRequests); retry later`)
       let batch = batches.get(batchKey(b.task, b.batch))
@@ -451,7 +499,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
         attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, queueTimer: undefined, lease: undefined,
-        stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
+        stageMs: stages.map(() => 0), result: undefined, finishedMs: 0, fetchedMs: undefined,
       }
       requests.set(r.id, r)
       batch.requests.add(r)
@@ -546,7 +594,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const b = validators.await.parse(body)
       for (const id of b.ack) {
         const r = requests.get(id)
-        if (r?.state === 'done') { requests.delete(id); r.batch.requests.delete(r) }
+        if (r?.state === 'done') r.fetchedMs ??= now()
       }
       const collect = (): AwaitAnswer => {
         const results: RewardResult[] = []
@@ -586,7 +634,28 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         for (const id of s.doneIds) { batch.doneIds.add(id); batch.known.add(id) }
         if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
       }
+      for (const { result, digest } of b.results ?? []) adoptResult(result, digest)
       return { batches: b.batches.length }
+    },
+
+    async result (body, signal) {
+      const b = validators.result.parse(body)
+      const r = requests.get(b.requestId)
+      if (r === undefined) {
+        throw new AgentError('ERR_NOT_FOUND', `reward request ${b.requestId} is not known: not submitted, or its result was fetched more than reward.resultRetentionMs ago (never fetched: reward.unfetchedResultRetentionMs)`)
+      }
+      if (r.result === undefined && b.waitMs > 0 && !stopped) {
+        await new Promise<void>(resolve => {
+          const done = (): void => { clearTimeout(timer); signal.removeEventListener('abort', done); resultWaiters.delete(wake); resolve() }
+          const wake = (): void => { if (r.result !== undefined) done() }
+          const timer = setTimeout(done, b.waitMs)
+          signal.addEventListener('abort', done, { once: true })
+          resultWaiters.add(wake)
+        })
+      }
+      if (r.result === undefined) return { requestId: r.id, state: 'pending' }
+      r.fetchedMs ??= now()
+      return { requestId: r.id, state: 'done', result: r.result }
     },
 
     status () {
@@ -631,7 +700,9 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       loseLeasesWhere(l => silent(l.node, l.startedMs), () => `its agent has not reported for ${options.leaseTimeoutMs} ms`)
       for (const report of reports.values()) if (silent(report.node, 0)) report.workers.clear()
       for (const [id, r] of requests) {
-        if (r.state === 'done' && t - r.finishedMs > options.resultRetentionMs) { requests.delete(id); r.batch.requests.delete(r) }
+        if (r.state !== 'done') continue
+        const expired = r.fetchedMs !== undefined ? t - r.fetchedMs > options.resultRetentionMs : t - r.finishedMs > unfetchedResultRetentionMs
+        if (expired) { requests.delete(id); r.batch.requests.delete(r) }
       }
       for (const batch of [...batches.values()]) {
         if (t - batch.lastActivityMs > batchIdleTimeoutMs && [...batch.requests].every(r => r.state === 'done')) {
