@@ -24,9 +24,10 @@
  *   fails). A lease ends with the timeout result (status timeout, reward
  *   timeoutReward) stageTimeoutMs after it was handed out, whatever the worker
  *   does later. The stage timeout also bounds the time a request waits in a
- *   stage's queue: one still queued there stageTimeoutMs after it entered
- *   ends with the timeout result too (nothing waits for ever, e.g. at a stage
- *   the plan has no worker for).
+ *   stage's queue while the latest plan gives the stage no worker (checked
+ *   at every tick): it then ends with the timeout result too, so nothing
+ *   waits for ever. Waiting behind other requests, or for planned workers
+ *   that are still starting, is not bounded here (the planner sizes for it).
  * - A lease is lost when its worker is reported dead (workerLost), is missing
  *   from a heartbeat its agent built after the lease's fetch (report seq; a
  *   report delayed across the fetch says nothing about the worker, and one
@@ -191,8 +192,6 @@ interface ProxyRequest {
   excludeWorker: string | undefined
   queueEntry: QueueEntry | undefined
   enqueuedMs: number
-  /** Ends the request if it is still queued at its stage after the stage's timeout. */
-  queueTimer: NodeJS.Timeout | undefined
   lease: Lease | undefined
   stageMs: number[]
   result: RewardResult | undefined
@@ -273,16 +272,31 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     request.queueEntry = entry
     queues[request.stage]!.push(entry)
     queued[request.stage]!++
-    clearTimeout(request.queueTimer)
-    const stage = stages[request.stage]!
-    request.queueTimer = setTimeout(() => {
-      if (request.queueEntry !== entry || request.state !== 'queued' || stopped) return
-      log.info({ requestId: request.id, stage: stage.name, timeoutMs: stage.timeoutMs }, 'reward request timed out in the queue')
-      finish(request, { status: 'timeout', reward: options.timeoutReward, stage: stage.name, message: `waited longer than the ${stage.timeoutMs} ms timeout of stage ${stage.name} in its queue` })
-    }, stage.timeoutMs)
-    request.queueTimer.unref()
     dispatch(request.stage)
-    if (queued[request.stage]! > 0 && plannedWorkersOf(request.stage) === 0) components.onStageWithoutWorkers?.(stage.name, queued[request.stage]!)
+    if (queued[request.stage]! > 0 && plannedWorkersOf(request.stage) === 0) {
+      workerlessSinceMs[request.stage] ??= now()
+      components.onStageWithoutWorkers?.(stages[request.stage]!.name, queued[request.stage]!)
+    }
+  }
+
+  /**
+   * Per stage: since when requests wait at it and the plan gives it no worker
+   * (undefined: not so at the last look). A request queued there longer than
+   * the stage timeout, all of it in such a spell, times out (tick).
+   */
+  const workerlessSinceMs: Array<number | undefined> = stages.map(() => undefined)
+  const checkWorkerlessStage = (k: number, t: number): void => {
+    if (queued[k] === 0 || plannedWorkersOf(k) > 0) { workerlessSinceMs[k] = undefined; return }
+    const since = workerlessSinceMs[k] ??= t
+    const stage = stages[k]!
+    components.onStageWithoutWorkers?.(stage.name, queued[k]!)
+    // No plan at all yet (none published): not a stage the plan leaves out.
+    if (components.plan() === null || t - since < stage.timeoutMs) return
+    for (const r of [...requests.values()]) {
+      if (r.state !== 'queued' || r.stage !== k || t - Math.max(r.enqueuedMs, since) < stage.timeoutMs) continue
+      log.info({ requestId: r.id, stage: stage.name, timeoutMs: stage.timeoutMs }, 'reward request timed out in the queue of a stage without workers')
+      finish(r, { status: 'timeout', reward: options.timeoutReward, stage: stage.name, message: `waited longer than the ${stage.timeoutMs} ms timeout of stage ${stage.name} in its queue, with no worker planned for the stage` })
+    }
   }
 
   /** Workers the latest plan places for a stage, on all agents. */
@@ -323,8 +337,6 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     queued[r.stage]!--
     running[r.stage]!++
     r.queueEntry = undefined
-    clearTimeout(r.queueTimer)
-    r.queueTimer = undefined
     r.state = 'running'
     const id = randomUUID()
     const timer = setTimeout(() => timeOut(r, id), stage.timeoutMs)
@@ -373,8 +385,6 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
 
   const finish = (r: ProxyRequest, result: Omit<RewardResult, 'requestId' | 'task' | 'batch' | 'stageS'>): void => {
     if (r.state === 'queued' && r.queueEntry !== undefined) { queued[r.stage]!--; r.queueEntry = undefined }
-    clearTimeout(r.queueTimer)
-    r.queueTimer = undefined
     endLease(r)
     r.state = 'done'
     r.finishedMs = now()
@@ -410,7 +420,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     }
     const r: ProxyRequest = {
       id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
-      attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, queueTimer: undefined, lease: undefined,
+      attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
       stageMs: stages.map(() => 0), result, finishedMs: now(), fetchedMs: undefined,
     }
     requests.set(r.id, r)
@@ -498,7 +508,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       }
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
-        attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, queueTimer: undefined, lease: undefined,
+        attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
         stageMs: stages.map(() => 0), result: undefined, finishedMs: 0, fetchedMs: undefined,
       }
       requests.set(r.id, r)
@@ -712,9 +722,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         }
       }
       for (const [key, at] of completedBatches) if (t - at > batchIdleTimeoutMs) completedBatches.delete(key)
-      for (let k = 0; k < stages.length; k++) {
-        if (queued[k]! > 0 && plannedWorkersOf(k) === 0) components.onStageWithoutWorkers?.(stages[k]!.name, queued[k]!)
-      }
+      for (let k = 0; k < stages.length; k++) checkWorkerlessStage(k, t)
     },
 
     plannerSnapshot (seed) {
@@ -739,7 +747,6 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       if (stopped) return
       stopped = true
       for (const r of leases.values()) clearTimeout(r.lease!.timer)
-      for (const r of requests.values()) clearTimeout(r.queueTimer)
       for (const waiters of fetchWaiters) for (const w of waiters.splice(0)) w.resolve(null)
       for (const wake of [...resultWaiters]) wake()
     },

@@ -322,9 +322,22 @@ t.test('a request queued at a stage the plan gives no worker asks for a plan, an
   t.same(starved, ['judge:1'], 'queued at judge, which the plan gives no worker: a plan is asked for')
   proxy.tick()
   t.same(starved, ['judge:1', 'judge:1'], 'and again at every tick while it waits')
+  t.same((await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)).results, [], 'still waiting within judge\'s 80 ms timeout')
   // judge's timeout is 80 ms: the request ends with the timeout result although no worker ever took it.
-  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 2000 }, never)
-  t.match(results, [{ requestId: 'r', status: 'timeout', reward: -1, stage: 'judge', message: /waited longer than the 80 ms timeout of stage judge in its queue/ }])
+  await sleep(100)
+  proxy.tick()
+  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
+  t.match(results, [{ requestId: 'r', status: 'timeout', reward: -1, stage: 'judge', message: /waited longer than the 80 ms timeout of stage judge in its queue, with no worker planned/ }])
   t.equal(proxy.status().stages[1]!.queued, 0, 'no longer queued')
+
+  // A stage with a planned worker: waiting (for it to start, or behind others) is not cut short.
+  plan.workers.n1 = { verify: 1, judge: 1 } as typeof plan.workers.n1
+  proxy.batchStart({ task: 'a', batch: 1, size: 1 })
+  proxy.submit({ task: 'a', batch: 1, requestId: 's', payload: {} }, 'agent')
+  const s1 = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: s1.leaseId, output: 1 })
+  await sleep(100)
+  proxy.tick()
+  t.same((await proxy.awaitResults({ ids: ['s'], ack: [], waitMs: 0 }, never)).results, [], 'queued past the timeout at a stage with a planned worker: still queued')
   proxy.stop()
 })
