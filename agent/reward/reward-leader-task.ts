@@ -7,8 +7,10 @@
  * capacity (worker-placement.ts), published as the fenced decision
  * `reward-workers` (each agent's supervisor applies its own part). It also
  * re-plans when an agent first reports (new capacity) while workers are
- * unplaced. A new leader starts from the placement in the desired state and,
- * for takeoverGraceMs, plans no fewer workers per stage than that placement
+ * unplaced, and when requests wait at a stage the plan gives no worker. Each
+ * plan is cut down to the cores and GPUs the reporting agents offer
+ * (capacity-fit.ts) before it is placed. A new leader starts from the
+ * placement in the desired state and, for takeoverGraceMs, plans no fewer workers per stage than that placement
  * wanted and keeps the workers of agents that have not reported to it yet
  * where they are: it learns the batches in flight only as the submitting
  * agents resync them (reward-submitter.ts) and the agents' capacity only from
@@ -17,6 +19,7 @@
  */
 import type { Logger } from 'pino'
 import type { LeaderContext, LeaderTask } from '../../mesh/election/leader-service.ts'
+import { fitWorkersToCapacity, type ClusterCapacity } from '../../mesh/policies/reward-scaling/capacity-fit.ts'
 import { createRewardScalingPolicy } from '../../mesh/policies/reward-scaling/policies.ts'
 import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '../../mesh/policies/reward-scaling/worker-placement.ts'
 import { stageCost, type RewardConfig } from './reward-config.ts'
@@ -40,6 +43,16 @@ export interface RewardLeaderTaskComponents {
 export interface RewardLeaderTask extends LeaderTask {
   /** The proxy of the epoch this agent leads now; undefined while it does not. */
   proxy(): RewardProxy | undefined
+}
+
+/** Cores and GPUs of the agents that run stages of each resource: what a plan is fitted to. */
+function clusterCapacity (nodes: readonly PlacementNode[], stages: ReadonlyArray<{ name: string, resource: 'cpu' | 'gpu', coresPerWorker: number }>): ClusterCapacity {
+  const runs = (node: PlacementNode, resource: 'cpu' | 'gpu'): boolean => stages.some(s => s.resource === resource && node.stages.includes(s.name))
+  return {
+    cpuCores: nodes.reduce((sum, n) => sum + (runs(n, 'cpu') ? n.cpuCores : 0), 0),
+    gpus: nodes.reduce((sum, n) => sum + (runs(n, 'gpu') ? n.gpus : 0), 0),
+    unitsPerWorker: stages.map(s => s.resource === 'gpu' ? 1 : s.coresPerWorker),
+  }
 }
 
 /** `nodes` plus every agent of `inherited` not among them, with the capacity its workers there hold (so they stay, and none are added). */
@@ -79,6 +92,8 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
       let planCalls = 0
       let planPending = false
       const knownNodes = new Set<string>()
+      const tickMs = options.tickMs ?? config.heartbeatIntervalMs
+      let starvedReplanMs = -Infinity
 
       const replan = (why: string): void => {
         if (planPending || context.signal.aborted) return
@@ -93,15 +108,27 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
           const wanted = config.stages.map((s, j) => Math.max(
             decision.pools.reduce((sum, pool) => sum + (pool.workers[j] ?? 0), 0),
             inGrace ? inherited.wanted[s.name] ?? 0 : 0))
-          const placed = placeRewardWorkers(placementStages, wanted, inGrace ? withUnreported(proxy.nodes(), inherited, placementStages) : proxy.nodes(), plan?.workers ?? {} as WorkerAssignment)
+          const nodes = inGrace ? withUnreported(proxy.nodes(), inherited, placementStages) : proxy.nodes()
+          const capacity = clusterCapacity(nodes, placementStages)
+          const fit = fitWorkersToCapacity(snapshot, wanted, capacity)
+          const placed = placeRewardWorkers(placementStages, fit.workers, nodes, plan?.workers ?? {} as WorkerAssignment)
+          const byStage = (counts: readonly number[]): Record<string, number> => Object.fromEntries(config.stages.map((s, j) => [s.name, counts[j]!]))
           const next: RewardWorkersPayload = {
             workers: placed.workers,
-            wanted: Object.fromEntries(config.stages.map((s, j) => [s.name, wanted[j]!])),
+            wanted: byStage(fit.workers),
             unplaced: placed.unplaced,
+            capacity: {
+              bound: fit.capacityBound,
+              cpuCores: capacity.cpuCores,
+              gpus: capacity.gpus,
+              unconstrained: byStage(wanted),
+              shortBy: byStage(fit.shortBy),
+              waiting: fit.waiting.map(j => config.stages[j]!.name),
+            },
           }
           if (plan !== null && JSON.stringify(plan) === JSON.stringify(next)) return
           plan = next
-          log.info({ why, wanted: next.wanted, unplaced: next.unplaced, workers: next.workers, batches: snapshot.batches.length }, 'reward workers planned')
+          log.info({ why, wanted: next.wanted, unplaced: next.unplaced, workers: next.workers, capacity: next.capacity, predictedCompletionS: fit.predictedCompletionS, batches: snapshot.batches.length }, 'reward workers planned')
           context.decide(rewardWorkersKind, next).catch(err => log.warn({ err: (err as Error).message }, 'reward-workers decision not published'))
         })
       }
@@ -113,12 +140,20 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
         maxPendingRequests: config.maxPendingRequests,
         leaseTimeoutMs: config.leaseTimeoutMs,
         resultRetentionMs: config.resultRetentionMs,
+        unfetchedResultRetentionMs: config.unfetchedResultRetentionMs,
         maxExtraDelayMs: config.maxExtraDelayMs,
         policy,
       }, {
         logger: log,
         now: () => performance.now(),
         onBatchBoundary: (reason, task, batch) => replan(`${reason} ${task}#${batch}`),
+        onStageWithoutWorkers: (stage, queued) => {
+          // At most once a tick: the proxy calls again at every tick while the stage waits.
+          const t = performance.now()
+          if (t - starvedReplanMs < tickMs) return
+          starvedReplanMs = t
+          replan(`${queued} requests wait at stage ${stage}, which the plan gives no worker`)
+        },
         plan: () => plan,
         leaderId: components.selfId(),
       })
@@ -141,8 +176,9 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
       context.handleCalls('reward.await', async body => await proxy.awaitResults(body, context.signal))
       context.handleCalls('reward.resync', async body => proxy.resync(body))
       context.handleCalls('reward.status', async () => proxy.status())
+      context.handleCalls('reward.result', async body => await proxy.result(body, context.signal))
 
-      const ticker = setInterval(() => proxy.tick(), options.tickMs ?? config.heartbeatIntervalMs)
+      const ticker = setInterval(() => proxy.tick(), tickMs)
       ticker.unref()
       // The grace ends: what the resynced batches need, and no more.
       const graceEnd = graceOver ? undefined : setTimeout(() => { graceOver = true; replan('takeover grace over') }, graceMs)

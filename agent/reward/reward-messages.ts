@@ -78,13 +78,33 @@ export const WorkerLostBody = Type.Object({ node: PeerId, workerId: WorkerId, wh
 
 export const AwaitBody = Type.Object({
   ids: Type.Array(RequestId, { maxItems: 10_000, description: 'requests the submitting agent still waits for' }),
-  ack: Type.Array(RequestId, { maxItems: 10_000, description: 'results the submitting agent has stored: the leader forgets them' }),
+  ack: Type.Array(RequestId, { maxItems: 10_000, description: 'results the trainer has fetched through the submitting agent: the leader forgets them reward.resultRetentionMs later' }),
   waitMs: WaitMs,
+}, { additionalProperties: false })
+
+/** A request's result as it travels between agents and the leader (RewardResult). */
+export const RewardResultBody = Type.Object({
+  requestId: RequestId,
+  task: TaskName,
+  batch: BatchIndex,
+  status: Type.Union([Type.Literal('ok'), Type.Literal('timeout'), Type.Literal('failed')]),
+  reward: Type.Number(),
+  output: Type.Optional(Type.Unknown()),
+  stage: Type.Optional(Type.String({ maxLength: 32 })),
+  message: Type.Optional(Type.String({ maxLength: 8192 })),
+  stageS: Type.Array(Type.Number({ minimum: 0 }), { maxItems: 16 }),
 }, { additionalProperties: false })
 
 export const ResyncBody = Type.Object({
   batches: Type.Array(Type.Object({ task: TaskName, batch: BatchIndex, size: BatchSize, doneIds: Type.Array(RequestId, { maxItems: 1_000_000 }) }, { additionalProperties: false }), { maxItems: 10_000 }),
+  results: Type.Optional(Type.Array(Type.Object({
+    result: RewardResultBody,
+    digest: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'requestDigest of the submission: a resubmission must match it' }),
+  }, { additionalProperties: false }), { maxItems: 10_000, description: 'results the submitting agent holds that its trainer has not fetched: a new leader keeps them for fetches through any agent' })),
 }, { additionalProperties: false })
+
+/** A trainer asks an agent for a result it does not hold (the request was submitted through another agent). */
+export const ResultBody = Type.Object({ requestId: RequestId, waitMs: WaitMs }, { additionalProperties: false })
 
 export type BatchStartRequest = Static<typeof BatchStartBody>
 export type SubmitRequest = Static<typeof SubmitBody>
@@ -95,6 +115,7 @@ export type HeartbeatRequest = Static<typeof HeartbeatBody>
 export type WorkerLostRequest = Static<typeof WorkerLostBody>
 export type AwaitRequest = Static<typeof AwaitBody>
 export type ResyncRequest = Static<typeof ResyncBody>
+export type ResultRequest = Static<typeof ResultBody>
 
 /** How a request ended. `reward` is the timeout reward for timeout and failed. */
 export interface RewardResult {
@@ -147,6 +168,25 @@ export interface RewardWorkersPayload {
   /** Workers per stage the policy asked for, and how many found no node. */
   wanted: Record<string, number>
   unplaced: Record<string, number>
+  /**
+   * How the policy's plan met the cluster's capacity (mesh/policies/reward-scaling/capacity-fit.ts):
+   * `wanted` is the plan cut down to it. Absent in plans made before capacity was fitted.
+   */
+  capacity?: PlanCapacity
+}
+
+export interface PlanCapacity {
+  /** The policy wanted more workers than the cores or GPUs hold: `wanted` was cut down. */
+  bound: boolean
+  /** Capacity the plan was fitted to: cores and GPUs of the agents that run reward stages. */
+  cpuCores: number
+  gpus: number
+  /** Workers per stage the policy wanted before the cut. */
+  unconstrained: Record<string, number>
+  /** unconstrained − wanted, per stage. */
+  shortBy: Record<string, number>
+  /** Stages with work but no worker in this plan (more stages than capacity): they take turns. */
+  waiting: string[]
 }
 
 export const rewardWorkersKind = 'reward-workers'

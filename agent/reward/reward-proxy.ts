@@ -23,7 +23,11 @@
  *   at the last one), an output for the next stage, or an error (the request
  *   fails). A lease ends with the timeout result (status timeout, reward
  *   timeoutReward) stageTimeoutMs after it was handed out, whatever the worker
- *   does later.
+ *   does later. The stage timeout also bounds the time a request waits in a
+ *   stage's queue while the latest plan gives the stage no worker (checked
+ *   at every tick): it then ends with the timeout result too, so nothing
+ *   waits for ever. Waiting behind other requests, or for planned workers
+ *   that are still starting, is not bounded here (the planner sizes for it).
  * - A lease is lost when its worker is reported dead (workerLost), is missing
  *   from a heartbeat its agent built after the lease's fetch (report seq; a
  *   report delayed across the fetch says nothing about the worker, and one
@@ -39,6 +43,14 @@
  *   until it holds the result, and a new leader that answers `unknown` for one
  *   gets the batch (resync) and the request again. This proxy's state lives
  *   only in the leader's memory; a new epoch starts empty.
+ * - A result is kept here until the trainer fetched it, through any agent
+ *   (the submitting agent reports its fetches in `ack`; another agent asks
+ *   with `result`), then resultRetentionMs more for a repeated fetch; one
+ *   never fetched is dropped unfetchedResultRetentionMs after it finished.
+ *   So it survives the submitting agent. It survives this leader through the
+ *   submitting agent, which holds it too and hands the results its trainer
+ *   has not fetched to every new leader (resync `results`). A resubmission
+ *   of a request with a result, through any agent, is answered with it.
  *
  * Times: `now()` is a monotonic clock in ms; the planner gets seconds on it.
  */
@@ -52,7 +64,7 @@ import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-pl
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
 import {
-  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
+  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResultBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
   type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
 } from './reward-messages.ts'
 
@@ -66,8 +78,10 @@ export interface RewardProxyOptions {
   maxPendingRequests: number
   /** An agent silent this long loses its leases, ms. */
   leaseTimeoutMs: number
-  /** A done request nobody collected is forgotten after this long, ms. */
+  /** A result the trainer fetched is kept this long for a repeated fetch, ms. */
   resultRetentionMs: number
+  /** A result the trainer never fetched is forgotten this long after its request finished, ms. Default 3600000. */
+  unfetchedResultRetentionMs?: number
   /** A batch with no submission or result for this long is dropped (its trainer is gone), ms. Default 600000. */
   batchIdleTimeoutMs?: number
   /** D of the planner's constraint, ms. */
@@ -90,14 +104,29 @@ export interface RewardProxyComponents {
    * once, so it needs no such decision).
    */
   onBatchBoundary(reason: 'batch-start' | 'batch-arrival' | 'batch-complete', task: string, batch: number): void
-  /** The scaler's latest decision, for status. */
+  /** The scaler's latest decision, for status and to tell a stage it gives no worker. */
   plan(): RewardWorkersPayload | null
+  /**
+   * Requests wait at `stage` and the latest plan gives the stage no worker:
+   * the scaler should plan again (with fewer cores than stages, stages take
+   * turns). Called when such a request is queued and at every tick while one
+   * waits; the scaler rate-limits. Optional.
+   */
+  onStageWithoutWorkers?(stage: string, queued: number): void
   leaderId: string
 }
 
 export interface RewardProxy {
   batchStart(body: unknown): { task: string, batch: number, size: number, started: boolean }
-  submit(body: unknown, submitter: string): { requestId: string, state: RequestState, duplicate: boolean }
+  /** With the result when the request is done (a resubmission of a finished request). */
+  submit(body: unknown, submitter: string): { requestId: string, state: RequestState, duplicate: boolean, result?: RewardResult }
+  /**
+   * A trainer's fetch through an agent that does not hold the request (its
+   * submitting agent may be gone): its result, waiting up to waitMs; the
+   * fetch counts as the trainer's. ERR_NOT_FOUND for a request this leader
+   * does not know.
+   */
+  result(body: unknown, signal: AbortSignal): Promise<{ requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }>
   /** Long-poll: a lease of the worker's stage, or null after waitMs. */
   fetch(body: unknown, signal: AbortSignal): Promise<{ lease: RewardLease | null }>
   complete(body: unknown): { accepted: true }
@@ -167,6 +196,8 @@ interface ProxyRequest {
   stageMs: number[]
   result: RewardResult | undefined
   finishedMs: number
+  /** When the trainer fetched the result (through any agent), or undefined. */
+  fetchedMs: number | undefined
 }
 
 interface QueueEntry extends QueueKey { request: ProxyRequest }
@@ -184,6 +215,7 @@ const validators = {
   workerLost: validatorOf(WorkerLostBody, 'lost-worker report'),
   await: validatorOf(AwaitBody, 'result wait'),
   resync: validatorOf(ResyncBody, 'resync'),
+  result: validatorOf(ResultBody, 'result fetch'),
 }
 
 const batchKey = (task: string, batch: number): string => `${task}#${batch}`
@@ -199,6 +231,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
   const stageIndex = new Map(stages.map((s, i) => [s.name, i]))
   const plannerStages: RewardStage[] = stages.map(s => ({ name: s.name, resource: s.resource, cost: stageCost(s), timeoutS: s.timeoutMs / 1000 }))
   const batchIdleTimeoutMs = options.batchIdleTimeoutMs ?? 600_000
+  const unfetchedResultRetentionMs = options.unfetchedResultRetentionMs ?? 3_600_000
   const requests = new Map<string, ProxyRequest>()
   const batches = new Map<string, Batch>()
   const history: Record<string, BatchHistory> = {}
@@ -240,6 +273,38 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     queues[request.stage]!.push(entry)
     queued[request.stage]!++
     dispatch(request.stage)
+    if (queued[request.stage]! > 0 && plannedWorkersOf(request.stage) === 0) {
+      workerlessSinceMs[request.stage] ??= now()
+      components.onStageWithoutWorkers?.(stages[request.stage]!.name, queued[request.stage]!)
+    }
+  }
+
+  /**
+   * Per stage: since when requests wait at it and the plan gives it no worker
+   * (undefined: not so at the last look). A request queued there longer than
+   * the stage timeout, all of it in such a spell, times out (tick).
+   */
+  const workerlessSinceMs: Array<number | undefined> = stages.map(() => undefined)
+  const checkWorkerlessStage = (k: number, t: number): void => {
+    if (queued[k] === 0 || plannedWorkersOf(k) > 0) { workerlessSinceMs[k] = undefined; return }
+    const since = workerlessSinceMs[k] ??= t
+    const stage = stages[k]!
+    components.onStageWithoutWorkers?.(stage.name, queued[k]!)
+    // No plan at all yet (none published): not a stage the plan leaves out.
+    if (components.plan() === null || t - since < stage.timeoutMs) return
+    for (const r of [...requests.values()]) {
+      if (r.state !== 'queued' || r.stage !== k || t - Math.max(r.enqueuedMs, since) < stage.timeoutMs) continue
+      log.info({ requestId: r.id, stage: stage.name, timeoutMs: stage.timeoutMs }, 'reward request timed out in the queue of a stage without workers')
+      finish(r, { status: 'timeout', reward: options.timeoutReward, stage: stage.name, message: `waited longer than the ${stage.timeoutMs} ms timeout of stage ${stage.name} in its queue, with no worker planned for the stage` })
+    }
+  }
+
+  /** Workers the latest plan places for a stage, on all agents. */
+  const plannedWorkersOf = (stage: number): number => {
+    const workers = components.plan()?.workers ?? {}
+    let n = 0
+    for (const counts of Object.values(workers)) n += counts[stages[stage]!.name] ?? 0
+    return n
   }
 
   /** Live workers of a stage by the latest reports, other than `except`. */
@@ -341,6 +406,32 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     components.onBatchBoundary('batch-complete', batch.task, batch.index)
   }
 
+  /**
+   * A result a submitting agent held across a leader change (resync): kept as
+   * a done request, so a fetch or a resubmission through any agent gets it.
+   * Its batch is the active one if this leader has it, else a record of its own.
+   */
+  const adoptResult = (result: RewardResult, digest: string): void => {
+    if (requests.has(result.requestId)) return
+    const key = batchKey(result.task, result.batch)
+    const batch: Batch = batches.get(key) ?? {
+      task: result.task, index: result.batch, key, startMs: now(), size: 1, priorityS: 0, requests: new Set(), doneIds: new Set(), known: new Set(),
+      finished: [], completed: true, arrived: true, lastActivityMs: now(),
+    }
+    const r: ProxyRequest = {
+      id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
+      attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
+      stageMs: stages.map(() => 0), result, finishedMs: now(), fetchedMs: undefined,
+    }
+    requests.set(r.id, r)
+    batch.requests.add(r)
+    batch.known.add(r.id)
+    if (!batch.doneIds.has(r.id)) {
+      batch.doneIds.add(r.id)
+      if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
+    }
+  }
+
   const timeOut = (r: ProxyRequest, leaseId: string): void => {
     if (r.lease?.id !== leaseId || stopped) return
     const stage = stages[r.stage]!
@@ -400,7 +491,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         if (known.digest !== digest) {
           throw new AgentError('ERR_REWARD_CONFLICT', `request ${b.requestId} was submitted before with another task, batch or payload (task ${known.batch.task}, batch ${known.batch.index})`)
         }
-        return { requestId: b.requestId, state: known.state, duplicate: true }
+        return { requestId: b.requestId, state: known.state, duplicate: true, ...(known.result !== undefined ? { result: known.result } : {}) }
       }
       if (requests.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `the reward proxy holds ${requests.size} requests (reward.maxPendingRequests); retry later`)
       let batch = batches.get(batchKey(b.task, b.batch))
@@ -418,7 +509,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const r: ProxyRequest = {
         id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
         attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
-        stageMs: stages.map(() => 0), result: undefined, finishedMs: 0,
+        stageMs: stages.map(() => 0), result: undefined, finishedMs: 0, fetchedMs: undefined,
       }
       requests.set(r.id, r)
       batch.requests.add(r)
@@ -513,7 +604,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const b = validators.await.parse(body)
       for (const id of b.ack) {
         const r = requests.get(id)
-        if (r?.state === 'done') { requests.delete(id); r.batch.requests.delete(r) }
+        if (r?.state === 'done') r.fetchedMs ??= now()
       }
       const collect = (): AwaitAnswer => {
         const results: RewardResult[] = []
@@ -553,7 +644,28 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         for (const id of s.doneIds) { batch.doneIds.add(id); batch.known.add(id) }
         if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
       }
+      for (const { result, digest } of b.results ?? []) adoptResult(result, digest)
       return { batches: b.batches.length }
+    },
+
+    async result (body, signal) {
+      const b = validators.result.parse(body)
+      const r = requests.get(b.requestId)
+      if (r === undefined) {
+        throw new AgentError('ERR_NOT_FOUND', `reward request ${b.requestId} is not known: not submitted, or its result was fetched more than reward.resultRetentionMs ago (never fetched: reward.unfetchedResultRetentionMs)`)
+      }
+      if (r.result === undefined && b.waitMs > 0 && !stopped) {
+        await new Promise<void>(resolve => {
+          const done = (): void => { clearTimeout(timer); signal.removeEventListener('abort', done); resultWaiters.delete(wake); resolve() }
+          const wake = (): void => { if (r.result !== undefined) done() }
+          const timer = setTimeout(done, b.waitMs)
+          signal.addEventListener('abort', done, { once: true })
+          resultWaiters.add(wake)
+        })
+      }
+      if (r.result === undefined) return { requestId: r.id, state: 'pending' }
+      r.fetchedMs ??= now()
+      return { requestId: r.id, state: 'done', result: r.result }
     },
 
     status () {
@@ -598,7 +710,9 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       loseLeasesWhere(l => silent(l.node, l.startedMs), () => `its agent has not reported for ${options.leaseTimeoutMs} ms`)
       for (const report of reports.values()) if (silent(report.node, 0)) report.workers.clear()
       for (const [id, r] of requests) {
-        if (r.state === 'done' && t - r.finishedMs > options.resultRetentionMs) { requests.delete(id); r.batch.requests.delete(r) }
+        if (r.state !== 'done') continue
+        const expired = r.fetchedMs !== undefined ? t - r.fetchedMs > options.resultRetentionMs : t - r.finishedMs > unfetchedResultRetentionMs
+        if (expired) { requests.delete(id); r.batch.requests.delete(r) }
       }
       for (const batch of [...batches.values()]) {
         if (t - batch.lastActivityMs > batchIdleTimeoutMs && [...batch.requests].every(r => r.state === 'done')) {
@@ -608,6 +722,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         }
       }
       for (const [key, at] of completedBatches) if (t - at > batchIdleTimeoutMs) completedBatches.delete(key)
+      for (let k = 0; k < stages.length; k++) checkWorkerlessStage(k, t)
     },
 
     plannerSnapshot (seed) {

@@ -48,6 +48,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
   const submitter: RewardSubmitter = createRewardSubmitter({
     maxPendingRequests: config.maxPendingRequests,
     resultRetentionMs: config.resultRetentionMs,
+    unfetchedResultRetentionMs: config.unfetchedResultRetentionMs,
     timeoutReward: config.timeoutReward,
   }, { logger: components.logger, callLeader: (m, b, o) => leader.callLeader(m, b, o) })
   const supervisor: WorkerSupervisor = createWorkerSupervisor({
@@ -85,12 +86,22 @@ export function createRewardService (options: RewardServiceOptions, components: 
     leaseWatch.set(workerId, { leaseId: lease.leaseId, timer })
   }
 
+  // A new epoch's first decision: its leader gets the results held here that the trainer has not fetched.
+  let appliedEpoch = -1
+  let unsubscribeEpochs: (() => void) | undefined
+
   return {
     async start (o) {
       submitter.start(o)
       supervisor.start(o)
+      unsubscribeEpochs = leader.onApplied(d => {
+        if (d.epoch <= appliedEpoch) return
+        appliedEpoch = d.epoch
+        submitter.leaderChanged()
+      })
     },
     async stop () {
+      unsubscribeEpochs?.()
       for (const workerId of [...leaseWatch.keys()]) unwatch(workerId)
       await supervisor.stop()
       await submitter.stop()

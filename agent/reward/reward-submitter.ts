@@ -7,7 +7,8 @@
  * submit): the answer is given only after the leader accepted the request and
  * this agent recorded it. A collector loop asks the leader for the results of
  * every pending request (long-poll `reward.await`) and stores them; results
- * stay until the trainer fetched them plus resultRetentionMs. When a leader
+ * stay until the trainer fetched them plus resultRetentionMs (never fetched:
+ * unfetchedResultRetentionMs after they arrived). When a leader
  * answers that it does not know a pending request (it took over after the
  * previous leader died), this agent tells it the request's batch (size and the
  * ids of that batch with results here: `reward.resync`) and submits the
@@ -17,8 +18,17 @@
  * worker is submitted again marked `retried`, so the count survives the
  * change (a worker lost in the last await round before the leader died is
  * not known here: that request gets its retry again).
- * Results this agent stored are acknowledged to the leader, which forgets them.
- * If this agent itself dies, its trainers submit again (idempotent by id).
+ *
+ * Where results live: here and at the leader, until the trainer fetched them.
+ * The trainer's fetches here are reported to the leader (`ack` of the next
+ * `reward.await`), which then keeps the result resultRetentionMs more. If this
+ * agent dies, the trainer fetches (or resubmits, idempotent by id) through any
+ * other agent: that agent asks the leader (`reward.result`, or the submit's
+ * answer carries the result). If the leader dies, this agent hands the results
+ * its trainer has not fetched to the new leader (`reward.resync` with
+ * `results`, at the first decision of every new epoch: leaderChanged()).
+ * Only the death of both before the trainer fetched loses a result (the
+ * trainer's resubmission then runs the request again).
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
@@ -31,6 +41,8 @@ export interface RewardSubmitterOptions {
   maxPendingRequests: number
   /** A fetched result is kept this long for a repeated fetch, ms. */
   resultRetentionMs: number
+  /** A result the trainer never fetched is dropped this long after it arrived here, ms. Default 3600000. */
+  unfetchedResultRetentionMs?: number
   /** Reward of a request the new leader refused to take again. */
   timeoutReward: number
   /** Long-poll of one collector round, ms. Default 1000. */
@@ -42,7 +54,8 @@ export interface RewardSubmitterComponents {
   callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
 }
 
-export interface SubmitAnswer { requestId: string, duplicate: boolean }
+/** `result` when the request is already done (a resubmission of a finished request, through any agent). */
+export interface SubmitAnswer { requestId: string, duplicate: boolean, result?: RewardResult }
 
 export type ResultAnswer = { requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }
 
@@ -51,8 +64,13 @@ export interface RewardSubmitter {
   stop(): Promise<void>
   batchStart(body: unknown): Promise<unknown>
   submit(body: unknown): Promise<SubmitAnswer>
-  /** The request's result, waiting up to waitMs for it; ERR_NOT_FOUND when it was not submitted through this agent. */
+  /**
+   * The request's result, waiting up to waitMs for it. A request not submitted
+   * through this agent is asked of the leader; ERR_NOT_FOUND when it knows it neither.
+   */
   result(requestId: string, waitMs: number, signal?: AbortSignal): Promise<ResultAnswer>
+  /** A new leader acts (a new epoch): it gets the results held here that the trainer has not fetched. */
+  leaderChanged(): void
   /** Requests held here: pending (no result yet) and done. */
   counts(): { pending: number, done: number }
 }
@@ -61,10 +79,14 @@ interface Entry {
   body: SubmitRequest
   digest: string
   result: RewardResult | undefined
+  /** When the result arrived here (performance.now()). */
+  storedMs: number
   /** When the trainer first fetched the result (performance.now()), or undefined. */
   fetchedMs: number | undefined
-  /** Stored but not yet acknowledged to the leader. */
+  /** Fetched by the trainer, not yet reported to the leader (AwaitBody.ack). */
   unacked: boolean
+  /** Handed to the current leader since it took over (or it computed the result itself). */
+  deposited: boolean
   /** A leader reported that it used its one retry after a lost worker: a later leader is told (LeaderSubmitBody.retried). */
   retried: boolean
 }
@@ -80,6 +102,10 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
   /** Batch sizes from the hints (and submits with batchSize) forwarded by this agent. */
   const batchSizes = new Map<string, number>()
   const waiters = new Set<() => void>()
+  /** Results fetched through this agent of requests submitted through another one: for a repeated fetch. */
+  const fetchedElsewhere = new Map<string, { result: RewardResult, fetchedMs: number }>()
+  const unfetchedResultRetentionMs = options.unfetchedResultRetentionMs ?? 3_600_000
+  let leaderChanged = false
   let signal: AbortSignal = AbortSignal.abort()
   let loop: Promise<void> | undefined
   let wakeLoop: (() => void) | undefined
@@ -129,20 +155,59 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     }
   }
 
-  const store = (result: RewardResult, fromLeader: boolean): void => {
+  /** `atLeader`: the current leader holds the result (it computed or answered it). */
+  const store = (result: RewardResult, atLeader: boolean): void => {
     const e = entries.get(result.requestId)
     if (e === undefined || e.result !== undefined) return
     e.result = result
-    e.unacked = fromLeader
+    e.storedMs = performance.now()
+    e.deposited = atLeader
     for (const wake of waiters) wake()
+  }
+
+  /** Hands the new leader the results its trainer has not fetched, with their batches (so it knows they completed). */
+  const deposit = async (): Promise<void> => {
+    const results: Array<{ result: RewardResult, digest: string }> = []
+    for (const e of entries.values()) if (e.result !== undefined && e.fetchedMs === undefined && !e.deposited) results.push({ result: e.result, digest: e.digest })
+    for (let i = 0; i < results.length; i += maxIdsPerAwait) {
+      const chunk = results.slice(i, i + maxIdsPerAwait)
+      const batches = new Map<string, { task: string, batch: number, size: number, doneIds: string[] }>()
+      for (const { result } of chunk) {
+        const k = key(result.task, result.batch)
+        const size = batchSizes.get(k) ?? entries.get(result.requestId)?.body.batchSize
+        if (size !== undefined && !batches.has(k)) batches.set(k, { task: result.task, batch: result.batch, size, doneIds: [] })
+      }
+      for (const [id, e] of entries) {
+        const b = batches.get(key(e.body.task, e.body.batch))
+        if (b !== undefined && e.result !== undefined) b.doneIds.push(id)
+      }
+      await components.callLeader('reward.resync', { batches: [...batches.values()], results: chunk })
+      for (const { result } of chunk) { const e = entries.get(result.requestId); if (e !== undefined) e.deposited = true }
+    }
+    if (results.length > 0) log.info({ results: results.length }, 'unfetched reward results handed to the new leader')
   }
 
   const collect = async (): Promise<void> => {
     while (!signal.aborted) {
+      if (leaderChanged) {
+        leaderChanged = false
+        for (const e of entries.values()) e.deposited = false
+      }
       const ids = pendingIds()
       const ack: string[] = []
       for (const [id, e] of entries) if (e.unacked && ack.length < maxIdsPerAwait) ack.push(id)
       forget()
+      const undeposited = [...entries.values()].some(e => e.result !== undefined && e.fetchedMs === undefined && !e.deposited)
+      if (undeposited) {
+        try {
+          await deposit()
+        } catch (err) {
+          if (signal.aborted) return
+          log.warn({ err: (err as Error).message }, 'handing unfetched reward results to the leader failed; retrying')
+          await sleep(retryDelayMs, undefined, { signal }).catch(() => {})
+          continue
+        }
+      }
       if (ids.length === 0 && ack.length === 0) {
         await new Promise<void>(resolve => { wakeLoop = resolve; signal.addEventListener('abort', () => resolve(), { once: true }) })
         wakeLoop = undefined
@@ -162,10 +227,14 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     }
   }
 
-  /** Drops results fetched more than resultRetentionMs ago. */
+  /** Drops results fetched more than resultRetentionMs ago, and those never fetched after unfetchedResultRetentionMs. */
   const forget = (): void => {
     const now = performance.now()
-    for (const [id, e] of entries) if (e.fetchedMs !== undefined && !e.unacked && now - e.fetchedMs > options.resultRetentionMs) entries.delete(id)
+    for (const [id, e] of entries) {
+      if (e.result === undefined) continue
+      if (e.fetchedMs !== undefined ? !e.unacked && now - e.fetchedMs > options.resultRetentionMs : now - e.storedMs > unfetchedResultRetentionMs) entries.delete(id)
+    }
+    for (const [id, f] of fetchedElsewhere) if (now - f.fetchedMs > options.resultRetentionMs) fetchedElsewhere.delete(id)
   }
 
   return {
@@ -176,6 +245,11 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     async stop () {
       wakeLoop?.()
       await loop
+    },
+
+    leaderChanged () {
+      leaderChanged = true
+      wakeLoop?.()
     },
 
     async batchStart (body) {
@@ -192,19 +266,29 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       const known = entries.get(b.requestId)
       if (known !== undefined) {
         if (known.digest !== digest) throw new AgentError('ERR_REWARD_CONFLICT', `request ${b.requestId} was submitted before with another task, batch or payload (task ${known.body.task}, batch ${known.body.batch})`)
-        return { requestId: b.requestId, duplicate: true }
+        return { requestId: b.requestId, duplicate: true, ...(known.result !== undefined ? { result: known.result } : {}) }
       }
       if (entries.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `this agent holds ${entries.size} reward requests (reward.maxPendingRequests); fetch results or retry later`)
-      const answer = await forward(b) as { duplicate: boolean }
+      const answer = await forward(b) as { duplicate: boolean, result?: RewardResult }
       if (b.batchSize !== undefined) batchSizes.set(key(b.task, b.batch), Math.max(b.batchSize, batchSizes.get(key(b.task, b.batch)) ?? 0))
-      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, fetchedMs: undefined, unacked: false, retried: false })
+      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, storedMs: 0, fetchedMs: undefined, unacked: false, deposited: false, retried: false })
+      // Submitted before (maybe through another agent) and done: the answer carries the result.
+      if (answer.result !== undefined) store(answer.result, true)
       wakeLoop?.()
-      return { requestId: b.requestId, duplicate: answer.duplicate }
+      return { requestId: b.requestId, duplicate: answer.duplicate, ...(answer.result !== undefined ? { result: answer.result } : {}) }
     },
 
     async result (requestId, waitMs, callerSignal) {
       const e = entries.get(requestId)
-      if (e === undefined) throw new AgentError('ERR_NOT_FOUND', `reward request ${requestId} was not submitted through this agent (or its result was fetched more than reward.resultRetentionMs ago)`)
+      if (e === undefined) {
+        const fetched = fetchedElsewhere.get(requestId)
+        if (fetched !== undefined) return { requestId, state: 'done', result: fetched.result }
+        // Submitted through another agent (which may be gone): the leader keeps results until the trainer fetched them.
+        const answer = await components.callLeader('reward.result', { requestId, waitMs },
+          { timeoutMs: waitMs + 10_000, ...(callerSignal !== undefined ? { signal: callerSignal } : {}) }) as ResultAnswer
+        if (answer.state === 'done') fetchedElsewhere.set(requestId, { result: answer.result, fetchedMs: performance.now() })
+        return answer
+      }
       if (e.result === undefined && waitMs > 0) {
         await new Promise<void>(resolve => {
           const done = (): void => { clearTimeout(timer); waiters.delete(wake); callerSignal?.removeEventListener('abort', done); resolve() }
@@ -215,7 +299,11 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
         })
       }
       if (e.result === undefined) return { requestId, state: 'pending' }
-      e.fetchedMs ??= performance.now()
+      if (e.fetchedMs === undefined) {
+        e.fetchedMs = performance.now()
+        e.unacked = true
+        wakeLoop?.()
+      }
       return { requestId, state: 'done', result: e.result }
     },
 

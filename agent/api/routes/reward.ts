@@ -3,7 +3,8 @@
  * reason when it is not running).
  *   POST /v1/reward/batches             batch-start hint { task, batch, size }
  *   POST /v1/reward/requests            submit { task, batch, requestId, payload, batchSize? }; answers once the leader holds it
- *   GET  /v1/reward/requests/:id        the result (?waitMs= long-polls up to 20 s); state pending or done
+ *                                       (with `result` when the request is already done: a resubmission, through any agent)
+ *   GET  /v1/reward/requests/:id        the result (?waitMs= long-polls up to 20 s); state pending or done; through any agent
  *   GET  /v1/reward/status              tasks, batches in flight, queues per stage, workers per stage per node
  *   POST /v1/reward/work/fetch          a supervised worker takes a request of its stage (long-poll)
  *   POST /v1/reward/work/complete       ... and posts its reward, output or error
@@ -12,7 +13,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../errors.ts'
 import type { RewardService } from '../../reward/reward-service.ts'
-import { BatchStartBody, CompleteBody, RequestId, SubmitBody, WorkerId } from '../../reward/reward-messages.ts'
+import { BatchStartBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId } from '../../reward/reward-messages.ts'
 import { errorResponses } from '../schemas.ts'
 
 export interface RewardSource {
@@ -44,13 +45,13 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     schema: {
       summary: 'Submit a reward request; answers once the leader holds it (idempotent by requestId)',
       body: SubmitBody,
-      response: { 200: Type.Object({ requestId: Type.String(), duplicate: Type.Boolean() }), ...errorResponses, ...conflict },
+      response: { 200: Type.Object({ requestId: Type.String(), duplicate: Type.Boolean(), result: Type.Optional(RewardResultBody) }), ...errorResponses, ...conflict },
     },
   }, async request => await service().submit(request.body))
 
   app.get<{ Params: { id: string }, Querystring: { waitMs?: number } }>('/v1/reward/requests/:id', {
     schema: {
-      summary: 'The result of a request submitted through this agent; waitMs long-polls',
+      summary: 'The result of a request submitted through any agent (kept until fetched); waitMs long-polls',
       params: Type.Object({ id: RequestId }),
       querystring: Type.Object({ waitMs: Type.Optional(WaitMs) }, { additionalProperties: false }),
       response: errorResponses,

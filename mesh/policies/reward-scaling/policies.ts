@@ -13,6 +13,10 @@
  * - While a pool serves an active batch, each of its stages keeps at least 1
  *   worker (Alg. 1 searches from 1), so a request the estimate missed is
  *   served before the next decision; with no active batch nothing is held.
+ *   A decision assumes unlimited workers: the live leader cuts it down to the
+ *   cores and GPUs the cluster has with fitWorkersToCapacity
+ *   (capacity-fit.ts), which keeps a worker per stage with work where the
+ *   capacity allows and otherwise lets stages take turns.
  */
 import { prepareBatchSimulation } from './batch-simulation.ts'
 import { collectRequestInformation, estimatedBatchCompletionS, exactRequestInformation } from './request-information.ts'

@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createRewardProxy, type RewardProxy } from '../../../agent/reward/reward-proxy.ts'
 import { createRewardScalingPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
 import type { RewardStageSpec } from '../../../agent/reward/reward-config.ts'
-import type { RewardLease } from '../../../agent/reward/reward-messages.ts'
+import { requestDigest, type RewardLease } from '../../../agent/reward/reward-messages.ts'
 
 const stages: RewardStageSpec[] = [
   { name: 'verify', resource: 'cpu', command: ['true'], coresPerWorker: 1, timeoutMs: 10_000 },
@@ -117,8 +117,48 @@ t.test('a lost worker\'s request is retried once on another worker, then fails',
   proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify'], workers: [{ workerId: 'w1', stage: 'verify', pid: 3 }] })
   const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
   t.match(results, [{ requestId: 'r', status: 'failed', reward: -1, message: /lost its worker twice/ }])
-  await proxy.awaitResults({ ids: [], ack: ['r'], waitMs: 0 }, never)
-  t.same((await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)).unknown, ['r'], 'acknowledged results are forgotten')
+  proxy.stop()
+})
+
+t.test('a result is kept until the trainer fetched it (through any agent), then resultRetentionMs more', async t => {
+  let clock = 0
+  const { proxy } = proxyWith({ now: () => clock })
+  proxy.batchStart({ task: 't', batch: 0, size: 3 })
+  for (const id of ['a', 'b', 'c']) proxy.submit({ task: 't', batch: 0, requestId: id, payload: { id } }, 'n1')
+  for (const id of ['a', 'b', 'c']) {
+    const lease = (await fetch(proxy, 'verify', `w-${id}`))!
+    const judged = (proxy.complete({ workerId: `w-${id}`, leaseId: lease.leaseId, output: 1 }), (await fetch(proxy, 'judge', `g-${id}`))!)
+    proxy.complete({ workerId: `g-${id}`, leaseId: judged.leaseId, reward: 0.5 })
+  }
+  // The submitting agent stored all three (it used to acknowledge them on storing, and the leader forgot them).
+  const stored = await proxy.awaitResults({ ids: ['a', 'b', 'c'], ack: [], waitMs: 0 }, never)
+  t.equal(stored.results.length, 3)
+  // The trainer fetched a through the submitting agent, which reports it.
+  await proxy.awaitResults({ ids: [], ack: ['a'], waitMs: 0 }, never)
+  clock += 30_000
+  proxy.tick()
+  t.match(await proxy.result({ requestId: 'b', waitMs: 0 }, never), { state: 'done', result: { requestId: 'b', reward: 0.5 } }, 'b through another agent (the submitting agent may be gone)')
+  t.match(proxy.submit({ task: 't', batch: 0, requestId: 'c', payload: { id: 'c' } }, 'n2'), { duplicate: true, state: 'done', result: { requestId: 'c', reward: 0.5 } }, 'c resubmitted through another agent: its result')
+  t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'c', payload: { id: 'other' } }, 'n2'), { code: 'ERR_REWARD_CONFLICT' })
+  clock += 30_001
+  proxy.tick()
+  t.same((await proxy.awaitResults({ ids: ['a', 'b', 'c'], ack: [], waitMs: 0 }, never)).unknown, ['a'], 'a forgotten resultRetentionMs (60 s) after its fetch; b (fetched 30 s ago) and c (never fetched) kept')
+  clock += 3_600_000
+  proxy.tick()
+  t.same((await proxy.awaitResults({ ids: ['b', 'c'], ack: [], waitMs: 0 }, never)).unknown, ['b', 'c'], 'c forgotten after unfetchedResultRetentionMs (default 1 h)')
+  await t.rejects(proxy.result({ requestId: 'c', waitMs: 0 }, never), { code: 'ERR_NOT_FOUND' })
+  await t.rejects(proxy.result({ requestId: 'c', waitMs: '1' }, never), { code: 'ERR_BAD_REQUEST' }, 'bad input: a coded error')
+  proxy.stop()
+})
+
+t.test('a new leader keeps the results a submitting agent hands it (resync), for fetches and resubmissions through any agent', async t => {
+  const { proxy } = proxyWith()
+  const result = { requestId: 'r', task: 't', batch: 4, status: 'ok' as const, reward: 0.25, output: { x: 1 }, stageS: [0.1, 0.2] }
+  proxy.resync({ batches: [{ task: 't', batch: 4, size: 1, doneIds: ['r'] }], results: [{ result, digest: requestDigest({ task: 't', batch: 4, payload: { p: 1 } }) }] })
+  t.same(await proxy.result({ requestId: 'r', waitMs: 0 }, never), { requestId: 'r', state: 'done', result })
+  t.match(proxy.submit({ task: 't', batch: 4, requestId: 'r', payload: { p: 1 } }, 'n2'), { duplicate: true, state: 'done', result })
+  t.throws(() => proxy.submit({ task: 't', batch: 4, requestId: 's', payload: {}, batchSize: 1 }, 'n2'), { code: 'ERR_BAD_REQUEST', message: /already completed/ }, 'the batch is known to have completed')
+  t.throws(() => proxy.resync({ batches: [], results: [{ result: { ...result, status: 'great' }, digest: 'x' }] }), { code: 'ERR_BAD_REQUEST' }, 'a malformed result is refused')
   proxy.stop()
 })
 
@@ -261,5 +301,43 @@ t.test('the one retry after a lost worker survives a leader change: a resubmissi
   const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
   t.match(results, [{ requestId: 'r', status: 'failed', message: /lost its worker twice/ }])
   t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'x', payload: {}, retried: 'yes' }, 'x'), { code: 'ERR_BAD_REQUEST' })
+  proxy.stop()
+})
+
+t.test('a request queued at a stage the plan gives no worker asks for a plan, and waits no longer than the stage timeout', async t => {
+  const starved: string[] = []
+  const plan = { workers: { n1: { verify: 1 } }, wanted: { verify: 1, judge: 0 }, unplaced: {} }
+  const proxy = createRewardProxy({
+    stages, timeoutReward: -1, maxPayloadBytes: 1024, maxPendingRequests: 100, leaseTimeoutMs: 1000, resultRetentionMs: 60_000, maxExtraDelayMs: 1000,
+    policy: createRewardScalingPolicy('distrs'),
+  }, {
+    logger: pino({ level: 'silent' }), now: () => performance.now(), onBatchBoundary: () => {}, plan: () => plan, leaderId: 'leader',
+    onStageWithoutWorkers: (stage, queued) => starved.push(`${stage}:${queued}`),
+  })
+  proxy.batchStart({ task: 'a', batch: 0, size: 1 })
+  proxy.submit({ task: 'a', batch: 0, requestId: 'r', payload: {} }, 'agent')
+  t.same(starved, [], 'verify has a planned worker: nothing asked')
+  const lease = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, output: { parsed: true } })
+  t.same(starved, ['judge:1'], 'queued at judge, which the plan gives no worker: a plan is asked for')
+  proxy.tick()
+  t.same(starved, ['judge:1', 'judge:1'], 'and again at every tick while it waits')
+  t.same((await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)).results, [], 'still waiting within judge\'s 80 ms timeout')
+  // judge's timeout is 80 ms: the request ends with the timeout result although no worker ever took it.
+  await sleep(100)
+  proxy.tick()
+  const { results } = await proxy.awaitResults({ ids: ['r'], ack: [], waitMs: 0 }, never)
+  t.match(results, [{ requestId: 'r', status: 'timeout', reward: -1, stage: 'judge', message: /waited longer than the 80 ms timeout of stage judge in its queue, with no worker planned/ }])
+  t.equal(proxy.status().stages[1]!.queued, 0, 'no longer queued')
+
+  // A stage with a planned worker: waiting (for it to start, or behind others) is not cut short.
+  plan.workers.n1 = { verify: 1, judge: 1 } as typeof plan.workers.n1
+  proxy.batchStart({ task: 'a', batch: 1, size: 1 })
+  proxy.submit({ task: 'a', batch: 1, requestId: 's', payload: {} }, 'agent')
+  const s1 = (await fetch(proxy, 'verify'))!
+  proxy.complete({ workerId: 'n1/w/0', leaseId: s1.leaseId, output: 1 })
+  await sleep(100)
+  proxy.tick()
+  t.same((await proxy.awaitResults({ ids: ['s'], ack: [], waitMs: 0 }, never)).results, [], 'queued past the timeout at a stage with a planned worker: still queued')
   proxy.stop()
 })

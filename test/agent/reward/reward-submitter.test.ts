@@ -45,3 +45,40 @@ t.test('the retry count of a request survives a leader change', async t => {
   controller.abort()
   await submitter.stop()
 })
+
+t.test('results the trainer has not fetched are handed to a new leader; fetches are reported; unknown ids are asked of the leader', async t => {
+  const calls: Array<{ method: string, body: any }> = []
+  const done = (id: string): unknown => ({ requestId: id, task: 't', batch: 0, status: 'ok', reward: 1, stageS: [0.1] })
+  const submitter = createRewardSubmitter({ maxPendingRequests: 10, resultRetentionMs: 60_000, timeoutReward: -1, awaitWaitMs: 10 }, {
+    logger: pino({ level: 'silent' }),
+    async callLeader (method, body: any) {
+      calls.push({ method, body })
+      if (method === 'reward.await') { await new Promise(resolve => setTimeout(resolve, 5)); return { results: body.ids.map(done), unknown: [] } }
+      if (method === 'reward.result') return body.requestId === 'elsewhere' ? { requestId: 'elsewhere', state: 'done', result: done('elsewhere') } : { requestId: body.requestId, state: 'pending' }
+      return { duplicate: false }
+    },
+  })
+  const controller = new AbortController()
+  submitter.start({ signal: controller.signal })
+  await submitter.batchStart({ task: 't', batch: 0, size: 2 })
+  await submitter.submit({ task: 't', batch: 0, requestId: 'a', payload: 1 })
+  await submitter.submit({ task: 't', batch: 0, requestId: 'b', payload: 2 })
+  while (submitter.counts().done < 2) await new Promise(resolve => setTimeout(resolve, 5))
+  t.match(await submitter.result('a', 0), { state: 'done', result: { requestId: 'a' } }, 'the trainer fetches a here')
+  for (const deadline = performance.now() + 2000; !calls.some(c => c.method === 'reward.await' && c.body.ack.includes('a')) && performance.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 5))
+  t.ok(calls.some(c => c.method === 'reward.await' && c.body.ack.includes('a')), 'the fetch is reported to the leader')
+  t.notOk(calls.some(c => c.method === 'reward.await' && c.body.ack.includes('b')), 'b, not fetched, is not')
+
+  submitter.leaderChanged()
+  for (const deadline = performance.now() + 2000; !calls.some(c => c.method === 'reward.resync') && performance.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 5))
+  const resync = calls.find(c => c.method === 'reward.resync')
+  t.match(resync?.body, { batches: [{ task: 't', batch: 0, size: 2, doneIds: ['a', 'b'] }], results: [{ result: { requestId: 'b' } }] }, 'the new leader gets b (unfetched) and the batch it completed')
+  t.equal(resync?.body.results.length, 1, 'not a, which the trainer has')
+  t.match(resync?.body.results[0].digest, /^[0-9a-f]{64}$/)
+
+  t.match(await submitter.result('elsewhere', 0), { state: 'done', result: { requestId: 'elsewhere' } }, 'a request submitted through another agent: asked of the leader')
+  t.match(await submitter.result('elsewhere', 0), { state: 'done' }, 'and kept for a repeated fetch')
+  t.equal(calls.filter(c => c.method === 'reward.result').length, 1)
+  controller.abort()
+  await submitter.stop()
+})
