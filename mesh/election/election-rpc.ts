@@ -19,8 +19,12 @@ import { emptyPosition, parseSnapshot, type LogPosition } from './replicated-log
 import { DecisionBatchSchema, type DecisionBatch } from '../mesh-messages.ts'
 
 export const electionProtocol = '/agentd/election/1.0.0'
-/** Requests carry at most a catch-up batch of decisions or the leader's log snapshot (both bounded by mesh.maxRecordBytes). */
-const maxMessageBytes = 1024 * 1024
+/**
+ * Requests carry at most a catch-up batch of decisions or the leader's log
+ * snapshot; both are bounded by mesh.maxRecordBytes (at most 4 MiB), and so
+ * is this, with room for the envelope.
+ */
+const maxMessageBytes = 5 * 1024 * 1024
 const handlerTimeoutMs = 5_000
 
 export type ElectionRpcRequest = ElectionRequest | { type: 'decisions', batch: DecisionBatch }

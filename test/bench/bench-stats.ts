@@ -10,6 +10,12 @@ export function median (values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2
 }
 
+/** The p-th percentile (0..100), nearest rank. */
+export function percentile (values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p / 100 * sorted.length) - 1))]!
+}
+
 /** Seconds an async operation took (monotonic clock). */
 export async function timeSeconds (operation: () => Promise<unknown>): Promise<number> {
   const start = process.hrtime.bigint()

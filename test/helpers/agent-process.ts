@@ -73,14 +73,16 @@ export interface SpawnOptions {
   /**
    * Run the built agent (needs `npm run build`) instead of the sources, for
    * memory and CPU figures: true = its bundle, as installed; 'unbundled' = the
-   * compiled modules (a baseline). Default false.
+   * compiled modules (a baseline); { entry }: another build's agentd entry
+   * point (a previous version, as a benchmark's baseline). Default false.
    */
-  built?: boolean | 'unbundled'
+  built?: boolean | 'unbundled' | { entry: string }
   /** Run the agent inside this network namespace (test/helpers/netns-lab.ts); `ip netns exec` execs it, so `proc` is the agent. */
   netns?: string
 }
 
 function agentEntry (built: SpawnOptions['built']): string {
+  if (typeof built === 'object') return built.entry
   if (built === 'unbundled') return unbundledAgentMain
   return built === true ? builtAgentMain : agentMain
 }

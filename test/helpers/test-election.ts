@@ -27,6 +27,8 @@ export interface ElectionClusterOptions {
   etcd?: { endpoint: string, leaseTtlS?: number }
   /** Run agent i in hosts[i] (network namespaces, netns-lab.ts). */
   hosts?: TestMeshOptions['hosts']
+  /** Which build of the agent runs (TestMeshOptions.built). Default: the sources. */
+  built?: TestMeshOptions['built']
 }
 
 /** The flags that put an agent on the etcd backend (test timing: 1 s lease, 50 ms polls). */
@@ -47,6 +49,7 @@ export async function startElectionCluster (t: Teardown, options: ElectionCluste
     args: [...(options.etcd !== undefined ? etcdBackendArgs(options.etcd) : ['--bootstrap-expect', String(options.servers)]), ...(options.args ?? [])],
     nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false', ...(options.clientArgs ?? [])],
     ...(options.hosts !== undefined ? { hosts: options.hosts } : {}),
+    ...(options.built !== undefined ? { built: options.built } : {}),
   })
   return Object.assign(mesh, { servers: mesh.agents.slice(0, options.servers), clients: mesh.agents.slice(options.servers) })
 }

@@ -63,6 +63,11 @@ t.test('after a restart, decisions of the persisted epoch delivered again are no
   t.same(state.applied.map(d => d.seq), [6], 'the epoch continues at 6')
   t.same(state.persisted, ['8/6'], 'the position is persisted before the decision is applied')
   t.equal(await log.receive(batch(B, 8, [7])), 'stale', 'the persisted epoch leader is kept across the restart')
+  t.match(log.entries()[0], { outcome: 'resumed', seq: 5, leader: A }, 'the log starts with where the agent resumed')
+  // A kill lost the file's lines for 4 and 5 (written behind the persisted position): the marker bridges them.
+  const e = (seq: number, outcome: 'applied' | 'resumed' = 'applied'): DecisionLogEntry => ({ atMs: 0, epoch: 8, seq, leader: A, kind: 'k', outcome, digest: decisionDigest('k', seq) })
+  t.same(checkDecisionInvariants(new Map([['x', [e(1), e(2), e(3), e(5, 'resumed'), e(6)]]])), [], 'no gap reported across a restart')
+  t.match(checkDecisionInvariants(new Map([['x', [e(1), e(2), e(3), e(6)]]])), [{ invariant: 'gap-free' }], 'a real gap still is')
 })
 
 t.test('a second sender in one epoch is refused and counted as a violation', async t => {
