@@ -69,6 +69,13 @@ export interface LeaderContext {
   decide(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
   /** The leader's log: every committed decision and this leader's own decisions (the base for the next one). */
   desiredState(): Record<string, unknown>
+  /**
+   * Resolves, with the log's last position, once everything desiredState()
+   * holds is committed — a task answering from that state without deciding
+   * anything (an idempotent repeat) waits for it first, since a decision whose
+   * commit failed stays in the log. ERR_NOT_COMMITTED / ERR_NOT_LEADER otherwise.
+   */
+  barrier(): Promise<{ epoch: number, seq: number }>
   /** Answers leader calls to `method` (leader-calls.ts) until `signal` aborts. */
   handleCalls(method: string, handler: LeaderCallHandler): void
 }
@@ -148,8 +155,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   if (opened.switchedFrom !== null) log.warn({ from: opened.switchedFrom, to: config.backend }, 'election backend changed: the previous voter set and fencing epoch are forgotten')
   const store: ElectionStore = opened
   const replicated = await openReplicatedLog(options.stateDir)
-  /** How long a decision may wait for its quorum before the leader gives up (and stops acting). */
-  const commitTimeoutMs = config.backend === 'etcd' ? config.etcdLeaseTtlS * 1000 : config.leaseMs
+  /**
+   * How long a decision may wait for its quorum before the leader gives up
+   * (and stops acting). A leader that loses its majority loses its lease
+   * sooner and fails the commit then; this bounds a majority that renews the
+   * lease but is slow to store the log.
+   */
+  const commitTimeoutMs = config.backend === 'etcd' ? config.etcdLeaseTtlS * 1000 : 2 * config.electionTimeoutMaxMs
   const calls = createLeaderCalls({
     node: mesh.node,
     self,
@@ -285,19 +297,25 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
    * etcd keep-alive answer) resumes acting in the same epoch from there.
    * publishStaleDecision publishes in it.
    */
-  interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], staleSeq: number }
+  interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], unpublished: Decision[], staleSeq: number }
   let lastLed: Led | undefined
   /** tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on). */
-  let acting: (Led & { controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean }) | undefined
+  type Acting = Led & { controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean }
+  let acting: Acting | undefined
   let supervisor: NodeJS.Timeout | undefined
 
-  const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
-    const a = acting
-    if (a === undefined || !election.mayAct()) {
-      const v = view()
-      throw new AgentError('ERR_NOT_LEADER', `this agent is not the acting leader (self: ${v.self}, leader: ${v.leaderId ?? 'unknown'}, epoch ${v.epoch})`, { details: { leaderId: v.leaderId, epoch: v.epoch } })
-    }
-    const { snapshot, durable } = replicated.append(election.voterSetId(), a.epoch, kind, payload)
+  const notActing = (): AgentError => {
+    const v = view()
+    return new AgentError('ERR_NOT_LEADER', `this agent is not the acting leader (self: ${v.self}, leader: ${v.leaderId ?? 'unknown'}, epoch ${v.epoch})`, { details: { leaderId: v.leaderId, epoch: v.epoch } })
+  }
+
+  /**
+   * Commits this leader's log up to `snapshot` (durable here first), then
+   * applies and gossips every decision it covers that was not published yet
+   * (a decision whose own commit failed is carried by the next one). A
+   * commit that fails stops acting (the supervisor resumes from the log).
+   */
+  const commitAndPublish = async (a: Acting, snapshot: LogSnapshot, durable: Promise<void>): Promise<void> => {
     try {
       await durable
       await election.commit(snapshot, AbortSignal.any([a.controller.signal, AbortSignal.timeout(commitTimeoutMs)]))
@@ -308,18 +326,37 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       if (acting === a) stopActing(`decision ${a.epoch}/${snapshot.seq} not committed`)
       throw e
     }
-    const decision: Decision = { seq: snapshot.seq, kind, payload }
-    const first = a.committed === undefined
-    if (first || snapshot.seq > a.committed!.seq) a.committed = snapshot
-    a.recent.push(decision)
-    a.recent.sort((x, y) => x.seq - y.seq)
-    if (a.recent.length > recentDecisions) a.recent.shift()
-    // The epoch's first decision carries the committed state: every agent adopts it on entering the epoch.
-    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: snapshot.voterSetId, epoch: a.epoch, decisions: [decision], ...(first ? { state: { seq: snapshot.seq, entries: snapshot.entries } } : {}), sentAtMs: Date.now() }
+    const previous = a.committed?.seq
+    if (previous !== undefined && previous >= snapshot.seq) return
+    a.committed = snapshot
+    const decisions = a.unpublished.filter(d => d.seq <= snapshot.seq)
+    a.unpublished = a.unpublished.filter(d => d.seq > snapshot.seq)
+    a.recent.push(...decisions)
+    if (a.recent.length > recentDecisions) a.recent.splice(0, a.recent.length - recentDecisions)
+    // The epoch's first batch, and any batch that does not continue the last one, carries the committed state.
+    const withState = previous === undefined || decisions[0]?.seq !== previous + 1
+    const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: snapshot.voterSetId, epoch: a.epoch, decisions, ...(withState ? { state: { seq: snapshot.seq, entries: snapshot.entries } } : {}), sentAtMs: Date.now() }
     await decisionLog.receive(batch)
     // Committed: it stands whatever happens to this leader now, so it is published even if the lease just lapsed.
     await mesh.publish(batch).catch(err => log.warn({ err, seq: snapshot.seq }, 'committed decision not gossiped (republish and direct catch-up carry it)'))
-    return { epoch: a.epoch, seq: decision.seq }
+  }
+
+  const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
+    const a = acting
+    if (a === undefined || !election.mayAct()) throw notActing()
+    const { snapshot, durable } = replicated.append(election.voterSetId(), a.epoch, kind, payload)
+    a.unpublished.push({ seq: snapshot.seq, kind, payload })
+    await commitAndPublish(a, snapshot, durable)
+    return { epoch: a.epoch, seq: snapshot.seq }
+  }
+
+  /** LeaderContext.barrier: commits whatever the log holds beyond the last commit. */
+  const barrier = async (): Promise<{ epoch: number, seq: number }> => {
+    const a = acting
+    if (a === undefined || !election.mayAct()) throw notActing()
+    const snapshot = replicated.snapshot(election.voterSetId())
+    if ((a.committed?.seq ?? 0) < snapshot.seq) await commitAndPublish(a, snapshot, Promise.resolve())
+    return { epoch: a.epoch, seq: snapshot.seq }
   }
 
   /** Some other live agent follows this voter set (a lone --dev agent among others re-publishes nothing). */
@@ -331,7 +368,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const startActing = (state: LeaderElectionState): void => {
     const controller = new AbortController()
     const resumed = lastLed !== undefined && lastLed.epoch === state.epoch && lastLed.committed !== undefined ? lastLed : undefined
-    const a = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [] as Decision[], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
+    const a: Acting = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [], unpublished: resumed?.unpublished ?? [], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
     a.republish.unref()
     acting = a
     lastLed = a
@@ -353,14 +390,18 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         controller.signal.addEventListener('abort', unregister, { once: true })
       }
       handleCalls(stateCallMethod, async () => stateBatch({ ...a, committed: a.committed! }))
-      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, desiredState: () => replicated.snapshot(election.voterSetId()).entries, handleCalls }
+      const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, barrier, desiredState: () => replicated.snapshot(election.voterSetId()).entries, handleCalls }
       for (const task of components.leaderTasks) {
         if (controller.signal.aborted) return
         await Promise.resolve(task.start(context)).catch(err => log.error({ err, task: task.name }, 'leader task failed'))
       }
       a.tasksStarted = true
       leadershipChanged()
-    })().catch(err => log.warn({ err: (err as Error).message }, 'leader start-up decision failed'))
+    })().catch(err => {
+      log.warn({ err: (err as Error).message }, 'leader start-up decision failed')
+      // Not acting half-way (no tasks, nothing committed in the epoch): the supervisor tries again.
+      if (acting === a) stopActing('start-up decision failed')
+    })
   }
 
   const stopActing = (why: string): void => {

@@ -12,8 +12,9 @@
  * - Leader calls (leader-calls.ts):
  *     jobs.submit   { spec }  → { job, created, decision }   idempotent by job id
  *     jobs.complete { id }    → { job, decision }            idempotent
- *   Both answer only after the decision holding the change is published, so
- *   a later leader has every acknowledged job. A submission with an invalid
+ *   Both answer only after the decision holding the change is committed (or,
+ *   when nothing changes, once the log it answers from is committed), so a
+ *   later leader has every acknowledged job. A submission with an invalid
  *   spec, or refused, changes nothing.
  * - Changes are applied one at a time (a chain): each builds the next table
  *   from the last published one, publishes it, and only then adopts it.
@@ -68,7 +69,6 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
       const previous = context.desiredState()[jobsDecisionKind]
       let table: JobTable = jobTableOf(previous) ?? emptyJobTable(config.slotS)
       if (previous !== undefined && jobTableOf(previous) === undefined) log.error({ problem: jobTableProblem(previous) }, 'jobs: the desired state holds no valid job table; starting empty')
-      let last: { epoch: number, seq: number } | null = null
       let chain: Promise<unknown> = Promise.resolve()
       const switchesBase = table.contextSwitches
       const runtime = createJobRuntime({ scheduler: config.runtime, slotS: table.slotS }, {
@@ -83,12 +83,13 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
           const out = transform(table)
           const next = 'answer' in out ? out.table : out
           const answer = 'answer' in out ? out.answer : undefined
-          if (next === table) return { answer, decision: last }
+          // Nothing to decide, but the answer rests on the log's state: only once that is committed (an idempotent repeat of a submission whose commit failed).
+          if (next === table) return { answer, decision: await context.barrier() }
           const withSwitches = { ...next, contextSwitches: Math.max(next.contextSwitches, table.contextSwitches, switchesBase + runtime.contextSwitches) }
-          last = await context.decide(jobsDecisionKind, withSwitches)
+          const decision = await context.decide(jobsDecisionKind, withSwitches)
           table = withSwitches
           runtime.sync(table.jobs.filter(j => j.state === 'RUNNING'))
-          return { answer, decision: last }
+          return { answer, decision }
         })
         chain = run.catch(() => {})
         return run

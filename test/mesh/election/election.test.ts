@@ -27,7 +27,9 @@ for (const backend of testBackends) t.test(`${backend}: 3 servers and a client a
 
   const cli = await runNode(agentctlMain, ['--socket', cluster.clients[0]!.socketPath, 'leader', '--json'])
   t.equal(cli.code, 0, 'agentctl leader --json exits 0')
-  t.same(JSON.parse(cli.stdout), { leaderId: first.leaderId, epoch: first.epoch, backend, voters: views[0]!.voters, self: 'client' }, 'agentctl leader --json')
+  const json = JSON.parse(cli.stdout)
+  t.match(json, { leaderId: first.leaderId, epoch: first.epoch, backend, voters: views[0]!.voters, self: 'client', selfId: cluster.clients[0]!.peerId, acting: false, commitSeq: null, log: null }, 'agentctl leader --json')
+  t.same(Object.keys(json).sort(), Object.keys(views[0]!).sort(), 'prints the API\'s answer whole')
 
   // Decisions: only the leader may make them; everyone applies them in order.
   const follower = cluster.servers.find(a => a !== leader)!

@@ -7,10 +7,12 @@ import t from 'tap'
 import { netnsSkipReason } from '../../helpers/netns-lab.ts'
 import { nemesisKinds, runJepsen, startJepsenCluster } from '../../helpers/jepsen.ts'
 
+// Starting 5 agents, ~10 faults with their heals and the checker take 1.5-3 minutes on 2 loaded cores.
+t.setTimeout(400_000)
 const skip = await netnsSkipReason()
 if (skip !== false) console.log(`# jepsen test skipped: ${skip}`)
 
-t.test('acknowledged jobs survive every partition and a leader kill; agents converge after each heal', { skip, timeout: 300_000 }, async t => {
+t.test('acknowledged jobs survive every partition and a leader kill; agents converge after each heal', { skip, timeout: 380_000 }, async t => {
   const { lab, cluster } = await startJepsenCluster(t, 5)
   const r = await runJepsen(lab, cluster, { seed: 29, schedule: nemesisKinds, flapForMs: 6000, maxSubmissions: 120 })
   t.comment(`faults: ${r.faults.join('; ')}`)

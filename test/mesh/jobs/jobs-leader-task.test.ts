@@ -53,6 +53,7 @@ function harness (t: { teardown(fn: () => unknown): void, equal(a: unknown, b: u
       decisions.push({ seq: decisions.length + 1, payload: payload as JobTable })
       return { epoch: 3, seq: decisions.length }
     },
+    async barrier () { return { epoch: 3, seq: decisions.length } },
     desiredState: () => options.desired ?? {},
     handleCalls (method, handler) { handlers.set(method, handler) },
   })
