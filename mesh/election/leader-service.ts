@@ -310,15 +310,16 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   }
 
   /**
-   * Commits this leader's log up to `snapshot` (durable here first), then
+   * Commits this leader's log up to `snapshot` (`durable`: its write here), then
    * applies and gossips every decision it covers that was not published yet
    * (a decision whose own commit failed is carried by the next one). A
    * commit that fails stops acting (the supervisor resumes from the log).
    */
   const commitAndPublish = async (a: Acting, snapshot: LogSnapshot, durable: Promise<void>): Promise<void> => {
     try {
-      await durable
-      await election.commit(snapshot, AbortSignal.any([a.controller.signal, AbortSignal.timeout(commitTimeoutMs)]))
+      // The leader's own write and the replication run at once (Raft §10.2.1): the decision counts as
+      // committed only when both are done, so the majority that holds it includes a durable leader.
+      await Promise.all([durable, election.commit(snapshot, AbortSignal.any([a.controller.signal, AbortSignal.timeout(commitTimeoutMs)]))])
     } catch (err) {
       const e = (err as AgentError).code === 'ERR_NOT_COMMITTED'
         ? err as AgentError

@@ -142,9 +142,10 @@ export interface RaftElection {
   /** Role or term changed. */
   onChange(listener: (state: ElectionState) => void): () => void
   /**
-   * Leader: resolves once a majority of voters (this one included) durably
-   * holds the log up to `seq` in the current term; `seq` must already be
-   * durable here. Rejects with ERR_NOT_COMMITTED when leadership is lost or
+   * Leader: resolves once a majority of voters (this one included) holds the
+   * log up to `seq` in the current term. This leader counts itself as holding
+   * `seq` from the call on: the caller must not acknowledge anything before
+   * its own write of `seq` is durable too. Rejects with ERR_NOT_COMMITTED when leadership is lost or
    * `signal` aborts first (the decision may still be committed later by this
    * or the next leader: the caller retries idempotently).
    */
