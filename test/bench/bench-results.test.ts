@@ -94,6 +94,8 @@ t.test('compareRuns: within the threshold is the same; beyond it better or worse
   t.match(text, /weights: pull median\s+GB\/s\s+2\s+1\.5\s+-25\.0%\s+worse/)
   t.notMatch(text, /steady median/, 'unchanged figures are left out')
   t.match(formatComparison(comparison, { all: true }), /steady median/)
+  t.match(formatComparison(comparison, { all: true }), /8 figures, 9 differences/, 'counts figures and status changes that differ, shown or not')
+  t.match(text, /8 figures, 9 differences/)
   t.match(text, /REGRESSIONS \(2/)
 })
 

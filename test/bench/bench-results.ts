@@ -228,19 +228,22 @@ const formatNumber = (value: number | undefined): string => value === undefined 
 /** The comparison as text: one row per figure that is not `same` (all of them with `all`), then the regressions. */
 export function formatComparison (comparison: Comparison, options: { all?: boolean } = {}): string {
   const rows: string[][] = []
+  let differences = 0
   for (const bench of comparison.benches) {
     if (bench.previousStatus !== bench.currentStatus) {
+      differences++
       rows.push([bench.bench, 'status', bench.previousStatus ?? '-', bench.currentStatus ?? '-', '', ''])
     }
     for (const m of bench.metrics) {
-      if (m.verdict === 'same' && options.all !== true) continue
+      if (m.verdict !== 'same') differences++
+      else if (options.all !== true) continue
       const change = m.changePct === undefined ? '' : `${m.changePct >= 0 ? '+' : ''}${m.changePct.toFixed(1)}%`
       rows.push([`${bench.bench}: ${m.key}`, m.unit, formatNumber(m.previous), formatNumber(m.current), change, m.verdict])
     }
   }
   const compared = comparison.benches.reduce((n, b) => n + b.metrics.length, 0)
   const head = `compared with ${comparison.previous.startedAt}${comparison.previous.commit !== '' ? ` (${comparison.previous.commit})` : ''}: ` +
-    `${compared} figures, ${rows.length === 0 ? 'no' : rows.length} differences beyond the threshold`
+    `${compared} figures, ${differences === 0 ? 'no' : differences} differences beyond the threshold`
   const table = rows.length === 0 ? '' : '\n' + formatTable(['figure', 'unit', 'before', 'now', 'change', ''], rows)
   const regressions = comparison.regressions.length === 0
     ? '\nno regressions'
