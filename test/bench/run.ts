@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- FILTER…] [--threshold PCT] [--timeout-s S] [--results-dir DIR]`
+ * `npm run bench [-- FILTER…] [--threshold PCT] [--all] [--timeout-s S] [--results-dir DIR]`
  *
  * Runs every `test/bench/*.bench.ts` whose name contains one of the filters
  * (all without a filter), one after another, each with this Node.js and no
@@ -32,6 +32,8 @@ const { values, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     threshold: { type: 'string', default: '10' },
+    /** List every compared figure, not only those beyond the threshold. */
+    all: { type: 'boolean', default: false },
     'timeout-s': { type: 'string', default: '1800' },
     'results-dir': { type: 'string', default: join(repo, 'bench-results') },
   },
@@ -143,7 +145,7 @@ const summary = [
   '',
   formatRun(run),
   '',
-  previous === undefined ? 'no previous results to compare with' : formatComparison(compareRuns(previous, run, thresholdPct)),
+  previous === undefined ? 'no previous results to compare with' : formatComparison(compareRuns(previous, run, thresholdPct), { all: values.all }),
 ].join('\n') + '\n'
 writeFileSync(join(runDir, 'summary.txt'), summary)
 console.log('\n' + summary + `results: ${runDir}`)
