@@ -5,7 +5,7 @@
  */
 import type { Logger } from 'pino'
 import type { AgentConfig } from './config/schema.ts'
-import { createSubsystemRunner, type SubsystemRecord, type SubsystemSpec } from './subsystems.ts'
+import { constantSubsystem, createSubsystemRunner, serviceSubsystem, subsystemSpecOf, type SubsystemRecord, type SubsystemSpec } from './subsystems.ts'
 import { loadOrCreateNodeId } from './node-identity.ts'
 import { probeInventory, type NodeInventory } from './inventory/inventory.ts'
 import { createGpuSampler, type GpuSampler } from './inventory/gpu-sampler.ts'
@@ -47,6 +47,25 @@ export interface Daemon {
   subsystems(): SubsystemRecord[]
 }
 
+/** What each subsystem hands out while it is ok, by id: the runner's typed lookup. */
+interface DaemonHandles {
+  /** This node's id. */
+  identity: string
+  native: undefined
+  /** The probed inventory and, when GPUs are sampled, their sampler. */
+  inventory: { inventory: NodeInventory, gpuSampler?: GpuSampler }
+  'device-lock': DeviceLockService
+  state: StateManager
+  weights: WeightsService
+  mesh: Mesh
+  leader: LeaderService
+  jobs: JobsService
+  reward: RewardService
+  api: ApiServer
+}
+
+const subsystem = subsystemSpecOf<DaemonHandles>()
+
 /** The agent process's own memory and CPU (GET /v1/status). */
 function processFootprint (): NonNullable<StatusBody['process']> {
   const memory = process.memoryUsage()
@@ -64,41 +83,29 @@ function processFootprint (): NonNullable<StatusBody['process']> {
 export function createDaemon (options: DaemonOptions, components: DaemonComponents): Daemon {
   const { config, dev } = options
   const startedAt = performance.now()
-  let nodeId = ''
-  let inventory: NodeInventory | undefined
-  let gpuSampler: GpuSampler | undefined
-  let deviceLock: DeviceLockService | undefined
-  let stateManager: StateManager | undefined
-  let mesh: Mesh | undefined
-  let leader: LeaderService | undefined
-  /**
-   * Leader-only subsystems (the cluster policies of mesh/policies/): started in
-   * this order when this agent gains leadership and may act, stopped (their
-   * signal aborted) when it loses it.
-   */
-  const leaderTasks: LeaderTask[] = []
-  // DistRS reward proxy and worker scaling (agent/reward/), while this agent leads.
-  if (config.reward.enabled) leaderTasks.push(createRewardLeaderTask({ config: config.reward }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh?.status().peerId ?? '' }))
-  let weights: WeightsService | undefined
-  let jobs: JobsService | undefined
-  let reward: RewardService | undefined
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
   }
+  const handle = <K extends keyof DaemonHandles>(id: K): DaemonHandles[K] | undefined => runner.handle(id)
 
-  const status = (): StatusBody => ({
-    node: { id: nodeId, name: config.node.name },
-    version: agentVersion,
-    uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
-    dev,
-    process: processFootprint(),
-    subsystems: runner.records(),
-    native: capabilities,
-    ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
-    ...(leader !== undefined ? { leader: leader.view() } : {}),
-    ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
-  })
+  const status = (): StatusBody => {
+    const mesh = handle('mesh')
+    const leader = handle('leader')
+    const weights = handle('weights')
+    return {
+      node: { id: handle('identity') ?? '', name: config.node.name },
+      version: agentVersion,
+      uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
+      dev,
+      process: processFootprint(),
+      subsystems: runner.records(),
+      native: capabilities,
+      ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
+      ...(leader !== undefined ? { leader: leader.view() } : {}),
+      ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
+    }
+  }
 
   /**
    * The API's routes and schemas are compiled before any subsystem starts
@@ -110,180 +117,176 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   const api = (): Promise<ApiServer> => builtApi ??= createApiServer({ ...config.api, version: agentVersion }, {
     logger: components.logger.child({ component: 'api' }),
     status: { status },
-    inventory: { inventory: () => inventory },
-    locks: { deviceLock: () => deviceLock ?? { unavailable: subsystemReason('device-lock') } },
-    state: { stateManager: () => stateManager ?? { unavailable: subsystemReason('state') } },
-    mesh: { mesh: () => mesh ?? { unavailable: subsystemReason('mesh') } },
-    leader: { leader: () => leader ?? { unavailable: subsystemReason('leader') } },
-    ...(config.election.faultInjection ? { fault: { mesh: () => mesh, leader: () => leader } } : {}),
-    weights: { weights: () => weights ?? { unavailable: subsystemReason('weights') } },
-    jobs: { jobs: () => jobs ?? { unavailable: subsystemReason('jobs') } },
-    reward: { reward: () => reward ?? { unavailable: subsystemReason('reward') } },
+    inventory: { inventory: () => handle('inventory')?.inventory },
+    locks: { deviceLock: () => handle('device-lock') ?? { unavailable: subsystemReason('device-lock') } },
+    state: { stateManager: () => handle('state') ?? { unavailable: subsystemReason('state') } },
+    mesh: { mesh: () => handle('mesh') ?? { unavailable: subsystemReason('mesh') } },
+    leader: { leader: () => handle('leader') ?? { unavailable: subsystemReason('leader') } },
+    ...(config.election.faultInjection ? { fault: { mesh: () => handle('mesh'), leader: () => handle('leader') } } : {}),
+    weights: { weights: () => handle('weights') ?? { unavailable: subsystemReason('weights') } },
+    jobs: { jobs: () => handle('jobs') ?? { unavailable: subsystemReason('jobs') } },
+    reward: { reward: () => handle('reward') ?? { unavailable: subsystemReason('reward') } },
   })
 
-  const specs: SubsystemSpec[] = [
-    {
+  /**
+   * Leader-only subsystems (the cluster policies of mesh/policies/), the one
+   * place they are registered: started in this order when this agent gains
+   * leadership and may act, stopped (their signal aborted) when it loses it.
+   */
+  const leaderTasks = (mesh: Mesh, leaderLogger: Logger, inventory: () => NodeInventory | undefined): LeaderTask[] => [
+    // DistRS reward proxy and worker scaling (agent/reward/).
+    ...(config.reward.enabled ? [createRewardLeaderTask({ config: config.reward }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh.status().peerId })] : []),
+    // Placement of the job table (mesh/jobs/). The table travels in one mesh message: half of
+    // the record limit leaves room for the batch around it.
+    createJobsLeaderTask({ config: config.placement, maxTableBytes: Math.floor(config.mesh.maxRecordBytes / 2) }, {
+      logger: leaderLogger.child({ task: 'jobs' }),
+      mesh,
+      self: () => ({ peerId: mesh.status().peerId, name: config.node.name, gpus: inventory()?.gpus.devices.length ?? 0 }),
+    }),
+  ]
+
+  const specs: Array<SubsystemSpec<DaemonHandles>> = [
+    subsystem({
       id: 'identity',
       requires: [],
       critical: true,
-      async create () {
-        nodeId = await loadOrCreateNodeId(config.node.stateDir)
-        return { stop: async () => {} }
-      },
-    },
-    {
+      create: async () => constantSubsystem(await loadOrCreateNodeId(config.node.stateDir)),
+    }),
+    subsystem({
       // The addon moves bulk data for the StateManager and weights; without it they cannot run.
       id: 'native',
       requires: [],
       async create () {
         if (!capabilities.addon.loaded) throw new AgentError('ERR_NATIVE_UNAVAILABLE', capabilities.addon.error ?? 'native addon not loaded')
-        return { stop: async () => {} }
+        return constantSubsystem(undefined)
       },
-    },
-    {
+    }),
+    subsystem({
       id: 'inventory',
       requires: [],
       async create (context) {
         const probe = { hostname: config.node.name, ...(config.inventory.gpus !== undefined ? { gpuOverride: config.inventory.gpus } : {}) }
-        inventory = await probeInventory(probe)
+        const inventory = await probeInventory(probe)
         const devices = inventory.gpus.devices
-        if (config.inventory.gpuSampleIntervalMs === 0 || devices.length === 0) return { stop: async () => {} }
-        const sampler = createGpuSampler({ command: config.inventory.nvidiaSmiCommand, intervalMs: config.inventory.gpuSampleIntervalMs, timeoutMs: 10_000 },
-          { devices, logger: context.logger, onChange: () => mesh?.availabilityChanged() })
-        gpuSampler = sampler
-        return {
-          start: async options => sampler.start(options),
-          stop: async () => { gpuSampler = undefined; sampler.stop() },
-        }
+        if (config.inventory.gpuSampleIntervalMs === 0 || devices.length === 0) return constantSubsystem({ inventory })
+        const gpuSampler = createGpuSampler({ command: config.inventory.nvidiaSmiCommand, intervalMs: config.inventory.gpuSampleIntervalMs, timeoutMs: 10_000 },
+          { devices, logger: context.logger, onChange: () => context.find('mesh')?.availabilityChanged() })
+        return { ...serviceSubsystem(gpuSampler), handle: { inventory, gpuSampler } }
       },
-    },
-    {
+    }),
+    subsystem({
       // RLinf §3.3 context switching: one FIFO lock per GPU of the inventory. Holders are
       // processes identified by SO_PEERCRED, which needs the native addon.
       id: 'device-lock',
       requires: ['native', 'inventory'],
       async create (context) {
-        const gpuCount = inventory?.gpus.devices.length ?? 0
+        const gpuCount = context.get('inventory').inventory.gpus.devices.length
         if (gpuCount === 0) return { skip: 'no GPUs in the inventory' }
-        const lock = createDeviceLock({ gpuCount, holderCheckIntervalMs: config.locks.holderCheckIntervalMs },
-          { logger: context.logger, processes: createProcfsProcessTable() })
-        deviceLock = lock
-        return {
-          start: options => lock.start(options),
-          stop: async () => { deviceLock = undefined; await lock.stop() },
-        }
+        return serviceSubsystem(createDeviceLock({ gpuCount, holderCheckIntervalMs: config.locks.holderCheckIntervalMs },
+          { logger: context.logger, processes: createProcfsProcessTable() }))
       },
-    },
-    {
+    }),
+    subsystem({
       id: 'state',
       requires: ['native'],
       async create (context) {
         if (!config.state.enabled) return { skip: 'disabled by config (state.enabled = false)' }
-        const sm = createStateManager(config.state, { logger: context.logger })
-        return {
-          async start () { await sm.start(); stateManager = sm },
-          async stop () { stateManager = undefined; await sm.stop() },
-        }
+        return serviceSubsystem(createStateManager(config.state, { logger: context.logger }))
       },
-    },
-    {
+    }),
+    subsystem({
       // RLBoost §4.3 pull-based weight transfer: versions in the StateManager, served over TCP
       // authenticated with the cluster key (the mesh's key file; --dev generates one like the mesh does).
       id: 'weights',
       requires: ['state'],
       async create (context) {
         if (!config.weights.enabled) return { skip: 'disabled by config (weights.enabled = false)' }
-        const sm = stateManager!
         const clusterKey = config.mesh.clusterKeyFile === '' && dev
           ? (await loadOrCreateDevClusterKey(config.node.stateDir)).key
           : await loadClusterKey(config.mesh.clusterKeyFile)
-        // The mesh starts later: its peers and change notifications are read through `mesh` when used.
-        const service = createWeightsService({ ...config.weights, manifestDir: manifestDirOf(config.node.stateDir) },
-          { stateManager: sm, clusterKey, logger: context.logger, meshPeers: () => mesh?.peers(), availabilityChanged: () => mesh?.availabilityChanged() })
-        return {
-          async start () { await service.start(); weights = service },
-          async stop () { weights = undefined; await service.stop() },
-        }
+        // The mesh starts later: its peers and change notifications are looked up when used.
+        return serviceSubsystem(createWeightsService({ ...config.weights, manifestDir: manifestDirOf(config.node.stateDir) }, {
+          stateManager: context.get('state'),
+          clusterKey,
+          logger: context.logger,
+          meshPeers: () => context.find('mesh')?.peers(),
+          availabilityChanged: () => context.find('mesh')?.availabilityChanged(),
+        }))
       },
-    },
-    {
+    }),
+    subsystem({
       // Membership and availability gossip with the other agents (libp2p + gossipsub, SWIM).
       id: 'mesh',
       requires: ['identity'],
       async create (context) {
         if (!config.mesh.enabled) return { skip: 'disabled by config (mesh.enabled = false)' }
-        const created = await createMesh({ config: config.mesh, dev, stateDir: config.node.stateDir, nodeName: config.node.name, version: agentVersion },
-          { logger: context.logger, inventory: () => inventory })
-        created.addAvailabilityContributor({ name: 'weights', collect: () => weights?.advert() ?? {} })
-        return {
-          async start (options) {
-            // The StateManager starts earlier; its sections are read at every publication (heartbeat).
-            created.addAvailabilityContributor({ name: 'state', collect: () => stateManager !== undefined ? stateSections(stateManager.availability()) : {} })
-            created.addAvailabilityContributor({ name: 'gpus', collect: () => gpuSampler !== undefined ? { gpus: gpusFromInventory(inventory, gpuSampler.samples()) } : {} })
-            await created.start(options)
-            mesh = created
+        const inventory = (): NodeInventory | undefined => context.find('inventory')?.inventory
+        const mesh = await createMesh({ config: config.mesh, dev, stateDir: config.node.stateDir, nodeName: config.node.name, version: agentVersion },
+          { logger: context.logger, inventory })
+        // Read at every publication (heartbeat): whatever of these is ok then is advertised.
+        mesh.addAvailabilityContributor({ name: 'weights', collect: () => context.find('weights')?.advert() ?? {} })
+        mesh.addAvailabilityContributor({
+          name: 'state',
+          collect: () => {
+            const stateManager = context.find('state')
+            return stateManager !== undefined ? stateSections(stateManager.availability()) : {}
           },
-          async stop () { mesh = undefined; await created.stop() },
-        }
+        })
+        mesh.addAvailabilityContributor({
+          name: 'gpus',
+          collect: () => {
+            const gpuSampler = context.find('inventory')?.gpuSampler
+            return gpuSampler !== undefined ? { gpus: gpusFromInventory(inventory(), gpuSampler.samples()) } : {}
+          },
+        })
+        return serviceSubsystem(mesh)
       },
-    },
-    {
+    }),
+    subsystem({
       // Leader election among the servers and fenced decisions over the mesh (mesh/election/).
       id: 'leader',
       requires: ['mesh'],
       async create (context) {
-        const m = mesh!
-        // The job table travels in one mesh message: half of the record limit leaves room for the batch around it.
-        leaderTasks.push(createJobsLeaderTask({ config: config.placement, maxTableBytes: Math.floor(config.mesh.maxRecordBytes / 2) }, {
-          logger: context.logger.child({ task: 'jobs' }),
-          mesh: m,
-          self: () => ({ peerId: m.status().peerId, name: config.node.name, gpus: inventory?.gpus.devices.length ?? 0 }),
+        const mesh = context.get('mesh')
+        return serviceSubsystem(await createLeaderService({ config: config.election, stateDir: config.node.stateDir, maxBatchBytes: config.mesh.maxRecordBytes }, {
+          logger: context.logger,
+          mesh,
+          leaderTasks: leaderTasks(mesh, context.logger, () => context.find('inventory')?.inventory),
         }))
-        const created = await createLeaderService({ config: config.election, stateDir: config.node.stateDir, maxBatchBytes: config.mesh.maxRecordBytes },
-          { logger: context.logger, mesh: mesh!, leaderTasks })
-        return {
-          async start (options) { await created.start(options); leader = created },
-          async stop () { leader = undefined; await created.stop() },
-        }
       },
-    },
-    {
+    }),
+    subsystem({
       // Every agent's view of the leader's job table; submissions forwarded to the acting leader (mesh/jobs/).
+      // (mesh is ok whenever leader is: listing it second keeps the skip reason "requires leader".)
       id: 'jobs',
-      requires: ['leader'],
+      requires: ['leader', 'mesh'],
       async create (context) {
-        const service = createJobsService({ slotS: config.placement.slotS }, { logger: context.logger, leader: leader!, selfPeerId: mesh!.status().peerId })
-        return {
-          async start () { service.start(); jobs = service },
-          async stop () { jobs = undefined; service.stop() },
-        }
+        return serviceSubsystem(createJobsService({ slotS: config.placement.slotS },
+          { logger: context.logger, leader: context.get('leader'), selfPeerId: context.get('mesh').status().peerId }))
       },
-    },
-    {
+    }),
+    subsystem({
       // The reward service on this agent: trainers' submissions and results, and the supervised reward workers.
       id: 'reward',
-      requires: ['leader', 'inventory'],
+      requires: ['leader', 'inventory', 'mesh'],
       async create (context) {
         if (!config.reward.enabled) return { skip: 'disabled by config (reward.enabled = false)' }
-        const created = createRewardService({
+        const { inventory } = context.get('inventory')
+        return serviceSubsystem(createRewardService({
           config: config.reward,
           socketPath: config.api.socketPath,
           nodeName: config.node.name,
-          detectedCpuCores: inventory?.cpu.cores ?? 0,
-          gpus: inventory?.gpus.devices.length ?? 0,
-        }, { logger: context.logger, selfId: mesh!.status().peerId, leader: leader! })
-        return {
-          async start (options) { await created.start(options); reward = created },
-          async stop () { reward = undefined; await created.stop() },
-        }
+          detectedCpuCores: inventory.cpu.cores,
+          gpus: inventory.gpus.devices.length,
+        }, { logger: context.logger, selfId: context.get('mesh').status().peerId, leader: context.get('leader') }))
       },
-    },
-    {
+    }),
+    subsystem({
       id: 'api',
       requires: ['identity'],
       critical: true,
-      create: api,
-    },
+      create: async () => serviceSubsystem(await api()),
+    }),
   ]
   const runner = createSubsystemRunner(specs, { logger: components.logger })
 
@@ -307,8 +310,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     },
     async stop () {
       await runner.stopAll()
-      // Built but never started by the runner (stopped during start-up): close it here.
-      if (runner.get('api') === undefined) await (await builtApi?.catch(() => undefined))?.stop()
+      // Built but maybe never started by the runner (stopped during start-up): close it here
+      // too. ApiServer.stop() is idempotent, so a second stop after the runner's is a no-op.
+      await (await builtApi?.catch(() => undefined))?.stop()
       await stateDirLock?.release()
     },
     status,

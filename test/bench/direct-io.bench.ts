@@ -7,6 +7,7 @@
  *
  *   node_modules/.bin/node test/bench/direct-io.bench.ts [--dir /var/tmp] [--mib 1024] [--block-kib 1024] [--qd 8] [--runs 5]
  */
+// bench-requires: fio (fio is the baseline; npm run bench checks this line)
 import { execFileSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { join } from 'node:path'

@@ -9,6 +9,7 @@
  *
  *   npm run build && node_modules/.bin/node test/bench/state.bench.ts [--runs 5] [--dir /var/tmp]
  */
+// bench-requires: fio (fio is the baseline of the spill and restore figures; npm run bench checks this line)
 import { spawn, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'

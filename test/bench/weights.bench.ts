@@ -10,6 +10,7 @@
  * Usage: node test/bench/weights.bench.ts [--model-mib N] [--runs R] [--no-region]
  * Medians of R runs (default 3). The agents run with durable publishes (NVMe) as in production.
  */
+// bench-requires: iperf3 (iperf3 is the baseline of the full pulls; npm run bench checks this line)
 import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
