@@ -23,13 +23,13 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { constants as bufferConstants } from 'node:buffer'
-import { checksum, createHostPool, openSharedMemory, type Extent, type HostMemory, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
+import { checksum, createHostPool, type Extent, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'
 import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
+import { createAdoptedShmRegions, mapForAdoption, planShmAdoption, type AdoptedShm } from './adopted-shm-regions.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
 const copyConcurrency = 2
@@ -221,35 +221,6 @@ export interface PinnedBytes {
   sharedRegion?: string
 }
 
-/** A shared-memory object adopted as the host storage of some keys. */
-interface AdoptedShm {
-  name: string
-  object: SharedMemoryObject
-  /**
-   * The mapping as HostMemory whose views are subarrays of one Buffer over it:
-   * a fresh external Buffer per weight reply costs full garbage collections
-   * (see native/host-memory.ts). Dropped when the mapping is closed.
-   */
-  memory: HostMemory
-  /** Keys whose host copy is in this mapping, and their bytes; unmapped at 0 keys. */
-  keys: number
-  bytes: number
-}
-
-function adoptedMemory (object: SharedMemoryObject): HostMemory {
-  let whole: Buffer | undefined
-  return {
-    region: object.region,
-    sizeBytes: object.sizeBytes,
-    label: object.label,
-    viewBytes (offset, length) {
-      if (object.sizeBytes > bufferConstants.MAX_LENGTH) return object.viewBytes(offset, length)
-      whole ??= object.viewBytes(0, object.sizeBytes)
-      return whole.subarray(offset, offset + length)
-    },
-  }
-}
-
 interface Entry {
   key: StateKey
   host: Extent | undefined
@@ -281,7 +252,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
   const scratchExtents = new Map<ScratchBytes, Extent>()
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
-  const adoptedRegions = new Set<AdoptedShm>()
+  const adoptedRegions = createAdoptedShmRegions({ logger })
 
   const hostPool = (): HostPool => {
     if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
@@ -300,13 +271,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     const region = e.shm?.region
     if (region === undefined) return
     e.shm = undefined
-    region.keys--
-    region.bytes -= e.key.bytes
-    if (region.keys === 0) {
-      adoptedRegions.delete(region)
-      region.object.close()
-      logger.debug({ region: region.name }, 'adopted shared-memory region unmapped')
-    }
+    adoptedRegions.release(region, e.key.bytes)
   }
   const hostUsed = (): number => hostPool().sizeBytes - hostPool().fragmentation().freeBytes
   const track = <T>(p: Promise<T>): void => {
@@ -730,7 +695,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       storedBytes,
       namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: options.namespaceQuotaBytes[namespace] ?? null })),
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
-      shm: { regions: adoptedRegions.size, bytes: [...adoptedRegions].reduce((a, r) => a + r.bytes, 0) },
+      shm: adoptedRegions.totals(),
       counters: { ...counters },
       keys,
     }
@@ -830,51 +795,26 @@ export function createStateManager (options: StateManagerOptions, components: St
       checkQuotas(parsed.filter(k => !entries.has(k.text)), pendingBytes)
     },
     adoptShm (source, items) {
-      const name = typeof source === 'string' ? source : source.name
       const keys = parseItems(items, 'adoptShm')
-      const fresh: Array<{ k: StateKey, offset: number }> = []
-      const existing: Entry[] = []
-      const seen = new Set<string>()
-      keys.forEach((k, i) => {
-        const offset = items[i]!.offset
-        if (!Number.isSafeInteger(offset) || offset < 0) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].offset must be a non-negative integer`)
-        if (seen.has(k.text)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} appears twice`)
-        seen.add(k.text)
-        const entry = entries.get(k.text)
-        if (entry !== undefined) existing.push(entry)
-        else if (!inflight.has(k.text)) fresh.push({ k, offset })
-        else throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} is being written by another request`)
-      })
-      checkQuotas(fresh.map(f => f.k))
+      const { fresh, existing } = planShmAdoption(keys, items.map(item => item.offset), text => entries.get(text), text => inflight.has(text))
+      checkQuotas(fresh.map(f => f.key))
+      const countReplicas = (): void => { for (const e of existing) { e.replicas++; counters.deduplicated++ } }
       if (fresh.length === 0) {
-        for (const e of existing) { e.replicas++; counters.deduplicated++ }
+        countReplicas()
         if (typeof source !== 'string') source.close()
         return { adopted: [], deduplicated: existing.map(e => e.key.text) }
       }
-      let object: SharedMemoryObject
-      try {
-        object = typeof source === 'string' ? openSharedMemory(name) : source
-      } catch (err) {
-        throw new AgentError('ERR_SOURCE_NOT_FOUND', `shared-memory object "${name}": ${(err as Error).message}`, { cause: err })
-      }
-      const tooFar = fresh.find(f => f.offset + f.k.bytes > object.sizeBytes)
-      if (tooFar !== undefined) {
-        if (typeof source === 'string') object.close()
-        throw new AgentError('ERR_SIZE_MISMATCH', `${tooFar.k.text}: ${tooFar.k.bytes} bytes at offset ${tooFar.offset} exceed shared-memory object "${name}" of ${object.sizeBytes} bytes`)
-      }
+      const object = mapForAdoption(source, fresh)
       // Nothing below throws: the keys appear together, in this tick.
-      const region: AdoptedShm = { name: object.name, object, memory: adoptedMemory(object), keys: fresh.length, bytes: 0 }
-      adoptedRegions.add(region)
-      for (const { k, offset } of fresh) {
-        const entry = newEntry(k, undefined)
+      const region = adoptedRegions.add(object, fresh)
+      for (const { key, offset } of fresh) {
+        const entry = newEntry(key, undefined)
         entry.shm = { region, offset }
-        region.bytes += k.bytes
-        entries.set(k.text, entry)
+        entries.set(key.text, entry)
       }
-      for (const e of existing) { e.replicas++; counters.deduplicated++ }
+      countReplicas()
       counters.shmAdopted += fresh.length
-      logger.debug({ region: region.name, keys: fresh.length, bytes: region.bytes }, 'shared-memory region adopted')
-      return { adopted: fresh.map(f => f.k.text), deduplicated: existing.map(e => e.key.text) }
+      return { adopted: fresh.map(f => f.key.text), deduplicated: existing.map(e => e.key.text) }
     },
   }
 }
