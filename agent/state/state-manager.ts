@@ -29,7 +29,8 @@ import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, typ
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
-import { createAdoptedShmRegions, mapForAdoption, planShmAdoption, type AdoptedShm } from './adopted-shm-regions.ts'
+import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
+import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
 const copyConcurrency = 2
@@ -221,25 +222,10 @@ export interface PinnedBytes {
   sharedRegion?: string
 }
 
-interface Entry {
-  key: StateKey
-  host: Extent | undefined
-  onNvme: boolean
-  replicas: number
-  lastUseMs: number
-  /** crc32c of the bytes; computed lazily (first spill, persist or verify), off the offload path. */
-  checksum: number | undefined
-  /** The host copy when it lives in an adopted shared-memory mapping instead of a pool extent (`host` is then undefined). */
-  shm: { region: AdoptedShm, offset: number } | undefined
-  /** Operations reading the entry's host copy; spill/drop wait for 0. */
-  pins: number
-  unpinned: Array<() => void>
-}
-
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
   const { logger } = components
   const now = components.now ?? Date.now
-  const entries = new Map<string, Entry>()
+  const entries = new Map<string, StoredEntry>()
   /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
   const inflight = new Map<string, Promise<boolean>>()
   let pool: HostPool | undefined
@@ -258,16 +244,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
     return pool
   }
-  /** The key's bytes in its host extent (extents are rounded up to the pool alignment). */
-  const keyRange = (extent: Extent, k: StateKey): HostRange => hostPool().range(extent, 0, k.bytes)
-  /** Whether the key has a host copy (pool extent or adopted mapping). */
-  const inHost = (e: Entry): boolean => e.host !== undefined || e.shm !== undefined
-  /** The key's host bytes, wherever they are; the caller checked inHost. */
-  const hostRangeOf = (e: Entry): HostRange => e.shm !== undefined
-    ? { memory: e.shm.region.memory, offset: e.shm.offset, length: e.key.bytes }
-    : keyRange(e.host!, e.key)
+  const keyRange = (extent: Extent, k: StateKey): HostRange => extentKeyRange(hostPool(), extent, k)
+  const hostRangeOf = (e: StoredEntry): HostRange => hostBytesOf(hostPool(), e)
   /** Gives up the entry's share of its adopted mapping, unmapping it with the last key. */
-  const releaseShm = (e: Entry): void => {
+  const releaseShm = (e: StoredEntry): void => {
     const region = e.shm?.region
     if (region === undefined) return
     e.shm = undefined
@@ -280,20 +260,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     void tracked.finally(() => background.delete(tracked))
   }
 
-  /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
-  function newEntry (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): Entry {
-    return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs: now(), checksum: nvmeChecksum, pins: 0, unpinned: [] }
-  }
-
-  function pin (entry: Entry): () => void {
-    entry.pins++
-    return () => {
-      if (--entry.pins === 0) {
-        for (const wake of entry.unpinned.splice(0)) wake()
-        wakeAllocators()
-      }
-    }
-  }
+  const newEntry = (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): StoredEntry => newStoredEntry(key, host, now(), nvmeChecksum)
+  const pin = (entry: StoredEntry): () => void => pinEntry(entry, wakeAllocators)
   /** Allocations waiting for pool space held by copies in flight. */
   const hostReleased: Array<() => void> = []
   const wakeAllocators = (): void => { for (const wake of hostReleased.splice(0)) wake() }
@@ -304,8 +272,6 @@ export function createStateManager (options: StateManagerOptions, components: St
     for (const e of entries.values()) if (e.pins > 0 && e.host !== undefined) pinned += e.key.bytes
     return pinned + fillingBytes
   }
-  const whenUnpinned = (entry: Entry): Promise<void> =>
-    entry.pins === 0 ? Promise.resolve() : new Promise(resolve => entry.unpinned.push(resolve))
 
   /** Allocates host space, spilling victims if needed; ERR_TIER_FULL when nothing can be spilled. */
   async function allocateHost (bytes: number, keep: ReadonlySet<string>): Promise<Extent> {
@@ -375,8 +341,8 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   /** Reads an NVMe-only key into a new host extent (verifying its checksum) and keeps it resident. */
-  async function promote (entry: Entry, keep: ReadonlySet<string>): Promise<void> {
-    if (inHost(entry)) return
+  async function promote (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> {
+    if (hasHostCopy(entry)) return
     const extent = await allocateHost(entry.key.bytes, keep)
     const range = keyRange(extent, entry.key)
     fillingBytes += entry.key.bytes
@@ -393,7 +359,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       fillingBytes -= entry.key.bytes
       wakeAllocators()
     }
-    if (inHost(entry) || entries.get(entry.key.text) !== entry) {
+    if (hasHostCopy(entry) || entries.get(entry.key.text) !== entry) {
       hostPool().free(extent) // promoted concurrently, or dropped meanwhile
       return
     }
@@ -447,8 +413,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     const scope = createClientMemoryScope(mappings)
     // Everything below until the first await runs in one tick: the plan cannot race another batch.
     const writers = new Map<string, PromiseWithResolvers<boolean>>()
-    const created: Entry[] = []
-    const counted: Entry[] = []
+    const created: StoredEntry[] = []
+    const counted: StoredEntry[] = []
     try {
       const sources = keys.map((k, i) => scope.open(items[i]!.source, k.bytes, `tensors[${i}].source`))
       // Keys this batch writes first: first occurrence in the batch, not stored, not being written.
@@ -486,7 +452,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           counted.push(entry)
           counters.deduplicated++
         }
-        const result: OffloadResult = { key: k.text, tier: inHost(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
+        const result: OffloadResult = { key: k.text, tier: hasHostCopy(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
         return result
       })
@@ -514,7 +480,7 @@ export function createStateManager (options: StateManagerOptions, components: St
    * pool spills its own earlier keys) and counts as in-flight pool use while
    * it fills; a failed copy frees it.
    */
-  async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<Entry> {
+  async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<StoredEntry> {
     const extent = await allocateHost(k.bytes, keep)
     fillingBytes += k.bytes
     try {
@@ -536,7 +502,7 @@ export function createStateManager (options: StateManagerOptions, components: St
    * Waits for a key another batch is writing. If that write failed, stores it
    * from `source` itself (`copied: true`, the entry already counts this replica).
    */
-  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<{ entry: Entry, copied: boolean }> {
+  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<{ entry: StoredEntry, copied: boolean }> {
     for (;;) {
       const existing = entries.get(k.text)
       if (existing !== undefined) return { entry: existing, copied: false }
@@ -557,7 +523,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  async function verifyReplica (entry: Entry, source: ClientMemory): Promise<boolean> {
+  async function verifyReplica (entry: StoredEntry, source: ClientMemory): Promise<boolean> {
     const sum = await source.checksum(async () => {
       const extent = await allocateHost(entry.key.bytes, new Set([entry.key.text]))
       return { range: keyRange(extent, entry.key), release: () => hostPool().free(extent) }
@@ -568,9 +534,9 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   /** The entry's crc32c, computed from its host copy on first use (the caller keeps the entry pinned or host-resident). */
-  async function checksumOf (entry: Entry): Promise<number> {
+  async function checksumOf (entry: StoredEntry): Promise<number> {
     if (entry.checksum === undefined) {
-      if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
+      if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
       const unpin = pin(entry)
       try {
         entry.checksum = await checksum(hostRangeOf(entry))
@@ -581,9 +547,9 @@ export function createStateManager (options: StateManagerOptions, components: St
     return entry.checksum
   }
 
-  async function persist (entry: Entry): Promise<void> {
+  async function persist (entry: StoredEntry): Promise<void> {
     if (entry.onNvme) return
-    if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
+    if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
     const unpin = pin(entry)
     try {
       await nvme!.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
@@ -593,7 +559,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  async function remove (entry: Entry): Promise<void> {
+  async function remove (entry: StoredEntry): Promise<void> {
     if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
     await whenUnpinned(entry)
     if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
@@ -619,8 +585,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}].key: ${k.text} was dropped during the onload`)
         const unpin = pin(entry)
         try {
-          const fromTier: StoredTier = inHost(entry) ? 'host' : 'nvme'
-          if (!inHost(entry)) await promote(entry, new Set())
+          const fromTier: StoredTier = hasHostCopy(entry) ? 'host' : 'nvme'
+          if (!hasHostCopy(entry)) await promote(entry, new Set())
           await targets[i]!.writeFrom(hostRangeOf(entry))
           counters.onloadCopies++
           entry.lastUseMs = now()
@@ -636,16 +602,16 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  function select (selector: KeySelector): Entry[] {
+  function select (selector: KeySelector): StoredEntry[] {
     if (selector.keys !== undefined) {
-      return selector.keys.map(k => parseKey(k).text).map(k => entries.get(k)).filter((e): e is Entry => e !== undefined)
+      return selector.keys.map(k => parseKey(k).text).map(k => entries.get(k)).filter((e): e is StoredEntry => e !== undefined)
     }
     if (typeof selector.prefix === 'string') return [...entries.values()].filter(e => e.key.text.startsWith(selector.prefix!))
     throw new AgentError('ERR_BAD_REQUEST', 'give "keys" (a list of keys) or "prefix"')
   }
 
   function prefetch (selector: KeySelector): number {
-    const cold = select(selector).filter(e => !inHost(e))
+    const cold = select(selector).filter(e => !hasHostCopy(e))
     for (const entry of cold) {
       const unpin = pin(entry)
       track(promote(entry, new Set()).finally(unpin))
@@ -680,7 +646,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       namespaces.set(e.key.namespace, ns)
       logicalBytes += e.key.bytes * Math.max(1, e.replicas)
       storedBytes += e.key.bytes
-      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: inHost(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
+      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: hasHostCopy(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
       if (e.shm !== undefined) key.region = e.shm.region.name
       keys.push(key)
     }
@@ -783,7 +749,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
         const unpin = pin(entry)
         try {
-          if (!inHost(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
+          if (!hasHostCopy(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
           await persist(entry)
         } finally {
           unpin()
