@@ -30,6 +30,7 @@ import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
+import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
@@ -98,7 +99,7 @@ export interface Residency {
   tiers: Record<'device' | 'host' | 'nvme', { capacityBytes: number, usedBytes: number }>
   logicalBytes: number
   storedBytes: number
-  namespaces: Array<{ namespace: string, keys: number, logicalBytes: number, storedBytes: number, quotaBytes: number | null }>
+  namespaces: NamespaceUsage[]
   hostPool: { freeBytes: number, largestFreeBytes: number, fragmentation: number }
   /** Adopted shared-memory mappings (adoptShm): host-tier bytes outside the pool. */
   shm: { regions: number, bytes: number }
@@ -378,34 +379,13 @@ export function createStateManager (options: StateManagerOptions, components: St
     })
   }
 
-  function checkQuotas (newKeys: StateKey[], pendingBytes = 0): void {
-    const adding = new Map<string, number>()
-    for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? pendingBytes) + k.bytes)
-    for (const [namespace, bytes] of adding) {
-      const quota = options.namespaceQuotaBytes[namespace]
-      if (quota === undefined) continue
-      let stored = 0
-      for (const e of entries.values()) if (e.key.namespace === namespace) stored += e.key.bytes
-      if (stored + bytes > quota) {
-        throw new AgentError('ERR_QUOTA_EXCEEDED', `namespace ${namespace} would hold ${stored + bytes} bytes, over its quota of ${quota}`)
-      }
-    }
-  }
+  const checkQuotas = (newKeys: StateKey[], pendingBytes = 0): void =>
+    checkNamespaceQuotas(entries.values(), newKeys, options.namespaceQuotaBytes, pendingBytes)
 
-  /**
-   * Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more cannot fit:
-   * free host space + host copies that are already on NVMe (dropped for free) +
-   * free NVMe space (what spilling can move there).
-   */
-  function checkCapacity (bytes: number): void {
-    let alsoOnNvme = 0
-    for (const e of entries.values()) if (e.host !== undefined && e.onNvme) alsoOnNvme += e.key.bytes
-    const hostFree = hostPool().fragmentation().freeBytes
-    const nvmeFree = nvme!.capacityBytes - nvme!.usedBytes()
-    if (bytes > hostFree + alsoOnNvme + nvmeFree) {
-      throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: host pool ${hostFree} bytes free, NVMe ${nvmeFree} bytes free`)
-    }
-  }
+  /** Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more fit in neither tier, spilling included. */
+  const checkCapacity = (bytes: number): void => checkRoomFor(bytes, entries.values(), {
+    hostFreeBytes: hostPool().fragmentation().freeBytes, nvmeCapacityBytes: nvme!.capacityBytes, nvmeUsedBytes: nvme!.usedBytes(),
+  })
 
   async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
     const keys = parseItems(items, 'offload')
@@ -621,12 +601,10 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   function availability (): StateAvailability {
     const p = hostPool()
-    const namespaces = new Set<string>()
-    for (const e of entries.values()) namespaces.add(e.key.namespace)
     return {
       hostPool: { totalBytes: p.sizeBytes, freeBytes: p.fragmentation().freeBytes },
       nvme: { totalBytes: nvme!.capacityBytes, freeBytes: Math.max(0, nvme!.capacityBytes - nvme!.usedBytes()) },
-      namespaces: [...namespaces].sort(),
+      namespaces: residentNamespaces(entries.values()),
     }
   }
 
@@ -634,32 +612,23 @@ export function createStateManager (options: StateManagerOptions, components: St
     const p = hostPool()
     const frag = p.fragmentation()
     const keys: ResidencyKey[] = []
-    const namespaces = new Map<string, { keys: number, logicalBytes: number, storedBytes: number }>()
-    let logicalBytes = 0
-    let storedBytes = 0
     for (const e of entries.values()) {
       if (!e.key.text.startsWith(prefix)) continue
-      const ns = namespaces.get(e.key.namespace) ?? { keys: 0, logicalBytes: 0, storedBytes: 0 }
-      ns.keys++
-      ns.logicalBytes += e.key.bytes * Math.max(1, e.replicas)
-      ns.storedBytes += e.key.bytes
-      namespaces.set(e.key.namespace, ns)
-      logicalBytes += e.key.bytes * Math.max(1, e.replicas)
-      storedBytes += e.key.bytes
       const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: hasHostCopy(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
       if (e.shm !== undefined) key.region = e.shm.region.name
       keys.push(key)
     }
     keys.sort((a, b) => a.key < b.key ? -1 : 1)
+    const usage = namespaceUsage(entries.values(), prefix, options.namespaceQuotaBytes)
     return {
       tiers: {
         device: { capacityBytes: 0, usedBytes: 0 },
         host: { capacityBytes: p.sizeBytes, usedBytes: p.sizeBytes - frag.freeBytes },
         nvme: { capacityBytes: nvme!.capacityBytes, usedBytes: nvme!.usedBytes() },
       },
-      logicalBytes,
-      storedBytes,
-      namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: options.namespaceQuotaBytes[namespace] ?? null })),
+      logicalBytes: usage.logicalBytes,
+      storedBytes: usage.storedBytes,
+      namespaces: usage.namespaces,
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
       shm: adoptedRegions.totals(),
       counters: { ...counters },
