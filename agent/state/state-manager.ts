@@ -223,15 +223,27 @@ export interface PinnedBytes {
   sharedRegion?: string
 }
 
+/**
+ * The storage a started StateManager owns. The NVMe tier is not optional:
+ * the pool spills into it and durable offloads wait for it, so both open in
+ * start() or the start fails, and code that needs NVMe gets it from here
+ * instead of asserting it.
+ */
+interface StartedTiers {
+  pool: HostPool
+  nvme: NvmeTier
+  /** What the NVMe journal replay found. */
+  recovered: NvmeRecovery
+}
+
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
   const { logger } = components
   const now = components.now ?? Date.now
   const entries = new Map<string, StoredEntry>()
   /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
   const inflight = new Map<string, Promise<boolean>>()
-  let pool: HostPool | undefined
-  let nvme: NvmeTier | undefined
-  let recovered: NvmeRecovery | undefined
+  /** The host pool and the NVMe tier: both from a successful start() on (closed, not cleared, by stop()), neither before. */
+  let tiers: StartedTiers | undefined
   let hints: UseHint[] = []
   let spilling: Promise<void> | undefined
   const background = new Set<Promise<unknown>>()
@@ -241,10 +253,11 @@ export function createStateManager (options: StateManagerOptions, components: St
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
   const adoptedRegions = createAdoptedShmRegions({ logger })
 
-  const hostPool = (): HostPool => {
-    if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
-    return pool
+  const started = (): StartedTiers => {
+    if (tiers === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
+    return tiers
   }
+  const hostPool = (): HostPool => started().pool
   const keyRange = (extent: Extent, k: StateKey): HostRange => extentKeyRange(hostPool(), extent, k)
   const hostRangeOf = (e: StoredEntry): HostRange => hostBytesOf(hostPool(), e)
   /** Gives up the entry's share of its adopted mapping, unmapping it with the last key. */
@@ -290,8 +303,9 @@ export function createStateManager (options: StateManagerOptions, components: St
         continue
       }
       if (freed === 0) {
+        const { nvme } = started()
         throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: the host pool is full and nothing more can spill to NVMe ` +
-          `(NVMe ${nvme!.usedBytes()} of ${nvme!.capacityBytes} bytes used)`)
+          `(NVMe ${nvme.usedBytes()} of ${nvme.capacityBytes} bytes used)`)
       }
     }
   }
@@ -312,7 +326,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       const unpin = pin(entry)
       try {
         if (!entry.onNvme) {
-          await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
+          await started().nvme.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
           entry.onNvme = true
         }
       } catch (err) {
@@ -335,7 +349,7 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   /** Starts background spilling when the pool is above the high watermark. */
   function maybeSpill (): void {
-    if (spilling !== undefined || pool === undefined) return
+    if (spilling !== undefined || tiers === undefined) return
     if (hostUsed() <= options.spillHighWatermark * hostPool().sizeBytes) return
     spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
     track(spilling)
@@ -348,7 +362,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     const range = keyRange(extent, entry.key)
     fillingBytes += entry.key.bytes
     try {
-      await nvme!.read(entry.key.text, range)
+      await started().nvme.read(entry.key.text, range)
       const sum = await checksum(range)
       if (sum !== entry.checksum) {
         throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
@@ -383,9 +397,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     checkNamespaceQuotas(entries.values(), newKeys, options.namespaceQuotaBytes, pendingBytes)
 
   /** Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more fit in neither tier, spilling included. */
-  const checkCapacity = (bytes: number): void => checkRoomFor(bytes, entries.values(), {
-    hostFreeBytes: hostPool().fragmentation().freeBytes, nvmeCapacityBytes: nvme!.capacityBytes, nvmeUsedBytes: nvme!.usedBytes(),
-  })
+  const checkCapacity = (bytes: number): void => {
+    const { pool, nvme } = started()
+    checkRoomFor(bytes, entries.values(), { hostFreeBytes: pool.fragmentation().freeBytes, nvmeCapacityBytes: nvme.capacityBytes, nvmeUsedBytes: nvme.usedBytes() })
+  }
 
   async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
     const keys = parseItems(items, 'offload')
@@ -532,7 +547,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
     const unpin = pin(entry)
     try {
-      await nvme!.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
+      await started().nvme.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
       entry.onNvme = true
     } finally {
       unpin()
@@ -544,7 +559,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     await whenUnpinned(entry)
     if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
     releaseShm(entry)
-    if (entry.onNvme) { await nvme!.remove(entry.key.text); entry.onNvme = false }
+    if (entry.onNvme) { await started().nvme.remove(entry.key.text); entry.onNvme = false }
   }
 
   async function onload (items: OnloadItem[]): Promise<OnloadResult[]> {
@@ -600,17 +615,17 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   function availability (): StateAvailability {
-    const p = hostPool()
+    const { pool, nvme } = started()
     return {
-      hostPool: { totalBytes: p.sizeBytes, freeBytes: p.fragmentation().freeBytes },
-      nvme: { totalBytes: nvme!.capacityBytes, freeBytes: Math.max(0, nvme!.capacityBytes - nvme!.usedBytes()) },
+      hostPool: { totalBytes: pool.sizeBytes, freeBytes: pool.fragmentation().freeBytes },
+      nvme: { totalBytes: nvme.capacityBytes, freeBytes: Math.max(0, nvme.capacityBytes - nvme.usedBytes()) },
       namespaces: residentNamespaces(entries.values()),
     }
   }
 
   function residency (prefix = ''): Residency {
-    const p = hostPool()
-    const frag = p.fragmentation()
+    const { pool, nvme } = started()
+    const frag = pool.fragmentation()
     const keys: ResidencyKey[] = []
     for (const e of entries.values()) {
       if (!e.key.text.startsWith(prefix)) continue
@@ -623,8 +638,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     return {
       tiers: {
         device: { capacityBytes: 0, usedBytes: 0 },
-        host: { capacityBytes: p.sizeBytes, usedBytes: p.sizeBytes - frag.freeBytes },
-        nvme: { capacityBytes: nvme!.capacityBytes, usedBytes: nvme!.usedBytes() },
+        host: { capacityBytes: pool.sizeBytes, usedBytes: pool.sizeBytes - frag.freeBytes },
+        nvme: { capacityBytes: nvme.capacityBytes, usedBytes: nvme.usedBytes() },
       },
       logicalBytes: usage.logicalBytes,
       storedBytes: usage.storedBytes,
@@ -638,9 +653,16 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   return {
     async start () {
-      pool = await createHostPool({ sizeBytes: options.hostPoolBytes, lock: options.lockHostPool })
-      nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
-      recovered = await nvme.open()
+      const pool = await createHostPool({ sizeBytes: options.hostPoolBytes, lock: options.lockHostPool })
+      const nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
+      let recovered: NvmeRecovery
+      try {
+        recovered = await nvme.open()
+      } catch (err) {
+        pool.close()
+        throw err
+      }
+      tiers = { pool, nvme, recovered }
       for (const obj of nvme.objects()) {
         entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
       }
@@ -648,10 +670,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     async stop () {
       await Promise.allSettled([...background])
-      await nvme?.close()
+      await tiers?.nvme.close()
       for (const entry of entries.values()) releaseShm(entry)
       mappings.close()
-      pool?.close()
+      tiers?.pool.close()
     },
     offload,
     onload,
@@ -668,7 +690,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     residency,
     availability,
-    recovery: () => recovered,
+    recovery: () => tiers?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
     async readHost (text) {
       const entry = entries.get(parseKey(text).text)
