@@ -31,6 +31,7 @@ import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
 import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
+import { createHostSpace, type HostSpace } from './host-space.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
@@ -234,6 +235,8 @@ interface StartedTiers {
   nvme: NvmeTier
   /** What the NVMe journal replay found. */
   recovered: NvmeRecovery
+  /** Pool allocation for copies (spills to make room). */
+  space: HostSpace
 }
 
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
@@ -267,7 +270,6 @@ export function createStateManager (options: StateManagerOptions, components: St
     e.shm = undefined
     adoptedRegions.release(region, e.key.bytes)
   }
-  const hostUsed = (): number => hostPool().sizeBytes - hostPool().fragmentation().freeBytes
   const track = <T>(p: Promise<T>): void => {
     const tracked = p.then(() => {}, err => logger.error({ err }, 'background state operation failed'))
     background.add(tracked)
@@ -275,40 +277,14 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   const newEntry = (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): StoredEntry => newStoredEntry(key, host, now(), nvmeChecksum)
-  const pin = (entry: StoredEntry): () => void => pinEntry(entry, wakeAllocators)
-  /** Allocations waiting for pool space held by copies in flight. */
-  const hostReleased: Array<() => void> = []
-  const wakeAllocators = (): void => { for (const wake of hostReleased.splice(0)) wake() }
-  /** Bytes of pool space that in-flight work holds and will release or make spillable. */
-  let fillingBytes = 0
-  const busyHostBytes = (): number => {
+  const pin = (entry: StoredEntry): () => void => pinEntry(entry, started().space.released)
+  /** Bytes of pool keys pinned by readers (busy: they become spillable when unpinned). */
+  const pinnedPoolBytes = (): number => {
     let pinned = 0
     for (const e of entries.values()) if (e.pins > 0 && e.host !== undefined) pinned += e.key.bytes
-    return pinned + fillingBytes
+    return pinned
   }
-
-  /** Allocates host space, spilling victims if needed; ERR_TIER_FULL when nothing can be spilled. */
-  async function allocateHost (bytes: number, keep: ReadonlySet<string>): Promise<Extent> {
-    for (;;) {
-      try {
-        return hostPool().allocate(bytes)
-      } catch (err) {
-        if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
-      }
-      const freed = await spill(bytes, keep)
-      if (freed === 0 && busyHostBytes() > 0) {
-        // Pool space is held by copies in flight (pinned keys, extents being filled):
-        // it becomes spillable or free when one of them finishes.
-        await new Promise<void>(resolve => hostReleased.push(resolve))
-        continue
-      }
-      if (freed === 0) {
-        const { nvme } = started()
-        throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: the host pool is full and nothing more can spill to NVMe ` +
-          `(NVMe ${nvme.usedBytes()} of ${nvme.capacityBytes} bytes used)`)
-      }
-    }
-  }
+  const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
 
   /**
    * Moves host-resident keys to NVMe until `wantBytes` are freed (or the pool
@@ -318,7 +294,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     const candidates = [...entries.values()]
       .filter(e => e.host !== undefined && e.pins === 0 && !keep.has(e.key.text))
       .map(e => ({ entry: e, key: e.key.text, lastUseMs: e.lastUseMs, nextUseMs: nextUseOf(e.key.text, hints) }))
-    const target = wantBytes > 0 ? wantBytes : hostUsed() - options.spillLowWatermark * hostPool().sizeBytes
+    const target = wantBytes > 0 ? wantBytes : started().space.usedBytes() - options.spillLowWatermark * hostPool().sizeBytes
     let freed = 0
     for (const { entry } of spillOrder(candidates)) {
       if (freed >= target) break
@@ -350,7 +326,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   /** Starts background spilling when the pool is above the high watermark. */
   function maybeSpill (): void {
     if (spilling !== undefined || tiers === undefined) return
-    if (hostUsed() <= options.spillHighWatermark * hostPool().sizeBytes) return
+    if (tiers.space.usedBytes() <= options.spillHighWatermark * hostPool().sizeBytes) return
     spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
     track(spilling)
   }
@@ -360,7 +336,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     if (hasHostCopy(entry)) return
     const extent = await allocateHost(entry.key.bytes, keep)
     const range = keyRange(extent, entry.key)
-    fillingBytes += entry.key.bytes
+    const filled = started().space.filling(entry.key.bytes)
     try {
       await started().nvme.read(entry.key.text, range)
       const sum = await checksum(range)
@@ -371,8 +347,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       hostPool().free(extent)
       throw err
     } finally {
-      fillingBytes -= entry.key.bytes
-      wakeAllocators()
+      filled()
     }
     if (hasHostCopy(entry) || entries.get(entry.key.text) !== entry) {
       hostPool().free(extent) // promoted concurrently, or dropped meanwhile
@@ -477,15 +452,14 @@ export function createStateManager (options: StateManagerOptions, components: St
    */
   async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<StoredEntry> {
     const extent = await allocateHost(k.bytes, keep)
-    fillingBytes += k.bytes
+    const filled = started().space.filling(k.bytes)
     try {
       await source.readInto(keyRange(extent, k))
     } catch (err) {
       hostPool().free(extent)
       throw err
     } finally {
-      fillingBytes -= k.bytes
-      wakeAllocators()
+      filled()
     }
     counters.offloadCopies++
     const entry = newEntry(k, extent)
@@ -557,7 +531,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   async function remove (entry: StoredEntry): Promise<void> {
     if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
     await whenUnpinned(entry)
-    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
+    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
     releaseShm(entry)
     if (entry.onNvme) { await started().nvme.remove(entry.key.text); entry.onNvme = false }
   }
@@ -662,7 +636,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         pool.close()
         throw err
       }
-      tiers = { pool, nvme, recovered }
+      const space = createHostSpace({ pool, nvme, spill, pinnedPoolBytes })
+      tiers = { pool, nvme, recovered, space }
       for (const obj of nvme.objects()) {
         entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
       }
