@@ -20,25 +20,33 @@
  * - A key's host copy is either a pool extent or a range of an adopted
  *   shared-memory mapping (`adoptShm`, zero copy), never both.
  * All bookkeeping runs on the event loop; bytes move on native threads.
+ *
+ * This module holds the key index, the batch protocol (first writer copies,
+ * replicas wait, rollback) and the public interface; the pieces it composes
+ * state their own contracts: stored-entry.ts (the index entry and its pins),
+ * host-space.ts (pool allocation that spills or waits), tier-mover.ts
+ * (spill, promote, durable writes), capacity-accounting.ts (quota and room
+ * checks, residency totals), adopted-shm-regions.ts (adoptShm).
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { checksum, createHostPool, type Extent, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
+import { createHostPool, type Extent, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'
-import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
+import { createClientMemoryScope, type ClientMemory, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
 import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
 import { createHostSpace, type HostSpace } from './host-space.ts'
+import { createTierMover, type TierMover } from './tier-mover.ts'
+import type { UseHint } from './spill-order.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
 const copyConcurrency = 2
 /** Tensors of one batch moving to or from NVMe at once: overlaps I/O and lets the journal group-commit. */
 const ioConcurrency = 4
-import { nextUseOf, spillOrder, type UseHint } from './spill-order.ts'
 
 export type { MemorySpec } from './client-memory.ts'
 
@@ -225,18 +233,20 @@ export interface PinnedBytes {
 }
 
 /**
- * The storage a started StateManager owns. The NVMe tier is not optional:
- * the pool spills into it and durable offloads wait for it, so both open in
- * start() or the start fails, and code that needs NVMe gets it from here
- * instead of asserting it.
+ * What a started StateManager owns: the two tiers and the services built
+ * over them. The NVMe tier is not optional: the pool spills into it and
+ * durable offloads wait for it, so both open in start() or the start fails,
+ * and code that needs NVMe gets it from here instead of asserting it.
  */
-interface StartedTiers {
+interface StartedStorage {
   pool: HostPool
   nvme: NvmeTier
   /** What the NVMe journal replay found. */
   recovered: NvmeRecovery
   /** Pool allocation for copies (spills to make room). */
   space: HostSpace
+  /** Spilling, promotion and durable writes between the pool and NVMe. */
+  mover: TierMover
 }
 
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
@@ -245,10 +255,9 @@ export function createStateManager (options: StateManagerOptions, components: St
   const entries = new Map<string, StoredEntry>()
   /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
   const inflight = new Map<string, Promise<boolean>>()
-  /** The host pool and the NVMe tier: both from a successful start() on (closed, not cleared, by stop()), neither before. */
-  let tiers: StartedTiers | undefined
+  /** Set by a successful start() (closed, not cleared, by stop()); undefined before. */
+  let storage: StartedStorage | undefined
   let hints: UseHint[] = []
-  let spilling: Promise<void> | undefined
   const background = new Set<Promise<unknown>>()
   const mappings = createShmMappingCache()
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
@@ -256,9 +265,9 @@ export function createStateManager (options: StateManagerOptions, components: St
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
   const adoptedRegions = createAdoptedShmRegions({ logger })
 
-  const started = (): StartedTiers => {
-    if (tiers === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
-    return tiers
+  const started = (): StartedStorage => {
+    if (storage === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
+    return storage
   }
   const hostPool = (): HostPool => started().pool
   const keyRange = (extent: Extent, k: StateKey): HostRange => extentKeyRange(hostPool(), extent, k)
@@ -285,77 +294,9 @@ export function createStateManager (options: StateManagerOptions, components: St
     return pinned
   }
   const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
-
-  /**
-   * Moves host-resident keys to NVMe until `wantBytes` are freed (or the pool
-   * is under the low watermark when wantBytes is 0). Returns bytes freed.
-   */
-  async function spill (wantBytes: number, keep: ReadonlySet<string> = new Set()): Promise<number> {
-    const candidates = [...entries.values()]
-      .filter(e => e.host !== undefined && e.pins === 0 && !keep.has(e.key.text))
-      .map(e => ({ entry: e, key: e.key.text, lastUseMs: e.lastUseMs, nextUseMs: nextUseOf(e.key.text, hints) }))
-    const target = wantBytes > 0 ? wantBytes : started().space.usedBytes() - options.spillLowWatermark * hostPool().sizeBytes
-    let freed = 0
-    for (const { entry } of spillOrder(candidates)) {
-      if (freed >= target) break
-      if (entry.host === undefined || entry.pins > 0 || entries.get(entry.key.text) !== entry) continue
-      const unpin = pin(entry)
-      try {
-        if (!entry.onNvme) {
-          await started().nvme.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
-          entry.onNvme = true
-        }
-      } catch (err) {
-        if ((err as AgentError).code === 'ERR_TIER_FULL') break
-        throw err
-      } finally {
-        unpin()
-      }
-      await whenUnpinned(entry)
-      if (entry.host !== undefined && entries.get(entry.key.text) === entry) {
-        hostPool().free(entry.host)
-        entry.host = undefined
-        freed += entry.key.bytes
-        counters.spilled++
-      }
-    }
-    if (freed > 0) logger.debug({ freedBytes: freed }, 'spilled to NVMe')
-    return freed
-  }
-
-  /** Starts background spilling when the pool is above the high watermark. */
-  function maybeSpill (): void {
-    if (spilling !== undefined || tiers === undefined) return
-    if (tiers.space.usedBytes() <= options.spillHighWatermark * hostPool().sizeBytes) return
-    spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
-    track(spilling)
-  }
-
-  /** Reads an NVMe-only key into a new host extent (verifying its checksum) and keeps it resident. */
-  async function promote (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> {
-    if (hasHostCopy(entry)) return
-    const extent = await allocateHost(entry.key.bytes, keep)
-    const range = keyRange(extent, entry.key)
-    const filled = started().space.filling(entry.key.bytes)
-    try {
-      await started().nvme.read(entry.key.text, range)
-      const sum = await checksum(range)
-      if (sum !== entry.checksum) {
-        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
-      }
-    } catch (err) {
-      hostPool().free(extent)
-      throw err
-    } finally {
-      filled()
-    }
-    if (hasHostCopy(entry) || entries.get(entry.key.text) !== entry) {
-      hostPool().free(extent) // promoted concurrently, or dropped meanwhile
-      return
-    }
-    entry.host = extent
-    counters.promoted++
-  }
+  const promote = (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> => started().mover.promote(entry, keep)
+  const persist = (entry: StoredEntry): Promise<void> => started().mover.persist(entry)
+  const maybeSpill = (): void => { storage?.mover.spillIfAboveWatermark() }
 
   function parseItems<T extends { key: string }> (items: T[], what: string): StateKey[] {
     if (!Array.isArray(items) || items.length === 0) throw new AgentError('ERR_BAD_REQUEST', `${what}: tensors must be a non-empty array`)
@@ -497,35 +438,9 @@ export function createStateManager (options: StateManagerOptions, components: St
       const extent = await allocateHost(entry.key.bytes, new Set([entry.key.text]))
       return { range: keyRange(extent, entry.key), release: () => hostPool().free(extent) }
     })
-    const stored = await checksumOf(entry)
+    const stored = await started().mover.checksumOf(entry)
     if (sum !== stored) logger.warn({ key: entry.key.text }, 'replica bytes differ from the stored copy')
     return sum === stored
-  }
-
-  /** The entry's crc32c, computed from its host copy on first use (the caller keeps the entry pinned or host-resident). */
-  async function checksumOf (entry: StoredEntry): Promise<number> {
-    if (entry.checksum === undefined) {
-      if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
-      const unpin = pin(entry)
-      try {
-        entry.checksum = await checksum(hostRangeOf(entry))
-      } finally {
-        unpin()
-      }
-    }
-    return entry.checksum
-  }
-
-  async function persist (entry: StoredEntry): Promise<void> {
-    if (entry.onNvme) return
-    if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
-    const unpin = pin(entry)
-    try {
-      await started().nvme.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
-      entry.onNvme = true
-    } finally {
-      unpin()
-    }
   }
 
   async function remove (entry: StoredEntry): Promise<void> {
@@ -636,8 +551,9 @@ export function createStateManager (options: StateManagerOptions, components: St
         pool.close()
         throw err
       }
-      const space = createHostSpace({ pool, nvme, spill, pinnedPoolBytes })
-      tiers = { pool, nvme, recovered, space }
+      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.spill(bytes, keep), pinnedPoolBytes })
+      const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, counters, hints: () => hints, track })
+      storage = { pool, nvme, recovered, space, mover }
       for (const obj of nvme.objects()) {
         entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
       }
@@ -645,10 +561,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     async stop () {
       await Promise.allSettled([...background])
-      await tiers?.nvme.close()
+      await storage?.nvme.close()
       for (const entry of entries.values()) releaseShm(entry)
       mappings.close()
-      tiers?.pool.close()
+      storage?.pool.close()
     },
     offload,
     onload,
@@ -665,7 +581,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     residency,
     availability,
-    recovery: () => tiers?.recovered,
+    recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
     async readHost (text) {
       const entry = entries.get(parseKey(text).text)
