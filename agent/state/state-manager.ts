@@ -20,22 +20,33 @@
  * - A key's host copy is either a pool extent or a range of an adopted
  *   shared-memory mapping (`adoptShm`, zero copy), never both.
  * All bookkeeping runs on the event loop; bytes move on native threads.
+ *
+ * This module holds the key index, the batch protocol (first writer copies,
+ * replicas wait, rollback) and the public interface; the pieces it composes
+ * state their own contracts: stored-entry.ts (the index entry and its pins),
+ * host-space.ts (pool allocation that spills or waits), tier-mover.ts
+ * (spill, promote, durable writes), capacity-accounting.ts (quota and room
+ * checks, residency totals), adopted-shm-regions.ts (adoptShm).
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../errors.ts'
-import { constants as bufferConstants } from 'node:buffer'
-import { checksum, createHostPool, openSharedMemory, type Extent, type HostMemory, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
+import { createHostPool, type Extent, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'
-import { createClientMemoryScope, type ClientMemory, type ClientMemoryScope, type MemorySpec } from './client-memory.ts'
+import { createClientMemoryScope, type ClientMemory, type MemorySpec } from './client-memory.ts'
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
+import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
+import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
+import { createHostSpace, type HostSpace } from './host-space.ts'
+import { createTierMover, type TierMover } from './tier-mover.ts'
+import type { UseHint } from './spill-order.ts'
+import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
 const copyConcurrency = 2
 /** Tensors of one batch moving to or from NVMe at once: overlaps I/O and lets the journal group-commit. */
 const ioConcurrency = 4
-import { nextUseOf, spillOrder, type UseHint } from './spill-order.ts'
 
 export type { MemorySpec } from './client-memory.ts'
 
@@ -97,7 +108,7 @@ export interface Residency {
   tiers: Record<'device' | 'host' | 'nvme', { capacityBytes: number, usedBytes: number }>
   logicalBytes: number
   storedBytes: number
-  namespaces: Array<{ namespace: string, keys: number, logicalBytes: number, storedBytes: number, quotaBytes: number | null }>
+  namespaces: NamespaceUsage[]
   hostPool: { freeBytes: number, largestFreeBytes: number, fragmentation: number }
   /** Adopted shared-memory mappings (adoptShm): host-tier bytes outside the pool. */
   shm: { regions: number, bytes: number }
@@ -221,220 +232,71 @@ export interface PinnedBytes {
   sharedRegion?: string
 }
 
-/** A shared-memory object adopted as the host storage of some keys. */
-interface AdoptedShm {
-  name: string
-  object: SharedMemoryObject
-  /**
-   * The mapping as HostMemory whose views are subarrays of one Buffer over it:
-   * a fresh external Buffer per weight reply costs full garbage collections
-   * (see native/host-memory.ts). Dropped when the mapping is closed.
-   */
-  memory: HostMemory
-  /** Keys whose host copy is in this mapping, and their bytes; unmapped at 0 keys. */
-  keys: number
-  bytes: number
-}
-
-function adoptedMemory (object: SharedMemoryObject): HostMemory {
-  let whole: Buffer | undefined
-  return {
-    region: object.region,
-    sizeBytes: object.sizeBytes,
-    label: object.label,
-    viewBytes (offset, length) {
-      if (object.sizeBytes > bufferConstants.MAX_LENGTH) return object.viewBytes(offset, length)
-      whole ??= object.viewBytes(0, object.sizeBytes)
-      return whole.subarray(offset, offset + length)
-    },
-  }
-}
-
-interface Entry {
-  key: StateKey
-  host: Extent | undefined
-  onNvme: boolean
-  replicas: number
-  lastUseMs: number
-  /** crc32c of the bytes; computed lazily (first spill, persist or verify), off the offload path. */
-  checksum: number | undefined
-  /** The host copy when it lives in an adopted shared-memory mapping instead of a pool extent (`host` is then undefined). */
-  shm: { region: AdoptedShm, offset: number } | undefined
-  /** Operations reading the entry's host copy; spill/drop wait for 0. */
-  pins: number
-  unpinned: Array<() => void>
+/**
+ * What a started StateManager owns: the two tiers and the services built
+ * over them. The NVMe tier is not optional: the pool spills into it and
+ * durable offloads wait for it, so both open in start() or the start fails,
+ * and code that needs NVMe gets it from here instead of asserting it.
+ */
+interface StartedStorage {
+  pool: HostPool
+  nvme: NvmeTier
+  /** What the NVMe journal replay found. */
+  recovered: NvmeRecovery
+  /** Pool allocation for copies (spills to make room). */
+  space: HostSpace
+  /** Spilling, promotion and durable writes between the pool and NVMe. */
+  mover: TierMover
 }
 
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
   const { logger } = components
   const now = components.now ?? Date.now
-  const entries = new Map<string, Entry>()
+  const entries = new Map<string, StoredEntry>()
   /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
   const inflight = new Map<string, Promise<boolean>>()
-  let pool: HostPool | undefined
-  let nvme: NvmeTier | undefined
-  let recovered: NvmeRecovery | undefined
+  /** Set by a successful start() (closed, not cleared, by stop()); undefined before. */
+  let storage: StartedStorage | undefined
   let hints: UseHint[] = []
-  let spilling: Promise<void> | undefined
   const background = new Set<Promise<unknown>>()
   const mappings = createShmMappingCache()
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
   const scratchExtents = new Map<ScratchBytes, Extent>()
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
-  const adoptedRegions = new Set<AdoptedShm>()
+  const adoptedRegions = createAdoptedShmRegions({ logger })
 
-  const hostPool = (): HostPool => {
-    if (pool === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
-    return pool
+  const started = (): StartedStorage => {
+    if (storage === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
+    return storage
   }
-  /** The key's bytes in its host extent (extents are rounded up to the pool alignment). */
-  const keyRange = (extent: Extent, k: StateKey): HostRange => hostPool().range(extent, 0, k.bytes)
-  /** Whether the key has a host copy (pool extent or adopted mapping). */
-  const inHost = (e: Entry): boolean => e.host !== undefined || e.shm !== undefined
-  /** The key's host bytes, wherever they are; the caller checked inHost. */
-  const hostRangeOf = (e: Entry): HostRange => e.shm !== undefined
-    ? { memory: e.shm.region.memory, offset: e.shm.offset, length: e.key.bytes }
-    : keyRange(e.host!, e.key)
+  const hostPool = (): HostPool => started().pool
+  const keyRange = (extent: Extent, k: StateKey): HostRange => extentKeyRange(hostPool(), extent, k)
+  const hostRangeOf = (e: StoredEntry): HostRange => hostBytesOf(hostPool(), e)
   /** Gives up the entry's share of its adopted mapping, unmapping it with the last key. */
-  const releaseShm = (e: Entry): void => {
+  const releaseShm = (e: StoredEntry): void => {
     const region = e.shm?.region
     if (region === undefined) return
     e.shm = undefined
-    region.keys--
-    region.bytes -= e.key.bytes
-    if (region.keys === 0) {
-      adoptedRegions.delete(region)
-      region.object.close()
-      logger.debug({ region: region.name }, 'adopted shared-memory region unmapped')
-    }
+    adoptedRegions.release(region, e.key.bytes)
   }
-  const hostUsed = (): number => hostPool().sizeBytes - hostPool().fragmentation().freeBytes
   const track = <T>(p: Promise<T>): void => {
     const tracked = p.then(() => {}, err => logger.error({ err }, 'background state operation failed'))
     background.add(tracked)
     void tracked.finally(() => background.delete(tracked))
   }
 
-  /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
-  function newEntry (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): Entry {
-    return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs: now(), checksum: nvmeChecksum, pins: 0, unpinned: [] }
-  }
-
-  function pin (entry: Entry): () => void {
-    entry.pins++
-    return () => {
-      if (--entry.pins === 0) {
-        for (const wake of entry.unpinned.splice(0)) wake()
-        wakeAllocators()
-      }
-    }
-  }
-  /** Allocations waiting for pool space held by copies in flight. */
-  const hostReleased: Array<() => void> = []
-  const wakeAllocators = (): void => { for (const wake of hostReleased.splice(0)) wake() }
-  /** Bytes of pool space that in-flight work holds and will release or make spillable. */
-  let fillingBytes = 0
-  const busyHostBytes = (): number => {
+  const newEntry = (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): StoredEntry => newStoredEntry(key, host, now(), nvmeChecksum)
+  const pin = (entry: StoredEntry): () => void => pinEntry(entry, started().space.released)
+  /** Bytes of pool keys pinned by readers (busy: they become spillable when unpinned). */
+  const pinnedPoolBytes = (): number => {
     let pinned = 0
     for (const e of entries.values()) if (e.pins > 0 && e.host !== undefined) pinned += e.key.bytes
-    return pinned + fillingBytes
+    return pinned
   }
-  const whenUnpinned = (entry: Entry): Promise<void> =>
-    entry.pins === 0 ? Promise.resolve() : new Promise(resolve => entry.unpinned.push(resolve))
-
-  /** Allocates host space, spilling victims if needed; ERR_TIER_FULL when nothing can be spilled. */
-  async function allocateHost (bytes: number, keep: ReadonlySet<string>): Promise<Extent> {
-    for (;;) {
-      try {
-        return hostPool().allocate(bytes)
-      } catch (err) {
-        if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
-      }
-      const freed = await spill(bytes, keep)
-      if (freed === 0 && busyHostBytes() > 0) {
-        // Pool space is held by copies in flight (pinned keys, extents being filled):
-        // it becomes spillable or free when one of them finishes.
-        await new Promise<void>(resolve => hostReleased.push(resolve))
-        continue
-      }
-      if (freed === 0) {
-        throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: the host pool is full and nothing more can spill to NVMe ` +
-          `(NVMe ${nvme!.usedBytes()} of ${nvme!.capacityBytes} bytes used)`)
-      }
-    }
-  }
-
-  /**
-   * Moves host-resident keys to NVMe until `wantBytes` are freed (or the pool
-   * is under the low watermark when wantBytes is 0). Returns bytes freed.
-   */
-  async function spill (wantBytes: number, keep: ReadonlySet<string> = new Set()): Promise<number> {
-    const candidates = [...entries.values()]
-      .filter(e => e.host !== undefined && e.pins === 0 && !keep.has(e.key.text))
-      .map(e => ({ entry: e, key: e.key.text, lastUseMs: e.lastUseMs, nextUseMs: nextUseOf(e.key.text, hints) }))
-    const target = wantBytes > 0 ? wantBytes : hostUsed() - options.spillLowWatermark * hostPool().sizeBytes
-    let freed = 0
-    for (const { entry } of spillOrder(candidates)) {
-      if (freed >= target) break
-      if (entry.host === undefined || entry.pins > 0 || entries.get(entry.key.text) !== entry) continue
-      const unpin = pin(entry)
-      try {
-        if (!entry.onNvme) {
-          await nvme!.put(entry.key.text, keyRange(entry.host, entry.key), await checksumOf(entry))
-          entry.onNvme = true
-        }
-      } catch (err) {
-        if ((err as AgentError).code === 'ERR_TIER_FULL') break
-        throw err
-      } finally {
-        unpin()
-      }
-      await whenUnpinned(entry)
-      if (entry.host !== undefined && entries.get(entry.key.text) === entry) {
-        hostPool().free(entry.host)
-        entry.host = undefined
-        freed += entry.key.bytes
-        counters.spilled++
-      }
-    }
-    if (freed > 0) logger.debug({ freedBytes: freed }, 'spilled to NVMe')
-    return freed
-  }
-
-  /** Starts background spilling when the pool is above the high watermark. */
-  function maybeSpill (): void {
-    if (spilling !== undefined || pool === undefined) return
-    if (hostUsed() <= options.spillHighWatermark * hostPool().sizeBytes) return
-    spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
-    track(spilling)
-  }
-
-  /** Reads an NVMe-only key into a new host extent (verifying its checksum) and keeps it resident. */
-  async function promote (entry: Entry, keep: ReadonlySet<string>): Promise<void> {
-    if (inHost(entry)) return
-    const extent = await allocateHost(entry.key.bytes, keep)
-    const range = keyRange(extent, entry.key)
-    fillingBytes += entry.key.bytes
-    try {
-      await nvme!.read(entry.key.text, range)
-      const sum = await checksum(range)
-      if (sum !== entry.checksum) {
-        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
-      }
-    } catch (err) {
-      hostPool().free(extent)
-      throw err
-    } finally {
-      fillingBytes -= entry.key.bytes
-      wakeAllocators()
-    }
-    if (inHost(entry) || entries.get(entry.key.text) !== entry) {
-      hostPool().free(extent) // promoted concurrently, or dropped meanwhile
-      return
-    }
-    entry.host = extent
-    counters.promoted++
-  }
+  const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
+  const promote = (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> => started().mover.promote(entry, keep)
+  const persist = (entry: StoredEntry): Promise<void> => started().mover.persist(entry)
+  const maybeSpill = (): void => { storage?.mover.spillIfAboveWatermark() }
 
   function parseItems<T extends { key: string }> (items: T[], what: string): StateKey[] {
     if (!Array.isArray(items) || items.length === 0) throw new AgentError('ERR_BAD_REQUEST', `${what}: tensors must be a non-empty array`)
@@ -447,33 +309,13 @@ export function createStateManager (options: StateManagerOptions, components: St
     })
   }
 
-  function checkQuotas (newKeys: StateKey[], pendingBytes = 0): void {
-    const adding = new Map<string, number>()
-    for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? pendingBytes) + k.bytes)
-    for (const [namespace, bytes] of adding) {
-      const quota = options.namespaceQuotaBytes[namespace]
-      if (quota === undefined) continue
-      let stored = 0
-      for (const e of entries.values()) if (e.key.namespace === namespace) stored += e.key.bytes
-      if (stored + bytes > quota) {
-        throw new AgentError('ERR_QUOTA_EXCEEDED', `namespace ${namespace} would hold ${stored + bytes} bytes, over its quota of ${quota}`)
-      }
-    }
-  }
+  const checkQuotas = (newKeys: StateKey[], pendingBytes = 0): void =>
+    checkNamespaceQuotas(entries.values(), newKeys, options.namespaceQuotaBytes, pendingBytes)
 
-  /**
-   * Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more cannot fit:
-   * free host space + host copies that are already on NVMe (dropped for free) +
-   * free NVMe space (what spilling can move there).
-   */
-  function checkCapacity (bytes: number): void {
-    let alsoOnNvme = 0
-    for (const e of entries.values()) if (e.host !== undefined && e.onNvme) alsoOnNvme += e.key.bytes
-    const hostFree = hostPool().fragmentation().freeBytes
-    const nvmeFree = nvme!.capacityBytes - nvme!.usedBytes()
-    if (bytes > hostFree + alsoOnNvme + nvmeFree) {
-      throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: host pool ${hostFree} bytes free, NVMe ${nvmeFree} bytes free`)
-    }
+  /** Fails fast (ERR_TIER_FULL, before any copy) when `bytes` more fit in neither tier, spilling included. */
+  const checkCapacity = (bytes: number): void => {
+    const { pool, nvme } = started()
+    checkRoomFor(bytes, entries.values(), { hostFreeBytes: pool.fragmentation().freeBytes, nvmeCapacityBytes: nvme.capacityBytes, nvmeUsedBytes: nvme.usedBytes() })
   }
 
   async function offload (items: OffloadItem[], durability: 'memory' | 'nvme' = 'memory'): Promise<OffloadResult[]> {
@@ -482,8 +324,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     const scope = createClientMemoryScope(mappings)
     // Everything below until the first await runs in one tick: the plan cannot race another batch.
     const writers = new Map<string, PromiseWithResolvers<boolean>>()
-    const created: Entry[] = []
-    const counted: Entry[] = []
+    const created: StoredEntry[] = []
+    const counted: StoredEntry[] = []
     try {
       const sources = keys.map((k, i) => scope.open(items[i]!.source, k.bytes, `tensors[${i}].source`))
       // Keys this batch writes first: first occurrence in the batch, not stored, not being written.
@@ -521,7 +363,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           counted.push(entry)
           counters.deduplicated++
         }
-        const result: OffloadResult = { key: k.text, tier: inHost(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
+        const result: OffloadResult = { key: k.text, tier: hasHostCopy(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
         return result
       })
@@ -549,17 +391,16 @@ export function createStateManager (options: StateManagerOptions, components: St
    * pool spills its own earlier keys) and counts as in-flight pool use while
    * it fills; a failed copy frees it.
    */
-  async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<Entry> {
+  async function copyIn (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<StoredEntry> {
     const extent = await allocateHost(k.bytes, keep)
-    fillingBytes += k.bytes
+    const filled = started().space.filling(k.bytes)
     try {
       await source.readInto(keyRange(extent, k))
     } catch (err) {
       hostPool().free(extent)
       throw err
     } finally {
-      fillingBytes -= k.bytes
-      wakeAllocators()
+      filled()
     }
     counters.offloadCopies++
     const entry = newEntry(k, extent)
@@ -571,7 +412,7 @@ export function createStateManager (options: StateManagerOptions, components: St
    * Waits for a key another batch is writing. If that write failed, stores it
    * from `source` itself (`copied: true`, the entry already counts this replica).
    */
-  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<{ entry: Entry, copied: boolean }> {
+  async function awaitStored (k: StateKey, source: ClientMemory, keep: ReadonlySet<string>): Promise<{ entry: StoredEntry, copied: boolean }> {
     for (;;) {
       const existing = entries.get(k.text)
       if (existing !== undefined) return { entry: existing, copied: false }
@@ -592,48 +433,22 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  async function verifyReplica (entry: Entry, source: ClientMemory): Promise<boolean> {
+  async function verifyReplica (entry: StoredEntry, source: ClientMemory): Promise<boolean> {
     const sum = await source.checksum(async () => {
       const extent = await allocateHost(entry.key.bytes, new Set([entry.key.text]))
       return { range: keyRange(extent, entry.key), release: () => hostPool().free(extent) }
     })
-    const stored = await checksumOf(entry)
+    const stored = await started().mover.checksumOf(entry)
     if (sum !== stored) logger.warn({ key: entry.key.text }, 'replica bytes differ from the stored copy')
     return sum === stored
   }
 
-  /** The entry's crc32c, computed from its host copy on first use (the caller keeps the entry pinned or host-resident). */
-  async function checksumOf (entry: Entry): Promise<number> {
-    if (entry.checksum === undefined) {
-      if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} has no checksum and no host copy`)
-      const unpin = pin(entry)
-      try {
-        entry.checksum = await checksum(hostRangeOf(entry))
-      } finally {
-        unpin()
-      }
-    }
-    return entry.checksum
-  }
-
-  async function persist (entry: Entry): Promise<void> {
-    if (entry.onNvme) return
-    if (!inHost(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
-    const unpin = pin(entry)
-    try {
-      await nvme!.put(entry.key.text, hostRangeOf(entry), await checksumOf(entry))
-      entry.onNvme = true
-    } finally {
-      unpin()
-    }
-  }
-
-  async function remove (entry: Entry): Promise<void> {
+  async function remove (entry: StoredEntry): Promise<void> {
     if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
     await whenUnpinned(entry)
-    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; wakeAllocators() }
+    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
     releaseShm(entry)
-    if (entry.onNvme) { await nvme!.remove(entry.key.text); entry.onNvme = false }
+    if (entry.onNvme) { await started().nvme.remove(entry.key.text); entry.onNvme = false }
   }
 
   async function onload (items: OnloadItem[]): Promise<OnloadResult[]> {
@@ -654,8 +469,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}].key: ${k.text} was dropped during the onload`)
         const unpin = pin(entry)
         try {
-          const fromTier: StoredTier = inHost(entry) ? 'host' : 'nvme'
-          if (!inHost(entry)) await promote(entry, new Set())
+          const fromTier: StoredTier = hasHostCopy(entry) ? 'host' : 'nvme'
+          if (!hasHostCopy(entry)) await promote(entry, new Set())
           await targets[i]!.writeFrom(hostRangeOf(entry))
           counters.onloadCopies++
           entry.lastUseMs = now()
@@ -671,16 +486,16 @@ export function createStateManager (options: StateManagerOptions, components: St
     }
   }
 
-  function select (selector: KeySelector): Entry[] {
+  function select (selector: KeySelector): StoredEntry[] {
     if (selector.keys !== undefined) {
-      return selector.keys.map(k => parseKey(k).text).map(k => entries.get(k)).filter((e): e is Entry => e !== undefined)
+      return selector.keys.map(k => parseKey(k).text).map(k => entries.get(k)).filter((e): e is StoredEntry => e !== undefined)
     }
     if (typeof selector.prefix === 'string') return [...entries.values()].filter(e => e.key.text.startsWith(selector.prefix!))
     throw new AgentError('ERR_BAD_REQUEST', 'give "keys" (a list of keys) or "prefix"')
   }
 
   function prefetch (selector: KeySelector): number {
-    const cold = select(selector).filter(e => !inHost(e))
+    const cold = select(selector).filter(e => !hasHostCopy(e))
     for (const entry of cold) {
       const unpin = pin(entry)
       track(promote(entry, new Set()).finally(unpin))
@@ -689,48 +504,37 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   function availability (): StateAvailability {
-    const p = hostPool()
-    const namespaces = new Set<string>()
-    for (const e of entries.values()) namespaces.add(e.key.namespace)
+    const { pool, nvme } = started()
     return {
-      hostPool: { totalBytes: p.sizeBytes, freeBytes: p.fragmentation().freeBytes },
-      nvme: { totalBytes: nvme!.capacityBytes, freeBytes: Math.max(0, nvme!.capacityBytes - nvme!.usedBytes()) },
-      namespaces: [...namespaces].sort(),
+      hostPool: { totalBytes: pool.sizeBytes, freeBytes: pool.fragmentation().freeBytes },
+      nvme: { totalBytes: nvme.capacityBytes, freeBytes: Math.max(0, nvme.capacityBytes - nvme.usedBytes()) },
+      namespaces: residentNamespaces(entries.values()),
     }
   }
 
   function residency (prefix = ''): Residency {
-    const p = hostPool()
-    const frag = p.fragmentation()
+    const { pool, nvme } = started()
+    const frag = pool.fragmentation()
     const keys: ResidencyKey[] = []
-    const namespaces = new Map<string, { keys: number, logicalBytes: number, storedBytes: number }>()
-    let logicalBytes = 0
-    let storedBytes = 0
     for (const e of entries.values()) {
       if (!e.key.text.startsWith(prefix)) continue
-      const ns = namespaces.get(e.key.namespace) ?? { keys: 0, logicalBytes: 0, storedBytes: 0 }
-      ns.keys++
-      ns.logicalBytes += e.key.bytes * Math.max(1, e.replicas)
-      ns.storedBytes += e.key.bytes
-      namespaces.set(e.key.namespace, ns)
-      logicalBytes += e.key.bytes * Math.max(1, e.replicas)
-      storedBytes += e.key.bytes
-      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: inHost(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
+      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: hasHostCopy(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
       if (e.shm !== undefined) key.region = e.shm.region.name
       keys.push(key)
     }
     keys.sort((a, b) => a.key < b.key ? -1 : 1)
+    const usage = namespaceUsage(entries.values(), prefix, options.namespaceQuotaBytes)
     return {
       tiers: {
         device: { capacityBytes: 0, usedBytes: 0 },
-        host: { capacityBytes: p.sizeBytes, usedBytes: p.sizeBytes - frag.freeBytes },
-        nvme: { capacityBytes: nvme!.capacityBytes, usedBytes: nvme!.usedBytes() },
+        host: { capacityBytes: pool.sizeBytes, usedBytes: pool.sizeBytes - frag.freeBytes },
+        nvme: { capacityBytes: nvme.capacityBytes, usedBytes: nvme.usedBytes() },
       },
-      logicalBytes,
-      storedBytes,
-      namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: options.namespaceQuotaBytes[namespace] ?? null })),
+      logicalBytes: usage.logicalBytes,
+      storedBytes: usage.storedBytes,
+      namespaces: usage.namespaces,
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
-      shm: { regions: adoptedRegions.size, bytes: [...adoptedRegions].reduce((a, r) => a + r.bytes, 0) },
+      shm: adoptedRegions.totals(),
       counters: { ...counters },
       keys,
     }
@@ -738,9 +542,18 @@ export function createStateManager (options: StateManagerOptions, components: St
 
   return {
     async start () {
-      pool = await createHostPool({ sizeBytes: options.hostPoolBytes, lock: options.lockHostPool })
-      nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
-      recovered = await nvme.open()
+      const pool = await createHostPool({ sizeBytes: options.hostPoolBytes, lock: options.lockHostPool })
+      const nvme = createNvmeTier({ dir: options.nvmeDir, capacityBytes: options.nvmeCapacityBytes, directIo: options.directIo })
+      let recovered: NvmeRecovery
+      try {
+        recovered = await nvme.open()
+      } catch (err) {
+        pool.close()
+        throw err
+      }
+      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.spill(bytes, keep), pinnedPoolBytes })
+      const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, counters, hints: () => hints, track })
+      storage = { pool, nvme, recovered, space, mover }
       for (const obj of nvme.objects()) {
         entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
       }
@@ -748,10 +561,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     async stop () {
       await Promise.allSettled([...background])
-      await nvme?.close()
+      await storage?.nvme.close()
       for (const entry of entries.values()) releaseShm(entry)
       mappings.close()
-      pool?.close()
+      storage?.pool.close()
     },
     offload,
     onload,
@@ -768,7 +581,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     residency,
     availability,
-    recovery: () => recovered,
+    recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
     async readHost (text) {
       const entry = entries.get(parseKey(text).text)
@@ -818,7 +631,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
         const unpin = pin(entry)
         try {
-          if (!inHost(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
+          if (!hasHostCopy(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
           await persist(entry)
         } finally {
           unpin()
@@ -830,51 +643,26 @@ export function createStateManager (options: StateManagerOptions, components: St
       checkQuotas(parsed.filter(k => !entries.has(k.text)), pendingBytes)
     },
     adoptShm (source, items) {
-      const name = typeof source === 'string' ? source : source.name
       const keys = parseItems(items, 'adoptShm')
-      const fresh: Array<{ k: StateKey, offset: number }> = []
-      const existing: Entry[] = []
-      const seen = new Set<string>()
-      keys.forEach((k, i) => {
-        const offset = items[i]!.offset
-        if (!Number.isSafeInteger(offset) || offset < 0) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].offset must be a non-negative integer`)
-        if (seen.has(k.text)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} appears twice`)
-        seen.add(k.text)
-        const entry = entries.get(k.text)
-        if (entry !== undefined) existing.push(entry)
-        else if (!inflight.has(k.text)) fresh.push({ k, offset })
-        else throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].key: ${k.text} is being written by another request`)
-      })
-      checkQuotas(fresh.map(f => f.k))
+      const { fresh, existing } = planShmAdoption(keys, items.map(item => item.offset), text => entries.get(text), text => inflight.has(text))
+      checkQuotas(fresh.map(f => f.key))
+      const countReplicas = (): void => { for (const e of existing) { e.replicas++; counters.deduplicated++ } }
       if (fresh.length === 0) {
-        for (const e of existing) { e.replicas++; counters.deduplicated++ }
+        countReplicas()
         if (typeof source !== 'string') source.close()
         return { adopted: [], deduplicated: existing.map(e => e.key.text) }
       }
-      let object: SharedMemoryObject
-      try {
-        object = typeof source === 'string' ? openSharedMemory(name) : source
-      } catch (err) {
-        throw new AgentError('ERR_SOURCE_NOT_FOUND', `shared-memory object "${name}": ${(err as Error).message}`, { cause: err })
-      }
-      const tooFar = fresh.find(f => f.offset + f.k.bytes > object.sizeBytes)
-      if (tooFar !== undefined) {
-        if (typeof source === 'string') object.close()
-        throw new AgentError('ERR_SIZE_MISMATCH', `${tooFar.k.text}: ${tooFar.k.bytes} bytes at offset ${tooFar.offset} exceed shared-memory object "${name}" of ${object.sizeBytes} bytes`)
-      }
+      const object = mapForAdoption(source, fresh)
       // Nothing below throws: the keys appear together, in this tick.
-      const region: AdoptedShm = { name: object.name, object, memory: adoptedMemory(object), keys: fresh.length, bytes: 0 }
-      adoptedRegions.add(region)
-      for (const { k, offset } of fresh) {
-        const entry = newEntry(k, undefined)
+      const region = adoptedRegions.add(object, fresh)
+      for (const { key, offset } of fresh) {
+        const entry = newEntry(key, undefined)
         entry.shm = { region, offset }
-        region.bytes += k.bytes
-        entries.set(k.text, entry)
+        entries.set(key.text, entry)
       }
-      for (const e of existing) { e.replicas++; counters.deduplicated++ }
+      countReplicas()
       counters.shmAdopted += fresh.length
-      logger.debug({ region: region.name, keys: fresh.length, bytes: region.bytes }, 'shared-memory region adopted')
-      return { adopted: fresh.map(f => f.k.text), deduplicated: existing.map(e => e.key.text) }
+      return { adopted: fresh.map(f => f.key.text), deduplicated: existing.map(e => e.key.text) }
     },
   }
 }

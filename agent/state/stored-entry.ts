@@ -1,0 +1,68 @@
+/**
+ * What the StateManager's index holds for one stored key, and the pin
+ * protocol that keeps its host copy in place while something reads it.
+ *
+ * Contracts:
+ * - Ownership: the index (a Map from key text to entry) owns entries. An
+ *   entry removed from it is dead even while a reader still pins it, so code
+ *   that awaited checks `index.get(key.text) === entry` before changing it.
+ * - Host copy: a pool extent (`host`) or a range of an adopted shared-memory
+ *   mapping (`shm`), never both; neither when the key is only on NVMe.
+ * - Pins count operations reading the host copy (copy out, NVMe write,
+ *   checksum); spill and drop free the copy only at 0 pins. Unpinning to 0
+ *   wakes the waiters of `whenUnpinned` first, then `onIdle` (the host-space
+ *   waiters: a key unpinned may now be spilled).
+ * All on the event loop.
+ */
+import type { Extent, HostPool, HostRange } from '../../native/index.ts'
+import type { StateKey } from './keys.ts'
+import type { AdoptedShm } from './adopted-shm-regions.ts'
+
+export interface StoredEntry {
+  key: StateKey
+  host: Extent | undefined
+  onNvme: boolean
+  replicas: number
+  /** When the key was last offloaded or onloaded, ms since the epoch. */
+  lastUseMs: number
+  /** crc32c of the bytes; computed lazily (first spill, persist or verify), off the offload path. */
+  checksum: number | undefined
+  /** The host copy when it lives in an adopted shared-memory mapping instead of a pool extent (`host` is then undefined). */
+  shm: { region: AdoptedShm, offset: number } | undefined
+  /** Operations reading the entry's host copy; spill/drop wait for 0. */
+  pins: number
+  unpinned: Array<() => void>
+}
+
+/** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
+export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number): StoredEntry {
+  return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, pins: 0, unpinned: [] }
+}
+
+/** Whether the key has a host copy (pool extent or adopted mapping). */
+export const hasHostCopy = (e: StoredEntry): boolean => e.host !== undefined || e.shm !== undefined
+
+/** The key's bytes in a pool extent (extents are rounded up to the pool alignment). */
+export const keyRange = (pool: HostPool, extent: Extent, k: StateKey): HostRange => pool.range(extent, 0, k.bytes)
+
+/** The key's host bytes, wherever they are; for an entry with `hasHostCopy` (a TypeError otherwise). */
+export function hostBytesOf (pool: HostPool, e: StoredEntry): HostRange {
+  if (e.shm !== undefined) return { memory: e.shm.region.memory, offset: e.shm.offset, length: e.key.bytes }
+  if (e.host === undefined) throw new TypeError(`${e.key.text} has no host copy`)
+  return keyRange(pool, e.host, e.key)
+}
+
+/** Pins the entry's host copy; the returned function unpins (call it once). */
+export function pinEntry (entry: StoredEntry, onIdle: () => void): () => void {
+  entry.pins++
+  return () => {
+    if (--entry.pins === 0) {
+      for (const wake of entry.unpinned.splice(0)) wake()
+      onIdle()
+    }
+  }
+}
+
+/** Resolves when nothing pins the entry (at once if nothing does). */
+export const whenUnpinned = (entry: StoredEntry): Promise<void> =>
+  entry.pins === 0 ? Promise.resolve() : new Promise(resolve => entry.unpinned.push(resolve))
