@@ -206,6 +206,11 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
       } catch (err) {
         if (signal.aborted) return
         health.failed(err)
+        // A lease that expired before its key was created (etcd slow, TTL short) cannot be used again: grant a new one.
+        if (campaign !== undefined && (err as AgentError).code === 'ERR_ETCD' && /lease not found/i.test((err as Error).message)) {
+          log.warn({ lease: campaign.leaseId }, 'etcd election: lease gone before the campaign key was created; campaigning again')
+          campaign = undefined
+        }
       }
       evaluate()
       await sleep(waitMs, undefined, { signal }).catch(() => {})
