@@ -1,6 +1,6 @@
 /** Flag parsing and input files shared by agentctl's local commands. */
 import { readFile } from 'node:fs/promises'
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { UsageError } from './command.ts'
 import { closestName } from '../agent/config/schema-walk.ts'
 

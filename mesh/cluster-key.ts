@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { writeFileDurably } from '../agent/durable-file.ts'
 
 const header = '/key/swarm/psk/1.0.0/\n/base16/\n'

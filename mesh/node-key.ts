@@ -8,7 +8,7 @@ import { mkdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import type { PrivateKey } from '@libp2p/interface'
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { writeFileDurably } from '../agent/durable-file.ts'
 
 export async function loadOrCreateNodeKey (stateDir: string): Promise<PrivateKey> {

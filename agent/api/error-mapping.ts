@@ -5,7 +5,7 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import { AgentError, toErrorBody, type ErrorCode } from '../errors.ts'
+import { AgentError, toErrorBody, type ErrorCode } from '../../core/errors.ts'
 
 const fastifyCodes: Record<string, ErrorCode> = {
   FST_ERR_CTP_BODY_TOO_LARGE: 'ERR_BODY_TOO_LARGE',

@@ -3,7 +3,7 @@
  * ones are shorthands for config keys, `--set key=value` reaches any key.
  */
 import { parseArgs } from 'node:util'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { closestName } from './schema-walk.ts'
 import { setFlagAssignment, type ConfigAssignment } from './load.ts'
 

@@ -56,7 +56,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../mesh/sim/priority-heap.ts'
 import { earliestBatchFirst, type QueueKey } from '../../mesh/policies/reward-scaling/queue-order.ts'
 import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'

@@ -14,7 +14,7 @@
  */
 import { rename, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
 import type { Dtype, StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'

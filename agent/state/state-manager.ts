@@ -22,7 +22,7 @@
  * All bookkeeping runs on the event loop; bytes move on native threads.
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { constants as bufferConstants } from 'node:buffer'
 import { checksum, createHostPool, openSharedMemory, type Extent, type HostMemory, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'

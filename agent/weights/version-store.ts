@@ -28,7 +28,7 @@
 import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { mkdirDurably, writeFileDurably } from '../durable-file.ts'
 import { formatKey, parseKey, type Dtype } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'

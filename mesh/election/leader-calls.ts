@@ -29,7 +29,7 @@
  *   private network); handlers validate their bodies.
  */
 import type { Logger } from 'pino'
-import { AgentError, errorStatus, type ErrorCode } from '../../agent/errors.ts'
+import { AgentError, errorStatus, type ErrorCode } from '../../core/errors.ts'
 import type { MeshLibp2p } from '../libp2p-node.ts'
 import { handleJson, requestJson } from '../json-protocol.ts'
 

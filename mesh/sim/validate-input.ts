@@ -6,7 +6,7 @@
  */
 import type { TSchema, Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { AgentError, type ErrorCode } from '../../agent/errors.ts'
+import { AgentError, type ErrorCode } from '../../core/errors.ts'
 import { closestName, propertiesOf, schemaAt } from '../../agent/config/schema-walk.ts'
 
 export interface InputIssue { path: string, message: string }

@@ -2,7 +2,7 @@ import t from 'tap'
 import { pino } from 'pino'
 import { buildApiApp } from '../../../agent/api/server.ts'
 import { toAgentError } from '../../../agent/api/error-mapping.ts'
-import { AgentError } from '../../../agent/errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { StatusBody } from '../../../agent/api/schemas.ts'
 
 const status: StatusBody = { node: { id: 'id-1', name: 'n1' }, version: '1.2.3', uptimeS: 1.5, dev: true, subsystems: [{ id: 'api', state: 'ok' }] }
