@@ -1,82 +1,90 @@
 /**
- * Errors with stable codes. Every error the agent reports to a client is an
- * AgentError; the API maps `code` to an HTTP status and the client maps the
- * JSON body back, so `agentctl` prints exactly what the daemon raised.
+ * Errors with stable codes, shared by every layer (native, mesh, agent, cli).
+ * Every error the agent reports to a client is an AgentError; the local API
+ * maps `code` to an HTTP status (agent/api/error-status.ts) and the client maps
+ * the JSON body back, so `agentctl` prints exactly what the daemon raised.
+ * Nothing here knows about HTTP.
  */
 
-/** Stable error codes and the HTTP status each maps to. */
-export const errorStatus = {
-  ERR_BAD_REQUEST: 400,
-  ERR_CONFIG_INVALID: 400,
-  ERR_NOT_FOUND: 404,
-  ERR_METHOD_NOT_ALLOWED: 405,
-  ERR_BODY_TOO_LARGE: 413,
-  ERR_UNSUPPORTED_MEDIA_TYPE: 415,
-  ERR_SOCKET_IN_USE: 409,
-  ERR_STATE_DIR_LOCKED: 409,
-  ERR_UNAVAILABLE: 503,
-  ERR_AGENT_UNREACHABLE: 503,
-  ERR_INTERNAL: 500,
+/**
+ * Stable error codes, grouped by the subsystem that raises them. A code names a
+ * kind of failure and never changes meaning; the HTTP status each maps to is the
+ * local API's business (agent/api/error-status.ts).
+ */
+export const errorCodes = [
+  'ERR_BAD_REQUEST',
+  'ERR_CONFIG_INVALID',
+  'ERR_NOT_FOUND',
+  'ERR_METHOD_NOT_ALLOWED',
+  'ERR_BODY_TOO_LARGE',
+  'ERR_UNSUPPORTED_MEDIA_TYPE',
+  'ERR_SOCKET_IN_USE',
+  'ERR_STATE_DIR_LOCKED',
+  'ERR_UNAVAILABLE',
+  'ERR_AGENT_UNREACHABLE',
+  'ERR_INTERNAL',
   // native addon (native/index.ts)
-  ERR_ARG_INVALID: 400,
-  ERR_OUT_OF_RANGE: 400,
-  ERR_EXTENT_INVALID: 400,
-  ERR_SHM_NOT_FOUND: 404,
-  ERR_SHM_TOO_SMALL: 400,
-  ERR_RESOURCE_CLOSED: 409,
-  ERR_POOL_FULL: 507,
-  ERR_MEMLOCK_LIMIT: 503,
-  ERR_NATIVE_UNAVAILABLE: 503,
-  ERR_CUDA_UNAVAILABLE: 503,
-  ERR_CUDA: 500,
-  ERR_IO: 500,
-  ERR_SYSTEM: 500,
+  'ERR_ARG_INVALID',
+  'ERR_OUT_OF_RANGE',
+  'ERR_EXTENT_INVALID',
+  'ERR_SHM_NOT_FOUND',
+  'ERR_SHM_TOO_SMALL',
+  'ERR_RESOURCE_CLOSED',
+  'ERR_POOL_FULL',
+  'ERR_MEMLOCK_LIMIT',
+  'ERR_NATIVE_UNAVAILABLE',
+  'ERR_CUDA_UNAVAILABLE',
+  'ERR_CUDA',
+  'ERR_IO',
+  'ERR_SYSTEM',
   // StateManager (agent/state/)
-  ERR_KEY_INVALID: 400,
-  ERR_KEY_NOT_FOUND: 404,
-  ERR_SIZE_MISMATCH: 400,
-  ERR_SOURCE_NOT_FOUND: 404,
-  ERR_TIER_FULL: 507,
-  ERR_QUOTA_EXCEEDED: 507,
-  ERR_DATA_CORRUPT: 500,
+  'ERR_KEY_INVALID',
+  'ERR_KEY_NOT_FOUND',
+  'ERR_SIZE_MISMATCH',
+  'ERR_SOURCE_NOT_FOUND',
+  'ERR_TIER_FULL',
+  'ERR_QUOTA_EXCEEDED',
+  'ERR_DATA_CORRUPT',
   // device lock (agent/state/device-lock.ts)
-  ERR_LOCK_TIMEOUT: 423,
-  ERR_LOCK_NOT_HELD: 409,
+  'ERR_LOCK_TIMEOUT',
+  'ERR_LOCK_NOT_HELD',
   // simulators (mesh/sim/)
-  ERR_TRACE_INVALID: 400,
-  ERR_WORKFLOW_INVALID: 400,
+  'ERR_TRACE_INVALID',
+  'ERR_WORKFLOW_INVALID',
   // jobs (mesh/jobs/)
-  ERR_JOB_INVALID: 400,
-  ERR_JOB_CONFLICT: 409,
-  ERR_JOB_NOT_FOUND: 404,
-  ERR_JOBS_FULL: 507,
+  'ERR_JOB_INVALID',
+  'ERR_JOB_CONFLICT',
+  'ERR_JOB_NOT_FOUND',
+  'ERR_JOBS_FULL',
   // mesh (mesh/)
-  ERR_CLUSTER_KEY_INVALID: 400,
-  ERR_MESH_ADDRESS: 400,
-  ERR_MESH_UNAVAILABLE: 503,
+  'ERR_CLUSTER_KEY_INVALID',
+  'ERR_MESH_ADDRESS',
+  'ERR_MESH_UNAVAILABLE',
   // leader election (mesh/election/)
-  ERR_NOT_LEADER: 409,
-  /** A decision no majority of voters stored in time; it may still be committed later (retry by id). */
-  ERR_NOT_COMMITTED: 503,
-  ERR_ELECTION_STATE: 500,
-  ERR_LEADER_UNAVAILABLE: 503,
-  ERR_ETCD_UNAVAILABLE: 503,
-  ERR_ETCD: 502,
+  'ERR_NOT_LEADER',
+  // ERR_NOT_COMMITTED: a decision no majority of voters stored in time; it may still be committed later (retry by id).
+  'ERR_NOT_COMMITTED',
+  'ERR_ELECTION_STATE',
+  'ERR_LEADER_UNAVAILABLE',
+  'ERR_ETCD_UNAVAILABLE',
+  'ERR_ETCD',
   // weights (agent/weights/)
-  ERR_LAYOUT_INVALID: 400,
-  ERR_WEIGHTS_NOT_FOUND: 404,
-  ERR_WEIGHTS_VERSION_EXISTS: 409,
-  ERR_WEIGHTS_RETIRED: 410,
-  ERR_WEIGHTS_AUTH: 401,
-  ERR_WEIGHTS_PROTOCOL: 502,
-  ERR_WEIGHTS_TRANSFER: 502,
+  'ERR_LAYOUT_INVALID',
+  'ERR_WEIGHTS_NOT_FOUND',
+  'ERR_WEIGHTS_VERSION_EXISTS',
+  'ERR_WEIGHTS_RETIRED',
+  'ERR_WEIGHTS_AUTH',
+  'ERR_WEIGHTS_PROTOCOL',
+  'ERR_WEIGHTS_TRANSFER',
   // reward service (agent/reward/)
-  ERR_REWARD_CONFLICT: 409,
-  ERR_REWARD_FULL: 429,
-  ERR_REWARD_LEASE_LOST: 410,
-} as const
+  'ERR_REWARD_CONFLICT',
+  'ERR_REWARD_FULL',
+  'ERR_REWARD_LEASE_LOST',
+] as const
 
-export type ErrorCode = keyof typeof errorStatus
+export type ErrorCode = typeof errorCodes[number]
+
+const knownCodes: ReadonlySet<string> = new Set(errorCodes)
 
 export class AgentError extends Error {
   readonly code: ErrorCode
@@ -89,17 +97,13 @@ export class AgentError extends Error {
     this.code = code
     this.details = options.details
   }
-
-  get httpStatus (): number {
-    return errorStatus[this.code]
-  }
 }
 
 export function isErrorCode (value: unknown): value is ErrorCode {
-  return typeof value === 'string' && Object.hasOwn(errorStatus, value)
+  return typeof value === 'string' && knownCodes.has(value)
 }
 
-/** The JSON body every error response carries. */
+/** The JSON form of an AgentError: the body of every API error response, and what `agentctl --json` prints. */
 export interface ErrorBody {
   error: { code: ErrorCode, message: string, details?: unknown }
 }
