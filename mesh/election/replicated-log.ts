@@ -23,7 +23,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { writeFileDurably } from '../../agent/durable-file.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
 import { AgentError } from '../../core/errors.ts'
 
 export interface LogPosition {
