@@ -4,7 +4,7 @@
  */
 import { parseArgs } from 'node:util'
 import { AgentError } from '../../core/errors.ts'
-import { closestName } from './schema-walk.ts'
+import { closestName } from '../../core/schema-walk.ts'
 import { setFlagAssignment, type ConfigAssignment } from './load.ts'
 
 /** Flags that are shorthands for one config key. */

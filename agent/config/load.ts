@@ -14,7 +14,7 @@ import { validateElectionConfig } from '../../mesh/election/election-config.ts'
 import { configSchema, defaultConfig, devConfig, type AgentConfig } from './schema.ts'
 import {
   closestName, describeExpected, isObjectSchema, leafPaths, propertiesOf, schemaAt, schemaType,
-} from './schema-walk.ts'
+} from '../../core/schema-walk.ts'
 
 export const defaultConfigFile = '/etc/agentd/agentd.toml'
 

@@ -18,7 +18,7 @@
  *   cluster's `contextSwitchS` (default 10 s).
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { createInputValidator } from './validate-input.ts'
+import { createInputValidator } from '../../core/validate-input.ts'
 import { createSeededRandom } from './seeded-random.ts'
 
 export const segmentSchema = Type.Object({
