@@ -23,7 +23,7 @@
 import { networkInterfaces } from 'node:os'
 import type { Logger } from 'pino'
 import { TopicValidatorResult } from '@libp2p/gossipsub'
-import type { MeshConfig } from '../agent/config/schema.ts'
+import type { MeshConfig } from './mesh-config.ts'
 import type { NodeInventory } from '../agent/inventory/inventory.ts'
 import { AgentError } from '../core/errors.ts'
 import { loadClusterKey, loadOrCreateDevClusterKey } from './cluster-key.ts'
