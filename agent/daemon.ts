@@ -26,7 +26,7 @@ import { createRewardLeaderTask } from './reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
-import { AgentError } from './errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { capabilities } from '../native/index.ts'
 
 export interface DaemonOptions {

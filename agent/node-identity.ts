@@ -6,8 +6,8 @@
 import { randomUUID } from 'node:crypto'
 import { mkdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { AgentError } from './errors.ts'
-import { writeFileDurably } from './durable-file.ts'
+import { AgentError } from '../core/errors.ts'
+import { writeFileDurably } from '../core/durable-file.ts'
 
 const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 

@@ -22,8 +22,8 @@
 import { open, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { AgentError } from './errors.ts'
-import { mkdirDurably } from './durable-file.ts'
+import { AgentError } from '../core/errors.ts'
+import { mkdirDurably } from '../core/durable-file.ts'
 import { capabilities, tryLockExclusive } from '../native/index.ts'
 
 export const lockFileName = 'agentd.lock'

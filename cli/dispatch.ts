@@ -5,7 +5,7 @@
  * stand anywhere. Throws UsageError with a hint on anything it cannot parse.
  */
 import { parseArgs } from 'node:util'
-import { closestName } from '../agent/config/schema-walk.ts'
+import { closestName } from '../core/schema-walk.ts'
 import { UsageError, type Command } from './command.ts'
 import { defaultSocketPath } from '../agent/client/client.ts'
 

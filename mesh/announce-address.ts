@@ -6,8 +6,7 @@
  */
 import type { NetworkInterfaceInfo } from 'node:os'
 import { isIP } from 'node:net'
-import { AgentError } from '../agent/errors.ts'
-import { isVirtualInterfaceName } from '../agent/inventory/inventory.ts'
+import { AgentError } from '../core/errors.ts'
 
 export interface AnnounceAddressOptions {
   /** mesh.announceAddress; "" = detect. */
@@ -22,6 +21,11 @@ export interface AnnounceAddress {
   family: 4 | 6
   /** Where it came from: "config", "interface eth0", "dev loopback". */
   source: string
+}
+
+/** Interface names that are never a node's management address. */
+export function isVirtualInterfaceName (name: string): boolean {
+  return /^(lo|docker\d*|br-|virbr|veth|cni|flannel|cali|vxlan|tun|tap|kube)/.test(name)
 }
 
 export function chooseAnnounceAddress (options: AnnounceAddressOptions): AnnounceAddress {

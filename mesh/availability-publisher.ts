@@ -25,12 +25,35 @@
  */
 import { availableParallelism, loadavg, totalmem, freemem } from 'node:os'
 import { readFileSync } from 'node:fs'
-import type { NodeInventory } from '../agent/inventory/inventory.ts'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { AvailabilityRecordSchema, type AvailabilityRecord, type GpuAvailability } from './mesh-messages.ts'
 import { envelopeHeaderBytes, meshMessageSchemaError } from './signed-envelope.ts'
-import type { StateAvailability } from '../agent/state/state-manager.ts'
-import type { GpuSample } from '../agent/inventory/gpu-sampler.ts'
+
+/**
+ * What the record reads of the node inventory: its GPUs, in inventory order.
+ * Declared here so mesh/ does not import the daemon; agent/inventory's
+ * NodeInventory satisfies it.
+ */
+export interface InventoryGpus {
+  gpus: { devices: ReadonlyArray<{ index: number, model: string, uuid: string, memoryBytes: number }> }
+}
+
+/** The latest sample of one GPU (agent/inventory/gpu-sampler.ts's GpuSample satisfies it). */
+export interface GpuReading {
+  /** Bytes; null when unknown. */
+  memoryFreeBytes: number | null
+  health: GpuAvailability['health']
+  /** A compute process holds the GPU; null when unknown. */
+  inUse: boolean | null
+}
+
+/** The StateManager's tiers and namespaces (agent/state's StateAvailability satisfies it). */
+export interface StateTiersAvailability {
+  hostPool: { totalBytes: number, freeBytes: number }
+  nvme: { totalBytes: number, freeBytes: number }
+  /** Namespaces with at least one stored key, sorted. */
+  namespaces: string[]
+}
 
 /** Live members per heartbeatIntervalMs before the heartbeat period starts to grow. */
 export const heartbeatMembersPerInterval = 6
@@ -69,7 +92,7 @@ export interface AvailabilityPublisherComponents {
   /** This agent's announced mesh multiaddrs. */
   addresses(): string[]
   incarnation(): number
-  inventory(): NodeInventory | undefined
+  inventory(): InventoryGpus | undefined
   /** Signs and publishes; rejections are logged by the caller. */
   publish(record: AvailabilityRecord): Promise<void>
   log: { warn(obj: object, msg: string): void, error(obj: object, msg: string): void }
@@ -170,7 +193,7 @@ export function createAvailabilityPublisher (options: AvailabilityPublisherOptio
 }
 
 /** The StateManager's record sections: host pool and NVMe tier free bytes, resident namespaces (bounded by fitRecord). */
-export function stateSections (a: StateAvailability): AvailabilitySections {
+export function stateSections (a: StateTiersAvailability): AvailabilitySections {
   return { hostPool: a.hostPool, nvme: a.nvme, resident: a.namespaces }
 }
 
@@ -246,7 +269,7 @@ export function fitRecord (record: AvailabilityRecord, maxBytes: number): FitRes
  * The GPUs of the inventory with their latest sample (agent/inventory/gpu-sampler.ts,
  * in inventory order); without one, free memory, health and holder are unknown.
  */
-export function gpusFromInventory (inventory: NodeInventory | undefined, samples: readonly GpuSample[] = []): GpuAvailability[] {
+export function gpusFromInventory (inventory: InventoryGpus | undefined, samples: readonly GpuReading[] = []): GpuAvailability[] {
   return (inventory?.gpus.devices ?? []).map((g, i) => ({
     index: g.index,
     model: g.model,

@@ -23,9 +23,8 @@
 import { networkInterfaces } from 'node:os'
 import type { Logger } from 'pino'
 import { TopicValidatorResult } from '@libp2p/gossipsub'
-import type { MeshConfig } from '../agent/config/schema.ts'
-import type { NodeInventory } from '../agent/inventory/inventory.ts'
-import { AgentError } from '../agent/errors.ts'
+import type { MeshConfig } from './mesh-config.ts'
+import { AgentError } from '../core/errors.ts'
 import { loadClusterKey, loadOrCreateDevClusterKey } from './cluster-key.ts'
 import { loadOrCreateNodeKey } from './node-key.ts'
 import { openIncarnationStore } from './incarnation.ts'
@@ -39,7 +38,7 @@ import { createLocalHealth } from './local-health.ts'
 import { createFailureDetector } from './failure-detector.ts'
 import { createPeerDialer } from './peer-dialer.ts'
 import { createGossipStreamWatchdog } from './gossip-stream-watchdog.ts'
-import { createAvailabilityPublisher, type AvailabilityContributor } from './availability-publisher.ts'
+import { createAvailabilityPublisher, type AvailabilityContributor, type InventoryGpus } from './availability-publisher.ts'
 import { createStateSync, type HeldRecord } from './state-sync.ts'
 import { LatencyWindow, RateWindow } from './mesh-stats.ts'
 import type { MeshInfo, MeshStatus, PeerView } from './mesh-views.ts'
@@ -55,7 +54,7 @@ export interface MeshOptions {
 
 export interface MeshComponents {
   logger: Logger
-  inventory(): NodeInventory | undefined
+  inventory(): InventoryGpus | undefined
 }
 
 export interface Mesh {

@@ -5,7 +5,7 @@
  * reference counts) and copies between that memory and host ranges on its
  * own streams. Device memory is never exposed to JavaScript as a Buffer.
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { checkHostRange, type HostRange } from './host-memory.ts'
 import type { NativeBinding, NativeDeviceMapping } from './native-binding.ts'
 import { awaitNative, callNative, checkBytes, checkInteger, checkRange } from './native-error.ts'

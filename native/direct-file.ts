@@ -7,7 +7,7 @@
  * native I/O threads; an unaligned head or tail goes through a bounce buffer
  * (read-modify-write for writes), so any offset and length work.
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { checkHostRange, type HostRange } from './host-memory.ts'
 import type { NativeBinding, NativeFile, NativeFileInfo, NativeTransferResult } from './native-binding.ts'
 import { awaitNative, callNative, checkBytes, checkInteger } from './native-error.ts'

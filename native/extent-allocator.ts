@@ -12,7 +12,7 @@
  * search plus an array splice. Free lists stay short (hundreds to thousands
  * of extents) because neighbours always coalesce.
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { checkBytes, checkPowerOfTwo } from './native-error.ts'
 
 export const granuleBytes = 4096

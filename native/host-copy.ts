@@ -3,7 +3,7 @@
  * settles when the bytes are in place (PlexRL §5.3: synchronous semantics
  * for the client).
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { checkHostRange, type HostRange } from './host-memory.ts'
 import type { NativeBinding } from './native-binding.ts'
 import { awaitNative, checkInteger } from './native-error.ts'

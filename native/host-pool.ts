@@ -4,7 +4,7 @@
  * mlock, cudaHostRegister in chunks when CUDA is usable), sub-allocated into
  * aligned extents by an ExtentAllocator that lives here in TypeScript.
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import { ExtentAllocator, type Extent, type FragmentationReport } from './extent-allocator.ts'
 import type { HostMemory, HostRange } from './host-memory.ts'
 import type { NativeBinding, NativeRegion, NativeRegionInfo } from './native-binding.ts'

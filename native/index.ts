@@ -8,7 +8,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { fileURLToPath } from 'node:url'
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import * as cudaIpc from './cuda-ipc.ts'
 import type { DeviceCopyOptions, DeviceMemory, DeviceRange } from './cuda-ipc.ts'
 import * as directFile from './direct-file.ts'

@@ -3,7 +3,7 @@
  * addon throws plain Errors with a `code`; callers of native/ only ever see
  * AgentError.
  */
-import { AgentError, isErrorCode } from '../agent/errors.ts'
+import { AgentError, isErrorCode } from '../core/errors.ts'
 
 /** Turns an error thrown by the addon into an AgentError (keeping it as `cause`). */
 export function fromNativeError (err: unknown): AgentError {

@@ -3,7 +3,7 @@
  * Python's multiprocessing.shared_memory or shm_open). Mapped whole,
  * read-write; every range is checked against the object's real size.
  */
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import type { HostMemory, HostRange } from './host-memory.ts'
 import type { NativeBinding, NativeRegion } from './native-binding.ts'
 import { callNative, checkBytes, checkRange } from './native-error.ts'

@@ -3,7 +3,7 @@
  * (who is calling the local API) and the sd_notify datagram to systemd.
  */
 import type { Socket } from 'node:net'
-import { AgentError } from '../agent/errors.ts'
+import { AgentError } from '../core/errors.ts'
 import type { NativeBinding } from './native-binding.ts'
 import { callNative } from './native-error.ts'
 

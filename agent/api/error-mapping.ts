@@ -5,7 +5,8 @@
  */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
-import { AgentError, toErrorBody, type ErrorCode } from '../errors.ts'
+import { AgentError, toErrorBody, type ErrorCode } from '../../core/errors.ts'
+import { httpStatusOf } from './error-status.ts'
 
 const fastifyCodes: Record<string, ErrorCode> = {
   FST_ERR_CTP_BODY_TOO_LARGE: 'ERR_BODY_TOO_LARGE',
@@ -35,11 +36,11 @@ export function createErrorHandler (logger: Logger) {
     const mapped = toAgentError(err)
     if (mapped.code === 'ERR_INTERNAL') logger.error({ err, method: request.method, url: request.url }, 'request failed')
     else logger.debug({ code: mapped.code, method: request.method, url: request.url }, 'request rejected')
-    void reply.status(mapped.httpStatus).send(toErrorBody(mapped))
+    void reply.status(httpStatusOf(mapped)).send(toErrorBody(mapped))
   }
 }
 
 export function notFoundHandler (request: FastifyRequest, reply: FastifyReply): void {
   const err = new AgentError('ERR_NOT_FOUND', `no route ${request.method} ${request.url}`)
-  void reply.status(err.httpStatus).send(toErrorBody(err))
+  void reply.status(httpStatusOf(err)).send(toErrorBody(err))
 }

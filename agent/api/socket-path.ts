@@ -7,7 +7,7 @@
 import { connect } from 'node:net'
 import { chmod, chown, lstat, mkdir, readFile, unlink } from 'node:fs/promises'
 import { dirname } from 'node:path'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 
 /** Throws ERR_SOCKET_IN_USE when a live process listens on `path`; removes a stale socket. */
 export async function claimSocketPath (path: string): Promise<void> {

@@ -5,7 +5,7 @@
  * not answer gives ERR_AGENT_UNREACHABLE with what to check.
  */
 import { request, type IncomingMessage } from 'node:http'
-import { AgentError, isErrorCode, type ErrorBody } from '../errors.ts'
+import { AgentError, isErrorCode, type ErrorBody } from '../../core/errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
 import type { MeshInfo, PeerView } from '../../mesh/mesh-views.ts'
 import type { DecisionLogBody, LeaderViewBody } from '../../mesh/election/leader-views.ts'

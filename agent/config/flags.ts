@@ -3,8 +3,8 @@
  * ones are shorthands for config keys, `--set key=value` reaches any key.
  */
 import { parseArgs } from 'node:util'
-import { AgentError } from '../errors.ts'
-import { closestName } from './schema-walk.ts'
+import { AgentError } from '../../core/errors.ts'
+import { closestName } from '../../core/schema-walk.ts'
 import { setFlagAssignment, type ConfigAssignment } from './load.ts'
 
 /** Flags that are shorthands for one config key. */

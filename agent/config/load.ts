@@ -9,12 +9,12 @@ import { readFileSync } from 'node:fs'
 import { parse as parseToml } from 'smol-toml'
 import { Value } from '@sinclair/typebox/value'
 import type { TSchema } from '@sinclair/typebox'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { validateElectionConfig } from '../../mesh/election/election-config.ts'
 import { configSchema, defaultConfig, devConfig, type AgentConfig } from './schema.ts'
 import {
   closestName, describeExpected, isObjectSchema, leafPaths, propertiesOf, schemaAt, schemaType,
-} from './schema-walk.ts'
+} from '../../core/schema-walk.ts'
 
 export const defaultConfigFile = '/etc/agentd/agentd.toml'
 

@@ -4,7 +4,7 @@
  * `agentd --config-reference` prints it.
  */
 import { configSchema } from './schema.ts'
-import { describeExpected, descriptionOf, leafPaths, schemaAt } from './schema-walk.ts'
+import { describeExpected, descriptionOf, leafPaths, schemaAt } from '../../core/schema-walk.ts'
 import { envName } from './load.ts'
 
 export function renderConfigReference (): string {

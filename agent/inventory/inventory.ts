@@ -11,6 +11,7 @@ import { promisify } from 'node:util'
 import si from 'systeminformation'
 import type { GpuOverrideConfig } from '../config/schema.ts'
 import type { GpuInventory, NodeInventory } from './schema.ts'
+import { isVirtualInterfaceName } from '../../mesh/announce-address.ts'
 
 export type { NodeInventory } from './schema.ts'
 
@@ -56,11 +57,6 @@ export async function probeInventory (options: InventoryOptions): Promise<NodeIn
 
 export function isNvme (name: string, protocol: string | undefined): boolean {
   return name.startsWith('nvme') || (protocol ?? '').toLowerCase() === 'nvme'
-}
-
-/** Interface names that are never a node's management address. */
-export function isVirtualInterfaceName (name: string): boolean {
-  return /^(lo|docker\d*|br-|virbr|veth|cni|flannel|cali|vxlan|tun|tap|kube)/.test(name)
 }
 
 async function probeGpus (override: GpuOverrideConfig[] | undefined): Promise<GpuInventory> {

@@ -56,8 +56,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
-import { createPriorityHeap, type PriorityHeap } from '../../mesh/sim/priority-heap.ts'
+import { AgentError } from '../../core/errors.ts'
+import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'
 import { earliestBatchFirst, type QueueKey } from '../../mesh/policies/reward-scaling/queue-order.ts'
 import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'
 import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-placement.ts'

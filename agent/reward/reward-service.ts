@@ -5,7 +5,7 @@
  * cluster status (from the leader's proxy, plus this agent's own workers).
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { LeaderService } from '../../mesh/election/leader-service.ts'
 import { validateRewardConfig, type RewardConfig } from './reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'

@@ -32,7 +32,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from './reward-messages.ts'
 

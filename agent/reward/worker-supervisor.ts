@@ -22,7 +22,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import type { AppliedDecision } from '../../mesh/election/decision-log.ts'
 import type { RewardStageSpec } from './reward-config.ts'

@@ -16,7 +16,7 @@
  */
 import type { Logger } from 'pino'
 import { constants as bufferConstants } from 'node:buffer'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { openSharedMemory, type HostMemory, type SharedMemoryObject } from '../../native/index.ts'
 import type { StateKey } from './keys.ts'
 

@@ -14,7 +14,7 @@
  *   clock. The caller keeps the index from changing during a call (event
  *   loop, no await inside).
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { StateKey } from './keys.ts'
 import type { StoredEntry } from './stored-entry.ts'
 

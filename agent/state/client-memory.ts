@@ -5,7 +5,7 @@
  * mapping when the request is done. Errors map to the StateManager's codes:
  * ERR_SOURCE_NOT_FOUND, ERR_SIZE_MISMATCH, ERR_CUDA_UNAVAILABLE.
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import {
   capabilities, checksum, copyDeviceToHost, copyHost, copyHostToDevice, openDeviceMemory,
   type DeviceMemory, type HostRange,

@@ -28,7 +28,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { Subsystem } from '../subsystems.ts'
 import type { ProcessIdentity, ProcessTable } from './device-lock-process.ts'
 import { holderNamePattern, maxLockTimeoutMs, type AcquireGpuResult, type DeviceLockEvent, type GpuLockState, type ReleaseGpuResult, type ReleaseReason } from './device-lock-schema.ts'

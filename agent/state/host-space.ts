@@ -17,7 +17,7 @@
  *   becomes unpinned; it wakes every waiting allocation, each tries again.
  * All on the event loop.
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { Extent, HostPool } from '../../native/index.ts'
 import type { NvmeTier } from './nvme-tier.ts'
 

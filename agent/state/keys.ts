@@ -21,7 +21,7 @@
  * is >= 1, and the byte size is product(shape) × sizeof(dtype).
  * Example: job42/actor/model.layers.3.mlp.up_proj.weight:param@[0,0]/[4096,1024]:bf16#v17
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export const dtypeBytes = {
   bool: 1, u8: 1, i8: 1, i16: 2, i32: 4, i64: 8, f16: 2, bf16: 2, f32: 4, f64: 8, f8_e4m3: 1, f8_e5m2: 1,

@@ -14,11 +14,11 @@
  */
 import { rename, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
 import type { Dtype, StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'
-import { syncDirectory, writeFileDurably } from '../durable-file.ts'
+import { syncDirectory, writeFileDurably } from '../../core/durable-file.ts'
 
 /** Our dtype names → safetensors' (the header's "dtype"). */
 export const safetensorsDtype: Record<Dtype, string> = {

@@ -8,7 +8,7 @@
 import { open, rename, type FileHandle } from 'node:fs/promises'
 import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
-import { syncDirectory } from '../durable-file.ts'
+import { syncDirectory } from '../../core/durable-file.ts'
 
 export type JournalRecord =
   | { op: 'put', key: string, bytes: number, checksum: number, object: string }

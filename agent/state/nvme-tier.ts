@@ -13,9 +13,9 @@
 import { createHash } from 'node:crypto'
 import { readFile, readdir, stat, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { openDirectFile, type HostRange } from '../../native/index.ts'
-import { mkdirDurably, syncDirectory } from '../durable-file.ts'
+import { mkdirDurably, syncDirectory } from '../../core/durable-file.ts'
 import { openJournalWriter, replayJournal, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
 
 export interface NvmeObject {

@@ -29,7 +29,7 @@
  * checks, residency totals), adopted-shm-regions.ts (adoptShm).
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { createHostPool, type Extent, type HostPool, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { parseKey, type StateKey } from './keys.ts'
 import { createClientMemoryScope, type ClientMemory, type MemorySpec } from './client-memory.ts'

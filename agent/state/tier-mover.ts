@@ -18,7 +18,7 @@
  * All bookkeeping on the event loop; the bytes move on native threads.
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { checksum, type HostPool } from '../../native/index.ts'
 import type { NvmeTier } from './nvme-tier.ts'
 import type { HostSpace } from './host-space.ts'

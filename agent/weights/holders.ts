@@ -5,7 +5,7 @@
  * (`addresses.weights`, `weights`); a pull without an address picks a holder
  * from the local agent's view of its peers. Pure functions: no I/O.
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { AvailabilitySections } from '../../mesh/availability-publisher.ts'
 import type { PeerView } from '../../mesh/mesh-views.ts'
 import { latestVersion } from './protocol.ts'

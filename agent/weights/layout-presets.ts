@@ -11,7 +11,7 @@
  * (`num_attention_heads`, `num_key_value_heads` in the safetensors
  * __metadata__ of the published version).
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { LayoutRule } from './reshard.ts'
 
 export const layoutPresetNames = ['llama', 'qwen'] as const

@@ -12,7 +12,7 @@
  * Codec functions are pure (Buffers in and out); framing state lives in the
  * server and the puller.
  */
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { SliceRange } from './reshard.ts'
 
 export const protocolVersion = 1

@@ -55,7 +55,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { open, readdir, statfs, unlink } from 'node:fs/promises'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { checksum, openDirectFile, openSharedMemory, populateHostRange, type HostRange, type SharedMemoryObject } from '../../native/index.ts'
 import { dtypeBytes, type Dtype } from '../state/keys.ts'
 import { safetensorsDtype } from '../state/materialize.ts'

@@ -28,7 +28,7 @@
  * Memory: exactly the destination slices (host pool) plus 64 KiB per connection.
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { checksum } from '../../native/index.ts'
 import { dtypeBytes } from '../state/keys.ts'
 import type { ScratchBytes, StateManager } from '../state/state-manager.ts'

@@ -25,7 +25,7 @@
  * - `kvHeads: K` (with dim 0)    a separate k or v projection: like qkv's k part
  */
 import { createHash } from 'node:crypto'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export interface TensorInfo {
   name: string

@@ -7,7 +7,7 @@
  * staging buffer.
  */
 import { connect, type Socket } from 'node:net'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
   decodeHello, decodeReplyHeader, encodeAuth, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,

@@ -19,7 +19,7 @@
  */
 import { createServer, type Server, type Socket } from 'node:net'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { checksum, gatherHost, viewHostRange, type HostRange } from '../../native/index.ts'
 import { dtypeBytes } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'

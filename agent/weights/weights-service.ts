@@ -5,7 +5,7 @@
  */
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { AgentError } from '../errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import type { AvailabilitySections } from '../../mesh/availability-publisher.ts'
 import type { PeerView } from '../../mesh/mesh-views.ts'

@@ -5,7 +5,7 @@
  * loaded (agentd exits 78 on a violation) and again when the subsystem starts.
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { validateEtcdEndpoints } from './etcd-client.ts'
 
 export const ElectionSection = Type.Object({

@@ -30,8 +30,8 @@
  */
 import { readFile, mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
-import { writeFileDurably } from '../../agent/durable-file.ts'
-import { AgentError } from '../../agent/errors.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export interface PersistedElection {
   term: number

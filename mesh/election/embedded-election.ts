@@ -15,7 +15,7 @@
  * (`decisions` requests, answered through components.receiveDecisions).
  */
 import { createHash } from 'node:crypto'
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { Logger } from 'pino'
 import type { ElectionConfig } from './election-config.ts'
 import type { Mesh } from '../mesh-service.ts'

@@ -18,7 +18,7 @@
  * revisions are numbers (safe integers up to 2^53, far beyond any cluster's
  * write count) and a reply outside that range is rejected.
  */
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export interface EtcdClientOptions {
   /** Client URLs, e.g. http://10.0.0.1:2379; at least one. */

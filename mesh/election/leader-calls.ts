@@ -29,7 +29,7 @@
  *   private network); handlers validate their bodies.
  */
 import type { Logger } from 'pino'
-import { AgentError, errorStatus, type ErrorCode } from '../../agent/errors.ts'
+import { AgentError, isErrorCode } from '../../core/errors.ts'
 import type { MeshLibp2p } from '../libp2p-node.ts'
 import { handleJson, requestJson } from '../json-protocol.ts'
 
@@ -135,7 +135,7 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
 
   /** A refusal as the caller sees it: the handler's code when it is one of ours. */
   const refusal = (a: Extract<Answer, { ok: false }>): AgentError =>
-    new AgentError(a.code in errorStatus ? a.code as ErrorCode : 'ERR_INTERNAL', a.message)
+    new AgentError(isErrorCode(a.code) ? a.code : 'ERR_INTERNAL', a.message)
 
   return {
     handle (method, handler) {

@@ -41,7 +41,7 @@
  */
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { validateElectionConfig, type ElectionConfig } from './election-config.ts'
 import type { Mesh } from '../mesh-service.ts'
 import { Value } from '@sinclair/typebox/value'

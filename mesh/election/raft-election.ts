@@ -45,7 +45,7 @@
  *     highest epoch it has seen and rejects lower ones (decision-log.ts).
  */
 
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { positionBefore, type LogPosition, type LogSnapshot } from './replicated-log.ts'
 
 export type ElectionRole = 'follower' | 'candidate' | 'leader'

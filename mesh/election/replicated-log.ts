@@ -23,8 +23,8 @@
  */
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { writeFileDurably } from '../../agent/durable-file.ts'
-import { AgentError } from '../../agent/errors.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export interface LogPosition {
   /** Term of the leader that wrote entry `seq`; 0 for the empty log. */

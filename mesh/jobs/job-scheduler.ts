@@ -20,7 +20,7 @@
  * A RUNNING job any of whose nodes is gone goes back to QUEUED (restarting
  * its iterations; the job's own checkpointing is outside this table).
  */
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
 import { footprintEnd } from '../policies/placement/footprint.ts'
 import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'

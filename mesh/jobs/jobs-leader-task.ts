@@ -25,7 +25,7 @@
  *   nothing.
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../../agent/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import type { LeaderContext, LeaderTask } from '../election/leader-service.ts'
 import type { Mesh } from '../mesh-service.ts'
 import { parseJobSpec } from './job-spec.ts'

@@ -1,4 +1,4 @@
-import { createPriorityHeap } from './priority-heap.ts'
+import { createPriorityHeap } from '../../core/priority-heap.ts'
 
 /**
  * The discrete-event engine shared by every simulator in mesh/sim/: a clock in

@@ -28,7 +28,7 @@
  * GPU busy fraction (useful task seconds over node-seconds of the makespan).
  */
 import { createEventQueue } from './event-queue.ts'
-import { createSeededRandom } from './seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } from './placement-trace.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
 import { claimNodes, commitPlacement, planPlacement, type NodeClaim, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'

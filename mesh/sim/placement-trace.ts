@@ -18,8 +18,8 @@
  *   cluster's `contextSwitchS` (default 10 s).
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { createInputValidator } from './validate-input.ts'
-import { createSeededRandom } from './seeded-random.ts'
+import { createInputValidator } from '../../core/validate-input.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 
 export const segmentSchema = Type.Object({
   offsetS: Type.Number({ minimum: 0, description: 'start within the period, seconds' }),

@@ -30,7 +30,7 @@
  */
 import { createEventQueue } from './event-queue.ts'
 import type { RewardTrace } from './reward-trace.ts'
-import { createPriorityHeap, type PriorityHeap } from './priority-heap.ts'
+import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'
 import { queueOrder } from '../policies/reward-scaling/queue-order.ts'
 import type {
   ActiveBatch, BatchHistory, EstimatedRequest, InFlightRequest, RewardScalingPolicy, ScalingDecision,

@@ -20,7 +20,7 @@
  * - Tasks start staggered within a short window (§6.1); task k's first batch
  *   starts at k × staggerS.
  */
-import { createSeededRandom, type SeededRandom } from './seeded-random.ts'
+import { createSeededRandom, type SeededRandom } from '../../core/seeded-random.ts'
 import type { RewardTrace, RewardTraceRequest } from './reward-trace.ts'
 
 export interface RewardTraceOptions {

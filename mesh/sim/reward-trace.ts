@@ -17,7 +17,7 @@
  *   batch, DistRS Alg. 1–2): it is not replayed, so every task needs >= 2.
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { createInputValidator } from './validate-input.ts'
+import { createInputValidator } from '../../core/validate-input.ts'
 
 const stageSchema = Type.Object({
   name: Type.String({ minLength: 1, description: 'stage name, unique' }),

@@ -7,7 +7,7 @@
  * queue: context switches, task waits, per-job slowdown.
  */
 import { createEventQueue } from './event-queue.ts'
-import { createSeededRandom } from './seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import { createTaskExecutor } from './task-executor.ts'
 import type { RuntimeSchedulerName } from '../policies/runtime/hrrs.ts'
 

@@ -11,7 +11,7 @@
 import { parseArgs } from 'node:util'
 import { generatePlacementTrace } from '../../mesh/sim/placement-trace.ts'
 import { simulateRuntime, type RuntimeSimJob } from '../../mesh/sim/runtime-sim.ts'
-import { createSeededRandom } from '../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import { median } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { seeds: { type: 'string', default: '1,2,3,4,5,6,7,8' }, jobs: { type: 'string', default: '5' } } })

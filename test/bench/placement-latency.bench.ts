@@ -14,7 +14,7 @@ import { ClusterHorizon } from '../../mesh/policies/placement/cluster-horizon.ts
 import { planPlacement, residentFor, type PlacementJob, type PlacementPolicyName } from '../../mesh/policies/placement/placement-policy.ts'
 import { generatePlacementTrace, type PlacementTraceJob } from '../../mesh/sim/placement-trace.ts'
 import { simulatePlacement } from '../../mesh/sim/placement-sim.ts'
-import { createSeededRandom } from '../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import { median } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { probes: { type: 'string', default: '40' }, 'trace-nodes': { type: 'string', default: '256' }, seed: { type: 'string', default: '1' } } })

@@ -14,7 +14,7 @@
  *   of decisions, then the invariants over every agent's decision log.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createSeededRandom } from '../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import type { InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { MeshAgent } from './test-mesh.ts'
 import type { EtcdProcess } from './etcd-process.ts'

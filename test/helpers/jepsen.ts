@@ -20,7 +20,7 @@
  *   invariants (one leader per epoch, no fork, nothing stale).
  */
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createSeededRandom } from '../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 import type { InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
 import type { JobsView } from '../../mesh/jobs/job-table.ts'

@@ -4,7 +4,7 @@ import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
 import { decodeEnvelope, encodeEnvelope } from '../../mesh/signed-envelope.ts'
 import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import { chooseAnnounceAddress } from '../../mesh/announce-address.ts'
+import { chooseAnnounceAddress, isVirtualInterfaceName } from '../../mesh/announce-address.ts'
 import type { MembershipClaim } from '../../mesh/mesh-messages.ts'
 
 t.test('a signed message round-trips; tampering, another signer, size and schema are rejected with a reason', async t => {
@@ -35,4 +35,6 @@ t.test('the announced address: config wins, never docker/bridge/loopback, dev an
   t.match(chooseAnnounceAddress({ configured: '10.9.9.9', dev: false, interfaces }), { ip: '10.9.9.9', source: 'config' })
   t.match(chooseAnnounceAddress({ configured: '', dev: true, interfaces }), { ip: '127.0.0.1' })
   t.throws(() => chooseAnnounceAddress({ configured: '', dev: false, interfaces: { lo: interfaces.lo, docker0: interfaces.docker0 } }), { code: 'ERR_MESH_ADDRESS' })
+  for (const name of ['lo', 'docker0', 'br-1a2b', 'veth12', 'virbr0', 'cni0']) t.ok(isVirtualInterfaceName(name), name)
+  for (const name of ['eth0', 'ens5', 'enp23s0f1', 'ib0', 'bond0']) t.notOk(isVirtualInterfaceName(name), name)
 })

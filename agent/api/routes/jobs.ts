@@ -8,7 +8,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { JobsService } from '../../../mesh/jobs/jobs-service.ts'
 import { JobRecordSchema, JobsViewSchema } from '../../../mesh/jobs/job-table.ts'
 import { jobIdPattern } from '../../../mesh/jobs/job-spec.ts'

@@ -7,7 +7,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { LeaderService } from '../../../mesh/election/leader-service.ts'
 import { DecisionLogSchema, LeaderViewSchema } from '../../../mesh/election/leader-views.ts'
 import { errorResponses } from '../schemas.ts'

@@ -15,8 +15,8 @@
 import { setInterval as every } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Type, type TObject } from '@sinclair/typebox'
-import { closestName } from '../../config/schema-walk.ts'
-import { AgentError } from '../../errors.ts'
+import { closestName } from '../../../core/schema-walk.ts'
+import { AgentError } from '../../../core/errors.ts'
 import { errorResponses } from '../schemas.ts'
 import type { DeviceLockService } from '../../state/device-lock.ts'
 import {

@@ -1,6 +1,6 @@
 /** /v1/mesh and /v1/mesh/peers: thin adapters over the mesh subsystem (ERR_UNAVAILABLE with its reason when it is not running). */
 import type { FastifyInstance } from 'fastify'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { Mesh } from '../../../mesh/mesh-service.ts'
 import { MeshInfoSchema, PeersSchema } from '../../../mesh/mesh-views.ts'
 import { errorResponses } from '../schemas.ts'

@@ -1,6 +1,6 @@
 /** GET /v1/node: the node inventory. 503 when the inventory subsystem is not ok. */
 import type { FastifyInstance } from 'fastify'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import { NodeInventorySchema, type NodeInventory } from '../../inventory/schema.ts'
 import { errorResponses } from '../schemas.ts'
 

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import type { StateManager } from '../../state/state-manager.ts'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
 import { errorResponses } from '../schemas.ts'
 

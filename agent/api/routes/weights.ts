@@ -1,7 +1,7 @@
 /** /v1/weights/*: thin adapters over the weight-transfer agent (validation by schema, errors by code). */
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
-import { AgentError } from '../../errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { WeightsService } from '../../weights/weights-service.ts'
 import { parseLayoutRules } from '../../weights/reshard.ts'
 import { errorResponses } from '../schemas.ts'

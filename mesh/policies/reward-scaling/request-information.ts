@@ -3,7 +3,7 @@
  * previous batch, the requests each active batch is still expected to put on
  * the service, as input to Algorithm 1's SIMULATE.
  */
-import { createSeededRandom, type SeededRandom } from '../../sim/seeded-random.ts'
+import { createSeededRandom, type SeededRandom } from '../../../core/seeded-random.ts'
 import type { ActiveBatch, BatchHistory, EstimatedRequest, PlannerSnapshot, RewardStage } from './types.ts'
 
 /** Eq. 1–2: the earliest completion of a batch relative to its start, max_i (r_i + Σ_j s_ij). */

@@ -22,7 +22,7 @@
  * - `gpuStep`: GPU allocations are multiples of it (default 1; e.g. 8 for whole nodes).
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { createInputValidator } from '../../sim/validate-input.ts'
+import { createInputValidator } from '../../../core/validate-input.ts'
 
 const profilePointSchema = Type.Object({
   gpus: Type.Integer({ minimum: 1 }),

@@ -27,7 +27,7 @@
  *   GPU memory. GPU counts are multiples of gpuStep.
  * - Memoised on (V, g, B); V has at most 8 nodes.
  */
-import { AgentError } from '../../../agent/errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { Workflow, WorkflowComponent } from './workflow-input.ts'
 
 export type WorkflowPlanNode =

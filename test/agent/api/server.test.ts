@@ -2,7 +2,8 @@ import t from 'tap'
 import { pino } from 'pino'
 import { buildApiApp } from '../../../agent/api/server.ts'
 import { toAgentError } from '../../../agent/api/error-mapping.ts'
-import { AgentError } from '../../../agent/errors.ts'
+import { httpStatusOf } from '../../../agent/api/error-status.ts'
+import { AgentError } from '../../../core/errors.ts'
 import type { StatusBody } from '../../../agent/api/schemas.ts'
 
 const status: StatusBody = { node: { id: 'id-1', name: 'n1' }, version: '1.2.3', uptimeS: 1.5, dev: true, subsystems: [{ id: 'api', state: 'ok' }] }
@@ -95,6 +96,6 @@ t.test('error mapping: AgentError kept, unexpected errors hidden as ERR_INTERNAL
   t.equal(toAgentError(own), own)
   const internal = toAgentError(new TypeError('x is undefined'))
   t.equal(internal.code, 'ERR_INTERNAL')
-  t.equal(internal.httpStatus, 500)
+  t.equal(httpStatusOf(internal), 500)
   t.notMatch(internal.message, /x is undefined/, 'internals are not leaked to clients')
 })

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { loadConfig, setFlagAssignment, envName, type ConfigIssue } from '../../../agent/config/load.ts'
 import { parseAgentdArgs } from '../../../agent/config/flags.ts'
 import { renderConfigReference } from '../../../agent/config/reference.ts'
-import { AgentError } from '../../../agent/errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 import { repoRoot, tempDir } from '../../helpers/agent-process.ts'
 
 const base = { hostname: 'node-a', readDefaultFile: false, env: {}, flags: [] }

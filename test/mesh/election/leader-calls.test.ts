@@ -9,7 +9,7 @@ import type { MeshLibp2p } from '../../../mesh/libp2p-node.ts'
 import { startMeshNode } from '../../helpers/mesh-node.ts'
 import { createLeaderCalls, leaderCallProtocol, type LeaderCalls } from '../../../mesh/election/leader-calls.ts'
 import { requestJson } from '../../../mesh/json-protocol.ts'
-import { AgentError } from '../../../agent/errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
 

@@ -5,7 +5,7 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createRaftElection, type ElectionPersistence, type ElectionRequest, type ElectionResponse, type RaftElection } from '../../../mesh/election/raft-election.ts'
-import { createSeededRandom } from '../../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../../core/seeded-random.ts'
 import { createReplicatedLog, type LogSnapshot, type ReplicatedLog } from '../../../mesh/election/replicated-log.ts'
 
 const timing = { heartbeatIntervalMs: 20, electionTimeoutMinMs: 150, electionTimeoutMaxMs: 250, leaseMs: 110, rpcTimeoutMs: 60 }

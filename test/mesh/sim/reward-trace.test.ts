@@ -1,7 +1,7 @@
 // Trace validation: every problem names its field; consistency rules beyond the schema.
 import t from 'tap'
 import { parseRewardTrace, validateRewardTrace } from '../../../mesh/sim/reward-trace.ts'
-import { AgentError } from '../../../agent/errors.ts'
+import { AgentError } from '../../../core/errors.ts'
 
 const valid = () => ({
   stages: [{ name: 'compile', resource: 'cpu', cost: 1, timeoutS: 120 }, { name: 'execute', resource: 'gpu', cost: 8, timeoutS: 60 }],

@@ -2,7 +2,7 @@ import t from 'tap'
 import { toRingRanges, ringPosition, durationSlots, slotAt } from '../../../../mesh/policies/placement/ring-horizon.ts'
 import { createFreeNodeProfile } from '../../../../mesh/policies/placement/free-node-profile.ts'
 import { FreeIntervalSet } from '../../../../mesh/policies/placement/free-interval-set.ts'
-import { createSeededRandom } from '../../../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../../../core/seeded-random.ts'
 
 t.test('ring positions and ranges wrap around the end of the ring', async t => {
   t.equal(ringPosition(28_805, 28_800), 5)

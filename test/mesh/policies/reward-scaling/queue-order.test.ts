@@ -1,6 +1,6 @@
 // The stage-queue orders of the replay simulator: Earliest-Batch-First and FCFS over a binary heap.
 import t from 'tap'
-import { createPriorityHeap } from '../../../../mesh/sim/priority-heap.ts'
+import { createPriorityHeap } from '../../../../core/priority-heap.ts'
 import { earliestBatchFirst, firstComeFirstServed, queueOrder, type QueueKey } from '../../../../mesh/policies/reward-scaling/queue-order.ts'
 
 const key = (name: string, priorityS: number, enqueuedS: number, seq: number): QueueKey & { name: string } => ({ name, priorityS, enqueuedS, seq })

@@ -1,8 +1,10 @@
 /**
  * A binary min-heap under a caller's strict order `before(a, b)` (a is served
- * first). The event queue of every simulator is this heap under (time,
- * insertion order); the replay simulator's stage queues are it under
- * earliestBatchFirst or firstComeFirstServed.
+ * first); push and pop are O(log n), peek O(1), not safe to mutate an item's
+ * ordering fields while it is queued. The event queue of every simulator is
+ * this heap under (time, insertion order); the replay simulator's stage queues
+ * and the live reward proxy's are it under earliestBatchFirst or
+ * firstComeFirstServed.
  */
 export interface PriorityHeap<T> {
   readonly size: number

@@ -1,10 +1,11 @@
 /**
- * Errors with stable codes. Every error the agent reports to a client is an
- * AgentError; the API maps `code` to an HTTP status and the client maps the
- * JSON body back, so `agentctl` prints exactly what the daemon raised.
+ * The local API's half of the error contract: which HTTP status answers each
+ * stable error code (core/errors.ts). Only the API server and its tests need
+ * it; below the API an error is its code.
  */
+import type { AgentError, ErrorCode } from '../../core/errors.ts'
 
-/** Stable error codes and the HTTP status each maps to. */
+/** The HTTP status each error code maps to; a new code does not compile until it has one here. */
 export const errorStatus = {
   ERR_BAD_REQUEST: 400,
   ERR_CONFIG_INVALID: 400,
@@ -56,7 +57,6 @@ export const errorStatus = {
   ERR_MESH_UNAVAILABLE: 503,
   // leader election (mesh/election/)
   ERR_NOT_LEADER: 409,
-  /** A decision no majority of voters stored in time; it may still be committed later (retry by id). */
   ERR_NOT_COMMITTED: 503,
   ERR_ELECTION_STATE: 500,
   ERR_LEADER_UNAVAILABLE: 503,
@@ -74,38 +74,9 @@ export const errorStatus = {
   ERR_REWARD_CONFLICT: 409,
   ERR_REWARD_FULL: 429,
   ERR_REWARD_LEASE_LOST: 410,
-} as const
+} as const satisfies Record<ErrorCode, number>
 
-export type ErrorCode = keyof typeof errorStatus
-
-export class AgentError extends Error {
-  readonly code: ErrorCode
-  /** Optional structured detail (e.g. the list of invalid config keys). */
-  readonly details: unknown
-
-  constructor (code: ErrorCode, message: string, options: { cause?: unknown, details?: unknown } = {}) {
-    super(message, { cause: options.cause })
-    this.name = 'AgentError'
-    this.code = code
-    this.details = options.details
-  }
-
-  get httpStatus (): number {
-    return errorStatus[this.code]
-  }
-}
-
-export function isErrorCode (value: unknown): value is ErrorCode {
-  return typeof value === 'string' && Object.hasOwn(errorStatus, value)
-}
-
-/** The JSON body every error response carries. */
-export interface ErrorBody {
-  error: { code: ErrorCode, message: string, details?: unknown }
-}
-
-export function toErrorBody (err: AgentError): ErrorBody {
-  const body: ErrorBody = { error: { code: err.code, message: err.message } }
-  if (err.details !== undefined) body.error.details = err.details
-  return body
+/** The HTTP status an API response carrying `err` has. */
+export function httpStatusOf (err: AgentError): number {
+  return errorStatus[err.code]
 }

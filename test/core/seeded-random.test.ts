@@ -1,5 +1,5 @@
 import t from 'tap'
-import { createSeededRandom } from '../../../mesh/sim/seeded-random.ts'
+import { createSeededRandom } from '../../core/seeded-random.ts'
 
 t.test('the same seed gives the same sequence; different seeds differ', async t => {
   const a = createSeededRandom(42)

@@ -4,7 +4,7 @@ import * as fs from 'node:fs/promises'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { mkdirDurably, writeFileDurably, type DurableFs } from '../../agent/durable-file.ts'
+import { mkdirDurably, writeFileDurably, type DurableFs } from '../../core/durable-file.ts'
 
 function tempDir (t: { teardown: (fn: () => void) => void }): string {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-durable-'))

@@ -1,7 +1,9 @@
 /**
  * Helpers that read a TypeBox/JSON schema: find the schema at a path, describe
- * what a leaf expects in words, list the leaves. Used by config loading, the
- * env-variable mapping and the generated config reference.
+ * what a leaf expects in words, list the leaves, suggest the closest valid name
+ * for a misspelt one. Pure functions over the schema object (no I/O). Used by
+ * config loading, the env-variable mapping, the generated config reference,
+ * input validation (validate-input.ts) and the CLI's "did you mean" hints.
  */
 import type { TSchema } from '@sinclair/typebox'
 

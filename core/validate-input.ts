@@ -1,13 +1,14 @@
 /**
- * Validation of JSON input files (placement traces, workflow graphs) against a
- * TypeBox schema, turning every problem into one AgentError whose message
- * names each bad field by its dotted path ("jobs[3].segments[1].durationS")
- * and, for a misspelt key, the closest valid one.
+ * Validation of JSON input (placement and reward traces, workflow graphs, job
+ * specs, reward messages) against a TypeBox schema, turning every problem into
+ * one AgentError whose message names each bad field by its dotted path
+ * ("jobs[3].segments[1].durationS") and, for a misspelt key, the closest
+ * valid one.
  */
 import type { TSchema, Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
-import { AgentError, type ErrorCode } from '../../agent/errors.ts'
-import { closestName, propertiesOf, schemaAt } from '../../agent/config/schema-walk.ts'
+import { AgentError, type ErrorCode } from './errors.ts'
+import { closestName, propertiesOf, schemaAt } from './schema-walk.ts'
 
 export interface InputIssue { path: string, message: string }
 
