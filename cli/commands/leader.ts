@@ -28,6 +28,7 @@ export function renderLeader (v: LeaderViewBody): string {
     `self      ${v.self}${acting}`,
     `applied   index ${v.applied.seq} (epoch ${v.applied.epoch}); ${v.decisions.applied} applied, ${v.decisions.rejected} rejected, ${v.decisions.snapshots} snapshots`,
     ...(v.log !== null ? [`log       index ${v.log.seq} (epoch ${v.log.epoch}), durable here`] : []),
+    ...v.otherVoterSets.map(o => `DEGRADED  ${o.agents.length} agent(s) of this mesh follow another voter set ${o.voterSetId} with a leader of its own (${o.agents.join(', ')}): two clusters share the mesh; start the extra agents as clients (election.server=false) or wipe their election state`),
     `voters    ${v.voters.length === 0 ? 'none yet (not bootstrapped)' : `${v.voters.length} (voter set ${v.voterSetId})`}`,
     ...v.voters.map(id => `  ${mark(id)}`),
   ].join('\n')

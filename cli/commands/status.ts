@@ -29,6 +29,8 @@ export function renderStatus (status: StatusBody): string {
       ? `native   cuda ${native.cuda.available ? `${native.cuda.devices.length} device(s)` : `unavailable (${native.cuda.reason ?? 'unknown'})`}, memlock ${memlock}, crc32c ${native.crc32c ?? '-'}`
       : `native   not loaded: ${native.addon.error ?? 'unknown'}`)
   }
+  const conflicts = status.leader?.otherVoterSets ?? []
+  if (conflicts.length > 0) head.push(`DEGRADED another voter set on this mesh (${conflicts.map(c => `${c.voterSetId}: ${c.agents.length} agent(s)`).join('; ')}): see agentctl leader`)
   const rows = status.subsystems.map(s => [s.id, s.state, s.startMs !== undefined ? `${s.startMs}ms` : '-', s.reason ?? ''])
   return `${head.join('\n')}\n\n${formatTable(['SUBSYSTEM', 'STATE', 'START', 'REASON'], rows)}`
 }

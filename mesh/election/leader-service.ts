@@ -435,6 +435,19 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     return at === undefined || !Number.isFinite(at) ? null : Math.max(0, Math.round(now - at))
   }
 
+  /** Live peers advertising a voter set other than this agent's (both known): two clusters on one mesh. */
+  const otherVoterSets = (): LeaderView['otherVoterSets'] => {
+    const own = election.voterSetId()
+    if (own === '') return []
+    const bySet = new Map<string, string[]>()
+    for (const p of mesh.peers()) {
+      const id = p.record?.election?.voterSetId
+      if (p.state === 'dead' || id === undefined || id === '' || id === own) continue
+      bySet.set(id, [...(bySet.get(id) ?? []), p.peerId])
+    }
+    return [...bySet].map(([voterSetId, agents]) => ({ voterSetId, agents: agents.sort() })).sort((a, b) => a.voterSetId < b.voterSetId ? -1 : 1)
+  }
+
   const view = (): LeaderView => {
     const now = performance.now()
     const state = election.state()
@@ -454,6 +467,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       log: config.backend === 'embedded' && election.voters().includes(self) ? replicated.last(election.voterSetId()) : null,
       leaseRemainingMs: state?.role === 'leader' ? Math.max(0, Math.round(state.leaseUntilMs - now)) : null,
       leaderHeardMsAgo: leaderHeardMsAgo(state, now),
+      otherVoterSets: otherVoterSets(),
       decisions: decisionLog.counts(),
     }
   }

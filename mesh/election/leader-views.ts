@@ -14,6 +14,9 @@ export const LeaderViewSchema = Type.Object({
   commitSeq: Type.Union([Type.Integer(), Type.Null()], { description: 'acting leader: the highest log index a quorum holds (a decision is acknowledged only once committed); null elsewhere' }),
   log: Type.Union([Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), Type.Null()], { description: 'embedded voters: the last position of this agent\'s durable copy of the leader\'s log (epoch of its last entry, index); null elsewhere' }),
   leaseRemainingMs: Type.Union([Type.Integer(), Type.Null()], { description: 'leader: ms its lease still lets it act; null elsewhere' }),
+  otherVoterSets: Type.Array(Type.Object({ voterSetId: Type.String(), agents: Type.Array(Type.String(), { description: 'peer ids of the live agents that advertise it' }) }), {
+    description: 'degraded when not empty: live agents of this mesh that follow another voter set (another cluster sharing the mesh and key, e.g. two dev agents that each bootstrapped alone). Each set elects its own leader, and decisions of one are invisible to the other',
+  }),
   leaderHeardMsAgo: Type.Union([Type.Integer(), Type.Null()], { description: 'ms since this agent last heard from `leaderId` (election heartbeat, or a decision batch for clients); null when no leader is known. A leader cut off from this agent shows here long before a new one is elected' }),
   decisions: Type.Object({ applied: Type.Integer(), rejected: Type.Integer(), snapshots: Type.Integer(), violations: Type.Integer() }),
 })

@@ -183,7 +183,7 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
    * is in flight and whether another must follow it; this leader's own
    * durable seq; commits waiting for a majority.
    */
-  let followers = new Map<string, { match: number, inFlight: boolean, again: boolean }>()
+  let followers = new Map<string, { match: number, inFlight: boolean, sentSeq: number, again: boolean }>()
   let ownSeq = 0
   let committedSeq = 0
   let commitWaiters: Array<{ seq: number, resolve(): void, reject(err: Error): void }> = []
@@ -290,7 +290,7 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
     // Previous lease: whoever led before was last heard by us at lastLeaderContactMs; its lease
     // cannot outlast that by more than electionTimeoutMinMs (see the argument above).
     actAfterMs = Math.max(now(), lastLeaderContactMs + options.electionTimeoutMinMs)
-    followers = new Map(others.map(peer => [peer, { match: 0, inFlight: false, again: false }]))
+    followers = new Map(others.map(peer => [peer, { match: 0, inFlight: false, sentSeq: 0, again: false }]))
     ownSeq = 0
     committedSeq = 0
     log.info({ term, voters: voters.length, actAfterMs: Math.round(actAfterMs - now()) }, 'election: leader')
@@ -320,7 +320,8 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
       // A voter that lacks the leader's log (a heal, a restart, a lost append) gets it now.
       if (r.log !== undefined) matched(peer, r.log)
       const leaderLog = components.replica.last()
-      if (leaderLog.epoch === term && (r.log === undefined || positionBefore(r.log, leaderLog))) sendLog(peer)
+      const f = followers.get(peer)
+      if (f !== undefined && leaderLog.epoch === term && f.match < leaderLog.seq && (r.log === undefined || positionBefore(r.log, leaderLog))) sendLog(peer)
     }, controller.signal)
   }
 
@@ -344,16 +345,17 @@ export function createRaftElection (options: RaftElectionOptions, components: Ra
 
   /**
    * Sends the leader's whole log snapshot to `peer`; one append in flight per
-   * voter, and one more after it when the log grew meanwhile.
+   * voter, and one more after it when the log grew past what is in flight.
    */
   function sendLog (peer: string): void {
     const f = followers.get(peer)
     if (f === undefined || role !== 'leader') return
-    if (f.inFlight) { f.again = true; return }
+    if (f.inFlight) { if (components.replica.last().seq > f.sentSeq) f.again = true; return }
     f.inFlight = true
     f.again = false
     const sendTerm = term
     const snapshot = components.replica.snapshot()
+    f.sentSeq = snapshot.seq
     const signal = AbortSignal.any([controller.signal, AbortSignal.timeout(options.rpcTimeoutMs)])
     void components.transport.request(peer, { type: 'append', term, leader: self, voterSetId: options.voterSetId, snapshot }, signal)
       .then(r => {

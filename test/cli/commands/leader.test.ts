@@ -7,7 +7,7 @@ import type { AgentClient } from '../../../agent/client/client.ts'
 
 const view = (over: Partial<LeaderViewBody> = {}): LeaderViewBody => ({
   leaderId: 'L', epoch: 7, backend: 'embedded', voters: ['L', 'F', 'G'], self: 'follower', selfId: 'F', voterSetId: 'vs',
-  acting: false, applied: { epoch: 7, seq: 41 }, commitSeq: null, log: { epoch: 7, seq: 41 }, leaseRemainingMs: null, leaderHeardMsAgo: 40,
+  acting: false, applied: { epoch: 7, seq: 41 }, commitSeq: null, log: { epoch: 7, seq: 41 }, leaseRemainingMs: null, leaderHeardMsAgo: 40, otherVoterSets: [],
   decisions: { applied: 41, rejected: 0, snapshots: 1, violations: 0 }, ...over,
 })
 
@@ -28,4 +28,10 @@ t.test('a follower cut off with its leader says so instead of naming it as if al
   t.match(renderLeader(view()), /leader\s+L \(heard 40 ms ago\)/)
   t.match(renderLeader(view({ leaderHeardMsAgo: 4200 })), /leader\s+L \(not heard for 4\.2 s: cut off or gone/)
   t.match(renderLeader(view()), /log\s+index 41 \(epoch 7\), durable here/)
+})
+
+t.test('another voter set on the mesh is shown as degraded', async t => {
+  const out = renderLeader(view({ otherVoterSets: [{ voterSetId: 'other', agents: ['X'] }] }))
+  t.match(out, /DEGRADED\s+1 agent\(s\) of this mesh follow another voter set other/)
+  t.notMatch(renderLeader(view()), /DEGRADED/)
 })
