@@ -7,7 +7,7 @@
 import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../../core/errors.ts'
 import type { StatusBody } from '../api/schemas.ts'
-import type { MeshInfo, PeerView } from '../../mesh/mesh-views.ts'
+import type { MeshInfo, PeerView } from '../../mesh/membership/mesh-views.ts'
 import type { DecisionLogBody, LeaderViewBody } from '../../mesh/election/leader-views.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
 import type { PullResult } from '../weights/puller.ts'

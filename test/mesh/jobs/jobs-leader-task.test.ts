@@ -10,8 +10,8 @@ import { emptyJobTable, type JobTable } from '../../../mesh/jobs/job-table.ts'
 import { parseJobSpec } from '../../../mesh/jobs/job-spec.ts'
 import { completeJob, placeQueued, submitJob } from '../../../mesh/jobs/job-scheduler.ts'
 import type { LeaderCallHandler } from '../../../mesh/election/leader-calls.ts'
-import type { MembershipEvent } from '../../../mesh/membership.ts'
-import type { PeerView } from '../../../mesh/mesh-views.ts'
+import type { MembershipEvent } from '../../../mesh/membership/membership.ts'
+import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
 
 const logger = pino({ level: 'silent' })
 const peerId = (i: number): string => `12D3KooWPeer${String(i).padStart(40, 'x')}`

@@ -8,8 +8,8 @@ import { mkdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { generateKeyPair, privateKeyFromProtobuf, privateKeyToProtobuf } from '@libp2p/crypto/keys'
 import type { PrivateKey } from '@libp2p/interface'
-import { AgentError } from '../core/errors.ts'
-import { writeFileDurably } from '../core/durable-file.ts'
+import { AgentError } from '../../core/errors.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
 
 export async function loadOrCreateNodeKey (stateDir: string): Promise<PrivateKey> {
   await mkdir(stateDir, { recursive: true, mode: 0o750 })

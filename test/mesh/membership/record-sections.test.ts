@@ -4,9 +4,9 @@
 import t from 'tap'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { startTestMesh } from '../helpers/test-mesh.ts'
-import { repoRoot } from '../helpers/agent-process.ts'
-import { makeShm } from '../native/helpers.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
+import { repoRoot } from '../../helpers/agent-process.ts'
+import { makeShm } from '../../native/helpers.ts'
 
 const MiB = 2 ** 20
 

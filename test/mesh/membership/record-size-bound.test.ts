@@ -1,8 +1,8 @@
 // An agent whose resident namespaces outgrow mesh.maxRecordBytes stays in its peers' views: it
 // publishes a record cut to fit, marked as partial, and no peer drops it as oversized.
 import t from 'tap'
-import { startTestMesh } from '../helpers/test-mesh.ts'
-import { makeShm } from '../native/helpers.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
+import { makeShm } from '../../native/helpers.ts'
 
 const MiB = 2 ** 20
 const maxRecordBytes = 4096

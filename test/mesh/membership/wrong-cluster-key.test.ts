@@ -3,8 +3,8 @@ import t from 'tap'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { generateClusterKey } from '../../mesh/cluster-key.ts'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { generateClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
 
 t.test('an agent with another cluster key cannot join', async t => {
   const mesh = await startTestMesh(t, { nodes: 2 })

@@ -1,7 +1,7 @@
 // Real agents on loopback: a 3-node mesh converges and reports itself in status and agentctl.
 import t from 'tap'
-import { agentctlMain, runNode } from '../helpers/agent-process.ts'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
 
 t.test('three agents converge: every agent sees the two others alive with their records', async t => {
   const mesh = await startTestMesh(t, { nodes: 3 })

@@ -1,6 +1,6 @@
 // Failure detection with real agents: a SIGKILLed agent.
 import t from 'tap'
-import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
+import { startTestMesh, type MeshAgent } from '../../helpers/test-mesh.ts'
 
 const stateOf = (target: MeshAgent, state: string) => (peers: Array<{ peerId: string, state: string }>) => peers.some(p => p.peerId === target.peerId && p.state === state)
 

@@ -5,11 +5,11 @@ import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
-import { parseClusterKey } from '../../mesh/cluster-key.ts'
-import { startMeshNode } from '../helpers/mesh-node.ts'
-import { encodeEnvelope } from '../../mesh/signed-envelope.ts'
-import { meshTopic, type AvailabilityRecord } from '../../mesh/mesh-messages.ts'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import { startMeshNode } from '../../helpers/mesh-node.ts'
+import { encodeEnvelope } from '../../../mesh/membership/signed-envelope.ts'
+import { meshTopic, type AvailabilityRecord } from '../../../mesh/membership/mesh-messages.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
 
 t.test('invalid, oversized, forged and stale records are dropped and counted; the agents carry on', async t => {
   const mesh = await startTestMesh(t, { nodes: 2 })

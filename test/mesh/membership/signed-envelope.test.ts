@@ -2,10 +2,10 @@
 import t from 'tap'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { peerIdFromPrivateKey } from '@libp2p/peer-id'
-import { decodeEnvelope, encodeEnvelope } from '../../mesh/signed-envelope.ts'
-import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import { chooseAnnounceAddress, isVirtualInterfaceName } from '../../mesh/announce-address.ts'
-import type { MembershipClaim } from '../../mesh/mesh-messages.ts'
+import { decodeEnvelope, encodeEnvelope } from '../../../mesh/membership/signed-envelope.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import { chooseAnnounceAddress, isVirtualInterfaceName } from '../../../mesh/membership/announce-address.ts'
+import type { MembershipClaim } from '../../../mesh/membership/mesh-messages.ts'
 
 t.test('a signed message round-trips; tampering, another signer, size and schema are rejected with a reason', async t => {
   const key = await generateKeyPair('Ed25519')

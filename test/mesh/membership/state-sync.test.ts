@@ -1,4 +1,4 @@
-// State sync (mesh/state-sync.ts) between real agents, and its wire against a peer inside the private network.
+// State sync (mesh/membership/state-sync.ts) between real agents, and its wire against a peer inside the private network.
 import t, { type Test } from 'tap'
 import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -6,12 +6,12 @@ import pino from 'pino'
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import { multiaddr } from '@multiformats/multiaddr'
 import { lpStream } from '@libp2p/utils'
-import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import { startMeshNode } from '../helpers/mesh-node.ts'
-import { decodeEnvelope } from '../../mesh/signed-envelope.ts'
-import { createStateSync, syncProtocol, type HeldRecord, type StateSync, type StateSyncComponents, type StateSyncOptions } from '../../mesh/state-sync.ts'
-import type { MeshLibp2p } from '../../mesh/libp2p-node.ts'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import { startMeshNode } from '../../helpers/mesh-node.ts'
+import { decodeEnvelope } from '../../../mesh/membership/signed-envelope.ts'
+import { createStateSync, syncProtocol, type HeldRecord, type StateSync, type StateSyncComponents, type StateSyncOptions } from '../../../mesh/membership/state-sync.ts'
+import type { MeshLibp2p } from '../../../mesh/membership/libp2p-node.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
 
 // Heartbeats every 10 minutes: only the join sync and the re-publication of a record no one heard can make these converge.
 const noHeartbeats = ['--set', 'mesh.heartbeatIntervalMs=600000']

@@ -10,8 +10,8 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { AgentError } from '../core/errors.ts'
-import { writeFileDurably } from '../core/durable-file.ts'
+import { AgentError } from '../../core/errors.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
 
 const header = '/key/swarm/psk/1.0.0/\n/base16/\n'
 const keyPattern = /^\/key\/swarm\/psk\/1\.0\.0\/\r?\n\/base16\/\r?\n([0-9a-fA-F]{64})\s*$/

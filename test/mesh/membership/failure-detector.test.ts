@@ -2,10 +2,10 @@
 // health that can be told it stalled. What a probe concludes, and when it must not conclude anything.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createMembership } from '../../mesh/membership.ts'
-import { createFailureDetector, type ProbeOutcome } from '../../mesh/failure-detector.ts'
-import type { LocalHealth } from '../../mesh/local-health.ts'
-import type { AvailabilityRecord } from '../../mesh/mesh-messages.ts'
+import { createMembership } from '../../../mesh/membership/membership.ts'
+import { createFailureDetector, type ProbeOutcome } from '../../../mesh/membership/failure-detector.ts'
+import type { LocalHealth } from '../../../mesh/membership/local-health.ts'
+import type { AvailabilityRecord } from '../../../mesh/membership/mesh-messages.ts'
 
 const ids = ['12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA1', '12D3KooWBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB2', '12D3KooWCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC3', '12D3KooWDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDD4']
 const [self, target, h1, h2] = ids as [string, string, string, string]

@@ -6,7 +6,7 @@
  */
 import type { NetworkInterfaceInfo } from 'node:os'
 import { isIP } from 'node:net'
-import { AgentError } from '../core/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 
 export interface AnnounceAddressOptions {
   /** mesh.announceAddress; "" = detect. */

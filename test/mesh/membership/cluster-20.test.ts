@@ -3,7 +3,7 @@
 // installed): starting twenty from the sources costs more CPU than the mesh itself.
 // test/bench/mesh.bench.ts measures 20 agents (convergence, dissemination, detection, idle cost).
 import t from 'tap'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
 
 // Starting twenty agents on a 2-core CI machine that runs another test file beside it takes 1-3 minutes.
 t.setTimeout(300_000)

@@ -1,9 +1,9 @@
 // The membership table without a network: SWIM precedence, refutation, Lifeguard suspicion timeouts, retention.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createMembership, type MembershipEvent } from '../../mesh/membership.ts'
-import { suspicionBounds, suspicionTimeoutMs } from '../../mesh/suspicion-timeout.ts'
-import type { AvailabilityRecord, MembershipClaim } from '../../mesh/mesh-messages.ts'
+import { createMembership, type MembershipEvent } from '../../../mesh/membership/membership.ts'
+import { suspicionBounds, suspicionTimeoutMs } from '../../../mesh/membership/suspicion-timeout.ts'
+import type { AvailabilityRecord, MembershipClaim } from '../../../mesh/membership/mesh-messages.ts'
 
 const ids = ['12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA1', '12D3KooWBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB2', '12D3KooWCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC3', '12D3KooWDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDD4']
 const [self, x, y, z] = ids as [string, string, string, string]

@@ -6,7 +6,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { writeFileDurably } from '../core/durable-file.ts'
+import { writeFileDurably } from '../../core/durable-file.ts'
 
 export interface IncarnationStore {
   /** The current incarnation. */

@@ -5,10 +5,10 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { peerIdFromString } from '@libp2p/peer-id'
-import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
-import type { MeshLibp2p } from '../../mesh/libp2p-node.ts'
-import { createGossipStreamWatchdog, type WatchedConnection } from '../../mesh/gossip-stream-watchdog.ts'
-import { startMeshNode } from '../helpers/mesh-node.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import type { MeshLibp2p } from '../../../mesh/membership/libp2p-node.ts'
+import { createGossipStreamWatchdog, type WatchedConnection } from '../../../mesh/membership/gossip-stream-watchdog.ts'
+import { startMeshNode } from '../../helpers/mesh-node.ts'
 
 const topic = 'watchdog-test'
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')
