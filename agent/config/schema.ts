@@ -14,7 +14,7 @@ import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
 import { MeshSection, defaultMeshConfig, devMeshConfig } from '../../mesh/membership/mesh-config.ts'
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
-import { PlacementSection, defaultPlacementConfig } from '../../mesh/jobs/jobs-config.ts'
+import { PlacementSection, defaultPlacementConfig } from '../../mesh/control/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 import { RewardSection, defaultRewardConfig } from '../reward/reward-config.ts'
 

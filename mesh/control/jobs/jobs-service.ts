@@ -6,7 +6,7 @@
  * so a bad file is refused without a round trip; the leader validates again.
  */
 import type { Logger } from 'pino'
-import type { LeaderService } from '../election/leader-service.ts'
+import type { LeaderService } from '../../election/leader-service.ts'
 import { parseJobSpec } from './job-spec.ts'
 import { jobTableOf, jobTableProblem, type JobTable, type JobsView } from './job-table.ts'
 import { jobsDecisionKind, type CompleteAnswer, type SubmitAnswer } from './jobs-leader-task.ts'

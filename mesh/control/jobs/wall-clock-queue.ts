@@ -8,7 +8,7 @@
  * at the same time run in scheduling order; `close()` cancels every pending
  * event (idempotent). `runUntil` is a simulation-only operation and throws.
  */
-import type { EventQueue, SimEvent } from '../sim/event-queue.ts'
+import type { EventQueue, SimEvent } from '../../sim/event-queue.ts'
 
 export interface WallClockQueue extends EventQueue {
   close(): void

@@ -4,14 +4,14 @@
 import t from 'tap'
 import pino from 'pino'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createJobsLeaderTask, jobsDecisionKind, type SubmitAnswer } from '../../../mesh/jobs/jobs-leader-task.ts'
-import { defaultPlacementConfig } from '../../../mesh/jobs/jobs-config.ts'
-import { emptyJobTable, type JobTable } from '../../../mesh/jobs/job-table.ts'
-import { parseJobSpec } from '../../../mesh/jobs/job-spec.ts'
-import { completeJob, placeQueued, submitJob } from '../../../mesh/jobs/job-scheduler.ts'
-import type { LeaderCallHandler } from '../../../mesh/election/leader-calls.ts'
-import type { MembershipEvent } from '../../../mesh/membership/membership.ts'
-import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
+import { createJobsLeaderTask, jobsDecisionKind, type SubmitAnswer } from '../../../../mesh/control/jobs/jobs-leader-task.ts'
+import { defaultPlacementConfig } from '../../../../mesh/control/jobs/jobs-config.ts'
+import { emptyJobTable, type JobTable } from '../../../../mesh/control/jobs/job-table.ts'
+import { parseJobSpec } from '../../../../mesh/control/jobs/job-spec.ts'
+import { completeJob, placeQueued, submitJob } from '../../../../mesh/control/jobs/job-scheduler.ts'
+import type { LeaderCallHandler } from '../../../../mesh/election/leader-calls.ts'
+import type { MembershipEvent } from '../../../../mesh/membership/membership.ts'
+import type { PeerView } from '../../../../mesh/membership/mesh-views.ts'
 
 const logger = pino({ level: 'silent' })
 const peerId = (i: number): string => `12D3KooWPeer${String(i).padStart(40, 'x')}`

@@ -6,10 +6,10 @@ import t from 'tap'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
-import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
-import type { MeshAgent } from '../../helpers/test-mesh.ts'
-import type { JobsView } from '../../../mesh/jobs/job-table.ts'
+import { startElectionCluster, waitForLeader } from '../../../helpers/test-election.ts'
+import { agentctlMain, runNode } from '../../../helpers/agent-process.ts'
+import type { MeshAgent } from '../../../helpers/test-mesh.ts'
+import type { JobsView } from '../../../../mesh/control/jobs/job-table.ts'
 
 const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
 const spec = (id: string, over: Record<string, unknown> = {}) => ({ id, nodes: 1, gpusPerNode: 2, periodS: 60, iterations: 1000, segments: [{ offsetS: 30, durationS: 10 }], maxSlowdown: 1.5, ...over })

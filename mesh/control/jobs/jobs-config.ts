@@ -1,7 +1,7 @@
-/** The `placement` config section: the leader's job placement and runtime schedule (mesh/jobs/). */
+/** The `placement` config section: the leader's job placement and runtime schedule (mesh/control/jobs/). */
 import { Type, type Static } from '@sinclair/typebox'
-import { placementPolicyNames } from '../policies/placement/placement-policy.ts'
-import { runtimeSchedulerNames } from '../policies/runtime/hrrs.ts'
+import { placementPolicyNames } from '../../policies/placement/placement-policy.ts'
+import { runtimeSchedulerNames } from '../../policies/runtime/hrrs.ts'
 
 export const PlacementSection = Type.Object({
   policy: Type.Union(placementPolicyNames.map(p => Type.Literal(p)), {

@@ -25,9 +25,9 @@
  *   nothing.
  */
 import type { Logger } from 'pino'
-import { AgentError } from '../../core/errors.ts'
-import type { LeaderContext, LeaderTask } from '../election/leader-service.ts'
-import type { Mesh } from '../membership/mesh-service.ts'
+import { AgentError } from '../../../core/errors.ts'
+import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts'
+import type { Mesh } from '../../membership/mesh-service.ts'
 import { parseJobSpec } from './job-spec.ts'
 import { completeJob, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
 import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTable } from './job-table.ts'

@@ -16,8 +16,8 @@
  * past count as done, so a job's completion never waits for the schedule of
  * a leader that is gone.
  */
-import { createTaskExecutor } from '../sim/task-executor.ts'
-import type { RuntimeSchedulerName } from '../policies/runtime/hrrs.ts'
+import { createTaskExecutor } from '../../sim/task-executor.ts'
+import type { RuntimeSchedulerName } from '../../policies/runtime/hrrs.ts'
 import type { JobRecord } from './job-table.ts'
 import { createWallClockQueue } from './wall-clock-queue.ts'
 

@@ -16,9 +16,9 @@
  *   nodes and 32 segments per job.
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { checkJobSegments, defaultContextSwitchS, jobFields, segmentSchema } from '../sim/placement-trace.ts'
-import { createInputValidator } from '../../core/validate-input.ts'
-import type { PlacementJob } from '../policies/placement/placement-policy.ts'
+import { checkJobSegments, defaultContextSwitchS, jobFields, segmentSchema } from '../../sim/placement-trace.ts'
+import { createInputValidator } from '../../../core/validate-input.ts'
+import type { PlacementJob } from '../../policies/placement/placement-policy.ts'
 
 export const jobIdPattern = '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$'
 

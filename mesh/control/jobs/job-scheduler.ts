@@ -20,11 +20,11 @@
  * A RUNNING job any of whose nodes is gone goes back to QUEUED (restarting
  * its iterations; the job's own checkpointing is outside this table).
  */
-import { AgentError } from '../../core/errors.ts'
-import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
-import { footprintEnd } from '../policies/placement/footprint.ts'
-import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
-import { durationSlots } from '../policies/placement/ring-horizon.ts'
+import { AgentError } from '../../../core/errors.ts'
+import { ClusterHorizon } from '../../policies/placement/cluster-horizon.ts'
+import { footprintEnd } from '../../policies/placement/footprint.ts'
+import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../../policies/placement/placement-policy.ts'
+import { durationSlots } from '../../policies/placement/ring-horizon.ts'
 import { normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
 import type { JobRecord, JobTable } from './job-table.ts'
 
