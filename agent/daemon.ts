@@ -22,7 +22,7 @@ import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/membership/cl
 import { createJobsLeaderTask } from '../mesh/control/jobs/jobs-leader-task.ts'
 import { createJobsService, type JobsService } from '../mesh/control/jobs/jobs-service.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
-import { createRewardLeaderTask } from './reward/reward-leader-task.ts'
+import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'

@@ -16,7 +16,7 @@ import { MeshSection, defaultMeshConfig, devMeshConfig } from '../../mesh/member
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
 import { PlacementSection, defaultPlacementConfig } from '../../mesh/control/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
-import { RewardSection, defaultRewardConfig } from '../reward/reward-config.ts'
+import { RewardSection, defaultRewardConfig } from '../../mesh/control/reward/reward-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 

@@ -7,8 +7,8 @@
  * validateRewardConfig when the subsystem starts.
  */
 import { Type, type Static } from '@sinclair/typebox'
-import { AgentError } from '../../core/errors.ts'
-import { rewardPolicyNames } from '../../mesh/policies/reward-scaling/policies.ts'
+import { AgentError } from '../../../core/errors.ts'
+import { rewardPolicyNames } from '../../policies/reward-scaling/policies.ts'
 
 /** Policies the live service may run: every one but the `ideal` oracle (it needs the future). */
 export const liveRewardPolicies = rewardPolicyNames.filter(name => name !== 'ideal')

@@ -39,7 +39,7 @@
  *   `reward.await` tells the submitting agent which requests used it, and a
  *   resubmission marked `retried` starts at attempt 2.
  * - Acknowledged requests survive a leader change through the submitting
- *   agents (reward-submitter.ts): each keeps every request it got an answer for
+ *   agents (agent/reward/reward-submitter.ts): each keeps every request it got an answer for
  *   until it holds the result, and a new leader that answers `unknown` for one
  *   gets the batch (resync) and the request again. This proxy's state lives
  *   only in the leader's memory; a new epoch starts empty.
@@ -56,11 +56,11 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
-import { AgentError } from '../../core/errors.ts'
-import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'
-import { earliestBatchFirst, type QueueKey } from '../../mesh/policies/reward-scaling/queue-order.ts'
-import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../mesh/policies/reward-scaling/types.ts'
-import type { PlacementNode } from '../../mesh/policies/reward-scaling/worker-placement.ts'
+import { AgentError } from '../../../core/errors.ts'
+import { createPriorityHeap, type PriorityHeap } from '../../../core/priority-heap.ts'
+import { earliestBatchFirst, type QueueKey } from '../../policies/reward-scaling/queue-order.ts'
+import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../policies/reward-scaling/types.ts'
+import type { PlacementNode } from '../../policies/reward-scaling/worker-placement.ts'
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
 import {

@@ -8,10 +8,10 @@
 import t from 'tap'
 import pino from 'pino'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { createRewardProxy, type RewardProxy } from '../../../agent/reward/reward-proxy.ts'
-import { createRewardScalingPolicy } from '../../../mesh/policies/reward-scaling/policies.ts'
-import type { RewardStageSpec } from '../../../agent/reward/reward-config.ts'
-import { requestDigest, type RewardLease } from '../../../agent/reward/reward-messages.ts'
+import { createRewardProxy, type RewardProxy } from '../../../../mesh/control/reward/reward-proxy.ts'
+import { createRewardScalingPolicy } from '../../../../mesh/policies/reward-scaling/policies.ts'
+import type { RewardStageSpec } from '../../../../mesh/control/reward/reward-config.ts'
+import { requestDigest, type RewardLease } from '../../../../mesh/control/reward/reward-messages.ts'
 
 const stages: RewardStageSpec[] = [
   { name: 'verify', resource: 'cpu', command: ['true'], coresPerWorker: 1, timeoutMs: 10_000 },

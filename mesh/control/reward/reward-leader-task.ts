@@ -13,15 +13,15 @@
  * placement in the desired state and, for takeoverGraceMs, plans no fewer workers per stage than that placement
  * wanted and keeps the workers of agents that have not reported to it yet
  * where they are: it learns the batches in flight only as the submitting
- * agents resync them (reward-submitter.ts) and the agents' capacity only from
+ * agents resync them (agent/reward/reward-submitter.ts) and the agents' capacity only from
  * their heartbeats, and planning from what it knows at takeover would stop the
  * workers running those batches' requests.
  */
 import type { Logger } from 'pino'
-import type { LeaderContext, LeaderTask } from '../../mesh/election/leader-service.ts'
-import { fitWorkersToCapacity, type ClusterCapacity } from '../../mesh/policies/reward-scaling/capacity-fit.ts'
-import { createRewardScalingPolicy } from '../../mesh/policies/reward-scaling/policies.ts'
-import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '../../mesh/policies/reward-scaling/worker-placement.ts'
+import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts'
+import { fitWorkersToCapacity, type ClusterCapacity } from '../../policies/reward-scaling/capacity-fit.ts'
+import { createRewardScalingPolicy } from '../../policies/reward-scaling/policies.ts'
+import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '../../policies/reward-scaling/worker-placement.ts'
 import { stageCost, type RewardConfig } from './reward-config.ts'
 import { createRewardProxy, type RewardProxy } from './reward-proxy.ts'
 import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'

@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto'
 import { Type, type Static } from '@sinclair/typebox'
-import { createInputValidator, type InputValidator } from '../../core/validate-input.ts'
+import { createInputValidator, type InputValidator } from '../../../core/validate-input.ts'
 import type { TSchema } from '@sinclair/typebox'
 
 export const TaskName = Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$', description: 'the trainer\'s task (one RL job)' })
