@@ -15,14 +15,14 @@ import { lockStateDir, type StateDirLock } from './state-dir-lock.ts'
 import { createDeviceLock, type DeviceLockService } from './state/device-lock.ts'
 import { createProcfsProcessTable } from './state/device-lock-process.ts'
 import { createStateManager, type StateManager } from './state/state-manager.ts'
-import { createMesh, type Mesh } from '../mesh/mesh-service.ts'
-import { gpusFromInventory, stateSections } from '../mesh/availability-publisher.ts'
+import { createMesh, type Mesh } from '../mesh/membership/mesh-service.ts'
+import { gpusFromInventory, stateSections } from '../mesh/membership/availability-publisher.ts'
 import { createLeaderService, type LeaderService, type LeaderTask } from '../mesh/election/leader-service.ts'
-import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/cluster-key.ts'
-import { createJobsLeaderTask } from '../mesh/jobs/jobs-leader-task.ts'
-import { createJobsService, type JobsService } from '../mesh/jobs/jobs-service.ts'
+import { loadClusterKey, loadOrCreateDevClusterKey } from '../mesh/membership/cluster-key.ts'
+import { createJobsLeaderTask } from '../mesh/control/jobs/jobs-leader-task.ts'
+import { createJobsService, type JobsService } from '../mesh/control/jobs/jobs-service.ts'
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
-import { createRewardLeaderTask } from './reward/reward-leader-task.ts'
+import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import type { StatusBody } from './api/schemas.ts'
 import { agentVersion } from './version.ts'
@@ -136,7 +136,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   const leaderTasks = (mesh: Mesh, leaderLogger: Logger, inventory: () => NodeInventory | undefined): LeaderTask[] => [
     // DistRS reward proxy and worker scaling (agent/reward/).
     ...(config.reward.enabled ? [createRewardLeaderTask({ config: config.reward }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh.status().peerId })] : []),
-    // Placement of the job table (mesh/jobs/). The table travels in one mesh message: half of
+    // Placement of the job table (mesh/control/jobs/). The table travels in one mesh message: half of
     // the record limit leaves room for the batch around it.
     createJobsLeaderTask({ config: config.placement, maxTableBytes: Math.floor(config.mesh.maxRecordBytes / 2) }, {
       logger: leaderLogger.child({ task: 'jobs' }),
@@ -256,7 +256,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     }),
     subsystem({
-      // Every agent's view of the leader's job table; submissions forwarded to the acting leader (mesh/jobs/).
+      // Every agent's view of the leader's job table; submissions forwarded to the acting leader (mesh/control/jobs/).
       // (mesh is ok whenever leader is: listing it second keeps the skip reason "requires leader".)
       id: 'jobs',
       requires: ['leader', 'mesh'],

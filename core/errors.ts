@@ -51,7 +51,7 @@ export const errorCodes = [
   // simulators (mesh/sim/)
   'ERR_TRACE_INVALID',
   'ERR_WORKFLOW_INVALID',
-  // jobs (mesh/jobs/)
+  // jobs (mesh/control/jobs/)
   'ERR_JOB_INVALID',
   'ERR_JOB_CONFLICT',
   'ERR_JOB_NOT_FOUND',

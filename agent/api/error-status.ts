@@ -46,7 +46,7 @@ export const errorStatus = {
   // simulators (mesh/sim/)
   ERR_TRACE_INVALID: 400,
   ERR_WORKFLOW_INVALID: 400,
-  // jobs (mesh/jobs/)
+  // jobs (mesh/control/jobs/)
   ERR_JOB_INVALID: 400,
   ERR_JOB_CONFLICT: 409,
   ERR_JOB_NOT_FOUND: 404,

@@ -1,6 +1,6 @@
 /** Schemas shared by every route: the error body and the status section types. */
 import { Type, type Static } from '@sinclair/typebox'
-import { MeshStatusSchema } from '../../mesh/mesh-views.ts'
+import { MeshStatusSchema } from '../../mesh/membership/mesh-views.ts'
 import { LeaderViewSchema } from '../../mesh/election/leader-views.ts'
 
 export const ErrorBodySchema = Type.Object({

@@ -60,7 +60,7 @@ export interface ApiServerComponents {
   fault?: FaultSource
   /** The weight-transfer agent; without it the weights routes answer ERR_UNAVAILABLE. */
   weights?: WeightsSource
-  /** Jobs (mesh/jobs/); without it the jobs routes answer ERR_UNAVAILABLE. */
+  /** Jobs (mesh/control/jobs/); without it the jobs routes answer ERR_UNAVAILABLE. */
   jobs?: JobsSource
   /** The reward service; without it the reward routes answer ERR_UNAVAILABLE. */
   reward?: RewardSource

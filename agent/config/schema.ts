@@ -5,18 +5,18 @@
  * `--print-config` output and the README's config reference are derived from it.
  *
  * Each subsystem declares its own section, schema and defaults beside its code
- * (mesh/mesh-config.ts, mesh/election/election-config.ts, agent/state/state-config.ts,
+ * (mesh/membership/mesh-config.ts, mesh/election/election-config.ts, agent/state/state-config.ts,
  * …); this file composes them into `configSchema` and keeps the daemon's own
  * sections (node, api, log, inventory, shutdown).
  */
 import { Type, type Static } from '@sinclair/typebox'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
-import { MeshSection, defaultMeshConfig, devMeshConfig } from '../../mesh/mesh-config.ts'
+import { MeshSection, defaultMeshConfig, devMeshConfig } from '../../mesh/membership/mesh-config.ts'
 import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../../mesh/election/election-config.ts'
-import { PlacementSection, defaultPlacementConfig } from '../../mesh/jobs/jobs-config.ts'
+import { PlacementSection, defaultPlacementConfig } from '../../mesh/control/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
-import { RewardSection, defaultRewardConfig } from '../reward/reward-config.ts'
+import { RewardSection, defaultRewardConfig } from '../../mesh/control/reward/reward-config.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 

@@ -11,7 +11,7 @@ import { promisify } from 'node:util'
 import si from 'systeminformation'
 import type { GpuOverrideConfig } from '../config/schema.ts'
 import type { GpuInventory, NodeInventory } from './schema.ts'
-import { isVirtualInterfaceName } from '../../mesh/announce-address.ts'
+import { isVirtualInterfaceName } from '../../mesh/membership/announce-address.ts'
 
 export type { NodeInventory } from './schema.ts'
 

@@ -7,10 +7,10 @@
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderService } from '../../mesh/election/leader-service.ts'
-import { validateRewardConfig, type RewardConfig } from './reward-config.ts'
+import { validateRewardConfig, type RewardConfig } from '../../mesh/control/reward/reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
 import { createWorkerSupervisor, type WorkerInfo, type WorkerSupervisor } from './worker-supervisor.ts'
-import type { RewardLease, RewardStatus } from './reward-messages.ts'
+import type { RewardLease, RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
 
 export interface RewardServiceOptions {
   config: RewardConfig

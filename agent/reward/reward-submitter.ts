@@ -34,7 +34,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
-import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from './reward-messages.ts'
+import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from '../../mesh/control/reward/reward-messages.ts'
 
 export interface RewardSubmitterOptions {
   /** Requests kept at once (pending or with results); beyond it ERR_REWARD_FULL. */

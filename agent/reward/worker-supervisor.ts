@@ -25,8 +25,8 @@ import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import type { AppliedDecision } from '../../mesh/election/decision-log.ts'
-import type { RewardStageSpec } from './reward-config.ts'
-import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'
+import type { RewardStageSpec } from '../../mesh/control/reward/reward-config.ts'
+import { rewardWorkersKind, type RewardWorkersPayload } from '../../mesh/control/reward/reward-messages.ts'
 
 export interface WorkerSupervisorOptions {
   stages: readonly RewardStageSpec[]
@@ -69,7 +69,7 @@ export interface WorkerSupervisor {
    */
   terminate(workerId: string, why: string): void
   workers(): WorkerInfo[]
-  /** Seq of the last worker report built (reward-messages.ts ReportSeq); a fetch forwarded now carries it. */
+  /** Seq of the last worker report built (mesh/control/reward/reward-messages.ts ReportSeq); a fetch forwarded now carries it. */
   reportSeq(): number
 }
 

@@ -1,6 +1,6 @@
 /**
  * Mutual challenge-response on every data connection, keyed by the cluster
- * key (the same file the mesh uses; mesh/cluster-key.ts). The key never goes
+ * key (the same file the mesh uses; mesh/membership/cluster-key.ts). The key never goes
  * on the wire: both sides derive an authentication key from it and prove
  * knowledge with HMAC-SHA256 over both nonces (fresh per connection, so a
  * recorded exchange cannot be replayed).

@@ -6,8 +6,8 @@
  * from the local agent's view of its peers. Pure functions: no I/O.
  */
 import { AgentError } from '../../core/errors.ts'
-import type { AvailabilitySections } from '../../mesh/availability-publisher.ts'
-import type { PeerView } from '../../mesh/mesh-views.ts'
+import type { AvailabilitySections } from '../../mesh/membership/availability-publisher.ts'
+import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import { latestVersion } from './protocol.ts'
 import { splitHostPort } from './tcp-server.ts'
 

@@ -7,8 +7,8 @@ import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { StateManager } from '../state/state-manager.ts'
-import type { AvailabilitySections } from '../../mesh/availability-publisher.ts'
-import type { PeerView } from '../../mesh/mesh-views.ts'
+import type { AvailabilitySections } from '../../mesh/membership/availability-publisher.ts'
+import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import { createDataAuth } from './data-auth.ts'
 import { pickHolder, weightsAdvert } from './holders.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
@@ -28,7 +28,7 @@ export interface WeightsServiceOptions extends WeightsConfig {
 
 export interface WeightsServiceComponents {
   stateManager: StateManager
-  /** The cluster key (mesh/cluster-key.ts format), shared by every agent. */
+  /** The cluster key (mesh/membership/cluster-key.ts format), shared by every agent. */
   clusterKey: Uint8Array
   logger: Logger
   /** The local agent's view of its mesh peers; undefined while the mesh is not running. Used by pulls without `from`. */

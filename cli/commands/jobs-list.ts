@@ -1,5 +1,5 @@
 /** agentctl jobs list: the job table this agent applied (no leader contact): state, nodes, placement, times. */
-import type { JobRecord } from '../../mesh/jobs/job-table.ts'
+import type { JobRecord } from '../../mesh/control/jobs/job-table.ts'
 import type { Command } from '../command.ts'
 import { formatDuration, formatTable } from '../table.ts'
 

@@ -1,10 +1,10 @@
 /**
  * agentctl jobs submit F: submits the job spec in file F (JSON, format in
- * mesh/jobs/job-spec.ts) to the cluster through this agent, which forwards it
+ * mesh/control/jobs/job-spec.ts) to the cluster through this agent, which forwards it
  * to the acting leader. Answers once the leader published it: placed
  * (RUNNING, with its nodes) or QUEUED. Resubmitting the same spec is a no-op.
  */
-import { parseJobSpec } from '../../mesh/jobs/job-spec.ts'
+import { parseJobSpec } from '../../mesh/control/jobs/job-spec.ts'
 import { UsageError, type Command } from '../command.ts'
 import { readInputFile } from '../flags.ts'
 import { renderJobs } from './jobs-list.ts'

@@ -1,5 +1,5 @@
 /** agentctl keygen: prints a new cluster key (libp2p pre-shared key format) for mesh.clusterKeyFile / --cluster-key. Local; no agent needed. */
-import { generateClusterKey } from '../../mesh/cluster-key.ts'
+import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
 import type { Command } from '../command.ts'
 
 export const keygenCommand: Command = {

@@ -1,5 +1,5 @@
 /** agentctl mesh: this agent in the mesh — addresses, seeds, connections, members, message rates, dropped messages. */
-import type { MeshInfo } from '../../mesh/mesh-views.ts'
+import type { MeshInfo } from '../../mesh/membership/mesh-views.ts'
 import type { Command } from '../command.ts'
 
 export const meshCommand: Command = {

@@ -3,7 +3,7 @@
  * have free; a node whose record was cut to fit the mesh's size bound is
  * starred, with what its record left out.
  */
-import type { PeerView } from '../../mesh/mesh-views.ts'
+import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import type { Command } from '../command.ts'
 import { formatBytes, formatTable } from '../table.ts'
 

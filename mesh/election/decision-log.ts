@@ -35,7 +35,7 @@
  */
 import { appendFile } from 'node:fs/promises'
 import { createHash } from 'node:crypto'
-import type { Decision, DecisionBatch } from '../mesh-messages.ts'
+import type { Decision, DecisionBatch } from '../membership/mesh-messages.ts'
 
 export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot' | 'resumed'
 

@@ -11,12 +11,12 @@
  * behind the decisions (a gossip message it never got); its answer is
  * granted when the batch was accepted.
  */
-import type { MeshLibp2p } from '../libp2p-node.ts'
-import { handleJson, requestJson } from '../json-protocol.ts'
+import type { MeshLibp2p } from '../membership/libp2p-node.ts'
+import { handleJson, requestJson } from '../membership/json-protocol.ts'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import type { ElectionRequest, ElectionResponse, ElectionTransport } from './raft-election.ts'
 import { emptyPosition, parseSnapshot, type LogPosition } from './replicated-log.ts'
-import { DecisionBatchSchema, type DecisionBatch } from '../mesh-messages.ts'
+import { DecisionBatchSchema, type DecisionBatch } from '../membership/mesh-messages.ts'
 
 export const electionProtocol = '/agentd/election/1.0.0'
 /**

@@ -30,8 +30,8 @@
  */
 import type { Logger } from 'pino'
 import { AgentError, isErrorCode } from '../../core/errors.ts'
-import type { MeshLibp2p } from '../libp2p-node.ts'
-import { handleJson, requestJson } from '../json-protocol.ts'
+import type { MeshLibp2p } from '../membership/libp2p-node.ts'
+import { handleJson, requestJson } from '../membership/json-protocol.ts'
 
 export const leaderCallProtocol = '/agentd/leader-call/1.0.0'
 const maxMessageBytes = 4 * 1024 * 1024

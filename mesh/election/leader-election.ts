@@ -6,7 +6,7 @@
  * and a campaign key in etcd). Acting, decisions, republishing and the
  * leader-only tasks are the leader service's and do not depend on which.
  */
-import type { DecisionBatch } from '../mesh-messages.ts'
+import type { DecisionBatch } from '../membership/mesh-messages.ts'
 import type { ElectionRole } from './raft-election.ts'
 import type { LogSnapshot } from './replicated-log.ts'
 

@@ -26,7 +26,7 @@ export const segmentSchema = Type.Object({
   durationS: Type.Number({ exclusiveMinimum: 0, description: 'GPU-busy time, seconds' }),
 }, { additionalProperties: false })
 
-/** The fields of a job shared by traces and by jobs submitted to a live cluster (mesh/jobs/job-spec.ts). */
+/** The fields of a job shared by traces and by jobs submitted to a live cluster (mesh/control/jobs/job-spec.ts). */
 export const jobFields = {
   id: Type.String({ minLength: 1 }),
   nodes: Type.Integer({ minimum: 1 }),

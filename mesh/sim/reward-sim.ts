@@ -12,7 +12,7 @@
  *   reaches the service (§5.1: "decisions are made only when the first
  *   requests of a new batch arrive"), and when a batch completes; its pools
  *   hold until the next decision. The live proxy decides at the same two
- *   points (agent/reward/reward-proxy.ts: batch-arrival, batch-complete). The
+ *   points (mesh/control/reward/reward-proxy.ts: batch-arrival, batch-complete). The
  *   trainer's batch-start hint (`startS`) anchors the batch (AT of Alg. 2, the
  *   EBF priority) and lets the service warm workers up during the rollout's
  *   first part (§4): the live proxy makes one more decision at the hint for

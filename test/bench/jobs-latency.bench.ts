@@ -15,10 +15,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { startElectionCluster, waitForLeader } from '../helpers/test-election.ts'
 import type { MeshAgent } from '../helpers/test-mesh.ts'
 import { generatePlacementTrace } from '../../mesh/sim/placement-trace.ts'
-import { horizonOf, placeQueued, slotOf, type LiveNode } from '../../mesh/jobs/job-scheduler.ts'
-import { placementJobOf } from '../../mesh/jobs/job-spec.ts'
+import { horizonOf, placeQueued, slotOf, type LiveNode } from '../../mesh/control/jobs/job-scheduler.ts'
+import { placementJobOf } from '../../mesh/control/jobs/job-spec.ts'
 import { planPlacement } from '../../mesh/policies/placement/placement-policy.ts'
-import type { JobTable } from '../../mesh/jobs/job-table.ts'
+import type { JobTable } from '../../mesh/control/jobs/job-table.ts'
 import { median } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { jobs: { type: 'string', default: '24' }, seed: { type: 'string', default: '1' } } })

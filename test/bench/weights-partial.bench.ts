@@ -18,7 +18,7 @@ import { createStateManager, type StateManager } from '../../agent/state/state-m
 import { chunkChecksums } from '../../agent/weights/publisher.ts'
 import { createWeightsService, type WeightsService } from '../../agent/weights/weights-service.ts'
 import { defaultWeightsConfig } from '../../agent/weights/weights-config.ts'
-import { generateClusterKey, parseClusterKey } from '../../mesh/cluster-key.ts'
+import { generateClusterKey, parseClusterKey } from '../../mesh/membership/cluster-key.ts'
 import { gbPerSecond, median, MiB } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' }, streams: { type: 'string' }, file: { type: 'boolean' } } })

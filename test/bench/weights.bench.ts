@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { spawnAgent, waitReady } from '../helpers/agent-process.ts'
-import { generateClusterKey } from '../../mesh/cluster-key.ts'
+import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
 import { median } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' }, 'no-region': { type: 'boolean' } } })

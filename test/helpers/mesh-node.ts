@@ -1,12 +1,12 @@
 /**
  * startMeshNode(t, clusterKey): a real, started libp2p node in the test
- * process with the agents' stack and settings (mesh/libp2p-node.ts), on a free
+ * process with the agents' stack and settings (mesh/membership/libp2p-node.ts), on a free
  * loopback port, stopped at teardown. For tests that speak the mesh protocols
  * directly: an intruder, two ends of a protocol, a node the agents dial.
  */
 import { generateKeyPair } from '@libp2p/crypto/keys'
 import type { PrivateKey } from '@libp2p/interface'
-import { createMeshNode, type MeshLibp2p } from '../../mesh/libp2p-node.ts'
+import { createMeshNode, type MeshLibp2p } from '../../mesh/membership/libp2p-node.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 

@@ -15,8 +15,8 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { generateClusterKey } from '../../mesh/cluster-key.ts'
-import type { PeerView } from '../../mesh/mesh-views.ts'
+import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
+import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import type { NetnsHost } from './netns-lab.ts'
 import { spawnAgent, tempDir, waitReady, type AgentProcess, type SpawnOptions } from './agent-process.ts'
 

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
-import type { Mesh } from '../../../mesh/mesh-service.ts'
+import type { Mesh } from '../../../mesh/membership/mesh-service.ts'
 import type { LeaderService } from '../../../mesh/election/leader-service.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { errorResponses } from '../schemas.ts'

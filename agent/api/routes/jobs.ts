@@ -1,17 +1,17 @@
 /**
- * /v1/jobs: thin adapters over the jobs service (mesh/jobs/), ERR_UNAVAILABLE
+ * /v1/jobs: thin adapters over the jobs service (mesh/control/jobs/), ERR_UNAVAILABLE
  * with its reason when it is not running.
  *   GET  /v1/jobs                this agent's applied job table (no leader contact)
- *   POST /v1/jobs                submit a job spec (mesh/jobs/job-spec.ts); forwarded to the acting leader,
+ *   POST /v1/jobs                submit a job spec (mesh/control/jobs/job-spec.ts); forwarded to the acting leader,
  *                                answered once the decision holding it is published; idempotent by id
  *   POST /v1/jobs/:id/complete   a job reports it finished (idempotent)
  */
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
-import type { JobsService } from '../../../mesh/jobs/jobs-service.ts'
-import { JobRecordSchema, JobsViewSchema } from '../../../mesh/jobs/job-table.ts'
-import { jobIdPattern } from '../../../mesh/jobs/job-spec.ts'
+import type { JobsService } from '../../../mesh/control/jobs/jobs-service.ts'
+import { JobRecordSchema, JobsViewSchema } from '../../../mesh/control/jobs/job-table.ts'
+import { jobIdPattern } from '../../../mesh/control/jobs/job-spec.ts'
 import { errorResponses } from '../schemas.ts'
 
 export interface JobsSource {

@@ -1,8 +1,8 @@
 /** /v1/mesh and /v1/mesh/peers: thin adapters over the mesh subsystem (ERR_UNAVAILABLE with its reason when it is not running). */
 import type { FastifyInstance } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
-import type { Mesh } from '../../../mesh/mesh-service.ts'
-import { MeshInfoSchema, PeersSchema } from '../../../mesh/mesh-views.ts'
+import type { Mesh } from '../../../mesh/membership/mesh-service.ts'
+import { MeshInfoSchema, PeersSchema } from '../../../mesh/membership/mesh-views.ts'
 import { errorResponses } from '../schemas.ts'
 
 /** The mesh, or why there is none (subsystem skipped or failed). */

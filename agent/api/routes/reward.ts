@@ -13,7 +13,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { RewardService } from '../../reward/reward-service.ts'
-import { BatchStartBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId } from '../../reward/reward-messages.ts'
+import { BatchStartBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId } from '../../../mesh/control/reward/reward-messages.ts'
 import { errorResponses } from '../schemas.ts'
 
 export interface RewardSource {

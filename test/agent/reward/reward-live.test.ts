@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { repoRoot } from '../../helpers/agent-process.ts'
 import { startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
 import type { MeshAgent } from '../../helpers/test-mesh.ts'
-import type { RewardResult } from '../../../agent/reward/reward-messages.ts'
+import type { RewardResult } from '../../../mesh/control/reward/reward-messages.ts'
 
 const worker = ['python3', join(repoRoot, 'agent/reward/examples/reward-worker.py')]
 const judgeTimeoutMs = 2500

@@ -8,8 +8,8 @@ import t from 'tap'
 import pino from 'pino'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createRewardService } from '../../../agent/reward/reward-service.ts'
-import { defaultRewardConfig } from '../../../agent/reward/reward-config.ts'
-import { rewardWorkersKind, type RewardLease } from '../../../agent/reward/reward-messages.ts'
+import { defaultRewardConfig } from '../../../mesh/control/reward/reward-config.ts'
+import { rewardWorkersKind, type RewardLease } from '../../../mesh/control/reward/reward-messages.ts'
 
 t.test('a worker past its lease\'s stage timeout is terminated and restarted', async t => {
   const lost: string[] = []

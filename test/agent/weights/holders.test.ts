@@ -2,8 +2,8 @@
 import t from 'tap'
 import { findHolders, maxAdvertisedVersions, pickHolder, reachableAddress, weightsAdvert } from '../../../agent/weights/holders.ts'
 import { Value } from '@sinclair/typebox/value'
-import { AvailabilityRecordSchema, type AvailabilityRecord } from '../../../mesh/mesh-messages.ts'
-import type { PeerView } from '../../../mesh/mesh-views.ts'
+import { AvailabilityRecordSchema, type AvailabilityRecord } from '../../../mesh/membership/mesh-messages.ts'
+import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
 
 const peerId = (n: number): string => `12D3KooW${String(n).padStart(44, 'A')}`
 

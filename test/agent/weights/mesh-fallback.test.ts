@@ -3,7 +3,7 @@
 // the pull goes on from another holder instead of failing.
 import t from 'tap'
 import { join } from 'node:path'
-import type { PeerView } from '../../../mesh/mesh-views.ts'
+import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
 import { keyBytes, sharedKey, tensor, weightsNode, writeSafetensors } from './weights-fixtures.ts'
 
 const tensors = [tensor('model.layers.0.mlp.down_proj.weight', 'bf16', [64, 512], 1), tensor('model.norm.weight', 'f32', [64], 2)]

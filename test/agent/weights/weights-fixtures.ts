@@ -12,8 +12,8 @@ import { createStateManager, type StateManager } from '../../../agent/state/stat
 import { createWeightsService, type WeightsService } from '../../../agent/weights/weights-service.ts'
 import { defaultWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { createVersionStore, type VersionStore } from '../../../agent/weights/version-store.ts'
-import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
-import type { PeerView } from '../../../mesh/mesh-views.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
 import { diskDir } from '../../native/helpers.ts'
 
 export const MiB = 2 ** 20

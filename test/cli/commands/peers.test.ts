@@ -1,7 +1,7 @@
 // agentctl peers: a peer whose record was cut to fit the mesh's size bound is starred, with what was left out.
 import t from 'tap'
 import { renderPeers } from '../../../cli/commands/peers.ts'
-import type { PeerView } from '../../../mesh/mesh-views.ts'
+import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
 
 const peer = (node: string, truncated?: { resident?: number, weights?: number }): PeerView => ({
   peerId: `12D3KooW${node}`, node, state: 'alive', incarnation: 1, stateSinceMs: 0, lastHeardMs: 1000, addresses: [],

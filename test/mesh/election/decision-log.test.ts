@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createDecisionLog, decisionDigest, type AppliedDecision, type DecisionLogEntry } from '../../../mesh/election/decision-log.ts'
 import { checkDecisionInvariants, parseDecisionLog } from '../../../mesh/election/decision-invariants.ts'
-import type { DecisionBatch } from '../../../mesh/mesh-messages.ts'
+import type { DecisionBatch } from '../../../mesh/membership/mesh-messages.ts'
 
 const A = 'leaderA'
 const B = 'leaderB'

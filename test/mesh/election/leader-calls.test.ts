@@ -4,11 +4,11 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
-import { generateClusterKey, parseClusterKey } from '../../../mesh/cluster-key.ts'
-import type { MeshLibp2p } from '../../../mesh/libp2p-node.ts'
+import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
+import type { MeshLibp2p } from '../../../mesh/membership/libp2p-node.ts'
 import { startMeshNode } from '../../helpers/mesh-node.ts'
 import { createLeaderCalls, leaderCallProtocol, type LeaderCalls } from '../../../mesh/election/leader-calls.ts'
-import { requestJson } from '../../../mesh/json-protocol.ts'
+import { requestJson } from '../../../mesh/membership/json-protocol.ts'
 import { AgentError } from '../../../core/errors.ts'
 
 const clusterKey = parseClusterKey(generateClusterKey(), 'test key')

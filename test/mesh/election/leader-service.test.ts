@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
 import { createLeaderService, type LeaderContext, type LeaderServiceComponents } from '../../../mesh/election/leader-service.ts'
 import { devElectionConfig } from '../../../mesh/election/election-config.ts'
-import type { MeshMessage } from '../../../mesh/mesh-messages.ts'
+import type { MeshMessage } from '../../../mesh/membership/mesh-messages.ts'
 
 const peerId = '12D3KooWHQQV9T54aV8BFsCQYGb7rMpgN1iTwVqh4HjRFEBbWnam'
 

@@ -1,0 +1,197 @@
+/**
+ * The job table's transitions, as pure functions of (table, live nodes,
+ * time): the leader task (jobs-leader-task.ts) calls them and publishes the
+ * result; the tests call them directly. Nothing here reads a clock or the
+ * network. Every function returns a new table (the input is not modified) or
+ * the same object when nothing changed.
+ *
+ * Placement (PlexRL §4.3, mesh/policies/placement/): for each QUEUED job in
+ * submission order, a ClusterHorizon is built over the live nodes that have
+ * the job's `gpusPerNode`, every RUNNING job's footprint is reserved on those
+ * of its nodes, and `planPlacement` chooses nodes, phase, stretched period
+ * and micro-shifts. `spread-backfill` lets later jobs start while an earlier
+ * one does not fit, EASY style: the first job that does not fit claims the
+ * nodes whose residents end soonest (claimNodes), and later jobs may use
+ * those only if they end before then, so a gang needing idle nodes is not
+ * overtaken forever; the other policies keep strict FIFO (the head blocks).
+ * A job that fits nowhere stays QUEUED; the leader retries on every
+ * membership change and completion.
+ *
+ * A RUNNING job any of whose nodes is gone goes back to QUEUED (restarting
+ * its iterations; the job's own checkpointing is outside this table).
+ */
+import { AgentError } from '../../../core/errors.ts'
+import { ClusterHorizon } from '../../policies/placement/cluster-horizon.ts'
+import { footprintEnd } from '../../policies/placement/footprint.ts'
+import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../../policies/placement/placement-policy.ts'
+import { durationSlots } from '../../policies/placement/ring-horizon.ts'
+import { normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
+import type { JobRecord, JobTable } from './job-table.ts'
+
+/** A node the leader may place on: alive, with its advertised GPU count. */
+export interface LiveNode {
+  peerId: string
+  name: string
+  gpus: number
+}
+
+export interface PlacementRoundOptions {
+  policy: PlacementPolicyName
+  /** Most jobs resident on one node. */
+  maxJobsPerNode: number
+  /** Horizon window, slots. Default 28,800. */
+  horizonSlots?: number
+}
+
+export interface SubmitOptions {
+  /** Switch cost of a spec that names none, seconds. */
+  contextSwitchS: number
+  /** Most QUEUED + RUNNING jobs. */
+  maxActiveJobs: number
+  /** Largest JSON size of the table, bytes (it travels in one mesh message). */
+  maxTableBytes: number
+  /** COMPLETED jobs kept (oldest dropped first). */
+  completedRetained: number
+}
+
+export interface SubmitResult { table: JobTable, job: JobRecord, created: boolean }
+
+/** Absolute slot containing `ms` (ms since the epoch). */
+export function slotOf (ms: number, slotS: number): number {
+  return Math.floor(ms / 1000 / slotS + 1e-9)
+}
+
+/**
+ * Adds a QUEUED job. The same id with the same spec returns the existing job
+ * (created: false, table unchanged); another spec under that id is
+ * ERR_JOB_CONFLICT; a full table is ERR_JOBS_FULL (nothing changes).
+ */
+export function submitJob (table: JobTable, spec: JobSpec, nowMs: number, options: SubmitOptions): SubmitResult {
+  const normalized = normalizedSpec(spec, options.contextSwitchS)
+  const existing = table.jobs.find(j => j.id === spec.id)
+  if (existing !== undefined) {
+    if (!sameJobSpec(existing.spec, normalized)) throw new AgentError('ERR_JOB_CONFLICT', `job ${spec.id} exists with another spec (${existing.state}); submit it under a new id`)
+    return { table, job: existing, created: false }
+  }
+  const active = table.jobs.filter(j => j.state !== 'COMPLETED').length
+  if (active >= options.maxActiveJobs) throw new AgentError('ERR_JOBS_FULL', `the cluster already holds ${active} queued or running jobs (placement.maxActiveJobs)`)
+  const job: JobRecord = { id: spec.id, spec: normalized, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, submittedAtMs: nowMs, startedAtMs: null, completedAtMs: null, completedBy: null, requeues: 0 }
+  const next = trimCompleted({ ...table, revision: table.revision + 1, jobs: [...table.jobs, job] }, options.completedRetained)
+  const bytes = Buffer.byteLength(JSON.stringify(next))
+  if (bytes > options.maxTableBytes) throw new AgentError('ERR_JOBS_FULL', `the job table would take ${bytes} bytes, more than the ${options.maxTableBytes} one mesh message carries; wait for jobs to complete`)
+  return { table: next, job, created: true }
+}
+
+/** Drops the oldest COMPLETED jobs beyond `retained`. */
+export function trimCompleted (table: JobTable, retained: number): JobTable {
+  const completed = table.jobs.filter(j => j.state === 'COMPLETED').sort((a, b) => (a.completedAtMs ?? 0) - (b.completedAtMs ?? 0))
+  if (completed.length <= retained) return table
+  const drop = new Set(completed.slice(0, completed.length - retained).map(j => j.id))
+  return { ...table, jobs: table.jobs.filter(j => !drop.has(j.id)) }
+}
+
+/**
+ * Marks a RUNNING job COMPLETED. Completing a COMPLETED job returns the table
+ * unchanged (idempotent); a QUEUED job is ERR_JOB_CONFLICT, an unknown id
+ * ERR_JOB_NOT_FOUND.
+ */
+export function completeJob (table: JobTable, id: string, nowMs: number, by: 'elapsed' | 'reported', completedRetained: number): JobTable {
+  const job = table.jobs.find(j => j.id === id)
+  if (job === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${id}`)
+  if (job.state === 'COMPLETED') return table
+  if (job.state === 'QUEUED') throw new AgentError('ERR_JOB_CONFLICT', `job ${id} is QUEUED, not running: it cannot complete`)
+  const done: JobRecord = { ...job, state: 'COMPLETED', completedAtMs: nowMs, completedBy: by }
+  return trimCompleted(replaceJob(table, done), completedRetained)
+}
+
+/** Puts RUNNING jobs with a node that is gone back in the queue. */
+export function requeueLost (table: JobTable, gone: (peerId: string) => boolean): { table: JobTable, requeued: string[] } {
+  const requeued = table.jobs.filter(j => j.state === 'RUNNING' && j.nodes.some(gone)).map(j => j.id)
+  if (requeued.length === 0) return { table, requeued }
+  const ids = new Set(requeued)
+  return {
+    table: { ...table, revision: table.revision + 1, jobs: table.jobs.map(j => ids.has(j.id) ? { ...j, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, startedAtMs: null, requeues: j.requeues + 1 } : j) },
+    requeued,
+  }
+}
+
+/** Places what fits of the QUEUED jobs on `nodes` at `nowMs`; returns the ids placed, in order. */
+export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs: number, options: PlacementRoundOptions): { table: JobTable, placed: string[] } {
+  const backfill = options.policy === 'spread-backfill'
+  const nowSlot = Math.ceil(nowMs / 1000 / table.slotS - 1e-9)
+  const byPeer = [...nodes].sort((a, b) => a.peerId < b.peerId ? -1 : a.peerId > b.peerId ? 1 : 0)
+  let current = table
+  const placed: string[] = []
+  /** The first job that did not fit: its claim on nodes (by peer id) that backfilled jobs must leave by `fromSlot`. */
+  let claim: PeerClaim | undefined
+  for (const queued of table.jobs.filter(j => j.state === 'QUEUED')) {
+    const outcome = placeOne(current, queued, byPeer, nowSlot, nowMs, options, claim, backfill && claim === undefined)
+    if (outcome.job === undefined) {
+      if (!backfill) break
+      claim ??= outcome.claim
+      continue
+    }
+    current = replaceJob(current, outcome.job)
+    placed.push(outcome.job.id)
+  }
+  return { table: current, placed }
+}
+
+interface PeerClaim { jobId: string, peerIds: readonly string[], fromSlot: number }
+
+/**
+ * Places `queued` if it fits. When it does not and `wantClaim` is set, also
+ * returns its claim over the nodes it could run on, from the same view.
+ */
+function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim: PeerClaim | undefined, wantClaim: boolean): { job: JobRecord } | { job: undefined, claim: PeerClaim | undefined } {
+  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
+  if (eligible.length < queued.spec.nodes) return { job: undefined, claim: undefined }
+  const horizon = horizonOf(table, eligible, nowSlot, options)
+  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
+  const claim: NodeClaim | undefined = peerClaim === undefined
+    ? undefined
+    : { jobId: peerClaim.jobId, fromSlot: peerClaim.fromSlot, nodes: peerClaim.peerIds.map(p => index.get(p)).filter((i): i is number => i !== undefined).sort((a, b) => a - b) }
+  const job = placementJobOf(queued.spec)
+  const decision = planPlacement(horizon, job, { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode, claim })
+  if (decision === undefined) {
+    const own = wantClaim ? claimNodes(horizon, job, nowSlot) : undefined
+    return { job: undefined, claim: own === undefined ? undefined : { jobId: own.jobId, peerIds: own.nodes.map(i => eligible[i]!.peerId), fromSlot: own.fromSlot } }
+  }
+  const chosen = decision.nodes.map(i => eligible[i]!)
+  const f = decision.footprint
+  return {
+    job: {
+      ...queued,
+      state: 'RUNNING',
+      nodes: chosen.map(n => n.peerId),
+      nodeNames: chosen.map(n => n.name),
+      placement: { mode: decision.mode, startSlot: f.startSlot, periodSlots: f.periodSlots, periods: f.periods, busy: f.busy.map(([a, b]) => [a, b] as [number, number]), shiftSlots: decision.shiftSlots, predictedSlowdown: decision.predictedSlowdown, strict: decision.strict },
+      startedAtMs: nowMs,
+    },
+  }
+}
+
+/**
+ * The placement view over `eligible` (node i = eligible[i]) at `nowSlot`: the
+ * footprint of every RUNNING job reserved on those of its nodes that are
+ * eligible, as admitted (conflicts included, never re-checked).
+ */
+export function horizonOf (table: JobTable, eligible: readonly LiveNode[], nowSlot: number, options: Pick<PlacementRoundOptions, 'horizonSlots'> = {}): ClusterHorizon {
+  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
+  const horizon = new ClusterHorizon({ nodes: eligible.length, slotS: table.slotS, startSlot: nowSlot, ...(options.horizonSlots !== undefined ? { slots: options.horizonSlots } : {}) })
+  for (const r of table.jobs) {
+    if (r.state !== 'RUNNING' || r.placement === null) continue
+    const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
+    const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
+    if (on.length === 0 || footprintEnd(footprint) <= nowSlot) continue
+    const basePeriodSlots = Math.max(1, durationSlots(r.spec.periodS, table.slotS))
+    const dedicated = r.placement.mode === 'dedicated'
+    // Conflict costs between running jobs are not in the job table: a resident's prediction is its plan's stretch.
+    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots, dedicated, maxSlowdown: r.spec.maxSlowdown, planSlowdown: dedicated ? 1 : r.placement.periodSlots / basePeriodSlots }, { allowConflicts: true })
+  }
+  return horizon
+}
+
+function replaceJob (table: JobTable, job: JobRecord): JobTable {
+  return { ...table, revision: table.revision + 1, jobs: table.jobs.map(j => j.id === job.id ? job : j) }
+}

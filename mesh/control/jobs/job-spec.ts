@@ -1,0 +1,69 @@
+/**
+ * A job submitted to a live cluster (`agentctl jobs submit F`, POST /v1/jobs):
+ * the placement trace's job (mesh/sim/placement-trace.ts) without `submitS`
+ * (the leader stamps the time it accepted it) and with `gpusPerNode`:
+ *
+ *   { "id", "nodes", "gpusPerNode"?, "periodS", "iterations",
+ *     "segments": [ { "offsetS", "durationS" } ], "maxSlowdown",
+ *     "profiled"?, "switchS"? }
+ *
+ * - `id` names the job cluster-wide and makes a submission idempotent: the
+ *   same spec again returns the existing job, another spec under the same id
+ *   is refused (ERR_JOB_CONFLICT).
+ * - `gpusPerNode` (default 1): only nodes advertising at least this many GPUs
+ *   take the job; 0 lets CPU-only nodes take it.
+ * - Bounds keep the whole job table inside one mesh message: at most 64
+ *   nodes and 32 segments per job.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+import { checkJobSegments, defaultContextSwitchS, jobFields, segmentSchema } from '../../sim/placement-trace.ts'
+import { createInputValidator } from '../../../core/validate-input.ts'
+import type { PlacementJob } from '../../policies/placement/placement-policy.ts'
+
+export const jobIdPattern = '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$'
+
+export const JobSpecSchema = Type.Object({
+  ...jobFields,
+  id: Type.String({ pattern: jobIdPattern, description: 'cluster-wide job id: letters, digits, ".", "_", "-"; at most 128 characters' }),
+  nodes: Type.Integer({ minimum: 1, maximum: 64, description: 'gang size: whole nodes the job needs at once' }),
+  gpusPerNode: Type.Optional(Type.Integer({ minimum: 0, maximum: 64, description: 'GPUs each node must have (default 1)' })),
+  segments: Type.Array(segmentSchema, { minItems: 1, maxItems: 32, description: 'GPU-busy parts of one period: ordered, disjoint, within periodS' }),
+}, { additionalProperties: false })
+
+export type JobSpec = Static<typeof JobSpecSchema>
+
+export const defaultGpusPerNode = 1
+
+const validator = createInputValidator(JobSpecSchema, 'ERR_JOB_INVALID', 'job spec', (spec, add) => checkJobSegments(spec, '', add))
+
+/** Parses JSON text or a parsed value; throws AgentError ERR_JOB_INVALID naming every bad field. */
+export function parseJobSpec (input: unknown, source = 'job spec'): JobSpec {
+  return validator.parse(input, source)
+}
+
+export type NormalizedJobSpec = Required<JobSpec>
+
+/** The spec with its defaults filled in and keys in schema order (what the job table stores). */
+export function normalizedSpec (spec: JobSpec, contextSwitchS = defaultContextSwitchS): NormalizedJobSpec {
+  return {
+    id: spec.id,
+    nodes: spec.nodes,
+    gpusPerNode: spec.gpusPerNode ?? defaultGpusPerNode,
+    periodS: spec.periodS,
+    iterations: spec.iterations,
+    segments: spec.segments.map(s => ({ offsetS: s.offsetS, durationS: s.durationS })),
+    maxSlowdown: spec.maxSlowdown,
+    profiled: spec.profiled ?? true,
+    switchS: spec.switchS ?? contextSwitchS,
+  }
+}
+
+/** What the placement policy sees of a job with `iterations` left. */
+export function placementJobOf (spec: NormalizedJobSpec, iterations = spec.iterations): PlacementJob {
+  return { id: spec.id, nodes: spec.nodes, periodS: spec.periodS, iterations, segments: spec.segments, maxSlowdown: spec.maxSlowdown, profiled: spec.profiled, switchS: spec.switchS }
+}
+
+/** Whether two normalized specs are the same submission (every field equal). */
+export function sameJobSpec (a: NormalizedJobSpec, b: NormalizedJobSpec): boolean {
+  return JSON.stringify(a) === JSON.stringify(b)
+}

@@ -1,0 +1,155 @@
+/**
+ * The leader-only `jobs` task: placement (job-scheduler.ts) and the runtime
+ * schedule (job-runtime.ts) over the live membership, published as fenced
+ * `jobs` decisions carrying the whole job table (job-table.ts).
+ *
+ * Contract:
+ * - It starts from the desired state the previous leader left (the latest
+ *   applied `jobs` payload); it never requeues or moves a job because it
+ *   just took over. A job's node is gone when the mesh holds it dead, or
+ *   when it has been unknown for `unknownNodeGraceMs` since this task
+ *   started (dead members are forgotten after mesh.deadRetentionMs).
+ * - Leader calls (leader-calls.ts):
+ *     jobs.submit   { spec }  → { job, created, decision }   idempotent by job id
+ *     jobs.complete { id }    → { job, decision }            idempotent
+ *   Both answer only after the decision holding the change is committed (or,
+ *   when nothing changes, once the log it answers from is committed), so a
+ *   later leader has every acknowledged job. A submission with an invalid
+ *   spec, or refused, changes nothing.
+ * - Changes are applied one at a time (a chain): each builds the next table
+ *   from the last published one, publishes it, and only then adopts it.
+ *   When publishing fails (leadership lost) the change is dropped and the
+ *   caller gets the error (leader calls retry it on the next leader).
+ * - Placement rounds run on every membership change, every completion and
+ *   every `rescheduleIntervalMs`; a round that changes nothing publishes
+ *   nothing.
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../../../core/errors.ts'
+import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts'
+import type { Mesh } from '../../membership/mesh-service.ts'
+import { parseJobSpec } from './job-spec.ts'
+import { completeJob, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
+import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTable } from './job-table.ts'
+import { createJobRuntime } from './job-runtime.ts'
+import type { PlacementConfig } from './jobs-config.ts'
+
+export const jobsDecisionKind = 'jobs'
+
+export interface JobsLeaderTaskOptions {
+  config: PlacementConfig
+  /** Largest JSON size of the job table, bytes (it must fit in one mesh message). */
+  maxTableBytes: number
+  /** How long a job's node may be unknown to a new leader before it counts as gone, ms. Default 10000. */
+  unknownNodeGraceMs?: number
+}
+
+export interface JobsLeaderTaskComponents {
+  logger: Logger
+  mesh: Pick<Mesh, 'peers' | 'subscribe'>
+  /** This agent as a placement target (peers() lists only the others). */
+  self(): LiveNode
+  /** Wall clock, ms since the epoch. Default Date.now. */
+  clockMs?: () => number
+}
+
+export interface SubmitAnswer { job: JobRecord, created: boolean, decision: { epoch: number, seq: number } | null }
+export interface CompleteAnswer { job: JobRecord, decision: { epoch: number, seq: number } | null }
+
+const defaultUnknownNodeGraceMs = 10_000
+
+export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components: JobsLeaderTaskComponents): LeaderTask {
+  const { config } = options
+  const clockMs = components.clockMs ?? Date.now
+  const log = components.logger
+  return {
+    name: 'jobs',
+    start (context: LeaderContext) {
+      const startedMs = clockMs()
+      const previous = context.desiredState()[jobsDecisionKind]
+      let table: JobTable = jobTableOf(previous) ?? emptyJobTable(config.slotS)
+      if (previous !== undefined && jobTableOf(previous) === undefined) log.error({ problem: jobTableProblem(previous) }, 'jobs: the desired state holds no valid job table; starting empty')
+      let chain: Promise<unknown> = Promise.resolve()
+      const switchesBase = table.contextSwitches
+      const runtime = createJobRuntime({ scheduler: config.runtime, slotS: table.slotS }, {
+        clockMs,
+        onJobDone: id => { void change(t => completeJob(t, id, clockMs(), 'elapsed', config.completedJobsRetained)).catch(err => log.warn({ err: (err as Error).message, job: id }, 'jobs: completion not published')) },
+      })
+
+      /** Applies `transform` to the current table; publishes and adopts the result when it differs. */
+      const change = <T>(transform: (t: JobTable) => JobTable | { table: JobTable, answer: T }): Promise<{ answer: T | undefined, decision: { epoch: number, seq: number } | null }> => {
+        const run = chain.then(async () => {
+          if (context.signal.aborted) throw new AgentError('ERR_NOT_LEADER', 'this agent stopped acting as leader')
+          const out = transform(table)
+          const next = 'answer' in out ? out.table : out
+          const answer = 'answer' in out ? out.answer : undefined
+          // Nothing to decide, but the answer rests on the log's state: only once that is committed (an idempotent repeat of a submission whose commit failed).
+          if (next === table) return { answer, decision: await context.barrier() }
+          const withSwitches = { ...next, contextSwitches: Math.max(next.contextSwitches, table.contextSwitches, switchesBase + runtime.contextSwitches) }
+          const decision = await context.decide(jobsDecisionKind, withSwitches)
+          table = withSwitches
+          runtime.sync(table.jobs.filter(j => j.state === 'RUNNING'))
+          return { answer, decision }
+        })
+        chain = run.catch(() => {})
+        return run
+      }
+
+      const liveNodes = (): LiveNode[] => [components.self(), ...components.mesh.peers()
+        .filter(p => p.state === 'alive' && p.record !== null)
+        .map(p => ({ peerId: p.peerId, name: p.node, gpus: p.record!.gpus.length }))]
+
+      const gone = (): ((peerId: string) => boolean) => {
+        const self = components.self().peerId
+        const states = new Map(components.mesh.peers().map(p => [p.peerId, p.state]))
+        const graceOver = clockMs() - startedMs >= (options.unknownNodeGraceMs ?? defaultUnknownNodeGraceMs)
+        return peerId => peerId !== self && (states.get(peerId) === 'dead' || (graceOver && !states.has(peerId)))
+      }
+
+      const reschedule = (why: string): void => {
+        void change(t => {
+          const lost = requeueLost(t, gone())
+          if (lost.requeued.length > 0) log.info({ jobs: lost.requeued, why }, 'jobs: requeued (a node of their group is gone)')
+          const round = placeQueued(lost.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode })
+          if (round.placed.length > 0) log.info({ jobs: round.placed, why }, 'jobs: placed')
+          return round.table
+        }).catch(err => log.warn({ err: (err as Error).message, why }, 'jobs: placement round not published'))
+      }
+
+      context.handleCalls('jobs.submit', async body => {
+        const spec = parseJobSpec((body as { spec?: unknown } | null)?.spec ?? body)
+        const submitted = await change(t => {
+          const r = submitJob(t, spec, clockMs(), { contextSwitchS: config.contextSwitchS, maxActiveJobs: config.maxActiveJobs, maxTableBytes: options.maxTableBytes, completedRetained: config.completedJobsRetained })
+          if (!r.created) return { table: t, answer: { job: r.job, created: false } }
+          // Placed in the same decision when it fits now.
+          const round = placeQueued(r.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode })
+          return { table: round.table, answer: { job: round.table.jobs.find(j => j.id === spec.id)!, created: true } }
+        })
+        return { ...submitted.answer!, decision: submitted.decision } satisfies SubmitAnswer
+      })
+
+      context.handleCalls('jobs.complete', async body => {
+        const id = (body as { id?: unknown } | null)?.id
+        if (typeof id !== 'string' || id === '') throw new AgentError('ERR_BAD_REQUEST', 'jobs.complete takes { id }')
+        const done = await change(t => {
+          const next = completeJob(t, id, clockMs(), 'reported', config.completedJobsRetained)
+          const round = placeQueued(next, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode })
+          return { table: round.table, answer: next.jobs.find(j => j.id === id) ?? t.jobs.find(j => j.id === id)! }
+        })
+        return { job: done.answer!, decision: done.decision } satisfies CompleteAnswer
+      })
+
+      const unsubscribe = components.mesh.subscribe(e => reschedule(`member ${e.node || e.peerId} ${e.to}`))
+      const timer = setInterval(() => reschedule('interval'), config.rescheduleIntervalMs)
+      timer.unref()
+      context.signal.addEventListener('abort', () => {
+        clearInterval(timer)
+        unsubscribe()
+        runtime.stop()
+      }, { once: true })
+      // Resume the runtime schedule of the jobs the previous leader left running, then place what fits.
+      runtime.sync(table.jobs.filter(j => j.state === 'RUNNING'))
+      reschedule('took over')
+    },
+  }
+}

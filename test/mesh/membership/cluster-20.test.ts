@@ -1,0 +1,31 @@
+// Twenty agents (separate processes) on loopback converge, and all of them notice one of them
+// killed. Kept short for CI: start, converge, kill one, done. The built agents run (dist/, as
+// installed): starting twenty from the sources costs more CPU than the mesh itself.
+// test/bench/mesh.bench.ts measures 20 agents (convergence, dissemination, detection, idle cost).
+import t from 'tap'
+import { startTestMesh } from '../../helpers/test-mesh.ts'
+
+// Starting twenty agents on a 2-core CI machine that runs another test file beside it takes 1-3 minutes.
+t.setTimeout(300_000)
+
+t.test('a 20-agent cluster converges and every member sees a SIGKILLed one dead', { timeout: 290_000 }, async t => {
+  const began = performance.now()
+  // Deployed as a cluster: three election servers, seventeen clients (not twenty one-agent elections).
+  const mesh = await startTestMesh(t, { nodes: 20, built: true, convergeTimeoutMs: 220_000, clusterServers: 3 })
+  t.equal(mesh.agents.length, 20)
+  const { peers } = await mesh.agents[7]!.client.meshPeers({ idleTimeoutMs: 30_000 })
+  t.equal(peers.filter(p => p.state !== 'dead' && p.record !== null).length, 19, 'every agent has the 19 others\' records, none dead')
+  t.comment(`started and converged in ${Math.round(performance.now() - began)} ms`)
+
+  const victim = mesh.agents[19]!
+  const survivors = mesh.agents.slice(0, 19)
+  victim.proc.kill('SIGKILL')
+  const ms = await mesh.waitFor(survivors, peers => peers.some(p => p.peerId === victim.peerId && p.state === 'dead'), 30_000, 'every survivor to see the killed agent dead')
+    .catch((err: Error) => {
+      // An agent that exited on its own is a bug, not load: say which and how it ended.
+      const exited = survivors.filter(a => a.proc.exitCode !== null || a.proc.signalCode !== null)
+        .map(a => `${a.name} exited (${a.proc.exitCode ?? a.proc.signalCode}); its last output:\n${a.output().split('\n').slice(-15).join('\n')}`)
+      throw new Error([err.message, ...exited].join('\n'))
+    })
+  t.pass(`the 19 survivors saw it dead within ${Math.round(ms)} ms (polling every 50 ms)`)
+})
