@@ -24,7 +24,7 @@ import { createJobsService, type JobsService } from '../mesh/control/jobs/jobs-s
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
 import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
-import type { StatusBody } from './api/schemas.ts'
+import type { StatusBody } from './api/wire/status.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from '../core/errors.ts'
 import { capabilities } from '../native/index.ts'

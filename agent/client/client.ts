@@ -6,23 +6,16 @@
  */
 import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../../core/errors.ts'
-import type { StatusBody } from '../api/schemas.ts'
-import type { MeshInfo, PeerView } from '../../mesh/membership/mesh-views.ts'
-import type { DecisionLogBody, LeaderViewBody } from '../../mesh/election/leader-views.ts'
-import type { NodeInventory } from '../inventory/inventory.ts'
-import type { PullResult } from '../weights/puller.ts'
-import type { PublishRequest, WeightsRegion, TensorSpec } from '../weights/publisher.ts'
-import type { WeightsManifest } from '../weights/version-store.ts'
-import type { PullInProgress, VersionSummary } from '../weights/weights-service.ts'
-import type { DamagedVersion } from '../weights/version-store.ts'
-import type { ActivePull } from '../weights/transport.ts'
-import type { PullBodyType } from '../api/routes/weights.ts'
-import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
-import type { CompleteAnswer, SubmitAnswer as JobSubmitAnswer } from '../../mesh/control/jobs/jobs-leader-task.ts'
-import type { RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
-import type { ResultAnswer, SubmitAnswer as RewardSubmitAnswer } from '../reward/reward-submitter.ts'
-import type { WorkerInfo } from '../reward/worker-supervisor.ts'
-import type { AcquireGpuResult, DeviceLockEvent, GpuLockState, LocksBody, ReleaseGpuResult } from '../state/device-lock-schema.ts'
+import type { HealthBody, StatusBody } from '../api/wire/status.ts'
+import type { NodeInventory } from '../api/wire/node.ts'
+import type { MeshInfo, PeersBody } from '../api/wire/mesh.ts'
+import type { DecisionLogBody, DecisionPosition, LeaderViewBody } from '../api/wire/leader.ts'
+import type { AcquireGpuResult, GpuLockStreamEvent, LocksBody, ReleaseGpuResult } from '../api/wire/locks.ts'
+import type { PublishBody, PullBody, PullResult, RegionBody, RetireBody, VersionList, WeightsManifest, WeightsRegion } from '../api/wire/weights.ts'
+import type { JobCompleteAnswer, JobSubmitAnswer, JobsView } from '../api/wire/jobs.ts'
+import type { BatchStartRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
+
+export type { GpuLockStreamEvent }
 
 export const defaultSocketPath = '/run/agentd/agentd.sock'
 
@@ -54,9 +47,6 @@ export interface GpuLockHolderOptions {
   signal?: AbortSignal
 }
 
-/** What GET /v1/locks/gpu/:n/events delivers: first the GPU's `state`, then the holder's events. */
-export type GpuLockStreamEvent = ({ type: 'state' } & GpuLockState) | DeviceLockEvent
-
 export interface AgentClient {
   readonly socketPath: string
   status(options?: RequestOptions): Promise<StatusBody>
@@ -64,14 +54,14 @@ export interface AgentClient {
   /** This agent in the mesh (GET /v1/mesh). */
   mesh(options?: RequestOptions): Promise<MeshInfo>
   /** The other agents (GET /v1/mesh/peers). */
-  meshPeers(options?: RequestOptions): Promise<{ peers: PeerView[] }>
+  meshPeers(options?: RequestOptions): Promise<PeersBody>
   /** Who leads, epoch, backend, voters, this agent's role (GET /v1/leader). */
   leader(options?: RequestOptions): Promise<LeaderViewBody>
   /** This agent's decision log (GET /v1/leader/decisions). */
   leaderDecisions(options?: RequestOptions): Promise<DecisionLogBody>
   /** Publishes a decision; ERR_NOT_LEADER unless this agent is the acting leader (POST /v1/leader/decisions). */
-  decide(kind: string, payload: unknown, options?: RequestOptions): Promise<{ epoch: number, seq: number }>
-  health(options?: RequestOptions): Promise<{ ok: true }>
+  decide(kind: string, payload: unknown, options?: RequestOptions): Promise<DecisionPosition>
+  health(options?: RequestOptions): Promise<HealthBody>
   openapi(options?: RequestOptions): Promise<Record<string, unknown>>
   /** Waits until the GPU's device lock is granted (FIFO, re-entrant); see AcquireGpuOptions. */
   acquireGpu(gpu: number, options?: AcquireGpuOptions): Promise<AcquireGpuResult>
@@ -85,30 +75,30 @@ export interface AgentClient {
    */
   gpuLockEvents(gpu: number, options?: GpuLockHolderOptions): AsyncIterable<GpuLockStreamEvent>
   /** Versions on this agent, who pulls from it, the pulls it makes (GET /v1/weights). */
-  weights(options?: RequestOptions): Promise<{ address: string, versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[] }>
+  weights(options?: RequestOptions): Promise<VersionList>
   /** A shared-memory region to write a version into (POST /v1/weights/regions). */
-  weightsRegion(body: { model: string, version?: number, tensors: TensorSpec[] }, options?: RequestOptions): Promise<WeightsRegion>
+  weightsRegion(body: RegionBody, options?: RequestOptions): Promise<WeightsRegion>
   /** Gives back a handed-out region that will not be published (DELETE /v1/weights/regions/:region). */
   weightsDiscardRegion(region: string, options?: RequestOptions): Promise<{ discarded: true }>
   /** Commits a version; answers when committed (no idle timeout). */
-  weightsPublish(body: PublishRequest, options?: RequestOptions): Promise<WeightsManifest>
+  weightsPublish(body: PublishBody, options?: RequestOptions): Promise<WeightsManifest>
   /** Pulls a version or this rank's slices into the agent; answers when verified (no idle timeout). */
-  weightsPull(body: PullBodyType, options?: RequestOptions): Promise<PullResult>
-  weightsRetire(body: { model: string, version: number }, options?: RequestOptions): Promise<{ retired: true }>
+  weightsPull(body: PullBody, options?: RequestOptions): Promise<PullResult>
+  weightsRetire(body: RetireBody, options?: RequestOptions): Promise<{ retired: true }>
   /** The job table this agent applied (GET /v1/jobs). */
   jobs(options?: RequestOptions): Promise<JobsView>
   /** Submits a job spec; answers once the leader published it (POST /v1/jobs; may wait out a failover). */
   submitJob(spec: unknown, options?: RequestOptions): Promise<JobSubmitAnswer>
   /** A job reports it finished (POST /v1/jobs/:id/complete). */
-  completeJob(id: string, options?: RequestOptions): Promise<CompleteAnswer>
+  completeJob(id: string, options?: RequestOptions): Promise<JobCompleteAnswer>
   /** Batch-start hint of the reward service (POST /v1/reward/batches). */
-  rewardBatchStart(body: { task: string, batch: number, size: number }, options?: RequestOptions): Promise<unknown>
+  rewardBatchStart(body: BatchStartRequest, options?: RequestOptions): Promise<unknown>
   /** Submits a reward request; answers once the leader holds it (POST /v1/reward/requests). */
-  rewardSubmit(body: { task: string, batch: number, requestId: string, payload: unknown, batchSize?: number }, options?: RequestOptions): Promise<RewardSubmitAnswer>
+  rewardSubmit(body: SubmitRequest, options?: RequestOptions): Promise<RewardSubmitAnswer>
   /** A request's result, long-polling up to waitMs (GET /v1/reward/requests/:id). */
-  rewardResult(requestId: string, waitMs?: number, options?: RequestOptions): Promise<ResultAnswer>
+  rewardResult(requestId: string, waitMs?: number, options?: RequestOptions): Promise<RewardResultAnswer>
   /** The reward service from the leader, plus this agent's workers (GET /v1/reward/status). */
-  rewardStatus(options?: RequestOptions): Promise<RewardStatus & { local: { node: string, pending: number, done: number, workers: WorkerInfo[] } }>
+  rewardStatus(options?: RequestOptions): Promise<RewardStatusBody>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }

@@ -35,6 +35,7 @@ import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from '../../mesh/control/reward/reward-messages.ts'
+import type { RewardResultAnswer as ResultAnswer, RewardSubmitAnswer as SubmitAnswer } from '../api/wire/reward.ts'
 
 export interface RewardSubmitterOptions {
   /** Requests kept at once (pending or with results); beyond it ERR_REWARD_FULL. */
@@ -54,10 +55,7 @@ export interface RewardSubmitterComponents {
   callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
 }
 
-/** `result` when the request is already done (a resubmission of a finished request, through any agent). */
-export interface SubmitAnswer { requestId: string, duplicate: boolean, result?: RewardResult }
-
-export type ResultAnswer = { requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }
+export type { SubmitAnswer, ResultAnswer }
 
 export interface RewardSubmitter {
   start(options: { signal: AbortSignal }): void

@@ -27,6 +27,7 @@ import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import type { AppliedDecision } from '../../mesh/election/decision-log.ts'
 import type { RewardStageSpec } from '../../mesh/control/reward/reward-config.ts'
 import { rewardWorkersKind, type RewardWorkersPayload } from '../../mesh/control/reward/reward-messages.ts'
+import type { RewardWorkerInfo as WorkerInfo } from '../api/wire/reward.ts'
 
 export interface WorkerSupervisorOptions {
   stages: readonly RewardStageSpec[]
@@ -51,7 +52,7 @@ export interface WorkerSupervisorComponents {
   onApplied(listener: (decision: AppliedDecision) => void): () => void
 }
 
-export interface WorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'running' | 'stopping' | 'restarting', crashes: number }
+export type { WorkerInfo }
 
 export interface WorkerSupervisor {
   start(options: { signal: AbortSignal }): void

@@ -61,21 +61,11 @@ import { dtypeBytes, type Dtype } from '../state/keys.ts'
 import { safetensorsDtype } from '../state/materialize.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import { checkModelName, weightsKey, type ManifestTensor, type VersionStore, type WeightsManifest } from './version-store.ts'
+import type { PublishRequest, PublishSource } from '../api/wire/weights.ts'
 
 export interface TensorSpec { name: string, dtype: Dtype, shape: number[] }
 
-export type PublishSource =
-  | { kind: 'keys', prefix: string }
-  | { kind: 'safetensors', path: string }
-  | { kind: 'region', region: string }
-
-export interface PublishRequest {
-  model: string
-  /** Default: one above the highest known version of the model. */
-  version?: number
-  source: PublishSource
-  metadata?: Record<string, string>
-}
+export type { PublishRequest, PublishSource }
 
 export interface RegionTensor { name: string, dtype: Dtype, shape: number[], offset: number, bytes: number }
 export interface WeightsRegion {

@@ -37,6 +37,7 @@ import { chunkChecksums } from './publisher.ts'
 import { layoutId, planReshard, sameSlice, type TargetLayout, type TensorSlice } from './reshard.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
+import type { PullResult } from '../api/wire/weights.ts'
 
 export interface PullRequest {
   /** host:port of the serving agent's data server. */
@@ -58,23 +59,7 @@ export interface PullRequest {
   signal?: AbortSignal
 }
 
-export interface PullResult {
-  /** The data address the pull started from: request.from, or the first fallback that served the manifest. */
-  from: string
-  model: string
-  version: number
-  /** Bytes of the slices this pull produced (needed bytes, including those already stored). */
-  bytes: number
-  /** Payload bytes received over the network (refetches included). */
-  bytesReceived: number
-  seconds: number
-  tensors: number
-  keys: string[]
-  refetchedPieces: number
-  reconnects: number
-  /** Addresses the pull moved on to after `from` stopped serving the version (request.fallbacks). */
-  switchedTo: string[]
-}
+export type { PullResult }
 
 export interface PullerOptions {
   /** Window of a sliced piece, bytes (from a partial holder: the manifest's chunkBytes, its checksum windows). */

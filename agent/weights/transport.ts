@@ -12,6 +12,7 @@
  */
 import type { ReadRequest } from './protocol.ts'
 import type { WeightsManifest } from './version-store.ts'
+import type { ActivePull } from '../api/wire/weights.ts'
 
 /** One connection to a weight server. Requests on one stream are answered in order. */
 export interface WeightStream {
@@ -34,14 +35,7 @@ export interface WeightStreamConnector {
   open(address: string, options?: { signal?: AbortSignal }): Promise<WeightStream>
 }
 
-/** Who is pulling from this agent (for `agentctl weights list`). */
-export interface ActivePull {
-  remote: string
-  model: string
-  version: number
-  bytesSent: number
-  connectedAtMs: number
-}
+export type { ActivePull }
 
 export interface WeightServer {
   start(): Promise<void>

@@ -33,6 +33,7 @@ import { mkdirDurably, writeFileDurably } from '../../core/durable-file.ts'
 import { formatKey, parseKey, type Dtype } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import { latestVersion, modelNamePattern } from './protocol.ts'
+import type { DamagedVersion } from '../api/wire/weights.ts'
 
 export interface ManifestTensor {
   name: string
@@ -96,15 +97,7 @@ export function storedKeysOf (manifest: WeightsManifest): string[] {
   return manifest.partial !== undefined ? manifest.partial.slices.filter(s => s.key !== '').map(s => s.key) : manifest.tensors.map(t => t.key)
 }
 
-/** A manifest file start-up found and could not make a version of. */
-export interface DamagedVersion {
-  model: string
-  version: number
-  /** The manifest file, kept as found. */
-  file: string
-  /** Why it is not served, e.g. "2 of 3 keys are not stored (first: ...)". */
-  reason: string
-}
+export type { DamagedVersion }
 
 export interface VersionStore {
   /** Reads the manifests on disk; those it cannot serve are kept and reported (damaged()). */

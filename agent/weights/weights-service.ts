@@ -20,6 +20,7 @@ import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull } from './transport.ts'
 import { createVersionStore, type DamagedVersion, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
+import type { PullInProgress, VersionSummary } from '../api/wire/weights.ts'
 
 export interface WeightsServiceOptions extends WeightsConfig {
   /** Directory of the manifest files (<stateDir>/weights). */
@@ -59,25 +60,8 @@ export interface PullOptions {
   signal?: AbortSignal
 }
 
-export interface VersionSummary {
-  model: string
-  version: number
-  tensors: number
-  /** Bytes held: the version's, or its slices' for a partial holding. */
-  bytes: number
-  committedAtMs: number
-  durable: boolean
-  /** Set when this agent holds only one (layout, rank)'s slices: tp, rank and layout id. */
-  partial?: { layout: string, tp: number, rank: number }
-}
+export type { PullInProgress, VersionSummary }
 
-export interface PullInProgress {
-  from: string
-  model: string
-  version: number | 'latest'
-  doneBytes: number
-  totalBytes: number
-}
 
 export interface WeightsService {
   start(): Promise<void>

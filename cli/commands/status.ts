@@ -1,5 +1,5 @@
 /** agentctl status: node, version, uptime, native capabilities and every subsystem. */
-import type { StatusBody } from '../../agent/api/schemas.ts'
+import type { StatusBody } from '../../agent/api/wire/status.ts'
 import type { Capabilities } from '../../native/index.ts'
 import type { Command } from '../command.ts'
 import { formatBytes, formatDuration, formatTable } from '../table.ts'

@@ -9,7 +9,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import type { Mesh } from '../../../mesh/membership/mesh-service.ts'
 import type { LeaderService } from '../../../mesh/election/leader-service.ts'
 import { AgentError } from '../../../core/errors.ts'
-import { errorResponses } from '../schemas.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface FaultSource {
   mesh(): Pick<Mesh, 'denyPeers'> | undefined

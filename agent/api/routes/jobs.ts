@@ -10,15 +10,13 @@ import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { JobsService } from '../../../mesh/control/jobs/jobs-service.ts'
-import { JobRecordSchema, JobsViewSchema } from '../../../mesh/control/jobs/job-table.ts'
-import { jobIdPattern } from '../../../mesh/control/jobs/job-spec.ts'
-import { errorResponses } from '../schemas.ts'
+import { JobCompleteAnswerSchema, JobSubmitAnswerSchema, JobsViewSchema, jobIdPattern } from '../wire/jobs.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface JobsSource {
   jobs(): JobsService | { unavailable: string }
 }
 
-const Decision = Type.Union([Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), Type.Null()], { description: 'the decision holding the job (null: an earlier leader published it)' })
 const conflictResponses = { 409: Type.Ref('ErrorBody'), 507: Type.Ref('ErrorBody') }
 
 export function registerJobsRoutes (app: FastifyInstance, source: JobsSource): void {
@@ -35,7 +33,7 @@ export function registerJobsRoutes (app: FastifyInstance, source: JobsSource): v
     schema: {
       summary: 'Submit a job (id, nodes, gpusPerNode, periodS, iterations, segments, maxSlowdown, profiled, switchS); the acting leader places it or queues it',
       body: Type.Unknown({ description: 'a job spec; validated with per-field messages (ERR_JOB_INVALID)' }),
-      response: { 200: Type.Object({ job: JobRecordSchema, created: Type.Boolean({ description: 'false: the same spec was already submitted' }), decision: Decision }), ...conflictResponses, ...errorResponses },
+      response: { 200: JobSubmitAnswerSchema, ...conflictResponses, ...errorResponses },
     },
   }, async request => jobs().submit(request.body))
 
@@ -43,7 +41,7 @@ export function registerJobsRoutes (app: FastifyInstance, source: JobsSource): v
     schema: {
       summary: 'A running job reports that it finished',
       params: Type.Object({ id: Type.String({ pattern: jobIdPattern }) }),
-      response: { 200: Type.Object({ job: JobRecordSchema, decision: Decision }), ...conflictResponses, ...errorResponses },
+      response: { 200: JobCompleteAnswerSchema, ...conflictResponses, ...errorResponses },
     },
   }, async request => jobs().complete(request.params.id))
 }

@@ -6,20 +6,15 @@
  *   POST /v1/leader/decisions  make a decision (only on the acting leader: ERR_NOT_LEADER elsewhere)
  */
 import type { FastifyInstance } from 'fastify'
-import { Type, type Static } from '@sinclair/typebox'
+import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { LeaderService } from '../../../mesh/election/leader-service.ts'
-import { DecisionLogSchema, LeaderViewSchema } from '../../../mesh/election/leader-views.ts'
-import { errorResponses } from '../schemas.ts'
+import { DecideBodySchema, DecisionLogSchema, DecisionPositionSchema, LeaderViewSchema, type DecideBody } from '../wire/leader.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface LeaderSource {
   leader(): Pick<LeaderService, 'view' | 'decisions' | 'decide'> | { unavailable: string }
 }
-
-const DecideBodySchema = Type.Object({
-  kind: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._/-]*$', description: 'decision kind; the desired state keeps the latest payload per kind' }),
-  payload: Type.Unknown(),
-}, { additionalProperties: false })
 
 export function registerLeaderRoutes (app: FastifyInstance, source: LeaderSource): void {
   const leader = (): Pick<LeaderService, 'view' | 'decisions' | 'decide'> => {
@@ -35,11 +30,11 @@ export function registerLeaderRoutes (app: FastifyInstance, source: LeaderSource
     schema: { summary: 'This agent\'s decision log: every decision applied, rejected (stale epoch) or replaced by a snapshot', response: { 200: DecisionLogSchema, ...errorResponses } },
   }, async () => ({ entries: leader().decisions() }))
 
-  app.post<{ Body: Static<typeof DecideBodySchema> }>('/v1/leader/decisions', {
+  app.post<{ Body: DecideBody }>('/v1/leader/decisions', {
     schema: {
       summary: 'Publish a fenced decision (acting leader only)',
       body: DecideBodySchema,
-      response: { 200: Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), 409: Type.Ref('ErrorBody'), ...errorResponses },
+      response: { 200: DecisionPositionSchema, 409: Type.Ref('ErrorBody'), ...errorResponses },
     },
   }, async request => leader().decide(request.body.kind, request.body.payload))
 }

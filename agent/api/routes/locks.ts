@@ -17,12 +17,12 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { Type, type TObject } from '@sinclair/typebox'
 import { closestName } from '../../../core/schema-walk.ts'
 import { AgentError } from '../../../core/errors.ts'
-import { errorResponses } from '../schemas.ts'
+import { errorResponses } from '../wire/errors.ts'
 import type { DeviceLockService } from '../../state/device-lock.ts'
 import {
   AcquireGpuBodySchema, AcquireGpuResultSchema, DeviceLockEventSchema, GpuLockStateSchema, HolderNameSchema, LocksBodySchema,
   ReleaseGpuBodySchema, ReleaseGpuResultSchema, type AcquireGpuResult, type DeviceLockEvent, type GpuLockState,
-} from '../../state/device-lock-schema.ts'
+} from '../wire/locks.ts'
 
 export interface DeviceLockSource {
   /** The running device lock, or why this agent has none (e.g. "no GPUs in the inventory"). */

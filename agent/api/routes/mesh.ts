@@ -2,8 +2,8 @@
 import type { FastifyInstance } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
 import type { Mesh } from '../../../mesh/membership/mesh-service.ts'
-import { MeshInfoSchema, PeersSchema } from '../../../mesh/membership/mesh-views.ts'
-import { errorResponses } from '../schemas.ts'
+import { MeshInfoSchema, PeersSchema } from '../wire/mesh.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 /** The mesh, or why there is none (subsystem skipped or failed). */
 export interface MeshSource {

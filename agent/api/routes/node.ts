@@ -1,8 +1,8 @@
 /** GET /v1/node: the node inventory. 503 when the inventory subsystem is not ok. */
 import type { FastifyInstance } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
-import { NodeInventorySchema, type NodeInventory } from '../../inventory/schema.ts'
-import { errorResponses } from '../schemas.ts'
+import { NodeInventorySchema, type NodeInventory } from '../wire/node.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface InventorySource {
   /** The latest inventory, or undefined when it could not be taken. */

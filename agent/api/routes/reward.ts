@@ -13,15 +13,13 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { RewardService } from '../../reward/reward-service.ts'
-import { BatchStartBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId } from '../../../mesh/control/reward/reward-messages.ts'
-import { errorResponses } from '../schemas.ts'
+import { BatchStartBody, CompleteBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface RewardSource {
   reward(): RewardService | { unavailable: string }
 }
 
-const WaitMs = Type.Integer({ minimum: 0, maximum: 20_000 })
-const FetchWorkBody = Type.Object({ workerId: WorkerId, waitMs: WaitMs }, { additionalProperties: false })
 const conflict = { 409: Type.Ref('ErrorBody'), 410: Type.Ref('ErrorBody'), 429: Type.Ref('ErrorBody') }
 
 export function registerRewardRoutes (app: FastifyInstance, source: RewardSource): void {
@@ -45,7 +43,7 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     schema: {
       summary: 'Submit a reward request; answers once the leader holds it (idempotent by requestId)',
       body: SubmitBody,
-      response: { 200: Type.Object({ requestId: Type.String(), duplicate: Type.Boolean(), result: Type.Optional(RewardResultBody) }), ...errorResponses, ...conflict },
+      response: { 200: RewardSubmitAnswerSchema, ...errorResponses, ...conflict },
     },
   }, async request => await service().submit(request.body))
 
@@ -53,7 +51,7 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     schema: {
       summary: 'The result of a request submitted through any agent (kept until fetched); waitMs long-polls',
       params: Type.Object({ id: RequestId }),
-      querystring: Type.Object({ waitMs: Type.Optional(WaitMs) }, { additionalProperties: false }),
+      querystring: Type.Object({ waitMs: Type.Optional(WaitMsSchema) }, { additionalProperties: false }),
       response: errorResponses,
     },
   }, async (request, reply) => await service().result(request.params.id, request.query.waitMs ?? 0, hangUp(reply)))
@@ -62,8 +60,8 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     schema: { summary: 'The reward service: tasks, batches in flight, queue lengths per stage, workers per stage per node', response: errorResponses },
   }, async () => await service().status())
 
-  app.post<{ Body: Static<typeof FetchWorkBody> }>('/v1/reward/work/fetch', {
-    schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBody, response: { ...errorResponses, ...conflict } },
+  app.post<{ Body: FetchWorkBody }>('/v1/reward/work/fetch', {
+    schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBodySchema, response: { ...errorResponses, ...conflict } },
   }, async (request, reply) => await service().fetchWork(request.body, hangUp(reply)))
 
   app.post<{ Body: Static<typeof CompleteBody> }>('/v1/reward/work/complete', {

@@ -4,7 +4,7 @@ import { Type, type Static } from '@sinclair/typebox'
 import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
-import { errorResponses } from '../schemas.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 /** The StateManager, or why there is none (subsystem skipped or failed): routes answer ERR_UNAVAILABLE then. */
 export interface StateSource {

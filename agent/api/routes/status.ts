@@ -1,7 +1,7 @@
 /** GET /v1/status and GET /healthz: thin adapters over the daemon's status. */
 import type { FastifyInstance } from 'fastify'
-import { Type } from '@sinclair/typebox'
-import { StatusSchema, errorResponses, type StatusBody } from '../schemas.ts'
+import { HealthSchema, StatusSchema, type StatusBody } from '../wire/status.ts'
+import { errorResponses } from '../wire/errors.ts'
 
 export interface StatusSource {
   status(): StatusBody
@@ -15,7 +15,7 @@ export function registerStatusRoutes (app: FastifyInstance, source: StatusSource
   app.get('/healthz', {
     schema: {
       summary: 'Liveness: 200 while the agent serves its API',
-      response: { 200: Type.Object({ ok: Type.Literal(true) }) },
+      response: { 200: HealthSchema },
     },
   }, async () => ({ ok: true as const }))
 }

@@ -63,6 +63,15 @@ export const JobsViewSchema = Type.Object({
 })
 export type JobsView = Static<typeof JobsViewSchema>
 
+const JobDecisionSchema = Type.Union([Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), Type.Null()], { description: 'the decision holding the job (null: an earlier leader published it)' })
+
+/** POST /v1/jobs: the job as the leader published it. */
+export const JobSubmitAnswerSchema = Type.Object({ job: JobRecordSchema, created: Type.Boolean({ description: 'false: the same spec was already submitted' }), decision: JobDecisionSchema })
+/** POST /v1/jobs/:id/complete. */
+export const JobCompleteAnswerSchema = Type.Object({ job: JobRecordSchema, decision: JobDecisionSchema })
+export type JobSubmitAnswer = Static<typeof JobSubmitAnswerSchema>
+export type JobCompleteAnswer = Static<typeof JobCompleteAnswerSchema>
+
 export function emptyJobTable (slotS: number): JobTable {
   return { slotS, revision: 0, contextSwitches: 0, jobs: [] }
 }

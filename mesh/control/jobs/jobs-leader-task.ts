@@ -31,6 +31,7 @@ import type { Mesh } from '../../membership/mesh-service.ts'
 import { parseJobSpec } from './job-spec.ts'
 import { completeJob, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
 import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTable } from './job-table.ts'
+import type { JobCompleteAnswer as CompleteAnswer, JobSubmitAnswer as SubmitAnswer } from './job-table.ts'
 import { createJobRuntime } from './job-runtime.ts'
 import type { PlacementConfig } from './jobs-config.ts'
 
@@ -53,8 +54,8 @@ export interface JobsLeaderTaskComponents {
   clockMs?: () => number
 }
 
-export interface SubmitAnswer { job: JobRecord, created: boolean, decision: { epoch: number, seq: number } | null }
-export interface CompleteAnswer { job: JobRecord, decision: { epoch: number, seq: number } | null }
+/** The answers' schemas live with the job table's views (job-table.ts), declared once for the API. */
+export type { SubmitAnswer, CompleteAnswer }
 
 const defaultUnknownNodeGraceMs = 10_000
 

@@ -10,7 +10,7 @@ import { buildApiApp } from '../../../agent/api/server.ts'
 import { createAgentClient, type AgentClient, type GpuLockStreamEvent } from '../../../agent/client/client.ts'
 import { createDeviceLock, type DeviceLockService } from '../../../agent/state/device-lock.ts'
 import { createProcfsProcessTable } from '../../../agent/state/device-lock-process.ts'
-import type { StatusBody } from '../../../agent/api/schemas.ts'
+import type { StatusBody } from '../../../agent/api/wire/status.ts'
 import { tempDir } from '../../helpers/agent-process.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }

@@ -4,7 +4,7 @@ import { buildApiApp } from '../../../agent/api/server.ts'
 import { toAgentError } from '../../../agent/api/error-mapping.ts'
 import { httpStatusOf } from '../../../agent/api/error-status.ts'
 import { AgentError } from '../../../core/errors.ts'
-import type { StatusBody } from '../../../agent/api/schemas.ts'
+import type { StatusBody } from '../../../agent/api/wire/status.ts'
 
 const status: StatusBody = { node: { id: 'id-1', name: 'n1' }, version: '1.2.3', uptimeS: 1.5, dev: true, subsystems: [{ id: 'api', state: 'ok' }] }
 

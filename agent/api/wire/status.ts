@@ -1,24 +1,7 @@
-/** Schemas shared by every route: the error body and the status section types. */
+/** Wire schemas of GET /v1/status and GET /healthz. */
 import { Type, type Static } from '@sinclair/typebox'
-import { MeshStatusSchema } from '../../mesh/membership/mesh-views.ts'
-import { LeaderViewSchema } from '../../mesh/election/leader-views.ts'
-
-export const ErrorBodySchema = Type.Object({
-  error: Type.Object({
-    code: Type.String({ description: 'Stable error code, e.g. ERR_BAD_REQUEST' }),
-    message: Type.String(),
-    details: Type.Optional(Type.Unknown()),
-  }),
-}, { $id: 'ErrorBody', description: 'Every error response' })
-
-/** Error responses every route may return. */
-export const errorResponses = {
-  400: Type.Ref('ErrorBody'),
-  404: Type.Ref('ErrorBody'),
-  413: Type.Ref('ErrorBody'),
-  500: Type.Ref('ErrorBody'),
-  503: Type.Ref('ErrorBody'),
-}
+import { MeshStatusSchema } from './mesh.ts'
+import { LeaderViewSchema } from './leader.ts'
 
 export const SubsystemRecordSchema = Type.Object({
   id: Type.String(),
@@ -48,3 +31,6 @@ export const StatusSchema = Type.Object({
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 
 export type StatusBody = Static<typeof StatusSchema>
+
+export const HealthSchema = Type.Object({ ok: Type.Literal(true) })
+export type HealthBody = Static<typeof HealthSchema>

@@ -1,0 +1,133 @@
+/**
+ * Wire schemas of /v1/weights: request bodies, answers and the views of
+ * versions and pulls. The weights service's answers (PullResult,
+ * PublishRequest, VersionSummary, ...) are these types; its manifest and
+ * region carry a narrower dtype (agent/state/keys.ts Dtype) and are checked
+ * against WeightsManifest and WeightsRegion at the routes.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+
+const uint = Type.Integer({ minimum: 0 })
+const Model = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,128}$' })
+const VersionOrLatest = Type.Union([uint, Type.Literal('latest')])
+const Dtype = Type.String({ minLength: 1, maxLength: 16 })
+const Metadata = Type.Record(Type.String(), Type.String())
+
+export const TensorSpecSchema = Type.Object({ name: Type.String({ minLength: 1, maxLength: 512 }), dtype: Dtype, shape: Type.Array(uint, { maxItems: 8 }) }, { additionalProperties: false })
+
+/** POST /v1/weights/regions. */
+export const RegionBodySchema = Type.Object({ model: Model, version: Type.Optional(uint), tensors: Type.Array(TensorSpecSchema, { minItems: 1, maxItems: 100_000 }) }, { additionalProperties: false })
+
+export const PublishSourceSchema = Type.Union([
+  Type.Object({ kind: Type.Literal('keys'), prefix: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal('region'), region: Type.String({ minLength: 1, maxLength: 255 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal('safetensors'), path: Type.String({ minLength: 2, maxLength: 4096, description: 'absolute path, readable by the agent' }) }, { additionalProperties: false }),
+])
+
+/** POST /v1/weights/publish. */
+export const PublishBodySchema = Type.Object({
+  model: Model,
+  version: Type.Optional(Type.Integer({ minimum: 0, description: 'default: one above the highest known version of the model' })),
+  source: PublishSourceSchema,
+  metadata: Type.Optional(Metadata),
+}, { additionalProperties: false })
+
+const LayoutBody = Type.Object({
+  tp: Type.Integer({ minimum: 1, maximum: 4096 }),
+  rank: uint,
+  rules: Type.Optional(Type.Array(Type.Unknown(), { maxItems: 1024, description: 'layout rules, as in a rules file { "rules": [...] }' })),
+  preset: Type.Optional(Type.String({ maxLength: 32 })),
+  heads: Type.Optional(Type.Integer({ minimum: 1 })),
+  kvHeads: Type.Optional(Type.Integer({ minimum: 1 })),
+}, { additionalProperties: false })
+
+/** POST /v1/weights/pull. */
+export const PullBodySchema = Type.Object({
+  from: Type.Optional(Type.String({ minLength: 3, maxLength: 300, description: 'host:port of the serving agent\'s data server; absent: an alive agent that advertises the version in the mesh (the highest version for latest)' })),
+  model: Model,
+  version: VersionOrLatest,
+  layout: Type.Optional(LayoutBody),
+  streams: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+}, { additionalProperties: false })
+
+/** POST /v1/weights/retire. */
+export const RetireBodySchema = Type.Object({ model: Model, version: uint }, { additionalProperties: false })
+
+export const ManifestParamsSchema = Type.Object({ model: Model, version: Type.String({ pattern: '^(latest|0|[1-9][0-9]*)$' }) })
+export const RegionParamsSchema = Type.Object({ region: Type.String({ minLength: 1, maxLength: 255 }) })
+
+export const PullResultSchema = Type.Object({
+  from: Type.String({ description: 'data address the pull started from (given, or the holder chosen from the mesh)' }),
+  model: Type.String(),
+  version: uint,
+  bytes: Type.Integer({ minimum: 0, description: 'bytes of the slices this pull produced (needed bytes, including those already stored)' }),
+  bytesReceived: Type.Integer({ minimum: 0, description: 'payload bytes received over the network (refetches included)' }),
+  seconds: Type.Number(),
+  tensors: uint,
+  keys: Type.Array(Type.String()),
+  refetchedPieces: uint,
+  reconnects: uint,
+  switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),
+})
+
+export const WeightsManifestSchema = Type.Object({
+  model: Type.String(), version: uint, chunkBytes: uint, totalBytes: uint, committedAtMs: uint, metadata: Metadata, ownsKeys: Type.Boolean(), durable: Type.Boolean(),
+  tensors: Type.Array(Type.Object({ name: Type.String(), dtype: Type.String(), shape: Type.Array(uint), bytes: uint, key: Type.String(), chunkChecksums: Type.Array(uint) })),
+  partial: Type.Optional(Type.Object({
+    layout: Type.String(), tp: uint, rank: uint,
+    slices: Type.Array(Type.Object({
+      index: uint, dim: Type.Union([uint, Type.Null()]), ranges: Type.Array(Type.Object({ start: uint, count: uint })), shape: Type.Array(uint), bytes: uint, key: Type.String(), chunkChecksums: Type.Array(uint),
+    })),
+  }, { description: 'set when this agent holds only these (layout, rank) slices: tensors is then the full holder\'s table (keys empty)' })),
+})
+
+export const VersionSummarySchema = Type.Object({
+  model: Type.String(), version: uint, tensors: uint,
+  bytes: Type.Integer({ minimum: 0, description: 'bytes held: the version\'s, or its slices\' for a partial holding' }),
+  committedAtMs: uint, durable: Type.Boolean(),
+  partial: Type.Optional(Type.Object({ layout: Type.String(), tp: uint, rank: uint }, { description: 'set when this agent holds and serves only these (layout, rank) slices of the version' })),
+})
+/** A manifest file start-up found and could not make a version of. */
+export const DamagedVersionSchema = Type.Object({
+  model: Type.String(), version: uint,
+  file: Type.String({ description: 'the manifest file, kept as found' }),
+  reason: Type.String({ description: 'why it is not served, e.g. "2 of 3 keys are not stored (first: ...)"' }),
+})
+/** Who is pulling from this agent (for `agentctl weights list`). */
+export const ActivePullSchema = Type.Object({ remote: Type.String(), model: Type.String(), version: uint, bytesSent: uint, connectedAtMs: uint })
+export const PullInProgressSchema = Type.Object({ from: Type.String(), model: Type.String(), version: Type.Union([uint, Type.Literal('latest')]), doneBytes: uint, totalBytes: uint })
+
+/** GET /v1/weights. */
+export const VersionListSchema = Type.Object({
+  address: Type.String(),
+  versions: Type.Array(VersionSummarySchema),
+  damaged: Type.Array(DamagedVersionSchema, { description: 'manifests found at start that are not served (kept as found; retiring the version removes one)' }),
+  pulls: Type.Array(ActivePullSchema, { description: 'connections pulling from this agent' }),
+  pulling: Type.Array(PullInProgressSchema, { description: 'pulls this agent is making' }),
+})
+
+export const WeightsRegionSchema = Type.Object({
+  region: Type.String({ description: 'name of the shared-memory object (/dev/shm/<region>) to write into' }),
+  model: Type.String(), version: uint, bytes: uint,
+  tensors: Type.Array(Type.Object({ name: Type.String(), dtype: Type.String(), shape: Type.Array(uint), offset: uint, bytes: uint })),
+})
+
+export const DiscardedSchema = Type.Object({ discarded: Type.Literal(true) })
+export const RetiredSchema = Type.Object({ retired: Type.Literal(true) })
+
+export type TensorSpec = Static<typeof TensorSpecSchema>
+export type RegionBody = Static<typeof RegionBodySchema>
+export type PublishSource = Static<typeof PublishSourceSchema>
+export type PublishBody = Static<typeof PublishBodySchema>
+/** What the weights service publishes from (the body of POST /v1/weights/publish). */
+export type PublishRequest = PublishBody
+export type PullBody = Static<typeof PullBodySchema>
+export type RetireBody = Static<typeof RetireBodySchema>
+export type PullResult = Static<typeof PullResultSchema>
+export type WeightsManifest = Static<typeof WeightsManifestSchema>
+export type VersionSummary = Static<typeof VersionSummarySchema>
+export type DamagedVersion = Static<typeof DamagedVersionSchema>
+export type ActivePull = Static<typeof ActivePullSchema>
+export type PullInProgress = Static<typeof PullInProgressSchema>
+export type VersionList = Static<typeof VersionListSchema>
+export type WeightsRegion = Static<typeof WeightsRegionSchema>
