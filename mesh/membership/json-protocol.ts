@@ -17,8 +17,24 @@ export interface JsonProtocol {
   maxMessageBytes: number
 }
 
-/** Sends `message` to `peer` and returns its parsed answer; rejects on any transport or parse failure. */
-export async function requestJson (node: MeshLibp2p, peer: string, p: JsonProtocol, message: unknown, signal: AbortSignal): Promise<unknown> {
+/**
+ * Sends `message` to `peer` and returns its parsed answer; rejects on any
+ * transport or parse failure, and as soon as `signal` aborts: a dial to a
+ * host whose packets are dropped (a partition) can outlive the signal inside
+ * the transport until TCP gives up, minutes later, and no caller's round
+ * (an election, a probe, a sync) may wait for that.
+ */
+export function requestJson (node: MeshLibp2p, peer: string, p: JsonProtocol, message: unknown, signal: AbortSignal): Promise<unknown> {
+  const work = exchange(node, peer, p, message, signal)
+  if (signal.aborted) { work.catch(() => {}); return Promise.reject(signal.reason) }
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort))
+  })
+}
+
+async function exchange (node: MeshLibp2p, peer: string, p: JsonProtocol, message: unknown, signal: AbortSignal): Promise<unknown> {
   let stream: Stream | undefined
   try {
     stream = await node.dialProtocol(peerIdFromString(peer), p.protocol, { signal })
