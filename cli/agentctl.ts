@@ -8,7 +8,7 @@
 import '../agent/runtime-check.ts'
 import { createAgentClient, defaultSocketPath } from '../agent/client/client.ts'
 import { AgentError, toErrorBody } from '../core/errors.ts'
-import { UsageError } from './command.ts'
+import { UsageError } from './commands/command.ts'
 import { commands } from './commands/index.ts'
 import { dispatch, usageText } from './dispatch.ts'
 import { dieOnClosedPipe } from './closed-pipe.ts'

@@ -6,7 +6,7 @@
  */
 import { parseArgs } from 'node:util'
 import { closestName } from '../core/schema-walk.ts'
-import { UsageError, type Command } from './command.ts'
+import { UsageError, type Command } from './commands/command.ts'
 import { defaultSocketPath } from '../agent/client/client.ts'
 
 export const globalOptions = {

@@ -8,7 +8,6 @@ import { lstat, unlink } from 'node:fs/promises'
 import Fastify, { type FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import type { Logger } from 'pino'
-import type { Subsystem } from '../subsystems.ts'
 import type { PeerCredentials } from '../../native/index.ts'
 import { ErrorBodySchema } from './wire/errors.ts'
 import { createErrorHandler, notFoundHandler } from './error-mapping.ts'
@@ -66,7 +65,7 @@ export interface ApiServerComponents {
   reward?: RewardSource
 }
 
-export interface ApiServer extends Subsystem {
+export interface ApiServer {
   start(): Promise<void>
   stop(): Promise<void>
   /** The fastify instance, for `inject()` in tests and for later route modules. */

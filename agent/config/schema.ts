@@ -7,9 +7,10 @@
  * Each subsystem declares its own section, schema and defaults beside its code
  * (mesh/membership/mesh-config.ts, mesh/election/election-config.ts, agent/state/state-config.ts,
  * …); this file composes them into `configSchema` and keeps the daemon's own
- * sections (node, api, log, inventory, shutdown).
+ * sections (node, api, log, shutdown).
  */
 import { Type, type Static } from '@sinclair/typebox'
+import { InventorySection, defaultInventoryConfig } from '../inventory/inventory-config.ts'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
 import { StateSection, defaultStateConfig, devStateConfig } from '../state/state-config.ts'
 import { MeshSection, defaultMeshConfig, devMeshConfig } from '../../mesh/membership/mesh-config.ts'
@@ -59,28 +60,6 @@ export const LogSection = Type.Object({
   }),
 }, { additionalProperties: false })
 
-export const GpuOverride = Type.Object({
-  model: Type.String({ minLength: 1 }),
-  memoryBytes: Type.Integer({ minimum: 0 }),
-  uuid: Type.String(),
-  pciBus: Type.String(),
-}, { additionalProperties: false })
-
-export const InventorySection = Type.Object({
-  gpus: Type.Optional(Type.Array(GpuOverride, {
-    description: 'When set, replaces GPU detection: a list of { model, memoryBytes, uuid, pciBus }. Default: unset (detect).',
-  })),
-  gpuSampleIntervalMs: Type.Integer({
-    minimum: 0,
-    maximum: 3_600_000,
-    description: 'How often each GPU\'s free memory, health and holder are sampled with nvidia-smi for the mesh record, in milliseconds; 0 turns sampling off (they are reported unknown). Default: 5000.',
-  }),
-  nvidiaSmiCommand: Type.String({
-    minLength: 1,
-    description: 'The nvidia-smi executable used for GPU sampling (a bare name is looked up on PATH). Default: "nvidia-smi".',
-  }),
-}, { additionalProperties: false })
-
 export const ShutdownSection = Type.Object({
   graceMs: Type.Integer({
     minimum: 100,
@@ -105,7 +84,6 @@ export const configSchema = Type.Object({
 }, { additionalProperties: false })
 
 export type AgentConfig = Static<typeof configSchema>
-export type GpuOverrideConfig = Static<typeof GpuOverride>
 
 /** Production defaults, for an agent installed with systemd. */
 export function defaultConfig (hostname: string): AgentConfig {
@@ -113,7 +91,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     node: { name: hostname, stateDir: '/var/lib/agentd' },
     api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024 },
     log: { level: 'info' },
-    inventory: { gpuSampleIntervalMs: 5000, nvidiaSmiCommand: 'nvidia-smi' },
+    inventory: { ...defaultInventoryConfig },
     locks: { ...defaultLocksConfig },
     mesh: defaultMeshConfig(),
     election: { ...defaultElectionConfig },

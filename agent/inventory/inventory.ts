@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { promisify } from 'node:util'
 import si from 'systeminformation'
-import type { GpuOverrideConfig } from '../config/schema.ts'
+import type { GpuOverrideConfig } from './inventory-config.ts'
 import type { GpuInventory, NodeInventory } from './schema.ts'
 import { isVirtualInterfaceName } from '../../mesh/membership/announce-address.ts'
 

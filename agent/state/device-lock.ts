@@ -29,7 +29,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import type { Subsystem } from '../subsystems.ts'
 import type { ProcessIdentity, ProcessTable } from './device-lock-process.ts'
 import { holderNamePattern, maxLockTimeoutMs, type AcquireGpuResult, type DeviceLockEvent, type GpuLockState, type ReleaseGpuResult, type ReleaseReason } from './device-lock-schema.ts'
 
@@ -69,7 +68,7 @@ export interface ReleaseGpuRequest {
   holder?: string
 }
 
-export interface DeviceLockService extends Subsystem {
+export interface DeviceLockService {
   readonly gpuCount: number
   /** Starts the process-exit checks; acquire/release answer ERR_UNAVAILABLE before. */
   start(options?: { signal?: AbortSignal }): Promise<void>

@@ -2,7 +2,7 @@
  * Every agentctl command, by its words ("status", "sim reward", "inspect
  * residency"). Adding a command = one module in this folder + one line here.
  */
-import type { Command } from '../command.ts'
+import type { Command } from './command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'
 import { jobsListCommand } from './jobs-list.ts'
 import { jobsSubmitCommand } from './jobs-submit.ts'

@@ -5,8 +5,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Residency } from '../../agent/state/state-manager.ts'
-import { UsageError, type Command, type CommandContext } from '../command.ts'
-import { formatBytes, formatTable } from '../table.ts'
+import { UsageError, type Command, type CommandContext } from './command.ts'
+import { formatBytes, formatTable } from './table.ts'
 
 const tiers = ['device', 'host', 'nvme'] as const
 

@@ -1,7 +1,7 @@
 /** agentctl jobs list: the job table this agent applied (no leader contact): state, nodes, placement, times. */
 import type { JobRecord } from '../../mesh/control/jobs/job-table.ts'
-import type { Command } from '../command.ts'
-import { formatDuration, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatDuration, formatTable } from './table.ts'
 
 export const jobsListCommand: Command = {
   summary: 'jobs in the cluster as this agent knows them: state, nodes, phase and period, waits; * marks jobs placed on this node',

@@ -5,8 +5,8 @@
  * (RUNNING, with its nodes) or QUEUED. Resubmitting the same spec is a no-op.
  */
 import { parseJobSpec } from '../../mesh/control/jobs/job-spec.ts'
-import { UsageError, type Command } from '../command.ts'
-import { readInputFile } from '../flags.ts'
+import { UsageError, type Command } from './command.ts'
+import { readInputFile } from './flags.ts'
 import { renderJobs } from './jobs-list.ts'
 
 export const jobsSubmitCommand: Command = {

@@ -1,6 +1,6 @@
 /** agentctl leader: who leads, in which epoch, with which backend and voters, and this agent's role. */
 import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
-import type { Command } from '../command.ts'
+import type { Command } from './command.ts'
 
 export const leaderCommand: Command = {
   summary: 'who leads: leader id, epoch, backend, voters, and this agent\'s role (leader, follower, candidate, client)',

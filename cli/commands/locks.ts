@@ -1,7 +1,7 @@
 /** agentctl locks: the device lock of every GPU (holder, its processes, depth, since, waiters). */
 import type { LocksBody } from '../../agent/state/device-lock-schema.ts'
-import type { Command } from '../command.ts'
-import { formatDuration, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatDuration, formatTable } from './table.ts'
 
 export const locksCommand: Command = {
   summary: 'device locks of the GPUs: holder, its processes, depth, how long held, waiters in grant order',

@@ -1,6 +1,6 @@
 /** agentctl mesh: this agent in the mesh — addresses, seeds, connections, members, message rates, dropped messages. */
 import type { MeshInfo } from '../../mesh/membership/mesh-views.ts'
-import type { Command } from '../command.ts'
+import type { Command } from './command.ts'
 
 export const meshCommand: Command = {
   summary: 'this agent in the mesh: peer id, addresses, seeds, connections, message rates, invalid-record counters',

@@ -1,7 +1,7 @@
 /** agentctl node: the node inventory. */
 import type { NodeInventory } from '../../agent/inventory/schema.ts'
-import type { Command } from '../command.ts'
-import { formatBytes, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatBytes, formatTable } from './table.ts'
 
 export const nodeCommand: Command = {
   summary: 'node inventory: CPUs, memory, disks, network interfaces, GPUs',

@@ -4,8 +4,8 @@
  * starred, with what its record left out.
  */
 import type { PeerView } from '../../mesh/membership/mesh-views.ts'
-import type { Command } from '../command.ts'
-import { formatBytes, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatBytes, formatTable } from './table.ts'
 
 export const peersCommand: Command = {
   summary: 'the other agents in the mesh: node, peer id, state, GPUs free/total, host pool free, preemptible, last heard',

@@ -7,9 +7,9 @@
  */
 import { parseWorkflow } from '../../mesh/policies/workflow/workflow-input.ts'
 import { planWorkflow, type WorkflowPlanNode } from '../../mesh/policies/workflow/workflow-planner.ts'
-import { UsageError, type Command } from '../command.ts'
-import { readInputFile } from '../flags.ts'
-import { formatTable } from '../table.ts'
+import { UsageError, type Command } from './command.ts'
+import { readInputFile } from './flags.ts'
+import { formatTable } from './table.ts'
 
 export const planWorkflowCommand: Command = {
   summary: 'plan GPU placement of an RL workflow graph: collocated vs pipelined (local, no agent)',

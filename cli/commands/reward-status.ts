@@ -1,6 +1,6 @@
 /** agentctl reward status: the live reward service from the leader — queues per stage, batches in flight, tasks, workers per stage per node. */
-import type { Command } from '../command.ts'
-import { formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatTable } from './table.ts'
 
 export const rewardStatusCommand: Command = {
   summary: 'reward service: queue lengths and workers per stage, batches in flight, tasks, workers per stage per node',

@@ -9,9 +9,9 @@ import { parsePlacementTrace } from '../../mesh/sim/placement-trace.ts'
 import { simulatePlacement } from '../../mesh/sim/placement-sim.ts'
 import { placementPolicyNames } from '../../mesh/policies/placement/placement-policy.ts'
 import { runtimeSchedulerNames } from '../../mesh/policies/runtime/hrrs.ts'
-import { UsageError, type Command } from '../command.ts'
-import { choiceFlag, integerFlag, readInputFile } from '../flags.ts'
-import { formatDuration, formatTable } from '../table.ts'
+import { UsageError, type Command } from './command.ts'
+import { choiceFlag, integerFlag, readInputFile } from './flags.ts'
+import { formatDuration, formatTable } from './table.ts'
 
 const name = 'sim placement'
 

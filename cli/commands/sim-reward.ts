@@ -7,9 +7,9 @@
 import { createRewardScalingPolicy, rewardPolicyNames } from '../../mesh/policies/reward-scaling/policies.ts'
 import { simulateRewardService, type RewardSimulationResult } from '../../mesh/sim/reward-sim.ts'
 import { parseRewardTrace } from '../../mesh/sim/reward-trace.ts'
-import { UsageError, type Command } from '../command.ts'
-import { choiceFlag, readInputFile } from '../flags.ts'
-import { formatTable } from '../table.ts'
+import { UsageError, type Command } from './command.ts'
+import { choiceFlag, readInputFile } from './flags.ts'
+import { formatTable } from './table.ts'
 
 export const simRewardCommand: Command = {
   summary: 'replay a reward trace through a scaling policy (local, no agent)',

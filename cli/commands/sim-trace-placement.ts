@@ -5,8 +5,8 @@
  * as JSON to stdout. Runs locally.
  */
 import { generatePlacementTrace } from '../../mesh/sim/placement-trace.ts'
-import { UsageError, type Command } from '../command.ts'
-import { integerFlag } from '../flags.ts'
+import { UsageError, type Command } from './command.ts'
+import { integerFlag } from './flags.ts'
 
 const name = 'sim trace placement'
 

@@ -4,8 +4,8 @@
  * mesh/sim/reward-trace-generator.ts) as JSON to stdout. Runs locally.
  */
 import { generateRewardTrace } from '../../mesh/sim/reward-trace-generator.ts'
-import type { Command } from '../command.ts'
-import { integerFlag } from '../flags.ts'
+import type { Command } from './command.ts'
+import { integerFlag } from './flags.ts'
 
 const name = 'sim trace reward'
 

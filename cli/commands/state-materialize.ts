@@ -1,8 +1,8 @@
 /** agentctl state materialize: export a namespace/version to safetensors through the agent. */
 import { resolve } from 'node:path'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
-import { UsageError, type Command } from '../command.ts'
-import { formatBytes } from '../table.ts'
+import { UsageError, type Command } from './command.ts'
+import { formatBytes } from './table.ts'
 
 export const stateMaterializeCommand: Command = {
   summary: 'write a namespace/version to safetensors from host memory and NVMe (no GPU needed)',

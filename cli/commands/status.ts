@@ -1,8 +1,8 @@
 /** agentctl status: node, version, uptime, native capabilities and every subsystem. */
 import type { StatusBody } from '../../agent/api/wire/status.ts'
 import type { Capabilities } from '../../native/index.ts'
-import type { Command } from '../command.ts'
-import { formatBytes, formatDuration, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatBytes, formatDuration, formatTable } from './table.ts'
 
 export const statusCommand: Command = {
   summary: 'agent status: node, version, uptime and every subsystem (ok / skipped / failed)',

@@ -1,6 +1,6 @@
 /** agentctl version: versions of agentctl and of the agent at the socket (exit 0 even when none answers). */
 import { agentVersion } from '../../agent/version.ts'
-import type { Command } from '../command.ts'
+import type { Command } from './command.ts'
 
 export const versionCommand: Command = {
   summary: 'versions of agentctl and of the agent answering at the socket',

@@ -1,6 +1,6 @@
 /** agentctl weights list: versions on this agent (model, version, tensors, size), damaged manifests, who is pulling from it, and its own pulls. */
-import type { Command } from '../command.ts'
-import { formatBytes, formatTable } from '../table.ts'
+import type { Command } from './command.ts'
+import { formatBytes, formatTable } from './table.ts'
 
 export const weightsListCommand: Command = {
   summary: 'weight versions on this agent, the data address, who is pulling from it, and pulls in progress',

@@ -1,8 +1,8 @@
 /** agentctl weights publish: commit a version from a safetensors file, stored keys or a handed-out region. */
 import { resolve } from 'node:path'
 import type { PublishSource } from '../../agent/weights/publisher.ts'
-import { UsageError, type Command } from '../command.ts'
-import { formatBytes } from '../table.ts'
+import { UsageError, type Command } from './command.ts'
+import { formatBytes } from './table.ts'
 
 export const weightsPublishCommand: Command = {
   summary: 'publish a version of a model (versions are monotonic and immutable; old ones retire by weights.retainVersions)',

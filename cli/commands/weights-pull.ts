@@ -10,8 +10,8 @@ import { resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
-import { UsageError, type Command, type CommandContext } from '../command.ts'
-import { formatBytes } from '../table.ts'
+import { UsageError, type Command, type CommandContext } from './command.ts'
+import { formatBytes } from './table.ts'
 import { parseVersion } from './weights-publish.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {

@@ -1,5 +1,5 @@
 /** agentctl weights retire: retire a committed version (pullers of it get ERR_WEIGHTS_RETIRED; its keys are dropped once in-flight reads finish). */
-import { UsageError, type Command } from '../command.ts'
+import { UsageError, type Command } from './command.ts'
 import { parseVersion } from './weights-publish.ts'
 
 export const weightsRetireCommand: Command = {

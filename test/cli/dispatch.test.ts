@@ -1,6 +1,6 @@
 import t from 'tap'
 import { dispatch, usageText } from '../../cli/dispatch.ts'
-import { UsageError, type Command } from '../../cli/command.ts'
+import { UsageError, type Command } from '../../cli/commands/command.ts'
 
 const noop = async () => ({ json: null, human: '' })
 const commands: Record<string, Command> = {

@@ -5,23 +5,21 @@
  *   POST /v1/fault/stale-decision  { kind, payload } publish a decision in the last epoch this agent led, ignoring its lease
  */
 import type { FastifyInstance } from 'fastify'
-import { Type, type Static } from '@sinclair/typebox'
+import { Type } from '@sinclair/typebox'
 import type { Mesh } from '../../../mesh/membership/mesh-service.ts'
 import type { LeaderService } from '../../../mesh/election/leader-service.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { errorResponses } from '../wire/errors.ts'
+import { DecisionPositionSchema, PartitionBodySchema, PartitionResultSchema, StaleDecisionBodySchema, type PartitionBody, type StaleDecisionBody } from '../wire/fault.ts'
 
 export interface FaultSource {
   mesh(): Pick<Mesh, 'denyPeers'> | undefined
   leader(): Pick<LeaderService, 'publishStaleDecision'> | undefined
 }
 
-const PartitionBody = Type.Object({ deny: Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 1024 }) }, { additionalProperties: false })
-const StaleDecisionBody = Type.Object({ kind: Type.String({ minLength: 1, maxLength: 128 }), payload: Type.Unknown() }, { additionalProperties: false })
-
 export function registerFaultRoutes (app: FastifyInstance, source: FaultSource): void {
-  app.put<{ Body: Static<typeof PartitionBody> }>('/v1/fault/partition', {
-    schema: { summary: 'Test only: refuse and close connections with the given peers ([] heals)', body: PartitionBody, response: { 200: Type.Object({ denied: Type.Array(Type.String()) }), ...errorResponses } },
+  app.put<{ Body: PartitionBody }>('/v1/fault/partition', {
+    schema: { summary: 'Test only: refuse and close connections with the given peers ([] heals)', body: PartitionBodySchema, response: { 200: PartitionResultSchema, ...errorResponses } },
   }, async request => {
     const mesh = source.mesh()
     if (mesh === undefined) throw new AgentError('ERR_MESH_UNAVAILABLE', 'the mesh is not running')
@@ -29,8 +27,8 @@ export function registerFaultRoutes (app: FastifyInstance, source: FaultSource):
     return { denied: request.body.deny }
   })
 
-  app.post<{ Body: Static<typeof StaleDecisionBody> }>('/v1/fault/stale-decision', {
-    schema: { summary: 'Test only: publish a decision in the last epoch this agent led, ignoring its lease', body: StaleDecisionBody, response: { 200: Type.Object({ epoch: Type.Integer(), seq: Type.Integer() }), 409: Type.Ref('ErrorBody'), ...errorResponses } },
+  app.post<{ Body: StaleDecisionBody }>('/v1/fault/stale-decision', {
+    schema: { summary: 'Test only: publish a decision in the last epoch this agent led, ignoring its lease', body: StaleDecisionBodySchema, response: { 200: DecisionPositionSchema, 409: Type.Ref('ErrorBody'), ...errorResponses } },
   }, async request => {
     const leader = source.leader()
     if (leader === undefined) throw new AgentError('ERR_LEADER_UNAVAILABLE', 'leader election is not running')

@@ -4,7 +4,7 @@ import t from 'tap'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, tempDir } from '../../helpers/agent-process.ts'
-import { UsageError, type CommandContext } from '../../../cli/command.ts'
+import { UsageError, type CommandContext } from '../../../cli/commands/command.ts'
 import { simRewardCommand } from '../../../cli/commands/sim-reward.ts'
 import { simTraceRewardCommand } from '../../../cli/commands/sim-trace-reward.ts'
 

@@ -5,7 +5,7 @@
  * client, and prints `json` with --json or `human` otherwise.
  */
 import type { ParseArgsConfig } from 'node:util'
-import type { AgentClient } from '../agent/client/client.ts'
+import type { AgentClient } from '../../agent/client/client.ts'
 
 export interface CommandResult {
   /** What --json prints (the API's own JSON where there is one). */

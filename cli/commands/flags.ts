@@ -1,8 +1,8 @@
 /** Flag parsing and input files shared by agentctl's local commands. */
 import { readFile } from 'node:fs/promises'
-import { AgentError } from '../core/errors.ts'
+import { AgentError } from '../../core/errors.ts'
 import { UsageError } from './command.ts'
-import { closestName } from '../core/schema-walk.ts'
+import { closestName } from '../../core/schema-walk.ts'
 
 /** A required (unless `fallback` is given) integer flag >= min; UsageError naming the command otherwise. */
 export function integerFlag (command: string, value: unknown, name: string, min: number, fallback?: number): number {

@@ -1,0 +1,96 @@
+/**
+ * Wire schemas of /v1/state: how clients name their memory (shared memory or
+ * a CUDA IPC handle), the offload/onload/prefetch/drop/hints/materialize
+ * bodies and answers, and the residency view.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+
+const uint = Type.Integer({ minimum: 0 })
+
+/** Client memory a tensor is copied from (offload) or into (onload). */
+export const MemorySpecSchema = Type.Union([
+  Type.Object({ kind: Type.Literal('shm'), name: Type.String({ minLength: 1, maxLength: 255 }), offset: uint }, { additionalProperties: false }),
+  Type.Object({
+    kind: Type.Literal('cuda-ipc'),
+    device: uint,
+    handle: Type.String({ description: 'base64 of the 64-byte cudaIpcMemHandle_t or PyTorch\'s 66-byte form', maxLength: 128 }),
+    offset: uint,
+    event: Type.Optional(Type.String({ description: 'base64 cudaIpcEventHandle_t the producer recorded after writing', maxLength: 128 })),
+  }, { additionalProperties: false }),
+])
+const KeyText = Type.String({ minLength: 1, maxLength: 1024, description: 'canonical state key' })
+
+/** A stored tier a key can live in. */
+export const TierSchema = Type.Union([Type.Literal('host'), Type.Literal('nvme')])
+
+/** POST /v1/state/offload. */
+export const OffloadBodySchema = Type.Object({
+  tensors: Type.Array(Type.Object({ key: KeyText, source: MemorySpecSchema, verify: Type.Optional(Type.Boolean()) }, { additionalProperties: false }), { minItems: 1, maxItems: 65536 }),
+  durability: Type.Optional(Type.Union([Type.Literal('memory'), Type.Literal('nvme')])),
+}, { additionalProperties: false })
+export const OffloadResultSchema = Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), tier: TierSchema, deduplicated: Type.Boolean(), durable: Type.Boolean(), verified: Type.Optional(Type.Boolean()) })) })
+
+/** POST /v1/state/onload. */
+export const OnloadBodySchema = Type.Object({
+  tensors: Type.Array(Type.Object({ key: KeyText, target: MemorySpecSchema }, { additionalProperties: false }), { minItems: 1, maxItems: 65536 }),
+}, { additionalProperties: false })
+export const OnloadResultSchema = Type.Object({ results: Type.Array(Type.Object({ key: Type.String(), fromTier: TierSchema })) })
+
+/** Which keys a prefetch or drop applies to: listed keys, a prefix, or both. */
+export const KeySelectorSchema = Type.Object({
+  keys: Type.Optional(Type.Array(KeyText, { maxItems: 65536 })),
+  prefix: Type.Optional(Type.String({ maxLength: 1024 })),
+}, { additionalProperties: false })
+
+/** POST /v1/state/prefetch. */
+export const PrefetchBodySchema = Type.Intersect([KeySelectorSchema, Type.Object({ tier: Type.Optional(Type.Literal('host')) })])
+export const PrefetchResultSchema = Type.Object({ scheduled: uint })
+
+/** POST /v1/state/drop takes a KeySelector. */
+export const DropResultSchema = Type.Object({ dropped: uint })
+
+/** POST /v1/state/hints. */
+export const HintsBodySchema = Type.Object({
+  next: Type.Array(Type.Object({ prefix: Type.String({ maxLength: 1024 }), inMs: uint }, { additionalProperties: false }), { maxItems: 4096 }),
+}, { additionalProperties: false })
+export const HintsResultSchema = Type.Object({ ok: Type.Literal(true) })
+
+/** POST /v1/state/materialize. */
+export const MaterializeBodySchema = Type.Object({
+  prefix: Type.String({ minLength: 1, maxLength: 1024 }),
+  version: uint,
+  path: Type.String({ minLength: 2, maxLength: 4096, description: 'absolute output path ending in .safetensors' }),
+  maxFileBytes: Type.Optional(Type.Integer({ minimum: 1 << 20 })),
+  overwrite: Type.Optional(Type.Boolean()),
+}, { additionalProperties: false })
+export const MaterializeResultSchema = Type.Object({ files: Type.Array(Type.String()), index: Type.Union([Type.String(), Type.Null()]), tensors: uint, bytes: uint })
+
+/** GET /v1/state/residency. */
+export const ResidencyQuerySchema = Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) })
+const TierUsage = Type.Object({ capacityBytes: uint, usedBytes: uint })
+export const ResidencySchema = Type.Object({
+  tiers: Type.Object({ device: TierUsage, host: TierUsage, nvme: TierUsage }),
+  logicalBytes: uint,
+  storedBytes: uint,
+  namespaces: Type.Array(Type.Object({ namespace: Type.String(), keys: uint, logicalBytes: uint, storedBytes: uint, quotaBytes: Type.Union([uint, Type.Null()]) })),
+  hostPool: Type.Object({ freeBytes: uint, largestFreeBytes: uint, fragmentation: Type.Number() }),
+  shm: Type.Object({ regions: uint, bytes: uint }, { description: 'adopted shared-memory mappings holding host copies outside the pool (zero-copy weight publishes)' }),
+  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint, shmAdopted: uint }),
+  keys: Type.Array(Type.Object({
+    key: Type.String(), bytes: uint, tier: TierSchema, replicas: uint, lastUseMs: uint, durable: Type.Boolean(),
+    region: Type.Optional(Type.String({ description: 'adopted shared-memory object holding the host copy' })),
+  })),
+})
+
+export type MemorySpecBody = Static<typeof MemorySpecSchema>
+export type OffloadBody = Static<typeof OffloadBodySchema>
+export type OffloadResult = Static<typeof OffloadResultSchema>
+export type OnloadBody = Static<typeof OnloadBodySchema>
+export type OnloadResult = Static<typeof OnloadResultSchema>
+export type KeySelector = Static<typeof KeySelectorSchema>
+export type PrefetchBody = Static<typeof PrefetchBodySchema>
+export type HintsBody = Static<typeof HintsBodySchema>
+export type MaterializeBody = Static<typeof MaterializeBodySchema>
+export type MaterializeResultBody = Static<typeof MaterializeResultSchema>
+export type ResidencyQuery = Static<typeof ResidencyQuerySchema>
+export type ResidencyBody = Static<typeof ResidencySchema>
