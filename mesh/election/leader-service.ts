@@ -337,9 +337,12 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     // The epoch's first batch, and any batch that does not continue the last one, carries the committed state.
     const withState = previous === undefined || decisions[0]?.seq !== previous + 1
     const batch: DecisionBatch = { kind: 'decisions', from: self, voterSetId: snapshot.voterSetId, epoch: a.epoch, decisions, ...(withState ? { state: { seq: snapshot.seq, entries: snapshot.entries } } : {}), sentAtMs: Date.now() }
-    await decisionLog.receive(batch)
-    // Committed: it stands whatever happens to this leader now, so it is published even if the lease just lapsed.
-    await mesh.publish(batch).catch(err => log.warn({ err, seq: snapshot.seq }, 'committed decision not gossiped (republish and direct catch-up carry it)'))
+    // Committed: it stands whatever happens to this leader now, so it is published even if the lease just
+    // lapsed, while it is applied here (the answer still waits for both: the leader reads its own writes).
+    await Promise.all([
+      decisionLog.receive(batch),
+      mesh.publish(batch).catch(err => log.warn({ err, seq: snapshot.seq }, 'committed decision not gossiped (republish and direct catch-up carry it)')),
+    ])
   }
 
   const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {

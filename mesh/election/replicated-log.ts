@@ -7,9 +7,14 @@
  * kind, the snapshot is the whole log: replicating it is Raft's
  * AppendEntries with InstallSnapshot on every call.
  *
- * Stored in <stateDir>/replicated-log.json, replaced atomically with fsync
- * (durable-file.ts) before any call here resolves, so what a voter
- * acknowledged survives a crash.
+ * Stored in <stateDir>/replicated-log.jsonl, one snapshot per line, appended
+ * and fdatasynced before any call here resolves, so what a voter acknowledged
+ * survives a crash. Reading takes the last line that parses (a torn last line
+ * of a killed agent is skipped); once the file holds more than
+ * compactAfterBytes it is replaced by its last line (durable-file.ts). One
+ * append + fdatasync per decision, where a replaced file costs an fsync of
+ * the file and one of its directory: on a busy disk that is most of a
+ * decision's commit latency.
  *
  * Ordering: positions compare lexicographically, (epoch, seq). A follower
  * adopts a leader's snapshot only when it is newer than its own (a delayed,
@@ -21,7 +26,7 @@
  * Fencing domain: the log belongs to one voter set. Opening or appending with
  * another voterSetId starts from the empty log.
  */
-import { readFile } from 'node:fs/promises'
+import { open, readFile, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { writeFileDurably } from '../../core/durable-file.ts'
 import { AgentError } from '../../core/errors.ts'
@@ -70,17 +75,53 @@ export function positionBefore (a: LogPosition, b: LogPosition): boolean {
   return a.epoch < b.epoch || (a.epoch === b.epoch && a.seq < b.seq)
 }
 
+/** A log file larger than this is rewritten as its last snapshot, bytes (or 8 snapshots, if larger). */
+const compactAfterBytes = 1024 * 1024
+
 export async function openReplicatedLog (stateDir: string): Promise<ReplicatedLog> {
-  const file = join(stateDir, 'replicated-log.json')
+  const file = join(stateDir, 'replicated-log.jsonl')
   let held: LogSnapshot = { ...emptySnapshot, entries: {} }
+  let text = ''
   try {
-    held = parseSnapshot(JSON.parse(await readFile(file, 'utf8')))
+    text = await readFile(file, 'utf8')
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
       throw new AgentError('ERR_ELECTION_STATE', `cannot read ${file}: ${(err as Error).message}`, { cause: err })
     }
   }
-  return createReplicatedLog(held, s => writeFileDurably(file, JSON.stringify(s), 0o600))
+  const lines = text.split('\n').filter(l => l !== '')
+  for (let i = lines.length - 1; i >= 0; i--) {
+    try { held = parseSnapshot(JSON.parse(lines[i]!)); break } catch (err) {
+      // Only the last line can be torn (a kill mid-append); anything else is damage to report.
+      if (i !== lines.length - 1) throw new AgentError('ERR_ELECTION_STATE', `cannot read ${file}: line ${i + 1}: ${(err as Error).message}`, { cause: err })
+    }
+  }
+  let appender: FileHandle | undefined
+  let size = Buffer.byteLength(text)
+  const write = async (s: LogSnapshot): Promise<void> => {
+    const line = `${JSON.stringify(s)}\n`
+    const bytes = Buffer.byteLength(line)
+    if (appender === undefined || size + bytes > Math.max(compactAfterBytes, 8 * bytes)) {
+      // (Re)start the file with this one snapshot: a durable replace, then appends to it.
+      await appender?.close()
+      appender = undefined
+      await writeFileDurably(file, line, 0o600)
+      appender = await open(file, 'a')
+      size = bytes
+      return
+    }
+    try {
+      await appender.write(line)
+      await appender.datasync()
+    } catch (err) {
+      // Whatever reached the file, the next write starts it afresh.
+      await appender.close().catch(() => {})
+      appender = undefined
+      throw err
+    }
+    size += bytes
+  }
+  return createReplicatedLog(held, write)
 }
 
 const emptySnapshot: LogSnapshot = { voterSetId: '', epoch: 0, seq: 0, entries: {} }

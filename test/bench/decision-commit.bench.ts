@@ -1,25 +1,34 @@
 /**
  * What committing a decision by quorum costs a submitter: a real 3-server
- * election cluster on loopback, N jobs submitted one after another through
- * the leader and through a follower (POST /v1/jobs, answered once the
- * decision holding the job is committed and published). Baseline in the same
+ * election cluster on loopback (CPU-only agents), N jobs submitted one after
+ * another through the leader and through a follower (POST /v1/jobs, answered
+ * once the decision holding the job is committed and published; each job
+ * asks for 8 GPUs, so it queues and the placement round costs next to
+ * nothing), and N bare decisions on the leader (POST /v1/leader/decisions).
+ * Baseline in the same
  * run: the same sequence against another build of the agent (`--baseline`,
  * the previous version's dist/bundle/agentd.js, which acknowledged a decision
  * once it was gossiped), runs interleaved.
  *
  *   node_modules/.bin/node test/bench/decision-commit.bench.ts [--jobs 40] [--runs 3] [--baseline PATH/agentd.js]
+ *
+ * Figures are per build: p50 and p99 over every run's samples, and the
+ * per-run medians; with --baseline, the ratio of the medians of run medians.
  */
 import { parseArgs } from 'node:util'
 import { startElectionCluster, waitForLeader } from '../helpers/test-election.ts'
 import type { SpawnOptions } from '../helpers/agent-process.ts'
-import { jepsenJob } from '../helpers/jepsen.ts'
 import { median, percentile } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { jobs: { type: 'string', default: '40' }, runs: { type: 'string', default: '3' }, baseline: { type: 'string' } } })
 const jobs = Number(values.jobs)
 const runs = Number(values.runs)
 
-interface Sample { viaLeader: number[], viaFollower: number[] }
+interface Sample { viaLeader: number[], viaFollower: number[], decide: number[], failed: number }
+
+/** A job no CPU-only node can take: it stays queued. */
+const queuedJob = (id: string): Record<string, unknown> =>
+  ({ id, nodes: 1, gpusPerNode: 8, periodS: 10, iterations: 10, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 2 })
 
 async function measure (built: SpawnOptions['built'], run: number): Promise<Sample> {
   const teardowns: Array<() => unknown> = []
@@ -31,13 +40,23 @@ async function measure (built: SpawnOptions['built'], run: number): Promise<Samp
     })
     const { leader } = await waitForLeader(cluster.agents, cluster.agents, 30_000)
     const follower = cluster.agents.find(a => a !== leader)!
-    const sample: Sample = { viaLeader: [], viaFollower: [] }
+    const sample: Sample = { viaLeader: [], viaFollower: [], decide: [], failed: 0 }
     for (let i = 0; i < jobs; i++) {
       for (const [agent, into] of [[leader!, sample.viaLeader], [follower, sample.viaFollower]] as const) {
         const began = performance.now()
-        await agent.client.submitJob(jepsenJob(`r${run}-${agent.name}-${i}`))
-        into.push(performance.now() - began)
+        try {
+          await agent.client.submitJob(queuedJob(`r${run}-${agent.name}-${i}`))
+          into.push(performance.now() - began)
+        } catch (err) {
+          console.log(`${String(built === true ? 'this build' : 'baseline')} run ${run}: submission ${i} through ${agent.name} failed after ${Math.round(performance.now() - began)} ms: ${(err as Error).message}`)
+          sample.failed++
+        }
       }
+    }
+    for (let i = 0; i < jobs; i++) {
+      const began = performance.now()
+      await leader!.client.decide('bench', { i })
+      sample.decide.push(performance.now() - began)
     }
     return sample
   } finally {
@@ -55,12 +74,13 @@ for (let run = 0; run < runs; run++) {
 }
 
 console.log(`${jobs} jobs submitted one after another through the leader and through a follower of a 3-server cluster, ${runs} runs per build, interleaved`)
-const line = (name: string, via: keyof Sample): string => {
+const line = (name: string, via: 'viaLeader' | 'viaFollower' | 'decide'): string => {
   const per = results.get(name)!.map(s => s[via])
   const all = per.flat()
-  return `${name.padEnd(11)} via ${via === 'viaLeader' ? 'leader  ' : 'follower'}  p50 ${percentile(all, 50).toFixed(1)} ms  p99 ${percentile(all, 99).toFixed(1)} ms  (per-run medians ${per.map(xs => median(xs).toFixed(1)).join(', ')})`
+  const failed = results.get(name)!.reduce((n, s) => n + s.failed, 0)
+  return `${name.padEnd(11)} ${via === 'viaLeader' ? 'submit via leader  ' : via === 'viaFollower' ? 'submit via follower' : 'decide on leader   '}  p50 ${percentile(all, 50).toFixed(1)} ms  p99 ${percentile(all, 99).toFixed(1)} ms  (per-run medians ${per.map(xs => median(xs).toFixed(1)).join(', ')}; ${failed} failed in all)`
 }
-for (const via of ['viaLeader', 'viaFollower'] as const) {
+for (const via of ['viaLeader', 'viaFollower', 'decide'] as const) {
   for (const v of variants) console.log(line(v.name, via))
   if (values.baseline !== undefined) {
     const m = (name: string): number => median(results.get(name)!.map(s => median(s[via])))
