@@ -359,7 +359,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     const a = acting
     if (a === undefined || !election.mayAct()) throw notActing()
     const snapshot = replicated.snapshot(election.voterSetId())
-    if ((a.committed?.seq ?? 0) < snapshot.seq) await commitAndPublish(a, snapshot, Promise.resolve())
+    // accept() of what the log already holds resolves once its pending writes are durable here.
+    if ((a.committed?.seq ?? 0) < snapshot.seq) await commitAndPublish(a, snapshot, replicated.accept(snapshot).then(() => {}))
     return { epoch: a.epoch, seq: snapshot.seq }
   }
 
