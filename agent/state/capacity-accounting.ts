@@ -27,6 +27,11 @@ export interface NamespaceUsage {
   quotaBytes: number | null
 }
 
+/** The namespace's own quota, null when none: a namespace named like an Object.prototype member ("constructor") has none unless configured. */
+export function quotaOf (quotaBytes: Readonly<Record<string, number>>, namespace: string): number | null {
+  return Object.hasOwn(quotaBytes, namespace) ? quotaBytes[namespace]! : null
+}
+
 /**
  * ERR_QUOTA_EXCEEDED when storing `newKeys` (keys not stored yet), plus
  * `pendingBytes` once in each of their namespaces, would take a namespace
@@ -41,7 +46,7 @@ export function checkNamespaceQuotas (
 ): void {
   const adding = new Map<string, number>()
   for (const k of newKeys) adding.set(k.namespace, (adding.get(k.namespace) ?? pendingBytes) + k.bytes)
-  const limited = [...adding.keys()].filter(namespace => quotaBytes[namespace] !== undefined)
+  const limited = [...adding.keys()].filter(namespace => quotaOf(quotaBytes, namespace) !== null)
   if (limited.length === 0) return
   const storedBytes = new Map(limited.map(namespace => [namespace, 0]))
   for (const e of stored) {
@@ -49,7 +54,7 @@ export function checkNamespaceQuotas (
     if (sum !== undefined) storedBytes.set(e.key.namespace, sum + e.key.bytes)
   }
   for (const namespace of limited) {
-    const quota = quotaBytes[namespace]!
+    const quota = quotaOf(quotaBytes, namespace)!
     const total = storedBytes.get(namespace)! + adding.get(namespace)!
     if (total > quota) {
       throw new AgentError('ERR_QUOTA_EXCEEDED', `namespace ${namespace} would hold ${total} bytes, over its quota of ${quota}`)
@@ -98,7 +103,7 @@ export function namespaceUsage (
   return {
     logicalBytes,
     storedBytes,
-    namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: quotaBytes[namespace] ?? null })),
+    namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: quotaOf(quotaBytes, namespace) })),
   }
 }
 

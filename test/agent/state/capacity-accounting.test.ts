@@ -55,3 +55,13 @@ t.test('usage counts stored bytes once and logical bytes per replica, per namesp
   }, 'a key with 0 replicas still counts once; sorted by namespace; other prefixes left out')
   t.same(residentNamespaces(stored), ['job/a', 'job/b', 'other/c'])
 })
+
+t.test('a namespace named like an Object.prototype member has no quota unless one is configured', async t => {
+  const stored = [inPool('constructor', 'x', 10)]
+  t.same(namespaceUsage(stored, '', {}).namespaces.map(n => n.quotaBytes), [null], 'residency shows no quota (it showed a function)')
+  let walked = false
+  const watched: Iterable<StoredEntry> = { * [Symbol.iterator] () { walked = true; yield * stored } }
+  checkNamespaceQuotas(watched, [key('constructor', 'n', 1)], {})
+  t.notOk(walked, 'no quota to check, so no walk over the stored keys')
+  t.throws(() => checkNamespaceQuotas(stored, [key('constructor', 'n', 1)], { constructor: 10 }), { code: 'ERR_QUOTA_EXCEEDED' }, 'a configured one is enforced')
+})
