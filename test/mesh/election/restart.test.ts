@@ -18,7 +18,13 @@ for (const backend of testBackends) t.test(`${backend}: every agent SIGKILLed an
   const restarted = await Promise.all(cluster.agents.map(a => restartAgent(live, a)))
   const after = await waitForLeader(restarted, restarted, 30_000, before.epoch)
   t.ok(after.epoch > before.epoch, `epoch ${after.epoch} after the restart > ${before.epoch} before`)
-  const views = await Promise.all(restarted.map(a => a.client.leader()))
+  // etcd: every agent sees the last server's new campaign key at its next poll; wait for the voter set as election.test does.
+  let views = await Promise.all(restarted.map(a => a.client.leader()))
+  const settled = (): boolean => views.every(v => v.voters.length === voters.length)
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline && !settled();) {
+    await new Promise(resolve => setTimeout(resolve, 100))
+    views = await Promise.all(restarted.map(a => a.client.leader()))
+  }
   if (backend === 'embedded') t.same(views.map(v => v.voters), restarted.map(() => voters), 'the persisted voter set is kept (no new bootstrap)')
   else t.same(views.map(v => [...v.voters].sort()), restarted.map(() => [...voters].sort()), 'the same three servers campaign again')
   for (const a of restarted) {
