@@ -152,7 +152,6 @@ export async function runJepsen (lab: NetnsLab, cluster: ElectionCluster, option
       const acting = views.find(v => v?.acting === true)
       if (target === undefined && acting !== undefined) target = acting.commitSeq ?? undefined
       const ok = (v: LeaderViewBody | undefined): boolean => v !== undefined && acting !== undefined && v.leaderId === acting.leaderId && v.epoch === acting.epoch && target !== undefined && v.applied.seq >= target
-      if (process.env.JEPSEN_TRACE === '1') console.error(`${Math.round(performance.now() - began)} ms: target ${target} ${views.map(v => v === undefined ? 'x' : `${v.self[0]}${v.acting ? '*' : ''} ${v.leaderId?.slice(-4)} e${v.epoch} a${v.applied.seq} h${v.leaderHeardMsAgo}`).join(' | ')}`)
       if (views.every(ok)) { result.convergenceMs.push(performance.now() - began); return }
       if (performance.now() - began > 30_000) throw new Error(`no convergence 30 s after a heal: ${views.map(v => v === undefined ? 'no answer' : `${v.self} ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.seq}`).join('; ')}`)
       await sleep(25)
