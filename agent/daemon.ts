@@ -24,6 +24,8 @@ import { createJobsService, type JobsService } from '../mesh/control/jobs/jobs-s
 import { createWeightsService, manifestDirOf, type WeightsService } from './weights/weights-service.ts'
 import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
+import { createWorkersService, type WorkersService } from './workers/workers-service.ts'
+import { createOpDispatch } from '../mesh/control/jobs/op-dispatch.ts'
 import type { StatusBody } from './api/wire/status.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from '../core/errors.ts'
@@ -61,6 +63,7 @@ interface DaemonHandles {
   leader: LeaderService
   jobs: JobsService
   reward: RewardService
+  workers: WorkersService
   api: ApiServer
 }
 
@@ -126,6 +129,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     weights: { weights: () => handle('weights') ?? { unavailable: subsystemReason('weights') } },
     jobs: { jobs: () => handle('jobs') ?? { unavailable: subsystemReason('jobs') } },
     reward: { reward: () => handle('reward') ?? { unavailable: subsystemReason('reward') } },
+    workers: { workers: () => handle('workers') ?? { unavailable: subsystemReason('workers') } },
   })
 
   /**
@@ -142,6 +146,16 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       logger: leaderLogger.child({ task: 'jobs' }),
       mesh,
       self: () => ({ peerId: mesh.status().peerId, name: config.node.name, gpus: inventory()?.gpus.devices.length ?? 0 }),
+      // Live operations go to the nodes' executors (agent/workers/); this agent's own runs in process.
+      dispatch: createOpDispatch({
+        node: mesh.node,
+        self: mesh.status().peerId,
+        local: async m => {
+          const workers = handle('workers')
+          if (workers === undefined) throw new AgentError('ERR_UNAVAILABLE', `live workers are not available on the leader's node: ${subsystemReason('workers')}`)
+          return await workers.executor.handle(m)
+        },
+      }),
     }),
   ]
 
@@ -279,6 +293,18 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           detectedCpuCores: inventory.cpu.cores,
           gpus: inventory.gpus.devices.length,
         }, { logger: context.logger, selfId: context.get('mesh').status().peerId, leader: context.get('leader') }))
+      },
+    }),
+    subsystem({
+      // Live execution on this node (agent/workers/): workers of live jobs register here, and the
+      // leader's dispatches of their operations (with the context switches before them) run here.
+      id: 'workers',
+      requires: ['jobs', 'state', 'mesh'],
+      async create (context) {
+        const jobs = context.get('jobs')
+        const mesh = context.get('mesh')
+        return serviceSubsystem(createWorkersService({ selfPeerId: mesh.status().peerId },
+          { logger: context.logger, stateManager: context.get('state'), jobs: () => jobs.list(), node: mesh.node }))
       },
     }),
     subsystem({

@@ -56,6 +56,16 @@ export const errorCodes = [
   'ERR_JOB_CONFLICT',
   'ERR_JOB_NOT_FOUND',
   'ERR_JOBS_FULL',
+  // live execution (agent/workers/, mesh/control/jobs/)
+  'ERR_JOB_NOT_RUNNING',
+  'ERR_UNKNOWN_OPERATION',
+  'ERR_WORKER_EXISTS',
+  'ERR_WORKER_MISSING',
+  'ERR_WORKER_LOST',
+  'ERR_OPERATION_FAILED',
+  'ERR_NODE_LOST',
+  'ERR_STATE_MISMATCH',
+  'ERR_STALE_EPOCH',
   // mesh (mesh/)
   'ERR_CLUSTER_KEY_INVALID',
   'ERR_MESH_ADDRESS',

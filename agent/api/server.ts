@@ -23,6 +23,7 @@ import { registerFaultRoutes, type FaultSource } from './routes/fault.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 import { registerJobsRoutes, type JobsSource } from './routes/jobs.ts'
 import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
+import { registerWorkersRoutes, type WorkersSource } from './routes/workers.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -63,6 +64,8 @@ export interface ApiServerComponents {
   jobs?: JobsSource
   /** The reward service; without it the reward routes answer ERR_UNAVAILABLE. */
   reward?: RewardSource
+  /** Default: live workers unavailable. */
+  workers?: WorkersSource
 }
 
 export interface ApiServer {
@@ -130,6 +133,7 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
   registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
+  registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

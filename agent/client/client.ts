@@ -13,6 +13,7 @@ import type { DecisionLogBody, DecisionPosition, LeaderViewBody } from '../api/w
 import type { AcquireGpuResult, GpuLockStreamEvent, LocksBody, ReleaseGpuResult } from '../api/wire/locks.ts'
 import type { PublishBody, PullBody, PullResult, RegionBody, RetireBody, VersionList, WeightsManifest, WeightsRegion } from '../api/wire/weights.ts'
 import type { JobCompleteAnswer, JobSubmitAnswer, JobsView } from '../api/wire/jobs.ts'
+import type { JobsTop, OpAnswer, WorkersList } from '../api/wire/workers.ts'
 import type { BatchStartRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
 
 export type { GpuLockStreamEvent }
@@ -91,6 +92,12 @@ export interface AgentClient {
   submitJob(spec: unknown, options?: RequestOptions): Promise<JobSubmitAnswer>
   /** A job reports it finished (POST /v1/jobs/:id/complete). */
   completeJob(id: string, options?: RequestOptions): Promise<JobCompleteAnswer>
+  /** Runs an operation on every rank of a live job; answers when all ran it (POST /v1/jobs/:id/ops; no idle timeout). */
+  runOp(job: string, body: { name: string, args?: unknown, opId?: string }, options?: RequestOptions): Promise<OpAnswer>
+  /** The leader's operation scheduler (GET /v1/jobs/top). */
+  jobsTop(options?: RequestOptions): Promise<JobsTop>
+  /** This node's workers of live jobs (GET /v1/workers). */
+  workers(options?: RequestOptions): Promise<WorkersList>
   /** Batch-start hint of the reward service (POST /v1/reward/batches). */
   rewardBatchStart(body: BatchStartRequest, options?: RequestOptions): Promise<unknown>
   /** Submits a reward request; answers once the leader holds it (POST /v1/reward/requests). */
@@ -225,6 +232,9 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     jobs: o => call('GET', '/v1/jobs', undefined, o),
     submitJob: (spec, o) => call('POST', '/v1/jobs', spec, o),
     completeJob: (id, o) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/complete`, {}, o),
+    runOp: (job, body, o) => call('POST', `/v1/jobs/${encodeURIComponent(job)}/ops`, body, { idleTimeoutMs: 0, ...o }),
+    jobsTop: o => call('GET', '/v1/jobs/top', undefined, o),
+    workers: o => call('GET', '/v1/workers', undefined, o),
     rewardBatchStart: (body, o) => call('POST', '/v1/reward/batches', body, o),
     rewardSubmit: (body, o) => call('POST', '/v1/reward/requests', body, o),
     rewardResult: (id, waitMs = 0, o = {}) => call('GET', `/v1/reward/requests/${encodeURIComponent(id)}?waitMs=${waitMs}`, undefined, { idleTimeoutMs: waitMs + timeoutMs, ...o }),

@@ -6,6 +6,9 @@ import type { Command } from './command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'
 import { jobsListCommand } from './jobs-list.ts'
 import { jobsSubmitCommand } from './jobs-submit.ts'
+import { jobsOpCommand } from './jobs-op.ts'
+import { jobsShowCommand } from './jobs-show.ts'
+import { jobsTopCommand } from './jobs-top.ts'
 import { keygenCommand } from './keygen.ts'
 import { leaderCommand } from './leader.ts'
 import { locksCommand } from './locks.ts'
@@ -48,5 +51,8 @@ export const commands: Record<string, Command> = {
   'weights retire': weightsRetireCommand,
   'jobs submit': jobsSubmitCommand,
   'jobs list': jobsListCommand,
+  'jobs show': jobsShowCommand,
+  'jobs op': jobsOpCommand,
+  'jobs top': jobsTopCommand,
   'reward status': rewardStatusCommand,
 }

@@ -1,10 +1,13 @@
 /**
  * agentctl inspect residency: where every key lives. Per-tier and
  * per-namespace totals, the dedup ratio (logical / stored), pool
- * fragmentation and the key list; --watch redraws every second until Ctrl-C.
+ * fragmentation and the key list; and the live jobs' workers on this node:
+ * whether each one's state is on its device or only stored (which version).
+ * --watch redraws every second until Ctrl-C.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Residency } from '../../agent/state/state-manager.ts'
+import type { WorkerView } from '../../agent/api/wire/workers.ts'
 import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes, formatTable } from './table.ts'
 
@@ -19,14 +22,25 @@ export const inspectResidencyCommand: Command = {
     if (tier !== undefined && tier !== 'host' && tier !== 'nvme') throw new UsageError(`--tier must be host or nvme, got "${tier}"`)
     if (context.values.watch === true && !context.json) {
       for (;;) {
-        const text = renderResidency(await fetchResidency(context, tier))
+        const text = renderResidency(await fetchResidency(context, tier), await fetchWorkers(context))
         process.stdout.write(`\x1b[2J\x1b[H${text}\n`)
         try { await sleep(1000, undefined, { signal: context.signal }) } catch { return { json: null, human: '' } }
       }
     }
     const residency = await fetchResidency(context, tier)
-    return { json: residency, human: renderResidency(residency) }
+    const workers = await fetchWorkers(context)
+    return { json: { ...residency, workers }, human: renderResidency(residency, workers) }
   },
+}
+
+/** This node's workers of live jobs; [] when the agent runs none (live workers unavailable). */
+async function fetchWorkers ({ client, signal }: CommandContext): Promise<WorkerView[]> {
+  try {
+    return (await client.workers({ signal })).workers
+  } catch (err) {
+    if ((err as { code?: string }).code === 'ERR_UNAVAILABLE') return []
+    throw err
+  }
 }
 
 async function fetchResidency ({ client, values, signal }: CommandContext, tier: string | undefined): Promise<Residency> {
@@ -36,7 +50,7 @@ async function fetchResidency ({ client, values, signal }: CommandContext, tier:
   return tier === undefined ? residency : { ...residency, keys: residency.keys.filter(k => k.tier === tier) }
 }
 
-export function renderResidency (r: Residency): string {
+export function renderResidency (r: Residency, workers: readonly WorkerView[] = []): string {
   const ratio = r.storedBytes > 0 ? (r.logicalBytes / r.storedBytes).toFixed(2) : '-'
   const tierRows = tiers.map(t => {
     const { capacityBytes, usedBytes } = r.tiers[t]
@@ -55,5 +69,11 @@ export function renderResidency (r: Residency): string {
     nsRows.length > 0 ? formatTable(['NAMESPACE', 'KEYS', 'LOGICAL', 'STORED', 'QUOTA'], nsRows) : 'no namespaces',
     '',
     keyRows.length > 0 ? formatTable(['KEY', 'BYTES', 'TIER', 'REPLICAS', 'DURABLE'], keyRows) : 'no keys',
+    ...(workers.length > 0
+      ? ['', formatTable(['JOB', 'RANK', 'GPU', 'PID', 'STATE', 'STORED VERSIONS', 'BYTES'], workers.map(w => [
+          w.job, String(w.rank), w.gpu === null ? '-' : String(w.gpu), w.pid === null ? '-' : String(w.pid),
+          w.onDevice ? 'on device' : 'offloaded', w.storedVersions.join(',') || '-', formatBytes(w.stateBytes),
+        ]))]
+      : []),
   ].join('\n')
 }

@@ -25,7 +25,7 @@ import { ClusterHorizon } from '../../policies/placement/cluster-horizon.ts'
 import { footprintEnd } from '../../policies/placement/footprint.ts'
 import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../../policies/placement/placement-policy.ts'
 import { durationSlots } from '../../policies/placement/ring-horizon.ts'
-import { normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
+import { measuredOpsThreshold, normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
 import type { JobRecord, JobTable } from './job-table.ts'
 
 /** A node the leader may place on: alive, with its advertised GPU count. */
@@ -144,14 +144,16 @@ interface PeerClaim { jobId: string, peerIds: readonly string[], fromSlot: numbe
  * returns its claim over the nodes it could run on, from the same view.
  */
 function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim: PeerClaim | undefined, wantClaim: boolean): { job: JobRecord } | { job: undefined, claim: PeerClaim | undefined } {
-  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode)
+  // The admission bound, live (PlexRL §4.3): no new colocation beside a job whose measured slowdown already exceeds its bound.
+  const overloaded = new Set(table.jobs.filter(j => j.state === 'RUNNING' && j.measured !== undefined && j.measured.ops >= measuredOpsThreshold && j.measured.slowdown > j.spec.maxSlowdown).flatMap(j => j.nodes))
+  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode && !overloaded.has(n.peerId))
   if (eligible.length < queued.spec.nodes) return { job: undefined, claim: undefined }
   const horizon = horizonOf(table, eligible, nowSlot, options)
   const index = new Map(eligible.map((n, i) => [n.peerId, i]))
   const claim: NodeClaim | undefined = peerClaim === undefined
     ? undefined
     : { jobId: peerClaim.jobId, fromSlot: peerClaim.fromSlot, nodes: peerClaim.peerIds.map(p => index.get(p)).filter((i): i is number => i !== undefined).sort((a, b) => a - b) }
-  const job = placementJobOf(queued.spec)
+  const job = placementJobOf(queued.spec, queued.spec.iterations, queued.measured)
   const decision = planPlacement(horizon, job, { policy: options.policy, nowSlot, maxJobsPerNode: options.maxJobsPerNode, claim })
   if (decision === undefined) {
     const own = wantClaim ? claimNodes(horizon, job, nowSlot) : undefined

@@ -14,6 +14,11 @@
  *   take the job; 0 lets CPU-only nodes take it.
  * - Bounds keep the whole job table inside one mesh message: at most 64
  *   nodes and 32 segments per job.
+ * - `live` (default false): the job's workers register with the agents
+ *   (agent/workers/PROTOCOL.md) and its controller submits operations; it
+ *   completes when reported (POST /v1/jobs/:id/complete). A job without it is
+ *   a modeled one: the leader replays its profile and completes it when its
+ *   iterations have elapsed.
  */
 import { Type, type Static } from '@sinclair/typebox'
 import { checkJobSegments, defaultContextSwitchS, jobFields, segmentSchema } from '../../sim/placement-trace.ts'
@@ -28,6 +33,7 @@ export const JobSpecSchema = Type.Object({
   nodes: Type.Integer({ minimum: 1, maximum: 64, description: 'gang size: whole nodes the job needs at once' }),
   gpusPerNode: Type.Optional(Type.Integer({ minimum: 0, maximum: 64, description: 'GPUs each node must have (default 1)' })),
   segments: Type.Array(segmentSchema, { minItems: 1, maxItems: 32, description: 'GPU-busy parts of one period: ordered, disjoint, within periodS' }),
+  live: Type.Optional(Type.Boolean({ description: 'true: real workers run its operations (agent/workers/PROTOCOL.md) and it completes when reported; default false: a modeled job the leader replays' })),
 }, { additionalProperties: false })
 
 export type JobSpec = Static<typeof JobSpecSchema>
@@ -41,7 +47,8 @@ export function parseJobSpec (input: unknown, source = 'job spec'): JobSpec {
   return validator.parse(input, source)
 }
 
-export type NormalizedJobSpec = Required<JobSpec>
+/** Every field filled in except `live`, which is present only when true (tables from before it stay valid and equal). */
+export type NormalizedJobSpec = Required<Omit<JobSpec, 'live'>> & { live?: true }
 
 /** The spec with its defaults filled in and keys in schema order (what the job table stores). */
 export function normalizedSpec (spec: JobSpec, contextSwitchS = defaultContextSwitchS): NormalizedJobSpec {
@@ -55,12 +62,31 @@ export function normalizedSpec (spec: JobSpec, contextSwitchS = defaultContextSw
     maxSlowdown: spec.maxSlowdown,
     profiled: spec.profiled ?? true,
     switchS: spec.switchS ?? contextSwitchS,
+    ...(spec.live === true ? { live: true as const } : {}),
   }
 }
 
-/** What the placement policy sees of a job with `iterations` left. */
-export function placementJobOf (spec: NormalizedJobSpec, iterations = spec.iterations): PlacementJob {
-  return { id: spec.id, nodes: spec.nodes, periodS: spec.periodS, iterations, segments: spec.segments, maxSlowdown: spec.maxSlowdown, profiled: spec.profiled, switchS: spec.switchS }
+/** Operations measured before a live job's measured figures replace the submitted ones. */
+export const measuredOpsThreshold = 3
+
+/**
+ * What the placement policy sees of a job with `iterations` left. With a
+ * measured profile of at least measuredOpsThreshold operations (a live job
+ * placed again after a requeue), the measured switch cost replaces switchS
+ * and the segments are scaled so that their share of the period is the
+ * measured busy fraction (each segment keeps its start; none passes the next
+ * one or the period's end).
+ */
+export function placementJobOf (spec: NormalizedJobSpec, iterations = spec.iterations, measured?: { ops: number, switchS: number, busyFraction: number }): PlacementJob {
+  const base = { id: spec.id, nodes: spec.nodes, periodS: spec.periodS, iterations, segments: spec.segments, maxSlowdown: spec.maxSlowdown, profiled: spec.profiled, switchS: spec.switchS }
+  if (measured === undefined || measured.ops < measuredOpsThreshold) return base
+  const submittedBusyS = spec.segments.reduce((n, s) => n + s.durationS, 0)
+  const scale = submittedBusyS > 0 ? measured.busyFraction * spec.periodS / submittedBusyS : 1
+  const segments = spec.segments.map((s, i) => {
+    const limitS = (spec.segments[i + 1]?.offsetS ?? spec.periodS) - s.offsetS
+    return { offsetS: s.offsetS, durationS: Math.max(Math.min(s.durationS * scale, limitS), 1e-3) }
+  })
+  return { ...base, segments, switchS: measured.switchS, profiled: true }
 }
 
 /** Whether two normalized specs are the same submission (every field equal). */

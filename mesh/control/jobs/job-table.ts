@@ -13,6 +13,23 @@ import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { JobSpecSchema } from './job-spec.ts'
 
+const { live: _live, ...requiredSpecFields } = Type.Required(JobSpecSchema).properties
+/** A stored spec: every field but `live` filled in (job-spec.ts normalizedSpec). */
+const StoredSpecSchema = Type.Object({ ...requiredSpecFields, live: Type.Optional(Type.Literal(true)) }, { additionalProperties: false })
+
+/** A live job's figures measured by the leaders' operation schedulers (mesh/control/jobs/op-scheduler.ts). */
+export const MeasuredProfileSchema = Type.Object({
+  ops: Type.Integer({ minimum: 0, description: 'operations measured' }),
+  runS: Type.Number({ minimum: 0, description: 'GPU-busy time of those operations' }),
+  switches: Type.Integer({ minimum: 0 }),
+  switchS: Type.Number({ minimum: 0, description: 'mean measured context switch (offload + onload), seconds' }),
+  queuedS: Type.Number({ minimum: 0, description: 'time its operations waited for admission' }),
+  slowdown: Type.Number({ minimum: 1, description: '(run + switch + queued) / run: what sharing its nodes cost it' }),
+  busyFraction: Type.Number({ minimum: 0, maximum: 1, description: 'run time over wall time since its first measured operation' }),
+  updatedAtMs: Type.Integer({ minimum: 0 }),
+}, { additionalProperties: false })
+export type MeasuredProfile = Static<typeof MeasuredProfileSchema>
+
 export const jobStates = ['QUEUED', 'RUNNING', 'COMPLETED'] as const
 export type JobState = typeof jobStates[number]
 
@@ -31,7 +48,7 @@ export const JobPlacementSchema = Type.Object({
 
 export const JobRecordSchema = Type.Object({
   id: Type.String(),
-  spec: Type.Required(JobSpecSchema),
+  spec: StoredSpecSchema,
   state: Type.Union(jobStates.map(s => Type.Literal(s))),
   nodes: Type.Array(Type.String(), { description: 'peer ids of the placed nodes ([] unless RUNNING)' }),
   nodeNames: Type.Array(Type.String(), { description: 'their node names, same order' }),
@@ -41,6 +58,7 @@ export const JobRecordSchema = Type.Object({
   completedAtMs: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()]),
   completedBy: Type.Union([Type.Literal('elapsed'), Type.Literal('reported'), Type.Null()], { description: 'elapsed: its iterations ran out in the leader\'s runtime schedule; reported: POST /v1/jobs/:id/complete' }),
   requeues: Type.Integer({ minimum: 0, description: 'times it went back to QUEUED because a node of its group died' }),
+  measured: Type.Optional(MeasuredProfileSchema),
 }, { additionalProperties: false })
 
 export const JobTableSchema = Type.Object({

@@ -23,6 +23,15 @@
  * - Placement rounds run on every membership change, every completion and
  *   every `rescheduleIntervalMs`; a round that changes nothing publishes
  *   nothing.
+ * - Live jobs (spec.live): their operations are admitted by the operation
+ *   scheduler (op-scheduler.ts), reached by two more leader calls:
+ *     jobs.op  OpRequest → OpAnswer, or { pending: true } after a long-poll
+ *              round of opLongPollMs (the caller asks again, same opId)
+ *     jobs.top {}        → JobsTop
+ *   Every measuredPublishMs the figures it measured are written into the
+ *   live jobs' records (`measured`), so placement after a requeue, the
+ *   admission bound and `agentctl jobs show` use measured figures. The
+ *   modeled runtime schedule (job-runtime.ts) tracks the other jobs only.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../../core/errors.ts'
@@ -34,6 +43,9 @@ import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTab
 import type { JobCompleteAnswer as CompleteAnswer, JobSubmitAnswer as SubmitAnswer } from './job-table.ts'
 import { createJobRuntime } from './job-runtime.ts'
 import type { PlacementConfig } from './jobs-config.ts'
+import type { OpDispatch } from './op-dispatch.ts'
+import { createOpScheduler, type MeasuredJob } from './op-scheduler.ts'
+import { parseOpRequest } from './op-wire.ts'
 
 export const jobsDecisionKind = 'jobs'
 
@@ -43,6 +55,10 @@ export interface JobsLeaderTaskOptions {
   maxTableBytes: number
   /** How long a job's node may be unknown to a new leader before it counts as gone, ms. Default 10000. */
   unknownNodeGraceMs?: number
+  /** How long one jobs.op call waits before answering { pending: true }, ms (under the leader call's 30 s). Default 20000. */
+  opLongPollMs?: number
+  /** How often measured profiles are written into the job table, ms. Default 5000. */
+  measuredPublishMs?: number
 }
 
 export interface JobsLeaderTaskComponents {
@@ -52,6 +68,8 @@ export interface JobsLeaderTaskComponents {
   self(): LiveNode
   /** Wall clock, ms since the epoch. Default Date.now. */
   clockMs?: () => number
+  /** Sends live operations to the nodes (op-dispatch.ts); without it jobs.op answers ERR_UNAVAILABLE. */
+  dispatch?: OpDispatch
 }
 
 /** The answers' schemas live with the job table's views (job-table.ts), declared once for the API. */
@@ -89,7 +107,8 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
           const withSwitches = { ...next, contextSwitches: Math.max(next.contextSwitches, table.contextSwitches, switchesBase + runtime.contextSwitches) }
           const decision = await context.decide(jobsDecisionKind, withSwitches)
           table = withSwitches
-          runtime.sync(table.jobs.filter(j => j.state === 'RUNNING'))
+          runtime.sync(modeledRunning(table))
+          ops?.tableChanged()
           return { answer, decision }
         })
         chain = run.catch(() => {})
@@ -140,17 +159,80 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
         return { job: done.answer!, decision: done.decision } satisfies CompleteAnswer
       })
 
+      const ops = components.dispatch === undefined
+        ? undefined
+        : createOpScheduler({ scheduler: config.runtime, epoch: context.epoch }, { logger: log, dispatch: components.dispatch, table: () => table, clockMs })
+      const firstOpMs = new Map<string, number>()
+      context.handleCalls('jobs.op', async body => {
+        if (ops === undefined) throw new AgentError('ERR_UNAVAILABLE', 'this leader runs no operation scheduler')
+        const request = parseOpRequest(body)
+        if (!firstOpMs.has(request.job)) firstOpMs.set(request.job, clockMs())
+        let timer: NodeJS.Timeout | undefined
+        const pending = new Promise<{ pending: true }>(resolve => { timer = setTimeout(() => resolve({ pending: true }), options.opLongPollMs ?? 20_000) })
+        try {
+          return await Promise.race([ops.submit(request), pending])
+        } finally {
+          clearTimeout(timer)
+        }
+      })
+      context.handleCalls('jobs.top', async () => {
+        if (ops === undefined) throw new AgentError('ERR_UNAVAILABLE', 'this leader runs no operation scheduler')
+        return ops.top()
+      })
+      const publishMeasured = (): void => {
+        if (ops === undefined || ops.measured().size === 0) return
+        void change(t => withMeasured(t, ops.measured(), firstOpMs, clockMs()))
+          .catch(err => log.warn({ err: (err as Error).message }, 'jobs: measured profiles not published'))
+      }
+      const measuredTimer = setInterval(publishMeasured, options.measuredPublishMs ?? 5000)
+      measuredTimer.unref()
+
       const unsubscribe = components.mesh.subscribe(e => reschedule(`member ${e.node || e.peerId} ${e.to}`))
       const timer = setInterval(() => reschedule('interval'), config.rescheduleIntervalMs)
       timer.unref()
       context.signal.addEventListener('abort', () => {
         clearInterval(timer)
+        clearInterval(measuredTimer)
         unsubscribe()
         runtime.stop()
+        ops?.stop()
       }, { once: true })
       // Resume the runtime schedule of the jobs the previous leader left running, then place what fits.
-      runtime.sync(table.jobs.filter(j => j.state === 'RUNNING'))
+      runtime.sync(modeledRunning(table))
       reschedule('took over')
     },
   }
+}
+
+/** RUNNING jobs the modeled runtime schedule replays: those without live workers. */
+function modeledRunning (table: JobTable): JobRecord[] {
+  return table.jobs.filter(j => j.state === 'RUNNING' && j.spec.live !== true)
+}
+
+/**
+ * The table with each live job's measured profile (op-scheduler.ts figures of
+ * this leader); the same table object when no figure changed (nothing to publish).
+ */
+export function withMeasured (table: JobTable, measured: ReadonlyMap<string, MeasuredJob>, firstOpMs: ReadonlyMap<string, number>, nowMs: number): JobTable {
+  let changed = false
+  const jobs = table.jobs.map(j => {
+    const m = measured.get(j.id)
+    if (m === undefined || m.ops === 0 || j.state !== 'RUNNING') return j
+    const runS = m.runMs / 1000
+    const wallS = Math.max((nowMs - (firstOpMs.get(j.id) ?? nowMs)) / 1000, runS, 1e-9)
+    const round = (x: number): number => Math.round(x * 1e6) / 1e6
+    const profile = {
+      ops: m.ops,
+      runS: round(runS),
+      switches: m.switches,
+      switchS: round(m.switches > 0 ? m.switchMs / m.switches / 1000 : 0),
+      queuedS: round(m.queuedMs / 1000),
+      slowdown: round(m.runMs > 0 ? Math.max(1, (m.runMs + m.switchMs + m.queuedMs) / m.runMs) : 1),
+      busyFraction: round(Math.min(1, runS / wallS)),
+    }
+    if (j.measured !== undefined && j.measured.ops === profile.ops && j.measured.switches === profile.switches) return j
+    changed = true
+    return { ...j, measured: { ...profile, updatedAtMs: Math.floor(nowMs) } }
+  })
+  return changed ? { ...table, revision: table.revision + 1, jobs } : table
 }

@@ -10,6 +10,9 @@ import type { LeaderService } from '../../election/leader-service.ts'
 import { parseJobSpec } from './job-spec.ts'
 import { jobTableOf, jobTableProblem, type JobTable, type JobsView } from './job-table.ts'
 import { jobsDecisionKind, type CompleteAnswer, type SubmitAnswer } from './jobs-leader-task.ts'
+import { parseOpRequest, type JobsTop, type OpAnswer } from './op-wire.ts'
+import { AgentError } from '../../../core/errors.ts'
+import { randomUUID } from 'node:crypto'
 
 export interface JobsServiceOptions {
   /** Seconds per slot shown before any table arrived. */
@@ -31,6 +34,15 @@ export interface JobsService {
   list(): JobsView
   submit(spec: unknown, options?: { signal?: AbortSignal }): Promise<SubmitAnswer>
   complete(id: string, options?: { signal?: AbortSignal }): Promise<CompleteAnswer>
+  /**
+   * Runs an operation of a live job (op-scheduler.ts) and resolves once every
+   * rank ran it. `body` is { name, args?, opId? } (opId default: a fresh id).
+   * Long-polls the acting leader with the same opId until the answer comes,
+   * across leader changes; `signal` (the caller went away) stops asking — the
+   * operation itself is not cancelled.
+   */
+  runOp(job: string, body: unknown, options?: { signal?: AbortSignal }): Promise<OpAnswer>
+  top(): Promise<JobsTop>
 }
 
 export function createJobsService (options: JobsServiceOptions, components: JobsServiceComponents): JobsService {
@@ -64,6 +76,19 @@ export function createJobsService (options: JobsServiceOptions, components: Jobs
     },
     async complete (id, o = {}) {
       return await leader.callLeader('jobs.complete', { id }, { timeoutMs, ...o }) as CompleteAnswer
+    },
+    async runOp (job, body, o = {}) {
+      const b = body !== null && typeof body === 'object' && !Array.isArray(body) ? body as Record<string, unknown> : undefined
+      if (b === undefined) throw new AgentError('ERR_BAD_REQUEST', 'an operation is { name, args?, opId? }')
+      const request = parseOpRequest({ ...b, job, opId: b.opId ?? `op-${randomUUID()}` })
+      for (;;) {
+        if (o.signal?.aborted === true) throw new AgentError('ERR_UNAVAILABLE', 'the caller went away')
+        const answer = await leader.callLeader('jobs.op', request, { timeoutMs, ...o }) as OpAnswer | { pending: true }
+        if (!('pending' in answer)) return answer
+      }
+    },
+    async top () {
+      return await leader.callLeader('jobs.top', {}, { timeoutMs }) as JobsTop
     },
   }
 }

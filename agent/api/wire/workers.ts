@@ -1,0 +1,52 @@
+/**
+ * Wire schemas of /v1/workers and of live operations (/v1/jobs/:id/ops,
+ * /v1/jobs/top), declared once beside the code that produces them
+ * (agent/workers/, mesh/control/jobs/op-wire.ts); clients reach them here.
+ * The protocol: agent/workers/PROTOCOL.md.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+export { WorkerRegistrationSchema, type WorkerRegistration } from '../../workers/worker-registry.ts'
+export { JobsTopSchema, OpAnswerSchema, opIdPattern, opNamePattern, maxOpJsonBytes, type JobsTop, type OpAnswer } from '../../../mesh/control/jobs/op-wire.ts'
+
+export const RegisterAnswerSchema = Type.Object({
+  workerId: Type.String(),
+  job: Type.String(),
+  rank: Type.Integer(),
+  gpu: Type.Union([Type.Integer(), Type.Null()]),
+  node: Type.String({ description: 'this agent\'s peer id' }),
+  stored: Type.Union([Type.Object({ version: Type.Integer() }), Type.Null()], { description: 'a stored state this worker is loaded from before its next operation (a restarted worker); null: its initial state was stored as version 0' }),
+})
+export type RegisterAnswer = Static<typeof RegisterAnswerSchema>
+
+export const WorkerViewSchema = Type.Object({
+  workerId: Type.String(),
+  job: Type.String(),
+  rank: Type.Integer(),
+  gpu: Type.Union([Type.Integer(), Type.Null()]),
+  pid: Type.Union([Type.Integer(), Type.Null()]),
+  attached: Type.Boolean({ description: 'its event stream is open' }),
+  onDevice: Type.Boolean({ description: 'its memory holds the job\'s current state (resident)' }),
+  storedVersions: Type.Array(Type.Integer(), { description: 'versions of its state in the StateManager, oldest first' }),
+  tensors: Type.Integer(),
+  stateBytes: Type.Integer(),
+  ops: Type.Array(Type.String()),
+})
+export type WorkerView = Static<typeof WorkerViewSchema>
+
+export const WorkersListSchema = Type.Object({ workers: Type.Array(WorkerViewSchema) })
+export type WorkersList = Static<typeof WorkersListSchema>
+
+export const WorkerReplySchema = Type.Object({
+  requestId: Type.String({ minLength: 1, maxLength: 64 }),
+  ok: Type.Boolean(),
+  result: Type.Optional(Type.Unknown()),
+  startedAtMs: Type.Optional(Type.Number()),
+  durationMs: Type.Optional(Type.Number({ minimum: 0 })),
+  error: Type.Optional(Type.Object({ code: Type.String({ maxLength: 64 }), message: Type.String({ maxLength: 8192 }) })),
+}, { additionalProperties: false })
+
+export const OpBodySchema = Type.Object({
+  name: Type.String({ description: 'an operation every worker of the job registered' }),
+  args: Type.Optional(Type.Unknown({ description: 'JSON for the handlers, at most 64 KiB' })),
+  opId: Type.Optional(Type.String({ description: 'idempotency id (default: a fresh one)' })),
+}, { additionalProperties: false })

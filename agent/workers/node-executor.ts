@@ -1,0 +1,198 @@
+/**
+ * Carries out the leader's dispatches on this node's workers (PlexRL §5.2.2
+ * automatic context switching, §5.3 the agent as the active copy endpoint;
+ * RLinf §3.3 the device lock):
+ *
+ *   run:        validate (job placed here, every local rank live, the name
+ *               registered by each) — nothing has changed yet when this
+ *               fails — then, under the locks of the job's devices here:
+ *               offload every other job whose state holds those devices
+ *               (stored under the dispatch's version, released), onload this
+ *               job's workers that are not current (from their latest stored
+ *               version), run the operation on every local rank.
+ *   store:      offload the job's current local state under the version
+ *               without releasing it (its other nodes offloaded it).
+ *   invalidate: roll the job's local workers back (release; the next run
+ *               onloads the stored state).
+ *
+ * Contract:
+ * - Fencing: a dispatch from an epoch lower than the highest seen is
+ *   ERR_STALE_EPOCH and changes nothing.
+ * - Idempotency: a run is named by (job, opId). A repeat while it runs joins
+ *   it; a repeat after it ended answers the same (success or error) from a
+ *   cache of the last `retainedRuns` runs. So an operation a failed-over
+ *   leader dispatches again never runs twice here.
+ * - Device locks: one FIFO lock per GPU (a CPU-only group takes the node's
+ *   `cpu` lock); a run holds its job's local locks throughout, so two jobs
+ *   sharing a GPU never interleave their switches and runs, whatever the
+ *   leader does.
+ * - A worker that dies during a run fails it with ERR_WORKER_LOST naming the
+ *   rank; the job's other local workers roll back. A handler's error is
+ *   ERR_OPERATION_FAILED naming the rank. Another job's worker dying while
+ *   it is offloaded for this run does not fail this run (its memory is gone
+ *   with it); any other offload failure (e.g. the host tier and NVMe are
+ *   full) fails the run before anything of this job is touched.
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../../core/errors.ts'
+import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
+import type { DispatchAnswer, DispatchMessage } from '../../mesh/control/jobs/op-wire.ts'
+import { ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
+import { createResourceLocks } from './resource-locks.ts'
+import type { WorkerRecord, WorkerRegistry, WorkerReply } from './worker-registry.ts'
+
+export interface NodeExecutorOptions {
+  selfPeerId: string
+  /** Finished runs whose answers are kept for repeats. Default 4096. */
+  retainedRuns?: number
+}
+
+export interface NodeExecutorComponents {
+  logger: Logger
+  registry: WorkerRegistry
+  jobs(): JobsView
+  clockMs?: () => number
+}
+
+export interface NodeExecutor {
+  handle(message: DispatchMessage): Promise<DispatchAnswer | Record<string, never>>
+  /** A worker of `job` died here: roll its siblings back. */
+  workerLost(worker: WorkerRecord): void
+  /** Highest epoch a dispatch came from. */
+  readonly epoch: number
+}
+
+type Run = Promise<DispatchAnswer>
+
+export function createNodeExecutor (options: NodeExecutorOptions, components: NodeExecutorComponents): NodeExecutor {
+  const { registry, logger: log } = components
+  const clockMs = components.clockMs ?? (() => performance.now())
+  const retained = options.retainedRuns ?? 4096
+  const locks = createResourceLocks()
+  const runs = new Map<string, Run>()
+  let maxEpoch = 0
+
+  const devices = (w: { gpu: number | null }): string => w.gpu === null ? 'cpu' : `gpu:${w.gpu}`
+
+  /** The job's ranks here and their live workers; ERR_* when it is not placed here or a rank has none. */
+  const localWorkers = (jobId: string): WorkerRecord[] => {
+    const job = components.jobs().jobs.find(j => j.id === jobId)
+    if (job === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${jobId} in the job table of node ${options.selfPeerId}`)
+    const index = job.nodes.indexOf(options.selfPeerId)
+    if (job.state !== 'RUNNING' || index < 0) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${jobId} is not running on node ${options.selfPeerId} (its table: ${job.state})`)
+    const ranks = ranksOnNode(job.spec.gpusPerNode, index)
+    const missing = ranks.filter(r => registry.live(jobId, r)?.attached !== true)
+    if (missing.length > 0) throw new AgentError('ERR_WORKER_MISSING', `job ${jobId}: rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')} ha${missing.length > 1 ? 've' : 's'} no live worker on node ${options.selfPeerId} yet (start it: it registers with this node's agent)`, { details: { job: jobId, ranks: missing } })
+    return ranks.map(r => registry.live(jobId, r)!)
+  }
+
+  const ask = async (w: WorkerRecord, type: 'offload' | 'onload' | 'release' | 'run', data: Record<string, unknown>): Promise<WorkerReply> => {
+    const reply = await registry.request(w, type, data)
+    if (!reply.ok) {
+      const code = type === 'run' ? 'ERR_OPERATION_FAILED' : (reply.error?.code === 'ERR_TIER_FULL' || reply.error?.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : 'ERR_OPERATION_FAILED')
+      throw new AgentError(code, `rank ${w.rank} of job ${w.job} failed its ${type}${type === 'run' ? ` of ${String(data.name)}` : ''}: ${reply.error?.code ?? ''} ${reply.error?.message ?? 'no message'}`.replace(/ {2}/, ' '), { details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: reply.error?.code } })
+    }
+    return reply
+  }
+
+  /** Offloads every current worker of `job` here under `version`; releases those in `release`. */
+  const storeJob = async (workers: WorkerRecord[], version: number, release: (w: WorkerRecord) => boolean): Promise<number> => {
+    let bytes = 0
+    await Promise.all(workers.map(async w => {
+      if (!w.current) {
+        if (release(w) && w.holds) { await ask(w, 'release', {}); w.holds = false }
+        return
+      }
+      const r = release(w)
+      await ask(w, 'offload', { version, release: r })
+      await registry.recordStored(w, version)
+      bytes += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
+      if (r) { w.holds = false; w.current = false }
+    }))
+    return bytes
+  }
+
+  const run = async (m: Extract<DispatchMessage, { kind: 'run' }>): Promise<DispatchAnswer> => {
+    const mine = localWorkers(m.job)
+    const unknown = mine.filter(w => !w.ops.has(m.name))
+    if (unknown.length > 0) throw new AgentError('ERR_UNKNOWN_OPERATION', `job ${m.job}: no operation ${JSON.stringify(m.name)} registered by rank${unknown.length > 1 ? 's' : ''} ${unknown.map(w => w.rank).join(', ')} (registered: ${[...unknown[0]!.ops].sort().join(', ')})`)
+    const held = new Set(mine.map(devices))
+    return await locks.withLocks([...held], async () => {
+      // Re-read after waiting: a worker may have died or restarted meanwhile.
+      const workers = localWorkers(m.job)
+      let offloadMs = 0; let onloadMs = 0; let bytesMoved = 0
+      const offloaded: Array<{ job: string, version: number }> = []
+      const others = registry.liveWorkers().filter(w => w.job !== m.job && w.holds && held.has(devices(w)))
+      const t0 = clockMs()
+      for (const jobId of new Set(others.map(w => w.job))) {
+        const theirs = registry.liveWorkers().filter(w => w.job === jobId)
+        try {
+          bytesMoved += await storeJob(theirs, m.version, w => held.has(devices(w)))
+          offloaded.push({ job: jobId, version: m.version })
+        } catch (err) {
+          if (!(err instanceof AgentError) || err.code !== 'ERR_WORKER_LOST') throw err
+          log.warn({ job: jobId, for: m.job, err: err.message }, 'workers: a worker died while being offloaded; its memory went with it')
+        }
+      }
+      offloadMs = clockMs() - t0
+      const t1 = clockMs()
+      const stale = workers.filter(w => !w.current)
+      await Promise.all(stale.map(async w => {
+        const version = registry.storedVersions(w.job, w.rank).at(-1)
+        if (version === undefined) throw new AgentError('ERR_STATE_MISMATCH', `rank ${w.rank} of job ${m.job} has no stored state to load`)
+        await ask(w, 'onload', { version })
+        w.holds = true
+        w.current = true
+        bytesMoved += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
+      }))
+      onloadMs = stale.length > 0 ? clockMs() - t1 : 0
+      const t2 = clockMs()
+      const replies = await Promise.all(workers.map(async w => ({ w, reply: await ask(w, 'run', { opId: m.opId, name: m.name, args: m.args }) })))
+      const runMs = clockMs() - t2
+      return {
+        ranks: replies.map(({ w, reply }) => ({ rank: w.rank, result: reply.result ?? null, startedAtMs: reply.startedAtMs ?? 0, durationMs: reply.durationMs ?? 0 })),
+        offloaded, onloaded: stale.length > 0, offloadMs: offloaded.length > 0 ? offloadMs : 0, onloadMs, runMs, bytesMoved,
+      }
+    })
+  }
+
+  const rollBack = async (job: string): Promise<void> => {
+    const workers = registry.liveWorkers().filter(w => w.job === job)
+    await locks.withLocks([...new Set(workers.map(devices))], async () => {
+      await Promise.all(workers.map(async w => {
+        const holds = w.holds
+        w.current = false
+        w.holds = false
+        if (holds) await ask(w, 'release', {}).catch(err => log.warn({ job, rank: w.rank, err: (err as Error).message }, 'workers: release for a rollback failed'))
+      }))
+    })
+  }
+
+  return {
+    get epoch () { return maxEpoch },
+    async handle (m) {
+      if (m.epoch < maxEpoch) throw new AgentError('ERR_STALE_EPOCH', `dispatch from epoch ${m.epoch}; node ${options.selfPeerId} has seen epoch ${maxEpoch}`)
+      maxEpoch = m.epoch
+      if (m.kind === 'invalidate') { await rollBack(m.job); return {} }
+      if (m.kind === 'store') {
+        const workers = registry.liveWorkers().filter(w => w.job === m.job)
+        await locks.withLocks([...new Set(workers.map(devices))], async () => { await storeJob(workers, m.version, () => false) })
+        return {}
+      }
+      const key = `${m.job}/${m.opId}`
+      const known = runs.get(key)
+      if (known !== undefined) return await known
+      const started = run(m)
+      runs.set(key, started)
+      if (runs.size > retained) runs.delete(runs.keys().next().value!)
+      started.catch(err => {
+        // Nothing ran when validation refused it: a repeat may run once the cause is fixed (a worker registered).
+        if (err instanceof AgentError && ['ERR_WORKER_MISSING', 'ERR_UNKNOWN_OPERATION', 'ERR_JOB_NOT_RUNNING', 'ERR_JOB_NOT_FOUND'].includes(err.code)) runs.delete(key)
+      })
+      return await started
+    },
+    workerLost (worker) {
+      void rollBack(worker.job).catch(err => log.warn({ job: worker.job, err: (err as Error).message }, 'workers: rollback failed'))
+    },
+  }
+}

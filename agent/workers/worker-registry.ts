@@ -1,0 +1,312 @@
+/**
+ * The workers of live jobs on this node (PROTOCOL.md): registrations, their
+ * event streams, requests to them and their replies, and each (job, rank)'s
+ * stored state versions in the StateManager.
+ *
+ * Contract:
+ * - register() validates everything before it changes anything; it then
+ *   copies the worker's initial state in as version 0 (all or nothing) —
+ *   unless a stored version exists for the (job, rank) (a restarted worker):
+ *   then the worker is registered "not current" and is onloaded before its
+ *   next run. A failure leaves nothing registered and nothing stored.
+ * - A worker is live from attach() (its event stream opened) until the
+ *   stream closes, deregister(), or drop(); one that does not attach within
+ *   attachTimeoutMs is dropped. Its death rejects its pending requests with
+ *   ERR_WORKER_LOST naming the rank and is reported to onWorkerLost.
+ * - request() sends one event and resolves with the worker's reply; replies
+ *   must name a pending requestId (ERR_NOT_FOUND otherwise).
+ * - Stored versions: the registry remembers, per (job, rank), the versions
+ *   stored (ascending) and keeps at most `keepVersions`; older ones are
+ *   dropped from the StateManager when a newer one is recorded.
+ */
+import { randomUUID } from 'node:crypto'
+import type { Logger } from 'pino'
+import { Type, type Static } from '@sinclair/typebox'
+import { AgentError } from '../../core/errors.ts'
+import { createInputValidator } from '../../core/validate-input.ts'
+import { formatKey, parseKey, type StateKey } from '../state/keys.ts'
+import type { MemorySpec, StateManager } from '../state/state-manager.ts'
+import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
+import { jobIdPattern } from '../../mesh/control/jobs/job-spec.ts'
+import { maxOpJsonBytes, opNamePattern, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
+import { MemorySpecSchema } from '../api/wire/state.ts'
+
+export const maxStateTensors = 4096
+
+export const WorkerRegistrationSchema = Type.Object({
+  job: Type.String({ pattern: jobIdPattern }),
+  rank: Type.Integer({ minimum: 0, maximum: 1 << 20 }),
+  gpu: Type.Union([Type.Integer({ minimum: 0, maximum: 63 }), Type.Null()], { description: 'the agent\'s index of the worker\'s GPU; null in a CPU-only group (gpusPerNode 0)' }),
+  ops: Type.Array(Type.String({ pattern: opNamePattern }), { minItems: 1, maxItems: 256, uniqueItems: true, description: 'operations this worker runs' }),
+  tensors: Type.Array(Type.Object({
+    name: Type.String({ minLength: 1, maxLength: 512 }),
+    key: Type.String({ description: 'canonical key (agent/state/keys.ts) in the job\'s namespace, version 0' }),
+    memory: MemorySpecSchema,
+  }, { additionalProperties: false }), { maxItems: maxStateTensors, description: 'the worker\'s state: what a context switch moves' }),
+}, { additionalProperties: false })
+export type WorkerRegistration = Static<typeof WorkerRegistrationSchema>
+
+const validator = createInputValidator(WorkerRegistrationSchema, 'ERR_BAD_REQUEST', 'worker registration', (r, add) => {
+  const names = new Set<string>()
+  r.tensors.forEach((t, i) => {
+    if (names.has(t.name)) add(`tensors[${i}].name`, `${JSON.stringify(t.name)} appears twice`)
+    names.add(t.name)
+  })
+})
+
+export interface StateTensor { name: string, key: StateKey }
+
+export interface WorkerRecord {
+  id: string
+  job: string
+  rank: number
+  gpu: number | null
+  pid: number | null
+  ops: ReadonlySet<string>
+  tensors: readonly StateTensor[]
+  /** The worker holds memory for its state (false once released). */
+  holds: boolean
+  /** That memory holds the job's latest state (false: stale or released; an onload comes first). */
+  current: boolean
+  attached: boolean
+}
+
+export interface RegisterAnswer { workerId: string, job: string, rank: number, gpu: number | null, node: string, stored: { version: number } | null }
+
+export interface WorkerView {
+  workerId: string, job: string, rank: number, gpu: number | null, pid: number | null, attached: boolean,
+  onDevice: boolean, storedVersions: number[], tensors: number, stateBytes: number, ops: string[]
+}
+
+export type WorkerEvent = 'offload' | 'onload' | 'release' | 'run' | 'stop'
+
+export interface WorkerReply { requestId: string, ok: boolean, result?: unknown, startedAtMs?: number, durationMs?: number, error?: { code: string, message: string } }
+
+export interface WorkerRegistryOptions {
+  selfPeerId: string
+  /** Default 10000. */
+  attachTimeoutMs?: number
+  /** Stored versions kept per (job, rank). Default 2 (the latest and the one before, for a rollback across nodes). */
+  keepVersions?: number
+}
+
+export interface WorkerRegistryComponents {
+  logger: Logger
+  stateManager: Pick<StateManager, 'offload' | 'drop'>
+  /** The job table this agent applied. */
+  jobs(): JobsView
+  /** A live worker's stream closed or it was dropped while attached (its job's other workers here roll back). */
+  onWorkerLost(worker: WorkerRecord, why: string): void
+}
+
+export interface WorkerRegistry {
+  register(body: unknown, pid: number | null): Promise<RegisterAnswer>
+  /** Opens the worker's event stream: `send` writes one event; returns what to call when the stream closes. */
+  attach(id: string, send: (type: WorkerEvent, data: unknown) => void): () => void
+  reply(id: string, body: unknown): void
+  request(worker: WorkerRecord, type: WorkerEvent, data: Record<string, unknown>): Promise<WorkerReply>
+  deregister(id: string): void
+  /** Drops a worker (it is told `stop`); its stored state stays. */
+  drop(worker: WorkerRecord, reason: string): void
+  /** The live worker of (job, rank) here, if any. */
+  live(job: string, rank: number): WorkerRecord | undefined
+  liveWorkers(): WorkerRecord[]
+  storedVersions(job: string, rank: number): readonly number[]
+  /** Records `version` as stored for the worker's (job, rank); drops the oldest beyond keepVersions. */
+  recordStored(worker: WorkerRecord, version: number): Promise<void>
+  /** Keys of a state tensor at `version`. */
+  keyAt(tensor: StateTensor, version: number): string
+  /** Forgets (and drops the stored state of) jobs no longer RUNNING on this node; stops their workers. */
+  sweep(): Promise<void>
+  list(): WorkerView[]
+  stop(): void
+}
+
+interface Live extends WorkerRecord {
+  send: ((type: WorkerEvent, data: unknown) => void) | null
+  pending: Map<string, { resolve(r: WorkerReply): void, reject(e: AgentError): void }>
+  attachTimer: NodeJS.Timeout | undefined
+  gone: boolean
+}
+
+interface Stored { versions: number[], tensors: readonly StateTensor[] }
+
+const slot = (job: string, rank: number): string => `${job}#${rank}`
+
+export function createWorkerRegistry (options: WorkerRegistryOptions, components: WorkerRegistryComponents): WorkerRegistry {
+  const log = components.logger
+  const attachTimeoutMs = options.attachTimeoutMs ?? 10_000
+  const keep = options.keepVersions ?? 2
+  const byId = new Map<string, Live>()
+  const bySlot = new Map<string, Live>()
+  const stored = new Map<string, Stored>()
+  /** Registrations under way per slot: a second one at the same time is refused, not interleaved. */
+  const registering = new Set<string>()
+
+  const keyAt = (t: StateTensor, version: number): string => formatKey({ ...t.key, version })
+
+  const remove = (w: Live, why: string, lost: boolean): void => {
+    if (w.gone) return
+    w.gone = true
+    if (w.attachTimer !== undefined) clearTimeout(w.attachTimer)
+    byId.delete(w.id)
+    if (bySlot.get(slot(w.job, w.rank)) === w) bySlot.delete(slot(w.job, w.rank))
+    const err = new AgentError('ERR_WORKER_LOST', `rank ${w.rank} of job ${w.job} (worker ${w.id}${w.pid !== null ? `, pid ${w.pid}` : ''}) is gone: ${why}`, { details: { job: w.job, rank: w.rank, node: options.selfPeerId } })
+    for (const p of w.pending.values()) p.reject(err)
+    w.pending.clear()
+    w.holds = false
+    w.current = false
+    log.info({ job: w.job, rank: w.rank, worker: w.id, why }, 'workers: worker gone')
+    if (lost) components.onWorkerLost(w, why)
+  }
+
+  const localRanks = (view: JobsView, job: string): { ranks: number[], gpusPerNode: number } => {
+    const record = view.jobs.find(j => j.id === job)
+    if (record === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${job} in the job table this agent applied`)
+    const index = record.nodes.indexOf(options.selfPeerId)
+    if (record.state !== 'RUNNING' || index < 0) {
+      throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${job} is ${record.state}${record.state === 'RUNNING' ? ` on ${record.nodeNames.join(', ')}, not on this node` : ''}: its workers register on the nodes it is placed on`)
+    }
+    return { ranks: ranksOnNode(record.spec.gpusPerNode, index), gpusPerNode: record.spec.gpusPerNode }
+  }
+
+  const registry: WorkerRegistry = {
+    async register (body, pid) {
+      const r = validator.parse(body, 'worker registration')
+      const { ranks, gpusPerNode } = localRanks(components.jobs(), r.job)
+      if (!ranks.includes(r.rank)) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} is not hosted on this node (ranks ${ranks.join(', ')} are)`)
+      const expectedGpu = gpusPerNode === 0 ? null : r.rank - ranks[0]!
+      if (r.gpu !== expectedGpu) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} runs on ${expectedGpu === null ? 'no GPU (gpu: null, a CPU-only group)' : `GPU ${expectedGpu} of this node`}, not ${r.gpu === null ? 'null' : `GPU ${r.gpu}`}`)
+      const tensors: StateTensor[] = r.tensors.map((t, i) => {
+        let key: StateKey
+        try { key = parseKey(t.key) } catch (err) { throw new AgentError('ERR_KEY_INVALID', `tensors[${i}].key: ${(err as Error).message}`) }
+        if (key.namespace !== r.job && !key.namespace.startsWith(`${r.job}/`)) throw new AgentError('ERR_KEY_INVALID', `tensors[${i}].key ${key.text}: its namespace must be the job id ${r.job} or start with "${r.job}/"`)
+        if (key.version !== 0) throw new AgentError('ERR_KEY_INVALID', `tensors[${i}].key ${key.text}: register version 0; the agent numbers the versions it stores`)
+        return { name: t.name, key }
+      })
+      const s = slot(r.job, r.rank)
+      const existing = bySlot.get(s)
+      if (existing !== undefined) throw new AgentError('ERR_WORKER_EXISTS', `rank ${r.rank} of job ${r.job} already has a live worker (${existing.id}${existing.pid !== null ? `, pid ${existing.pid}` : ''})`)
+      if (registering.has(s)) throw new AgentError('ERR_WORKER_EXISTS', `rank ${r.rank} of job ${r.job} is being registered by another process`)
+      const previous = stored.get(s)
+      if (previous !== undefined) {
+        const same = previous.tensors.length === tensors.length && previous.tensors.every((p, i) => p.name === tensors[i]!.name && keyAt(p, 0) === tensors[i]!.key.text)
+        if (!same) throw new AgentError('ERR_STATE_MISMATCH', `rank ${r.rank} of job ${r.job} has stored state (version ${previous.versions.at(-1)}) with other tensors than this registration names; register the same tensors (names, shapes, dtypes) to be loaded from it`)
+      }
+      registering.add(s)
+      try {
+        if (previous === undefined) {
+          if (r.tensors.length > 0) await components.stateManager.offload(r.tensors.map(t => ({ key: t.key, source: t.memory as MemorySpec })))
+          stored.set(s, { versions: [0], tensors })
+        }
+      } finally {
+        registering.delete(s)
+      }
+      if (localRanks(components.jobs(), r.job).ranks.includes(r.rank) === false) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
+      const w: Live = {
+        id: `w-${randomUUID()}`, job: r.job, rank: r.rank, gpu: r.gpu, pid, ops: new Set(r.ops), tensors: stored.get(s)!.tensors,
+        holds: true, current: previous === undefined, attached: false, send: null, pending: new Map(), attachTimer: undefined, gone: false,
+      }
+      w.attachTimer = setTimeout(() => remove(w, `its event stream did not open within ${attachTimeoutMs} ms of registering`, false), attachTimeoutMs)
+      w.attachTimer.unref()
+      byId.set(w.id, w)
+      bySlot.set(s, w)
+      log.info({ job: w.job, rank: w.rank, worker: w.id, pid, tensors: tensors.length, restored: previous?.versions.at(-1) ?? null }, 'workers: registered')
+      return { workerId: w.id, job: w.job, rank: w.rank, gpu: w.gpu, node: options.selfPeerId, stored: previous !== undefined ? { version: previous.versions.at(-1)! } : null }
+    },
+
+    attach (id, send) {
+      const w = byId.get(id)
+      if (w === undefined) throw new AgentError('ERR_NOT_FOUND', `no registered worker ${id} (register first; a worker that did not open its stream within ${attachTimeoutMs} ms was dropped)`)
+      if (w.attached) throw new AgentError('ERR_WORKER_EXISTS', `worker ${id} already has an open event stream`)
+      if (w.attachTimer !== undefined) clearTimeout(w.attachTimer)
+      w.attached = true
+      w.send = send
+      return () => remove(w, 'its event stream closed (the process exited or closed it)', true)
+    },
+
+    reply (id, body) {
+      const w = byId.get(id)
+      if (w === undefined) throw new AgentError('ERR_NOT_FOUND', `no live worker ${id}`)
+      const b = body as Partial<WorkerReply> | null
+      if (b === null || typeof b !== 'object' || typeof b.requestId !== 'string' || typeof b.ok !== 'boolean') throw new AgentError('ERR_BAD_REQUEST', 'a reply is { requestId, ok, result? | error? }')
+      const p = w.pending.get(b.requestId)
+      if (p === undefined) throw new AgentError('ERR_NOT_FOUND', `worker ${id} has no pending request ${b.requestId}`)
+      if (b.ok) {
+        const bytes = b.result === undefined ? 0 : Buffer.byteLength(JSON.stringify(b.result) ?? '')
+        if (bytes > maxOpJsonBytes) {
+          w.pending.delete(b.requestId)
+          p.reject(new AgentError('ERR_OPERATION_FAILED', `rank ${w.rank} of job ${w.job} answered with ${bytes} bytes of JSON, more than ${maxOpJsonBytes}: return bulk data through the StateManager or the weights service`, { details: { job: w.job, rank: w.rank } }))
+          throw new AgentError('ERR_BODY_TOO_LARGE', `result of ${bytes} bytes refused (at most ${maxOpJsonBytes})`)
+        }
+      }
+      w.pending.delete(b.requestId)
+      p.resolve(b as WorkerReply)
+    },
+
+    request (worker, type, data) {
+      const w = worker as Live
+      if (w.gone || w.send === null) return Promise.reject(new AgentError('ERR_WORKER_LOST', `rank ${w.rank} of job ${w.job} has no live worker here`, { details: { job: w.job, rank: w.rank, node: options.selfPeerId } }))
+      const requestId = randomUUID()
+      return new Promise<WorkerReply>((resolve, reject) => {
+        w.pending.set(requestId, { resolve, reject })
+        w.send!(type, { requestId, ...data })
+      })
+    },
+
+    deregister (id) {
+      const w = byId.get(id)
+      if (w === undefined) throw new AgentError('ERR_NOT_FOUND', `no live worker ${id}`)
+      remove(w, 'deregistered', true)
+    },
+
+    drop (worker, reason) {
+      const w = worker as Live
+      if (w.send !== null && !w.gone) w.send('stop', { requestId: randomUUID(), reason })
+      remove(w, reason, false)
+    },
+
+    live: (job, rank) => bySlot.get(slot(job, rank)),
+    liveWorkers: () => [...bySlot.values()].filter(w => w.attached),
+    storedVersions: (job, rank) => stored.get(slot(job, rank))?.versions ?? [],
+
+    async recordStored (worker, version) {
+      const s = stored.get(slot(worker.job, worker.rank))
+      if (s === undefined) { stored.set(slot(worker.job, worker.rank), { versions: [version], tensors: worker.tensors }); return }
+      if (!s.versions.includes(version)) s.versions.push(version)
+      s.versions.sort((a, b) => a - b)
+      const old = s.versions.splice(0, Math.max(0, s.versions.length - keep))
+      if (old.length > 0) await components.stateManager.drop({ keys: old.flatMap(v => s.tensors.map(t => keyAt(t, v))) })
+    },
+
+    keyAt,
+
+    async sweep () {
+      const view = components.jobs()
+      const here = new Set(view.jobs.filter(j => j.state === 'RUNNING' && j.nodes.includes(options.selfPeerId)).map(j => j.id))
+      for (const w of [...byId.values()]) if (!here.has(w.job)) registry.drop(w, `job ${w.job} no longer runs on this node`)
+      for (const [s, entry] of [...stored]) {
+        const job = s.slice(0, s.lastIndexOf('#'))
+        if (here.has(job)) continue
+        stored.delete(s)
+        await components.stateManager.drop({ keys: entry.versions.flatMap(v => entry.tensors.map(t => keyAt(t, v))) })
+          .catch(err => log.warn({ job, err: (err as Error).message }, 'workers: dropping a finished job\'s state failed'))
+      }
+    },
+
+    list () {
+      const views: WorkerView[] = []
+      const seen = new Set<string>()
+      for (const w of byId.values()) {
+        seen.add(slot(w.job, w.rank))
+        views.push({ workerId: w.id, job: w.job, rank: w.rank, gpu: w.gpu, pid: w.pid, attached: w.attached, onDevice: w.holds && w.current, storedVersions: [...registry.storedVersions(w.job, w.rank)], tensors: w.tensors.length, stateBytes: w.tensors.reduce((n, t) => n + t.key.bytes, 0), ops: [...w.ops].sort() })
+      }
+      return views.sort((a, b) => a.job < b.job ? -1 : a.job > b.job ? 1 : a.rank - b.rank)
+    },
+
+    stop () {
+      for (const w of [...byId.values()]) remove(w, 'the agent is stopping', false)
+    },
+  }
+  return registry
+}

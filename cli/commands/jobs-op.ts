@@ -1,0 +1,34 @@
+/**
+ * agentctl jobs op JOB NAME [--args JSON] [--op-id ID]: runs an operation on
+ * every rank of a live job through this agent (POST /v1/jobs/:id/ops) and
+ * prints each rank's result and the measured times. The same --op-id again
+ * answers the first run instead of running it twice.
+ */
+import { AgentError } from '../../core/errors.ts'
+import { UsageError, type Command } from './command.ts'
+import { formatTable } from './table.ts'
+
+export const jobsOpCommand: Command = {
+  summary: 'run an operation on every rank of a live job (its workers registered it); prints each rank\'s result and the switch/run times',
+  usage: 'JOB NAME [--args JSON] [--op-id ID]',
+  maxPositionals: 2,
+  options: { args: { type: 'string' }, 'op-id': { type: 'string' } },
+  async run ({ client, positionals, values, signal }) {
+    const [job, name] = positionals
+    if (job === undefined || name === undefined) throw new UsageError('jobs op: JOB and NAME are required')
+    let args: unknown
+    if (typeof values.args === 'string') {
+      try { args = JSON.parse(values.args) } catch (err) { throw new AgentError('ERR_BAD_REQUEST', `--args is not JSON: ${(err as Error).message}`) }
+    }
+    const answer = await client.runOp(job, { name, ...(args !== undefined ? { args } : {}), ...(typeof values['op-id'] === 'string' ? { opId: values['op-id'] } : {}) }, { signal })
+    const ms = (x: number): string => `${x.toFixed(1)} ms`
+    return {
+      json: answer,
+      human: [
+        `${answer.job} ${answer.name} (${answer.opId}): queued ${ms(answer.queuedMs)}, ${answer.switched ? `switch ${ms(answer.offloadMs)} offload + ${ms(answer.onloadMs)} onload, ` : ''}run ${ms(answer.runMs)}, total ${ms(answer.totalMs)}`,
+        '',
+        formatTable(['RANK', 'NODE', 'RUN', 'RESULT'], answer.ranks.map(r => [String(r.rank), r.node.slice(-8), ms(r.durationMs), JSON.stringify(r.result).slice(0, 80)])),
+      ].join('\n'),
+    }
+  },
+}

@@ -1,0 +1,33 @@
+/**
+ * agentctl jobs show ID: one job of the table this agent applied, with the
+ * profile placement uses for it: the submitted one, or the one the leaders
+ * measured on its live operations (once there are enough of them).
+ */
+import { AgentError } from '../../core/errors.ts'
+import { measuredOpsThreshold } from '../../mesh/control/jobs/job-spec.ts'
+import { UsageError, type Command } from './command.ts'
+import { renderJobs } from './jobs-list.ts'
+
+export const jobsShowCommand: Command = {
+  summary: 'one job: state, nodes, placement, and whether placement uses its submitted or its measured profile',
+  usage: 'ID',
+  maxPositionals: 1,
+  async run ({ client, positionals, signal }) {
+    const id = positionals[0]
+    if (id === undefined) throw new UsageError('jobs show: the job ID is required')
+    const view = await client.jobs({ signal })
+    const job = view.jobs.find(j => j.id === id)
+    if (job === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${id} in the table this agent applied (revision ${view.revision})`)
+    const m = job.measured
+    const spec = job.spec
+    const submitted = `submitted: period ${spec.periodS} s, busy ${spec.segments.reduce((n, s) => n + s.durationS, 0)} s per period, switch ${spec.switchS} s, max slowdown ${spec.maxSlowdown}`
+    const measured = m === undefined
+      ? 'measured: nothing yet'
+      : `measured: ${m.ops} operations, ${m.runS.toFixed(3)} s running (busy ${(100 * m.busyFraction).toFixed(1)}%), ${m.switches} switches of ${m.switchS.toFixed(3)} s, ${m.queuedS.toFixed(3)} s queued, slowdown ${m.slowdown.toFixed(3)}`
+    const uses = m !== undefined && m.ops >= measuredOpsThreshold ? 'placement uses the measured profile' : `placement uses the submitted profile (measured is used from ${measuredOpsThreshold} operations on)`
+    return {
+      json: { job, profile: m !== undefined && m.ops >= measuredOpsThreshold ? 'measured' : 'submitted' },
+      human: [renderJobs([job], new Set(view.local)), '', `${job.spec.live === true ? 'live' : 'modeled'} job; ${uses}`, `  ${submitted}`, `  ${measured}`].join('\n'),
+    }
+  },
+}

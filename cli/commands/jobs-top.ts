@@ -1,0 +1,29 @@
+/**
+ * agentctl jobs top: the acting leader's operation scheduler (GET
+ * /v1/jobs/top): per node the resident job and the operation holding its
+ * lock; per job its queue, operations run, switches, and time spent
+ * switching vs running vs waiting.
+ */
+import type { Command } from './command.ts'
+import { formatTable } from './table.ts'
+
+export const jobsTopCommand: Command = {
+  summary: 'live execution on the leader: which job is resident on each node, queues, switches, time switching vs running',
+  async run ({ client, signal }) {
+    const top = await client.jobsTop({ signal })
+    const s = (ms: number): string => `${(ms / 1000).toFixed(2)} s`
+    const share = top.runMs + top.switchMs > 0 ? ` (${(100 * top.switchMs / (top.runMs + top.switchMs)).toFixed(1)}% of device time switching)` : ''
+    return {
+      json: top,
+      human: [
+        `scheduler ${top.scheduler}, epoch ${top.epoch}: ${top.switches} switches, ${s(top.switchMs)} switching, ${s(top.runMs)} running${share}`,
+        '',
+        formatTable(['NODE', 'RESIDENT', 'RUNNING'], top.nodes.map(n => [n.node.slice(-8), n.residentJob ?? '-', n.runningOp ?? '-'])),
+        '',
+        formatTable(['JOB', 'PENDING', 'RUNNING', 'OPS', 'FAILED', 'SWITCHES', 'RUN', 'SWITCH', 'QUEUED', 'SLOWDOWN'], top.jobs.map(j => [
+          j.job, String(j.pending), j.running ?? '-', String(j.ops), String(j.failed), String(j.switches), s(j.runMs), s(j.switchMs), s(j.queuedMs), j.measuredSlowdown === null ? '-' : j.measuredSlowdown.toFixed(2),
+        ])),
+      ].join('\n'),
+    }
+  },
+}

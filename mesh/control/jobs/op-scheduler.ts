@@ -1,0 +1,328 @@
+/**
+ * The leader's live scheduler of function-level operations (PlexRL §5.2;
+ * RLinf §3.3 for the device lock): admission by HRRS (or FCFS) over every
+ * job's next operation, lock-gated and gang-wide across the job's nodes,
+ * with automatic context switching carried out by the nodes' executors.
+ *
+ * Contract:
+ * - A job's operations run strictly in submission order, one at a time; only
+ *   a job's head operation is an admission candidate. Its ready time is when
+ *   it was submitted or the job's previous operation ended, whichever is
+ *   later (the W in HRRS counts from there).
+ * - A candidate starts when the lock of every node of its job is free
+ *   (selectRunnable, mesh/policies/runtime/hrrs.ts — the simulator's code):
+ *   then the nodes are locked, each node is sent the run (op-dispatch.ts),
+ *   and the lock is held until every node answered. E is the job's measured
+ *   mean for the operation's name (the default until measured), C its
+ *   measured mean switch cost (the spec's switchS until measured); a switch is
+ *   needed where another job is resident.
+ * - Idempotency: (job, opId) names an operation. A repeat while it is queued
+ *   or running joins it; a repeat after it finished gets the same answer (or
+ *   error) from the retained results; a repeat with another name or args is
+ *   ERR_JOB_CONFLICT. Across leaders, a new leader re-dispatches what its
+ *   callers repeat, and the nodes answer repeats from their own cache: an
+ *   operation never runs twice.
+ * - Residency: a node's resident job is the job of the last run it answered
+ *   (the node offloaded every other job there first). Jobs a node offloaded
+ *   are stored on their other nodes too (`store`), so each job's stored
+ *   versions are the same on all its nodes. A rank lost (ERR_WORKER_LOST)
+ *   rolls the job back on all its nodes (`invalidate`). Unknown residency
+ *   (a failed node, a new leader) counts as "switch needed".
+ * - stop() fails every waiting caller with ERR_NOT_LEADER (callers retry on
+ *   the next leader with the same opId) and aborts the dispatches in flight
+ *   (the nodes finish them and keep the answer for the repeat).
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../../../core/errors.ts'
+import { selectRunnable, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask } from '../../policies/runtime/hrrs.ts'
+import type { JobRecord, JobTable } from './job-table.ts'
+import type { OpDispatch } from './op-dispatch.ts'
+import type { DispatchAnswer, JobsTop, OpAnswer, OpRequest, RankResult } from './op-wire.ts'
+
+export interface OpSchedulerOptions {
+  scheduler: RuntimeSchedulerName
+  /** This leader's epoch: fences every dispatch, and makes versions it picks larger than any earlier leader's. */
+  epoch: number
+  /** E of an operation name not measured yet, seconds. Default 1. */
+  defaultExecS?: number
+  /** Finished operations whose answers are kept for repeats. Default 10000. */
+  retainedResults?: number
+  /** Most queued operations per job. Default 1024. */
+  maxPendingPerJob?: number
+}
+
+export interface OpSchedulerComponents {
+  logger: Logger
+  dispatch: OpDispatch
+  /** The leader's current job table. */
+  table(): JobTable
+  clockMs?: () => number
+}
+
+/** A job's figures measured on this leader. */
+export interface MeasuredJob {
+  ops: number
+  failed: number
+  switches: number
+  runMs: number
+  switchMs: number
+  queuedMs: number
+  /** Mean run time per operation name, ms. */
+  byName: Map<string, { count: number, totalMs: number }>
+}
+
+export interface OpScheduler {
+  /** Resolves with the operation's answer (or rejects with its coded error) once every rank ran it. */
+  submit(request: OpRequest): Promise<OpAnswer>
+  /** Re-reads the table: fails the queued operations of jobs no longer RUNNING, admits what can start. */
+  tableChanged(): void
+  top(): JobsTop
+  measured(): ReadonlyMap<string, MeasuredJob>
+  stop(): void
+}
+
+interface Op {
+  request: OpRequest
+  key: string
+  submittedMs: number
+  readyMs: number
+  promise: Promise<OpAnswer>
+  resolve(answer: OpAnswer): void
+  reject(err: AgentError): void
+}
+
+type Finished = { request: OpRequest, answer: OpAnswer } | { request: OpRequest, error: AgentError }
+
+const versionsPerEpoch = 1_000_000
+
+export function createOpScheduler (options: OpSchedulerOptions, components: OpSchedulerComponents): OpScheduler {
+  const clockMs = components.clockMs ?? Date.now
+  const log = components.logger
+  const defaultExecS = options.defaultExecS ?? 1
+  const retained = options.retainedResults ?? 10_000
+  const maxPending = options.maxPendingPerJob ?? 1024
+  const abort = new AbortController()
+  const queues = new Map<string, Op[]>()
+  const running = new Map<string, Op>()
+  const finished = new Map<string, Finished>()
+  const locks = new Map<string, string>()
+  const resident = new Map<string, string>()
+  const expectedFreeS = new Map<string, number>()
+  const nodeIndex = new Map<string, number>()
+  const lastEndMs = new Map<string, number>()
+  const stats = new Map<string, MeasuredJob>()
+  let versionCounter = 0
+  let stopped = false
+
+  const indexOf = (peer: string): number => {
+    let i = nodeIndex.get(peer)
+    if (i === undefined) { i = nodeIndex.size; nodeIndex.set(peer, i) }
+    return i
+  }
+  const statsOf = (job: string): MeasuredJob => {
+    let s = stats.get(job)
+    if (s === undefined) { s = { ops: 0, failed: 0, switches: 0, runMs: 0, switchMs: 0, queuedMs: 0, byName: new Map() }; stats.set(job, s) }
+    return s
+  }
+  const nextVersion = (): number => {
+    versionCounter = (versionCounter + 1) % versionsPerEpoch
+    return Math.max(options.epoch, 1) * versionsPerEpoch + versionCounter
+  }
+  const jobOf = (id: string): JobRecord | undefined => components.table().jobs.find(j => j.id === id)
+  const sameRequest = (a: OpRequest, b: OpRequest): boolean => a.name === b.name && JSON.stringify(a.args ?? null) === JSON.stringify(b.args ?? null)
+
+  const remember = (key: string, f: Finished): void => {
+    finished.set(key, f)
+    if (finished.size > retained) finished.delete(finished.keys().next().value!)
+  }
+
+  const execS = (job: JobRecord, name: string): number => {
+    const m = stats.get(job.id)?.byName.get(name)
+    return m !== undefined && m.count > 0 ? m.totalMs / m.count / 1000 : defaultExecS
+  }
+  const setupS = (job: JobRecord): number => {
+    const s = stats.get(job.id)
+    return s !== undefined && s.switches > 0 ? s.switchMs / s.switches / 1000 : job.spec.switchS
+  }
+
+  const failQueued = (jobId: string, err: AgentError): void => {
+    for (const op of queues.get(jobId) ?? []) { remember(op.key, { request: op.request, error: err }); op.reject(err) }
+    queues.delete(jobId)
+  }
+
+  const pump = (): void => {
+    if (stopped) return
+    const nowMs = clockMs()
+    const candidates: Array<{ op: Op, job: JobRecord }> = []
+    for (const [jobId, queue] of queues) {
+      if (running.has(jobId) || queue.length === 0) continue
+      const job = jobOf(jobId)
+      if (job === undefined || job.state !== 'RUNNING') {
+        failQueued(jobId, job === undefined
+          ? new AgentError('ERR_JOB_NOT_FOUND', `job ${jobId} is no longer in the job table`)
+          : new AgentError('ERR_JOB_NOT_RUNNING', `job ${jobId} is ${job.state} (requeued: a node of its group is gone); resubmit once it runs again`))
+        continue
+      }
+      candidates.push({ op: queue[0]!, job })
+    }
+    if (candidates.length === 0) return
+    const tasks: RuntimeTask[] = candidates.map(({ op, job }) => ({
+      taskId: op.key, jobId: job.id, nodes: job.nodes.map(indexOf), readyS: op.readyMs / 1000, execS: Math.max(execS(job, op.request.name), 1e-6), setupS: setupS(job),
+    }))
+    const nodes: NodeRuntimeState[] = []
+    for (const [peer, i] of nodeIndex) {
+      const holder = locks.get(peer)
+      nodes[i] = { lockHolder: holder, residentJob: resident.get(peer), ...(holder !== undefined ? { expectedFreeS: expectedFreeS.get(peer) } : {}) }
+    }
+    const byKey = new Map(candidates.map(c => [c.op.key, c]))
+    for (const task of selectRunnable(tasks, nodes, nowMs / 1000, options.scheduler)) {
+      const { op, job } = byKey.get(task.taskId)!
+      queues.get(job.id)!.shift()
+      void start(op, job, task)
+    }
+  }
+
+  const start = async (op: Op, job: JobRecord, task: RuntimeTask): Promise<void> => {
+    const admittedMs = clockMs()
+    running.set(job.id, op)
+    for (const peer of job.nodes) { locks.set(peer, op.key); expectedFreeS.set(peer, admittedMs / 1000 + task.execS + task.setupS) }
+    const version = nextVersion()
+    const message = { kind: 'run' as const, epoch: options.epoch, job: job.id, opId: op.request.opId, name: op.request.name, args: op.request.args ?? null, version }
+    const settled = await Promise.allSettled(job.nodes.map(peer => components.dispatch.send(peer, message, abort.signal) as Promise<DispatchAnswer>))
+    for (const peer of job.nodes) { locks.delete(peer); expectedFreeS.delete(peer) }
+    running.delete(job.id)
+    const endMs = clockMs()
+    lastEndMs.set(job.id, endMs)
+    const next = queues.get(job.id)?.[0]
+    if (next !== undefined) next.readyMs = Math.max(next.submittedMs, endMs)
+    if (stopped) return
+    const s = statsOf(job.id)
+    const failures = settled.flatMap((r, i) => r.status === 'rejected' ? [{ peer: job.nodes[i]!, err: asAgentError(r.reason) }] : [])
+    if (failures.length > 0) {
+      s.failed++
+      for (const f of failures) resident.delete(f.peer)
+      const lost = failures.find(f => f.err.code === 'ERR_WORKER_LOST')
+      if (lost !== undefined) {
+        for (const peer of job.nodes) {
+          if (resident.get(peer) === job.id) resident.delete(peer)
+          if (failures.some(f => f.peer === peer && f.err.code === 'ERR_WORKER_LOST')) continue
+          background(peer, { kind: 'invalidate', epoch: options.epoch, job: job.id })
+        }
+      } else {
+        settled.forEach((r, i) => { if (r.status === 'fulfilled') resident.set(job.nodes[i]!, job.id) })
+      }
+      // The most telling error: a rank's own failure before a transport one.
+      const err = failures.find(f => f.err.code !== 'ERR_NODE_LOST')?.err ?? failures[0]!.err
+      log.warn({ job: job.id, opId: op.request.opId, name: op.request.name, code: err.code, err: err.message }, 'jobs: operation failed')
+      remember(op.key, { request: op.request, error: err })
+      op.reject(err)
+      pump()
+      return
+    }
+    const answers = settled.map(r => (r as PromiseFulfilledResult<DispatchAnswer>).value)
+    const ranks: RankResult[] = answers.flatMap((a, i) => a.ranks.map(r => ({ rank: r.rank, node: job.nodes[i]!, result: r.result, startedAtMs: r.startedAtMs, durationMs: r.durationMs })))
+      .sort((a, b) => a.rank - b.rank)
+    const offloadMs = Math.max(0, ...answers.map(a => a.offloadMs))
+    const onloadMs = Math.max(0, ...answers.map(a => a.onloadMs))
+    const runMs = Math.max(0, ...answers.map(a => a.runMs))
+    const switched = answers.some(a => a.onloaded || a.offloaded.length > 0)
+    for (const peer of job.nodes) resident.set(peer, job.id)
+    // Jobs offloaded here are stored on their other nodes too, so their versions agree everywhere.
+    const offloaded = new Map<string, number>()
+    for (const a of answers) for (const o of a.offloaded) offloaded.set(o.job, o.version)
+    for (const [other, v] of offloaded) {
+      for (const peer of jobOf(other)?.nodes ?? []) {
+        if (job.nodes.includes(peer)) continue
+        background(peer, { kind: 'store', epoch: options.epoch, job: other, version: v })
+      }
+    }
+    const queuedMs = Math.max(0, admittedMs - op.readyMs)
+    s.ops++
+    s.runMs += runMs
+    s.queuedMs += queuedMs
+    if (switched) { s.switches++; s.switchMs += offloadMs + onloadMs }
+    const byName = s.byName.get(op.request.name) ?? { count: 0, totalMs: 0 }
+    byName.count++
+    byName.totalMs += runMs
+    s.byName.set(op.request.name, byName)
+    const answer: OpAnswer = { job: job.id, opId: op.request.opId, name: op.request.name, ranks, switched, offloadMs, onloadMs, runMs, queuedMs, totalMs: endMs - op.submittedMs }
+    remember(op.key, { request: op.request, answer })
+    op.resolve(answer)
+    pump()
+  }
+
+  /** A dispatch nobody waits for (store, invalidate): logged when it fails. */
+  const background = (peer: string, message: Parameters<OpDispatch['send']>[1]): void => {
+    components.dispatch.send(peer, message, abort.signal)
+      .catch(err => { if (!stopped) log.warn({ peer, kind: message.kind, job: message.job, err: (err as Error).message }, 'jobs: background dispatch failed') })
+  }
+
+  return {
+    submit (request) {
+      if (stopped) return Promise.reject(new AgentError('ERR_NOT_LEADER', 'this agent stopped acting as leader'))
+      const key = `${request.job}/${request.opId}`
+      const done = finished.get(key)
+      if (done !== undefined) {
+        if (!sameRequest(done.request, request)) return Promise.reject(conflict(request, done.request))
+        return 'answer' in done ? Promise.resolve(done.answer) : Promise.reject(done.error)
+      }
+      const live = running.get(request.job)?.key === key ? running.get(request.job) : queues.get(request.job)?.find(o => o.key === key)
+      if (live !== undefined) {
+        if (!sameRequest(live.request, request)) return Promise.reject(conflict(request, live.request))
+        return live.promise
+      }
+      const job = jobOf(request.job)
+      if (job === undefined) return Promise.reject(new AgentError('ERR_JOB_NOT_FOUND', `no job ${request.job}`))
+      if (job.state !== 'RUNNING') return Promise.reject(new AgentError('ERR_JOB_NOT_RUNNING', `job ${request.job} is ${job.state}: operations run only while it is placed`))
+      const queue = queues.get(request.job) ?? []
+      if (queue.length >= maxPending) return Promise.reject(new AgentError('ERR_JOBS_FULL', `job ${request.job} already has ${queue.length} operations queued`))
+      const nowMs = clockMs()
+      let resolve!: (a: OpAnswer) => void
+      let reject!: (e: AgentError) => void
+      const promise = new Promise<OpAnswer>((res, rej) => { resolve = res; reject = rej })
+      promise.catch(() => {})
+      const readyMs = queue.length === 0 && !running.has(request.job) ? nowMs : Infinity
+      queue.push({ request, key, submittedMs: nowMs, readyMs: Number.isFinite(readyMs) ? readyMs : nowMs, promise, resolve, reject })
+      queues.set(request.job, queue)
+      pump()
+      return promise
+    },
+    tableChanged () { pump() },
+    top () {
+      let switches = 0; let switchMs = 0; let runMs = 0
+      const jobIds = new Set([...queues.keys(), ...running.keys(), ...stats.keys()])
+      const jobs = [...jobIds].sort().map(id => {
+        const s = stats.get(id)
+        switches += s?.switches ?? 0; switchMs += s?.switchMs ?? 0; runMs += s?.runMs ?? 0
+        return {
+          job: id, pending: queues.get(id)?.length ?? 0, running: running.get(id)?.key ?? null,
+          ops: s?.ops ?? 0, failed: s?.failed ?? 0, switches: s?.switches ?? 0, runMs: s?.runMs ?? 0, switchMs: s?.switchMs ?? 0, queuedMs: s?.queuedMs ?? 0,
+          measuredSlowdown: s !== undefined && s.runMs > 0 ? (s.runMs + s.switchMs + s.queuedMs) / s.runMs : null,
+        }
+      })
+      const peers = new Set([...nodeIndex.keys(), ...components.table().jobs.filter(j => j.state === 'RUNNING').flatMap(j => j.nodes)])
+      const nodes = [...peers].sort().map(node => ({ node, residentJob: resident.get(node) ?? null, runningOp: locks.get(node) ?? null }))
+      return { scheduler: options.scheduler, epoch: options.epoch, nodes, jobs, switches, switchMs, runMs }
+    },
+    measured: () => stats,
+    stop () {
+      if (stopped) return
+      stopped = true
+      abort.abort(new AgentError('ERR_NOT_LEADER', 'this agent stopped acting as leader'))
+      const err = new AgentError('ERR_NOT_LEADER', 'this agent stopped acting as leader; the operation is resumed by the next one (same opId)')
+      for (const op of running.values()) op.reject(err)
+      for (const queue of queues.values()) for (const op of queue) op.reject(err)
+      running.clear()
+      queues.clear()
+    },
+  }
+}
+
+function conflict (request: OpRequest, first: OpRequest): AgentError {
+  return new AgentError('ERR_JOB_CONFLICT', `operation ${request.opId} of job ${request.job} was already submitted as ${first.name} with other args; use a new opId`)
+}
+
+function asAgentError (err: unknown): AgentError {
+  return err instanceof AgentError ? err : new AgentError('ERR_INTERNAL', (err as Error)?.message ?? String(err))
+}
+
