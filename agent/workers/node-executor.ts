@@ -113,6 +113,10 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
   }
 
   const run = async (m: Extract<DispatchMessage, { kind: 'run' }>): Promise<DispatchAnswer> => {
+    // A worker that registered a moment ago opens its stream next: wait for it rather than refuse.
+    const job = components.jobs().jobs.find(j => j.id === m.job)
+    const index = job?.nodes.indexOf(options.selfPeerId) ?? -1
+    if (job !== undefined && index >= 0) await registry.settled(m.job, ranksOnNode(job.spec.gpusPerNode, index), 10_000)
     const mine = localWorkers(m.job)
     const unknown = mine.filter(w => !w.ops.has(m.name))
     if (unknown.length > 0) throw new AgentError('ERR_UNKNOWN_OPERATION', `job ${m.job}: no operation ${JSON.stringify(m.name)} registered by rank${unknown.length > 1 ? 's' : ''} ${unknown.map(w => w.rank).join(', ')} (registered: ${[...unknown[0]!.ops].sort().join(', ')})`)

@@ -108,8 +108,10 @@ export interface WorkerRegistry {
   deregister(id: string): void
   /** Drops a worker (it is told `stop`); its stored state stays. */
   drop(worker: WorkerRecord, reason: string): void
-  /** The live worker of (job, rank) here, if any. */
+  /** The live worker of (job, rank) here, if any (registered; attached or about to). */
   live(job: string, rank: number): WorkerRecord | undefined
+  /** Resolves once every registered worker of the (job, ranks) here has attached, or after timeoutMs. */
+  settled(job: string, ranks: readonly number[], timeoutMs: number): Promise<void>
   liveWorkers(): WorkerRecord[]
   storedVersions(job: string, rank: number): readonly number[]
   /** Records `version` as stored for the worker's (job, rank); drops the oldest beyond keepVersions. */
@@ -124,6 +126,9 @@ export interface WorkerRegistry {
 
 interface Live extends WorkerRecord {
   send: ((type: WorkerEvent, data: unknown) => void) | null
+  /** Resolved when it attaches or is removed. */
+  attachedOrGone: Promise<void>
+  settle(): void
   pending: Map<string, { resolve(r: WorkerReply): void, reject(e: AgentError): void }>
   attachTimer: NodeJS.Timeout | undefined
   gone: boolean
@@ -149,6 +154,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     if (w.gone) return
     w.gone = true
     if (w.attachTimer !== undefined) clearTimeout(w.attachTimer)
+    w.settle()
     byId.delete(w.id)
     if (bySlot.get(slot(w.job, w.rank)) === w) bySlot.delete(slot(w.job, w.rank))
     const err = new AgentError('ERR_WORKER_LOST', `rank ${w.rank} of job ${w.job} (worker ${w.id}${w.pid !== null ? `, pid ${w.pid}` : ''}) is gone: ${why}`, { details: { job: w.job, rank: w.rank, node: options.selfPeerId } })
@@ -203,9 +209,11 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
         registering.delete(s)
       }
       if (localRanks(components.jobs(), r.job).ranks.includes(r.rank) === false) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
+      let settle!: () => void
+      const attachedOrGone = new Promise<void>(resolve => { settle = resolve })
       const w: Live = {
         id: `w-${randomUUID()}`, job: r.job, rank: r.rank, gpu: r.gpu, pid, ops: new Set(r.ops), tensors: stored.get(s)!.tensors,
-        holds: true, current: previous === undefined, attached: false, send: null, pending: new Map(), attachTimer: undefined, gone: false,
+        holds: true, current: previous === undefined, attached: false, send: null, pending: new Map(), attachTimer: undefined, gone: false, attachedOrGone, settle,
       }
       w.attachTimer = setTimeout(() => remove(w, `its event stream did not open within ${attachTimeoutMs} ms of registering`, false), attachTimeoutMs)
       w.attachTimer.unref()
@@ -222,6 +230,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       if (w.attachTimer !== undefined) clearTimeout(w.attachTimer)
       w.attached = true
       w.send = send
+      w.settle()
       return () => remove(w, 'its event stream closed (the process exited or closed it)', true)
     },
 
@@ -267,6 +276,13 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     },
 
     live: (job, rank) => bySlot.get(slot(job, rank)),
+    async settled (job, ranks, timeoutMs) {
+      const waiting = ranks.map(r => bySlot.get(slot(job, r))).filter((w): w is Live => w !== undefined && !w.attached)
+      if (waiting.length === 0) return
+      let timer: NodeJS.Timeout | undefined
+      await Promise.race([Promise.all(waiting.map(w => w.attachedOrGone)), new Promise<void>(resolve => { timer = setTimeout(resolve, timeoutMs) })])
+      clearTimeout(timer)
+    },
     liveWorkers: () => [...bySlot.values()].filter(w => w.attached),
     storedVersions: (job, rank) => stored.get(slot(job, rank))?.versions ?? [],
 

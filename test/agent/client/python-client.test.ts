@@ -3,15 +3,7 @@ import t from 'tap'
 import { spawn, spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { repoRoot } from '../../helpers/agent-process.ts'
-
-/**
- * The interpreter: $PYTHON if set; otherwise the first of `python3` on PATH and the system's
- * /usr/bin/python3 that can import torch (so the torch paths run wherever one of them has it,
- * e.g. Debian's python3-torch beside a python3 of one's own), else `python3`.
- */
-const candidates = process.env.PYTHON !== undefined ? [process.env.PYTHON] : ['python3', '/usr/bin/python3']
-const hasTorch = (exe: string): boolean => spawnSync(exe, ['-c', 'import torch'], { stdio: 'ignore' }).status === 0
-const python = candidates.find(hasTorch) ?? candidates[0]!
+import { hasTorch, python } from '../../helpers/python.ts'
 const suite = join('test', 'agent', 'client', 'python')
 
 /** Runs the suite to completion: exit code and unittest's report (it writes to stderr). */

@@ -248,6 +248,57 @@ class AgentClient:
         self.call("POST", "/v1/reward/work/complete", body)
 
 
+    # Worker groups and operations (agent/workers/PROTOCOL.md). Workers use these through
+    # agentd_client.worker.Worker; a controller calls run_op.
+
+    def run_op(self, job: str, name: str, args: Any = None, *, op_id: Optional[str] = None,
+               timeout_s: Optional[float] = None) -> Dict[str, Any]:
+        """Runs operation ``name`` on every rank of ``job`` (``POST /v1/jobs/:id/ops``); blocks until all ran it.
+
+        ``args`` (JSON, at most 64 KiB) goes to every rank's handler; omitted
+        when ``None``. ``op_id`` makes the call idempotent: the same id again
+        answers the first run's result without running it twice (default: the
+        agent picks a fresh id). Returns the agent's answer: ``job``, ``opId``,
+        ``name``, ``ranks`` (``rank``, ``node``, ``result``, ``startedAtMs``,
+        ``durationMs`` for each), ``switched`` and the phase timings.
+        ``timeout_s`` bounds each socket wait; the default ``None`` waits as
+        long as the operation takes. Errors: ``ERR_JOB_NOT_FOUND``,
+        ``ERR_JOB_NOT_RUNNING``, ``ERR_UNKNOWN_OPERATION``, ``ERR_WORKER_MISSING``,
+        ``ERR_WORKER_LOST`` / ``ERR_OPERATION_FAILED`` (``details["rank"]``), ``ERR_NODE_LOST``.
+        """
+        body: Dict[str, Any] = {"name": name}
+        if args is not None:
+            body["args"] = args
+        if op_id is not None:
+            body["opId"] = op_id
+        return self._transport.request("POST", f"/v1/jobs/{quote(job, safe='')}/ops", body, timeout_s=timeout_s)
+
+    def workers(self) -> Any:
+        """The workers registered with this agent (``GET /v1/workers``), the agent's answer unchanged."""
+        return self.call("GET", "/v1/workers")
+
+    def register_worker(self, job: str, rank: int, gpu: Optional[int], ops: Iterable[str],
+                        tensors: Iterable[Mapping[str, Any]]) -> Dict[str, Any]:
+        """Registers a worker process (``POST /v1/workers``): its ops and its state tensors ``{name, key, memory}``.
+
+        Returns ``{workerId, job, rank, gpu, node, stored}``; open
+        :meth:`worker_events` within 10 s or the agent drops the worker.
+        """
+        body = {"job": job, "rank": rank, "gpu": gpu, "ops": list(ops), "tensors": list(tensors)}
+        return self.call("POST", "/v1/workers", body)
+
+    def worker_events(self, worker_id: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
+        """The worker's event stream as ``(type, data)``; opening it makes the worker live, closing it is its death."""
+        return self._transport.events(f"/v1/workers/{quote(worker_id, safe='')}/events")
+
+    def reply_to_worker_event(self, worker_id: str, reply: Mapping[str, Any]) -> None:
+        """Answers one event: ``{requestId, ok: true, ...}`` or ``{requestId, ok: false, error: {code, message}}``."""
+        self.call("POST", f"/v1/workers/{quote(worker_id, safe='')}/replies", dict(reply))
+
+    def deregister_worker(self, worker_id: str) -> None:
+        """A worker's clean exit (``DELETE /v1/workers/:id``): its stored state is kept for the next worker of its rank."""
+        self.call("DELETE", f"/v1/workers/{quote(worker_id, safe='')}")
+
 def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
     if (keys is None) == (prefix is None):
         raise AgentError("ERR_BAD_REQUEST", 'give exactly one of "keys" (a list of keys) or "prefix"')
