@@ -13,7 +13,7 @@ import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
 
 const skip = torchSkipReason()
 const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
-const liveJob = (id: string) => ({ id, nodes: 1, gpusPerNode: 2, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, live: true })
+const liveJob = (id: string) => ({ id, nodes: 1, gpusPerNode: 2, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, switchS: 0.05, live: true })
 const seeds: Record<string, number> = { ja: 11, jb: 22 }
 
 t.test('two live jobs time-share one node: switched by the agent, bit-identical to running alone', { skip }, async t => {

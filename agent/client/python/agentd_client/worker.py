@@ -64,6 +64,8 @@ log = logging.getLogger("agentd_client.worker")
 OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 #: Largest JSON of one operation's result, bytes.
 MAX_RESULT_BYTES = 64 * 1024
+#: Longest error message a reply may carry (the agent's reply schema); longer ones are cut.
+MAX_MESSAGE_CHARS = 8192
 
 #: An operation handler: the parsed JSON arguments in, a JSON-serialisable result out.
 OpHandler = Callable[[Any], Any]
@@ -476,11 +478,10 @@ class Worker:
             handler(data)
         except AgentError as err:
             log.error("%s %s failed: %s", event, request_id, err)
-            return {"requestId": request_id, "ok": False, "error": {"code": err.code, "message": err.message}}
+            return {"requestId": request_id, **_failure(err.code, err.message)}
         except Exception as err:  # noqa: BLE001 - every failure is a reply; the worker keeps serving
             log.exception("%s %s failed", event, request_id)
-            return {"requestId": request_id, "ok": False,
-                    "error": {"code": "ERR_INTERNAL", "message": f"{type(err).__name__}: {err}"}}
+            return {"requestId": request_id, **_failure("ERR_INTERNAL", f"{type(err).__name__}: {err}")}
         return {"requestId": request_id, "ok": True}
 
     # Events.
@@ -607,6 +608,8 @@ def _version(data: Mapping[str, Any]) -> int:
 
 
 def _failure(code: str, message: str) -> Dict[str, Any]:
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS - 3] + "..."
     return {"ok": False, "error": {"code": code, "message": message}}
 
 

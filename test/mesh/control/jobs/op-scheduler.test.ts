@@ -7,7 +7,7 @@ import pino from 'pino'
 import { AgentError } from '../../../../core/errors.ts'
 import { createOpScheduler } from '../../../../mesh/control/jobs/op-scheduler.ts'
 import type { OpDispatch } from '../../../../mesh/control/jobs/op-dispatch.ts'
-import type { DispatchMessage } from '../../../../mesh/control/jobs/op-wire.ts'
+import type { DispatchAnswer, DispatchMessage } from '../../../../mesh/control/jobs/op-wire.ts'
 import type { JobRecord, JobTable } from '../../../../mesh/control/jobs/job-table.ts'
 
 const logger = pino({ level: 'silent' })
@@ -27,7 +27,7 @@ function fakeNodes (options: { runMs: number, switchMs: number, fail?: (m: Dispa
   let maxBusy = 0
   const runs = new Map<string, number>()
   const dispatch: OpDispatch = {
-    async send (peer, m) {
+    async send (peer, m): Promise<DispatchAnswer | Record<string, never>> {
       log.push({ peer, m })
       if (m.kind !== 'run') { if (m.kind === 'invalidate' && resident.get(peer) === m.job) resident.delete(peer); return {} }
       busy.set(peer, (busy.get(peer) ?? 0) + 1)

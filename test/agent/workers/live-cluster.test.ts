@@ -1,0 +1,78 @@
+// Live multiplexed execution on a real cluster: three election servers and one GPU node (two fake GPUs)
+// on loopback, three live jobs with 2-rank groups colocated on that node's GPUs, six real Python workers
+// (CPU torch over shared memory) and three controllers submitting through the GPU node's agent. The
+// leader admits every operation (HRRS, lock-gated) and the node switches the jobs' state through its
+// StateManager. Mid-run the leader is SIGKILLed: no operation is lost or run twice (a repeated
+// train_step would fail: each checks the step counter) and every job's per-step results and final
+// state are bit-identical to the same job run alone.
+import t from 'tap'
+import { startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
+import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
+import { runAlone, startTrainer } from '../../helpers/live-workers.ts'
+import { torchSkipReason } from '../../helpers/python.ts'
+import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
+
+const skip = torchSkipReason()
+const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
+const jobs = ['rl-a', 'rl-b', 'rl-c'] as const
+const seed = (job: string): number => 100 + jobs.indexOf(job as typeof jobs[number])
+const steps = 10
+
+t.test('three live jobs share one GPU group through a leader that dies mid-run', { skip }, async t => {
+  const cluster = await startElectionCluster(t, { servers: 3, clients: 1, clientArgs: ['--set', `inventory.gpus=${fakeGpus}`, '--set', 'state.enabled=true'] })
+  const first = await waitForLeader(cluster.agents, cluster.agents, 30_000)
+  const gpuNode = cluster.clients[0]!
+  for (const id of jobs) {
+    const submitted = await gpuNode.client.submitJob({ id, nodes: 1, gpusPerNode: 2, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, switchS: 0.05, live: true })
+    t.same(submitted.job.nodes, [gpuNode.peerId], `${id} placed on the GPU node`)
+  }
+  // The node must have applied the table before its workers register.
+  for (const deadline = Date.now() + 15_000; (await gpuNode.client.jobs()).local.length < jobs.length;) {
+    if (Date.now() > deadline) throw new Error('the GPU node never applied the three placements')
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  for (const job of jobs) for (const rank of [0, 1]) await startTrainer(t, gpuNode.socketPath, { job, rank, gpu: rank, seed: seed(job) })
+  const alone = new Map(await Promise.all(jobs.flatMap(job => [0, 1].map(async rank => [`${job}/${rank}`, await runAlone({ job, rank, seed: seed(job), steps })] as const))))
+
+  const answers = new Map<string, OpAnswer[]>(jobs.map(j => [j, []]))
+  let opsDone = 0
+  let killed: Promise<void> | undefined
+  const controller = async (job: string): Promise<void> => {
+    for (let k = 0; k < steps; k++) {
+      const a = await gpuNode.client.runOp(job, { name: 'train_step', args: { step: k }, opId: `step-${k}` })
+      answers.get(job)!.push(a)
+      // A third of the way through, the leader dies (while the other controllers' operations are in flight).
+      if (++opsDone === steps && killed === undefined) {
+        killed = (async () => { first.leader!.proc.kill('SIGKILL'); await first.leader!.exited })()
+      }
+    }
+  }
+  await Promise.all(jobs.map(controller))
+  await killed
+  t.ok(killed !== undefined, 'the leader was killed mid-run')
+  const second = await waitForLeader(cluster.agents.filter(a => a !== first.leader), cluster.servers.filter(a => a !== first.leader), 30_000, first.epoch)
+  t.ok(second.epoch > first.epoch, `a new leader took over (epoch ${second.epoch} > ${first.epoch})`)
+
+  for (const job of jobs) {
+    for (const rank of [0, 1]) {
+      const live = answers.get(job)!.map(a => a.ranks.find(r => r.rank === rank)!.result)
+      t.same(live, alone.get(`${job}/${rank}`)!.steps, `${job} rank ${rank}: all ${steps} steps bit-identical to the job alone (none lost, none run twice)`)
+    }
+    const hashes = await gpuNode.client.runOp(job, { name: 'state_hash' })
+    t.same(hashes.ranks.map(r => (r.result as { hash: string }).hash), [0, 1].map(r => alone.get(`${job}/${r}`)!.final), `${job}: final state equals the run alone`)
+  }
+  const switched = [...answers.values()].flat().filter(a => a.switched).length
+  t.ok(switched >= steps, `many switches: ${switched} of ${jobs.length * steps} operations moved state first`)
+
+  // Visibility: agentctl jobs top (from the new leader), jobs show, inspect residency.
+  const ctl = (...args: string[]) => runNode(agentctlMain, ['--socket', gpuNode.socketPath, ...args])
+  const top = await ctl('jobs', 'top', '--json')
+  t.equal(top.code, 0, `agentctl jobs top exits 0 ${top.stderr}`)
+  const view = JSON.parse(top.stdout) as { epoch: number, nodes: Array<{ node: string, residentJob: string | null }>, jobs: Array<{ job: string, ops: number }> }
+  t.equal(view.epoch, second.epoch, 'answered by the new leader')
+  t.ok(view.jobs.every(j => j.ops >= 1), 'every job ran operations under it')
+  const residency = await ctl('inspect', 'residency')
+  t.match(residency.stdout, /rl-a\s+0\s+0\s+\d+\s+(on device|offloaded)/, 'inspect residency lists the workers and where their state is')
+  const shown = await ctl('jobs', 'show', 'rl-a')
+  t.match(shown.stdout, /live job; placement uses the (submitted|measured) profile/, 'jobs show says which profile placement uses')
+})
