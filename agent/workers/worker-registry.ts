@@ -21,30 +21,13 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
-import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../core/errors.ts'
 import { createInputValidator } from '../../core/validate-input.ts'
 import { formatKey, parseKey, type StateKey } from '../state/keys.ts'
 import type { MemorySpec, StateManager } from '../state/state-manager.ts'
 import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
-import { jobIdPattern } from '../../mesh/control/jobs/job-spec.ts'
-import { maxOpJsonBytes, opNamePattern, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
-import { MemorySpecSchema } from '../api/wire/state.ts'
-
-export const maxStateTensors = 4096
-
-export const WorkerRegistrationSchema = Type.Object({
-  job: Type.String({ pattern: jobIdPattern }),
-  rank: Type.Integer({ minimum: 0, maximum: 1 << 20 }),
-  gpu: Type.Union([Type.Integer({ minimum: 0, maximum: 63 }), Type.Null()], { description: 'the agent\'s index of the worker\'s GPU; null in a CPU-only group (gpusPerNode 0)' }),
-  ops: Type.Array(Type.String({ pattern: opNamePattern }), { minItems: 1, maxItems: 256, uniqueItems: true, description: 'operations this worker runs' }),
-  tensors: Type.Array(Type.Object({
-    name: Type.String({ minLength: 1, maxLength: 512 }),
-    key: Type.String({ description: 'canonical key (agent/state/keys.ts) in the job\'s namespace, version 0' }),
-    memory: MemorySpecSchema,
-  }, { additionalProperties: false }), { maxItems: maxStateTensors, description: 'the worker\'s state: what a context switch moves' }),
-}, { additionalProperties: false })
-export type WorkerRegistration = Static<typeof WorkerRegistrationSchema>
+import { maxOpJsonBytes, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
+import { WorkerRegistrationSchema } from '../api/wire/workers.ts'
 
 const validator = createInputValidator(WorkerRegistrationSchema, 'ERR_BAD_REQUEST', 'worker registration', (r, add) => {
   const names = new Set<string>()

@@ -5,8 +5,26 @@
  * The protocol: agent/workers/PROTOCOL.md.
  */
 import { Type, type Static } from '@sinclair/typebox'
-export { WorkerRegistrationSchema, type WorkerRegistration } from '../../workers/worker-registry.ts'
+import { jobIdPattern } from '../../../mesh/control/jobs/job-spec.ts'
+import { opNamePattern } from '../../../mesh/control/jobs/op-wire.ts'
+import { MemorySpecSchema } from './state.ts'
 export { JobsTopSchema, OpAnswerSchema, opIdPattern, opNamePattern, maxOpJsonBytes, type JobsTop, type OpAnswer } from '../../../mesh/control/jobs/op-wire.ts'
+
+/** Most state tensors one worker registers. */
+export const maxStateTensors = 4096
+
+export const WorkerRegistrationSchema = Type.Object({
+  job: Type.String({ pattern: jobIdPattern }),
+  rank: Type.Integer({ minimum: 0, maximum: 1 << 20 }),
+  gpu: Type.Union([Type.Integer({ minimum: 0, maximum: 63 }), Type.Null()], { description: 'the agent\'s index of the worker\'s GPU; null in a CPU-only group (gpusPerNode 0)' }),
+  ops: Type.Array(Type.String({ pattern: opNamePattern }), { minItems: 1, maxItems: 256, uniqueItems: true, description: 'operations this worker runs' }),
+  tensors: Type.Array(Type.Object({
+    name: Type.String({ minLength: 1, maxLength: 512 }),
+    key: Type.String({ description: 'canonical key (agent/state/keys.ts) in the job\'s namespace, version 0' }),
+    memory: MemorySpecSchema,
+  }, { additionalProperties: false }), { maxItems: maxStateTensors, description: 'the worker\'s state: what a context switch moves' }),
+}, { additionalProperties: false })
+export type WorkerRegistration = Static<typeof WorkerRegistrationSchema>
 
 export const RegisterAnswerSchema = Type.Object({
   workerId: Type.String(),
