@@ -4,7 +4,9 @@
 // leader admits every operation (HRRS, lock-gated) and the node switches the jobs' state through its
 // StateManager. Mid-run the leader is SIGKILLed: no operation is lost or run twice (a repeated
 // train_step would fail: each checks the step counter) and every job's per-step results and final
-// state are bit-identical to the same job run alone.
+// state are bit-identical to the same job run alone. Last, the GPU node is SIGKILLed during an
+// operation a controller on another agent runs: it fails with ERR_NODE_LOST, and the leader requeues
+// the three jobs once the mesh declares the node dead.
 import t from 'tap'
 import { startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
 import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
@@ -75,4 +77,20 @@ t.test('three live jobs share one GPU group through a leader that dies mid-run',
   t.match(residency.stdout, /rl-a\s+0\s+0\s+\d+\s+(on device|offloaded)/, 'inspect residency lists the workers and where their state is')
   const shown = await ctl('jobs', 'show', 'rl-a')
   t.match(shown.stdout, /live job; placement uses the (submitted|measured) profile/, 'jobs show says which profile placement uses')
+
+  // The GPU node dies mid-operation: a clear error for the operation in flight, the jobs requeued.
+  const survivors = cluster.servers.filter(a => a !== first.leader)
+  const controllerAgent = survivors.find(a => a !== second.leader) ?? survivors[0]!
+  const inFlight = controllerAgent.client.runOp('rl-a', { name: 'sleep', args: { ms: 5000 }, opId: 'long-sleep' })
+  await new Promise(resolve => setTimeout(resolve, 1000))
+  gpuNode.proc.kill('SIGKILL')
+  await t.rejects(inFlight, { code: 'ERR_NODE_LOST' }, 'the operation in flight fails with ERR_NODE_LOST')
+  for (const deadline = Date.now() + 30_000; ;) {
+    const view = await controllerAgent.client.jobs()
+    if (view.jobs.filter(j => jobs.includes(j.id as typeof jobs[number])).every(j => j.state === 'QUEUED' && j.requeues === 1)) break
+    if (Date.now() > deadline) throw new Error(`jobs not requeued: ${JSON.stringify(view.jobs.map(j => [j.id, j.state, j.requeues]))}`)
+    await new Promise(resolve => setTimeout(resolve, 100))
+  }
+  t.pass('the leader requeued the three jobs of the dead node')
+  await t.rejects(controllerAgent.client.runOp('rl-b', { name: 'noop' }), { code: 'ERR_JOB_NOT_RUNNING' }, 'a requeued job takes no operation')
 })
