@@ -15,6 +15,8 @@ export const errorCodes = [
   'ERR_BAD_REQUEST',
   'ERR_CONFIG_INVALID',
   'ERR_NOT_FOUND',
+  // ERR_FORBIDDEN: the caller may not do this (a decision kind owned by a subsystem, …).
+  'ERR_FORBIDDEN',
   'ERR_METHOD_NOT_ALLOWED',
   'ERR_BODY_TOO_LARGE',
   'ERR_UNSUPPORTED_MEDIA_TYPE',

@@ -55,9 +55,19 @@ import { createLeaderCalls, type LeaderCallHandler, type LeaderCallOptions } fro
 import { createDecisionLog, type AppliedDecision, type BatchVerdict, type DecisionLog, type DecisionLogEntry } from './decision-log.ts'
 import { openReplicatedLog, type LogSnapshot } from './replicated-log.ts'
 
+/** Why a payload is not a valid one of its kind; undefined when it is. */
+export type PayloadCheck = (payload: unknown) => string | undefined
+
 /** A leader-only subsystem (the cluster policies): runs while this agent acts as leader. */
 export interface LeaderTask {
   name: string
+  /**
+   * Decision kinds this task owns, each with its payload check: only the
+   * task publishes them (LeaderService.decide, the API's generic route,
+   * refuses them with ERR_FORBIDDEN), and a payload that fails its check is
+   * never appended to the log.
+   */
+  kinds?: Record<string, PayloadCheck>
   /** Starts the task; it must stop when `context.signal` aborts (leadership lost or agent stopping). */
   start(context: LeaderContext): Promise<void> | void
 }
@@ -106,7 +116,12 @@ export interface LeaderService {
   start(options: { signal: AbortSignal }): Promise<void>
   stop(): Promise<void>
   view(): LeaderView
-  /** Publishes a decision; ERR_NOT_LEADER unless this agent acts as leader. */
+  /**
+   * Publishes a decision of a kind no subsystem owns (operators' and tests'
+   * own kinds): ERR_FORBIDDEN for an owned kind ('leader', 'jobs',
+   * 'reward-workers', …), ERR_BODY_TOO_LARGE for a payload over
+   * maxExternalPayloadBytes, ERR_NOT_LEADER unless this agent acts as leader.
+   */
   decide(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
   decisions(): DecisionLogEntry[]
   desiredState(): Record<string, unknown>
@@ -126,6 +141,16 @@ export interface LeaderService {
 }
 
 const recentDecisions = 32
+/** Largest JSON payload of a decision published through LeaderService.decide (the API), bytes. */
+export const maxExternalPayloadBytes = 64 * 1024
+
+/** The payload of the epoch's first decision, kind 'leader'. */
+const checkLeaderPayload: PayloadCheck = p => {
+  const l = p as { leader?: unknown, epoch?: unknown, voters?: unknown } | null
+  return l !== null && typeof l === 'object' && typeof l.leader === 'string' && Number.isInteger(l.epoch) && Array.isArray(l.voters)
+    ? undefined
+    : 'a leader decision is { leader, epoch, voters }'
+}
 /** Room left in a batch for its envelope and fields around the decisions, bytes. */
 const batchOverheadBytes = 1024
 /** The leader call that answers the acting leader's state batch (pulling, above). */
@@ -345,9 +370,18 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     ])
   }
 
+  /** Kind → its owner's payload check (the leader's own kind, and every task's). */
+  const ownedKinds = new Map<string, { owner: string, check: PayloadCheck }>([['leader', { owner: 'the leader service', check: checkLeaderPayload }]])
+  for (const task of components.leaderTasks) {
+    for (const [kind, check] of Object.entries(task.kinds ?? {})) ownedKinds.set(kind, { owner: `the ${task.name} task`, check })
+  }
+
   const decide = async (kind: string, payload: unknown): Promise<{ epoch: number, seq: number }> => {
     const a = acting
     if (a === undefined || !election.mayAct()) throw notActing()
+    const owned = ownedKinds.get(kind)
+    const problem = owned?.check(payload)
+    if (problem !== undefined) throw new AgentError('ERR_INTERNAL', `refusing a ${kind} decision with an invalid payload (${problem}); nothing was appended`)
     const { snapshot, durable } = replicated.append(election.voterSetId(), a.epoch, kind, payload)
     a.unpublished.push({ seq: snapshot.seq, kind, payload })
     await commitAndPublish(a, snapshot, durable)
@@ -508,7 +542,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       return stopped
     },
     view,
-    decide,
+    async decide (kind, payload) {
+      const owned = ownedKinds.get(kind)
+      if (owned !== undefined) throw new AgentError('ERR_FORBIDDEN', `decision kind ${JSON.stringify(kind)} belongs to ${owned.owner}: only it publishes ${kind} decisions`)
+      const bytes = Buffer.byteLength(JSON.stringify(payload ?? null))
+      if (bytes > maxExternalPayloadBytes) throw new AgentError('ERR_BODY_TOO_LARGE', `a decision payload of ${bytes} bytes; at most ${maxExternalPayloadBytes} (every agent keeps the latest payload of each kind)`)
+      return await decide(kind, payload)
+    },
     decisions: () => decisionLog.entries(),
     callLeader: (method, body, options) => calls.call(method, body, options),
     desiredState: () => ({ ...desired }),

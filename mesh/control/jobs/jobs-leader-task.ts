@@ -83,11 +83,19 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
   const log = components.logger
   return {
     name: 'jobs',
+    kinds: { [jobsDecisionKind]: p => jobTableOf(p) === undefined ? jobTableProblem(p) : undefined },
     start (context: LeaderContext) {
       const startedMs = clockMs()
       const previous = context.desiredState()[jobsDecisionKind]
+      if (previous !== undefined && jobTableOf(previous) === undefined) {
+        // Never start empty over acknowledged jobs: refuse, loudly, until an operator repairs the state.
+        const problem = jobTableProblem(previous)
+        log.error({ problem }, 'jobs: the committed desired state holds no valid job table; the jobs task refuses to run rather than start empty')
+        const refuse = async (): Promise<never> => { throw new AgentError('ERR_ELECTION_STATE', `the committed job table is invalid (${problem}); the leader refuses to replace it with an empty one`) }
+        for (const method of ['jobs.submit', 'jobs.complete', 'jobs.op', 'jobs.top']) context.handleCalls(method, refuse)
+        return
+      }
       let table: JobTable = jobTableOf(previous) ?? emptyJobTable(config.slotS)
-      if (previous !== undefined && jobTableOf(previous) === undefined) log.error({ problem: jobTableProblem(previous) }, 'jobs: the desired state holds no valid job table; starting empty')
       let chain: Promise<unknown> = Promise.resolve()
       const switchesBase = table.contextSwitches
       const runtime = createJobRuntime({ scheduler: config.runtime, slotS: table.slotS }, {

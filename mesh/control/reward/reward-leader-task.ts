@@ -24,7 +24,7 @@ import { createRewardScalingPolicy } from '../../policies/reward-scaling/policie
 import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '../../policies/reward-scaling/worker-placement.ts'
 import { stageCost, type RewardConfig } from './reward-config.ts'
 import { createRewardProxy, type RewardProxy } from './reward-proxy.ts'
-import { rewardWorkersKind, type RewardWorkersPayload } from './reward-messages.ts'
+import { rewardWorkersKind, rewardWorkersProblem, type RewardWorkersPayload } from './reward-messages.ts'
 
 export interface RewardLeaderTaskOptions {
   config: RewardConfig
@@ -82,6 +82,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
 
   return {
     name: 'reward-proxy',
+    kinds: { [rewardWorkersKind]: rewardWorkersProblem },
     proxy: () => current,
     start (context: LeaderContext) {
       let plan = (context.desiredState()[rewardWorkersKind] as RewardWorkersPayload | undefined) ?? null

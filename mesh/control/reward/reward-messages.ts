@@ -191,6 +191,18 @@ export interface PlanCapacity {
 
 export const rewardWorkersKind = 'reward-workers'
 
+/** Why a payload is not a reward-workers plan (null: no plan), or undefined when it is one. */
+export function rewardWorkersProblem (payload: unknown): string | undefined {
+  if (payload === null) return undefined
+  const p = payload as Partial<RewardWorkersPayload> | undefined
+  if (p === undefined || typeof p !== 'object' || Array.isArray(p)) return 'a reward-workers plan is { workers, wanted, unplaced, capacity? }'
+  const counts = (r: unknown): boolean => r !== null && typeof r === 'object' && !Array.isArray(r) && Object.values(r).every(n => Number.isInteger(n) && (n as number) >= 0)
+  if (p.workers === null || typeof p.workers !== 'object' || !Object.values(p.workers).every(counts)) return 'workers: per node, per stage, a count of workers'
+  if (!counts(p.wanted)) return 'wanted: per stage, a count of workers'
+  if (!counts(p.unplaced)) return 'unplaced: per stage, a count of workers'
+  return undefined
+}
+
 export function validatorOf<S extends TSchema> (schema: S, what: string): InputValidator<S> {
   return createInputValidator(schema, 'ERR_BAD_REQUEST', what, () => {})
 }

@@ -197,3 +197,18 @@ async function waitFor (check: () => boolean, timeoutMs = 5000): Promise<void> {
     await sleep(20)
   }
 }
+
+t.test('a committed desired state that is not a job table: the task refuses to run instead of starting empty', async t => {
+  const h = harness(t, { desired: { [jobsDecisionKind]: { evil: true } } })
+  await sleep(100)
+  await t.rejects(h.call('jobs.submit', { spec: spec('a') }), { code: 'ERR_ELECTION_STATE', message: /refuses to replace it with an empty one/ })
+  await t.rejects(h.call('jobs.op', { job: 'a', opId: 'x', name: 'f' }), { code: 'ERR_ELECTION_STATE' })
+  t.equal(h.decisions.length, 0, 'nothing decided over it')
+})
+
+t.test('the task owns the jobs kind: its check refuses anything but a job table', async t => {
+  const task = createJobsLeaderTask({ config: defaultPlacementConfig, maxTableBytes: 32 * 1024 }, { logger, mesh: { peers: () => [], subscribe: () => () => {} }, self: () => ({ peerId: peerId(0), name: 'node0', gpus: 8 }) })
+  const check = task.kinds![jobsDecisionKind]!
+  t.match(check({ evil: true }), /slotS|Expected/, 'a stray object is refused with the reason')
+  t.equal(check(emptyJobTable(1)), undefined, 'a job table passes')
+})
