@@ -33,7 +33,8 @@ export const maxReadBytes = 64 * 2 ** 20
 /** Most ranges one sliced READ may name. */
 export const maxSliceRanges = 16
 /** Model names: one key segment. */
-export const modelNamePattern = /^[A-Za-z0-9_.-]{1,128}$/
+/** A model name becomes a directory under the state directory: letters, digits, "_", "-", "."; never "." or "..". */
+export const modelNamePattern = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/
 /** "latest committed version" in a MANIFEST request. */
 export const latestVersion = -1
 

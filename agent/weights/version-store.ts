@@ -137,7 +137,7 @@ export function weightsKey (model: string, name: string, dtype: Dtype, shape: nu
 }
 
 export function checkModelName (model: string): string {
-  if (!modelNamePattern.test(model)) throw new AgentError('ERR_BAD_REQUEST', `model name ${JSON.stringify(model)} may only contain letters, digits, "_", "-", "." (1..128)`)
+  if (!modelNamePattern.test(model)) throw new AgentError('ERR_BAD_REQUEST', `model name ${JSON.stringify(model)} may only contain letters, digits, "_", "-", "." (1..128), and may not be "." or ".."`)
   return model
 }
 
@@ -193,8 +193,13 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       await mkdir(options.dir, { recursive: true })
       // Every stored key, whatever its namespace: a version published from a trainer's keys names them.
       const stored = new Set(stateManager.storedKeys().map(k => k.text))
-      for (const model of await readdir(options.dir).catch(() => [] as string[])) {
-        if (!modelNamePattern.test(model)) continue
+      for (const entry of await readdir(options.dir, { withFileTypes: true }).catch(() => [])) {
+        const model = entry.name
+        // Only model directories: a stray file or a name that is not a model's is reported and skipped, never fatal.
+        if (!entry.isDirectory() || !modelNamePattern.test(model)) {
+          logger.warn({ entry: join(options.dir, model) }, 'weights: skipping an entry of the weights directory that is not a model directory')
+          continue
+        }
         const retired = await readFile(join(options.dir, model, 'retired.json'), 'utf8').then(text => (JSON.parse(text) as { retiredUpTo?: unknown }).retiredUpTo, () => undefined)
         if (Number.isSafeInteger(retired)) modelOf(model).retiredUpTo = retired as number
         for (const file of await readdir(join(options.dir, model))) {

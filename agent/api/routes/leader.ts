@@ -34,7 +34,7 @@ export function registerLeaderRoutes (app: FastifyInstance, source: LeaderSource
     schema: {
       summary: 'Publish a fenced decision (acting leader only)',
       body: DecideBodySchema,
-      response: { 200: DecisionPositionSchema, 409: Type.Ref('ErrorBody'), ...errorResponses },
+      response: { 200: DecisionPositionSchema, 403: Type.Ref('ErrorBody'), 409: Type.Ref('ErrorBody'), ...errorResponses },
     },
   }, async request => leader().decide(request.body.kind, request.body.payload))
 }

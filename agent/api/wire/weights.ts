@@ -8,7 +8,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 
 const uint = Type.Integer({ minimum: 0 })
-const Model = Type.String({ pattern: '^[A-Za-z0-9_.-]{1,128}$' })
+const Model = Type.String({ pattern: '^(?!\\.{1,2}$)[A-Za-z0-9_.-]{1,128}$', description: 'letters, digits, "_", "-", "." (1..128); not "." or ".."' })
 const VersionOrLatest = Type.Union([uint, Type.Literal('latest')])
 const Dtype = Type.String({ minLength: 1, maxLength: 16 })
 const Metadata = Type.Record(Type.String(), Type.String())

@@ -1,6 +1,8 @@
 // The /v1/weights routes over fastify inject, against a real in-process weights service (real pool, real TCP on loopback).
 import t from 'tap'
 import { join } from 'node:path'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { buildApiApp } from '../../../agent/api/server.ts'
 import { logger, sharedKey, tensor, weightsNode, writeSafetensors } from '../weights/weights-fixtures.ts'
 import type { WeightsService } from '../../../agent/weights/weights-service.ts'
@@ -73,4 +75,28 @@ t.test('POST /v1/weights/regions refuses what the publish could not take, with a
     t.match(res.json(), { error: { code, message } })
   }
   t.same(objects().filter(n => !before.has(n)), [], 'no object left in /dev/shm')
+})
+
+t.test('model names that would be paths ("." and "..") are refused before anything is written; a stray entry in the weights directory does not stop the service', async t => {
+  const key = sharedKey()
+  const a = await weightsNode(t, key)
+  const api = await app(a.weights)
+  const file = join(a.dir, 'w.safetensors')
+  writeSafetensors(file, [tensor('w', 'f32', [4], 1)])
+  for (const model of ['.', '..']) {
+    const res = await api.inject({ method: 'POST', url: '/v1/weights/publish', payload: { model, source: { kind: 'safetensors', path: file } } })
+    t.equal(res.statusCode, 400, `model ${JSON.stringify(model)}: 400`)
+    t.match(res.json(), { error: { code: 'ERR_BAD_REQUEST' } })
+    await t.rejects(a.weights.publish({ model, source: { kind: 'safetensors', path: file } }), { code: 'ERR_BAD_REQUEST', message: /may not be "\." or "\.\."/ }, `the service itself refuses ${JSON.stringify(model)}`)
+  }
+  t.same(a.weights.list().versions, [], 'nothing published')
+
+  // What "." once left behind (a manifest at the top of weights/) and any other stray file: skipped, reported.
+  const dir = mkdtempSync(join(tmpdir(), 'agentd-wstray-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  mkdirSync(join(dir, 'weights'), { recursive: true })
+  writeFileSync(join(dir, 'weights', 'v0.json'), '{}')
+  writeFileSync(join(dir, 'weights', 'junk'), 'x')
+  const b = await weightsNode(t, key, {}, dir)
+  t.same(b.weights.list().versions, [], 'the service started over a weights directory with stray files')
 })
