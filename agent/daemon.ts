@@ -3,6 +3,8 @@
  * `{ id, requires, create }`, started in order and stopped in reverse by the
  * runner, and the status every client sees. No subsystem starts itself.
  */
+import { mkdir } from 'node:fs/promises'
+import { join } from 'node:path'
 import type { Logger } from 'pino'
 import type { AgentConfig } from './config/schema.ts'
 import { constantSubsystem, createSubsystemRunner, serviceSubsystem, subsystemSpecOf, type SubsystemRecord, type SubsystemSpec } from './subsystems.ts'
@@ -117,7 +119,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
    * the join sync. The api subsystem, last, only listens. Built once (start).
    */
   let builtApi: Promise<ApiServer> | undefined
-  const api = (): Promise<ApiServer> => builtApi ??= createApiServer({ ...config.api, version: agentVersion }, {
+  // File paths given through the API stay inside these (agent/api/routes/path-roots.ts); default: <stateDir>/files.
+  const pathRoots = config.api.pathRoots.length > 0 ? config.api.pathRoots : [join(config.node.stateDir, 'files')]
+  const api = (): Promise<ApiServer> => builtApi ??= createApiServer({ ...config.api, pathRoots, version: agentVersion }, {
     logger: components.logger.child({ component: 'api' }),
     status: { status },
     inventory: { inventory: () => handle('inventory')?.inventory },
@@ -324,6 +328,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       // a second agent leaves here with ERR_STATE_DIR_LOCKED or ERR_SOCKET_IN_USE, having
       // changed nothing. The lock is held until stop() (or the process dies).
       stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
+      await mkdir(join(config.node.stateDir, 'files'), { recursive: true, mode: 0o750 })
       try {
         await claimSocketPath(config.api.socketPath)
         // A failure to build is the api subsystem's, reported when it is created.

@@ -17,6 +17,8 @@ export const errorCodes = [
   'ERR_NOT_FOUND',
   // ERR_FORBIDDEN: the caller may not do this (a decision kind owned by a subsystem, …).
   'ERR_FORBIDDEN',
+  // ERR_PATH_FORBIDDEN: a file path given through the API outside api.pathRoots.
+  'ERR_PATH_FORBIDDEN',
   'ERR_METHOD_NOT_ALLOWED',
   'ERR_BODY_TOO_LARGE',
   'ERR_UNSUPPORTED_MEDIA_TYPE',

@@ -41,6 +41,8 @@ export interface ApiServerOptions {
   socketGroup: string
   /** Largest accepted request body, bytes. */
   bodyLimitBytes: number
+  /** Directories file paths given through the API must lie in (path-roots.ts). Default: none (every such path refused). */
+  pathRoots?: readonly string[]
   version: string
 }
 
@@ -106,7 +108,7 @@ export async function createApiServer (options: ApiServerOptions, components: Ap
 }
 
 /** The fastify app with every route, not yet listening (tests use `inject`). */
-export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version'>, components: ApiServerComponents): Promise<FastifyInstance> {
+export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots'>, components: ApiServerComponents): Promise<FastifyInstance> {
   const app = Fastify({ logger: false, bodyLimit: options.bodyLimitBytes, forceCloseConnections: true, return503OnClosing: true })
   app.addSchema(ErrorBodySchema)
   await app.register(swagger, {
@@ -126,11 +128,12 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
   registerStatusRoutes(app, components.status)
   registerNodeRoutes(app, components.inventory)
   registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
-  registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) })
+  const pathRoots = options.pathRoots ?? []
+  registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) }, pathRoots)
   registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
   registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
   if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
-  registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) })
+  registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) }, pathRoots)
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
   registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
   registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) })

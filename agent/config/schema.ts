@@ -9,6 +9,7 @@
  * …); this file composes them into `configSchema` and keeps the daemon's own
  * sections (node, api, log, shutdown).
  */
+import { tmpdir } from 'node:os'
 import { Type, type Static } from '@sinclair/typebox'
 import { InventorySection, defaultInventoryConfig } from '../inventory/inventory-config.ts'
 import { LocksSection, defaultLocksConfig } from '../state/device-lock-config.ts'
@@ -52,6 +53,10 @@ export const ApiSection = Type.Object({
     maximum: 64 * 1024 * 1024,
     description: 'Largest request body accepted, in bytes; larger bodies get 413. Default: 1048576 (1 MiB).',
   }),
+  pathRoots: Type.Array(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/' }), {
+    maxItems: 64,
+    description: 'Directories under which file paths given through the API must lie (materialize output, a safetensors file to publish); symlinks are resolved first, anything else is ERR_PATH_FORBIDDEN. Default: [] = only <node.stateDir>/files. Dev: that and the system temp directory.',
+  }),
 }, { additionalProperties: false })
 
 export const LogSection = Type.Object({
@@ -89,7 +94,7 @@ export type AgentConfig = Static<typeof configSchema>
 export function defaultConfig (hostname: string): AgentConfig {
   return {
     node: { name: hostname, stateDir: '/var/lib/agentd' },
-    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024 },
+    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024, pathRoots: [] },
     log: { level: 'info' },
     inventory: { ...defaultInventoryConfig },
     locks: { ...defaultLocksConfig },
@@ -114,7 +119,7 @@ export function devConfig (hostname: string, stateDir: string): AgentConfig {
   return {
     ...base,
     node: { ...base.node, stateDir },
-    api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '' },
+    api: { ...base.api, socketPath: `${stateDir}/agentd.sock`, socketGroup: '', pathRoots: [`${stateDir}/files`, tmpdir()] },
     mesh: devMeshConfig(),
     election: { ...devElectionConfig },
     state: devStateConfig(stateDir),

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
+import { confinedPath } from './path-roots.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
   DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, OffloadBodySchema,
@@ -15,7 +16,7 @@ export interface StateSource {
   stateManager(): StateManager | { unavailable: string }
 }
 
-export function registerStateRoutes (app: FastifyInstance, source: StateSource): void {
+export function registerStateRoutes (app: FastifyInstance, source: StateSource, pathRoots: readonly string[]): void {
   const sm = (): StateManager => {
     const current = source.stateManager()
     if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the StateManager is not running: ${current.unavailable}`)
@@ -56,7 +57,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource):
       body: MaterializeBodySchema,
       response: { 200: MaterializeResultSchema, ...errorResponses },
     },
-  }, async request => await materialize(sm(), request.body))
+  }, async request => await materialize(sm(), { ...request.body, path: await confinedPath(request.body.path, pathRoots, 'write', 'the output path') }))
 
   app.get<{ Querystring: ResidencyQuery }>('/v1/state/residency', {
     schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: ResidencyQuerySchema, response: { 200: ResidencySchema, ...errorResponses } },

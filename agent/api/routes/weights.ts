@@ -1,4 +1,5 @@
 /** /v1/weights/*: thin adapters over the weight-transfer agent (validation by schema, errors by code). */
+import { confinedPath } from './path-roots.ts'
 import type { FastifyInstance } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
 import type { WeightsService } from '../../weights/weights-service.ts'
@@ -15,7 +16,7 @@ export interface WeightsSource {
   weights(): WeightsService | { unavailable: string }
 }
 
-export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSource): void {
+export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSource, pathRoots: readonly string[]): void {
   const service = (): WeightsService => {
     const current = source.weights()
     if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the weight-transfer agent is not running: ${current.unavailable}`)
@@ -41,7 +42,8 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
   app.post<{ Body: PublishBody }>('/v1/weights/publish', {
     schema: { summary: 'Commit a version from stored keys, a handed-out region or a safetensors file; answers when it is committed', body: PublishBodySchema, response: { 200: WeightsManifestSchema, ...errorResponses } },
   }, async (request): Promise<WeightsManifest> => {
-    const { model, version, source: from, metadata } = request.body
+    const { model, version, metadata } = request.body
+    const from = request.body.source.kind === 'safetensors' ? { ...request.body.source, path: await confinedPath(request.body.source.path, pathRoots, 'read', 'the safetensors file') } : request.body.source
     return await service().publish({ model, source: from, ...(version !== undefined ? { version } : {}), ...(metadata !== undefined ? { metadata } : {}) })
   })
 

@@ -8,7 +8,7 @@ import { logger, sharedKey, tensor, weightsNode, writeSafetensors } from '../wei
 import type { WeightsService } from '../../../agent/weights/weights-service.ts'
 
 async function app (weights: WeightsService | { unavailable: string }) {
-  return await buildApiApp({ bodyLimitBytes: 1 << 20, version: 'test' }, {
+  return await buildApiApp({ bodyLimitBytes: 1 << 20, version: 'test', pathRoots: [tmpdir(), '/var/tmp'] }, {
     logger, status: { status: () => ({}) as never }, inventory: { inventory: () => undefined }, weights: { weights: () => weights },
   })
 }
