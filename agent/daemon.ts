@@ -329,6 +329,10 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       // changed nothing. The lock is held until stop() (or the process dies).
       stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
       await mkdir(join(config.node.stateDir, 'files'), { recursive: true, mode: 0o750 })
+      if (config.election.faultInjection) {
+        components.logger.warn({ routes: ['/v1/fault/partition', '/v1/fault/stale-decision'] },
+          'FAULT INJECTION IS ON (election.faultInjection): any caller of the socket can cut this agent off from peers and publish stale decisions. Test clusters only: never in production')
+      }
       try {
         await claimSocketPath(config.api.socketPath)
         // A failure to build is the api subsystem's, reported when it is created.

@@ -26,16 +26,20 @@ export const segmentSchema = Type.Object({
   durationS: Type.Number({ exclusiveMinimum: 0, description: 'GPU-busy time, seconds' }),
 }, { additionalProperties: false })
 
+/** Upper bounds of the numbers that reach the placement horizon and the schedulers (a period of 1e308 s is not a job). */
+export const maxPeriodS = 7 * 24 * 3600
+export const maxIterations = 1_000_000_000
+
 /** The fields of a job shared by traces and by jobs submitted to a live cluster (mesh/control/jobs/job-spec.ts). */
 export const jobFields = {
   id: Type.String({ minLength: 1 }),
   nodes: Type.Integer({ minimum: 1 }),
-  periodS: Type.Number({ exclusiveMinimum: 0 }),
-  iterations: Type.Integer({ minimum: 1 }),
+  periodS: Type.Number({ exclusiveMinimum: 0, maximum: maxPeriodS, description: 'seconds, at most a week' }),
+  iterations: Type.Integer({ minimum: 1, maximum: maxIterations }),
   segments: Type.Array(segmentSchema, { minItems: 1 }),
-  maxSlowdown: Type.Number({ minimum: 1 }),
+  maxSlowdown: Type.Number({ minimum: 1, maximum: 1000 }),
   profiled: Type.Optional(Type.Boolean()),
-  switchS: Type.Optional(Type.Number({ minimum: 0 })),
+  switchS: Type.Optional(Type.Number({ minimum: 0, maximum: 3600, description: 'context switch cost, seconds (at most an hour)' })),
 }
 
 const jobSchema = Type.Object({ ...jobFields, submitS: Type.Number({ minimum: 0 }) }, { additionalProperties: false })

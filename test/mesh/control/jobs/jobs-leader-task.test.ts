@@ -212,3 +212,11 @@ t.test('the task owns the jobs kind: its check refuses anything but a job table'
   t.match(check({ evil: true }), /slotS|Expected/, 'a stray object is refused with the reason')
   t.equal(check(emptyJobTable(1)), undefined, 'a job table passes')
 })
+
+t.test('numbers that reach the horizon and the schedulers are bounded: a period of 1e308 s is refused, not queued', async t => {
+  t.throws(() => parseJobSpec(spec('huge', { periodS: 1e308 })), { code: 'ERR_JOB_INVALID', message: /periodS/ })
+  t.throws(() => parseJobSpec(spec('many', { iterations: 1e12 })), { code: 'ERR_JOB_INVALID', message: /iterations/ })
+  t.throws(() => parseJobSpec(spec('slow', { maxSlowdown: 1e9 })), { code: 'ERR_JOB_INVALID', message: /maxSlowdown/ })
+  t.throws(() => parseJobSpec(spec('switch', { switchS: 1e9 })), { code: 'ERR_JOB_INVALID', message: /switchS/ })
+  t.ok(parseJobSpec(spec('week', { periodS: 7 * 24 * 3600, segments: [{ offsetS: 0, durationS: 10 }] })), 'a week-long period is fine')
+})
