@@ -328,13 +328,14 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       // a second agent leaves here with ERR_STATE_DIR_LOCKED or ERR_SOCKET_IN_USE, having
       // changed nothing. The lock is held until stop() (or the process dies).
       stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
-      await mkdir(join(config.node.stateDir, 'files'), { recursive: true, mode: 0o750 })
       if (config.election.faultInjection) {
         components.logger.warn({ routes: ['/v1/fault/partition', '/v1/fault/stale-decision'] },
           'FAULT INJECTION IS ON (election.faultInjection): any caller of the socket can cut this agent off from peers and publish stale decisions. Test clusters only: never in production')
       }
       try {
         await claimSocketPath(config.api.socketPath)
+        // The default root of API file paths (api.pathRoots), made once nothing can refuse this agent any more.
+        await mkdir(join(config.node.stateDir, 'files'), { recursive: true, mode: 0o750 })
         // A failure to build is the api subsystem's, reported when it is created.
         await api().catch(() => {})
         await runner.startAll()
