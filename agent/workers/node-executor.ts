@@ -35,9 +35,7 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
 import type { DispatchAnswer, DispatchMessage } from '../../mesh/control/jobs/op-wire.ts'
-import { ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
 import { createResourceLocks } from './resource-locks.ts'
 import type { WorkerRecord, WorkerRegistry, WorkerReply } from './worker-registry.ts'
 
@@ -50,7 +48,6 @@ export interface NodeExecutorOptions {
 export interface NodeExecutorComponents {
   logger: Logger
   registry: WorkerRegistry
-  jobs(): JobsView
   clockMs?: () => number
 }
 
@@ -76,11 +73,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
 
   /** The job's ranks here and their live workers; ERR_* when it is not placed here or a rank has none. */
   const localWorkers = (jobId: string): WorkerRecord[] => {
-    const job = components.jobs().jobs.find(j => j.id === jobId)
-    if (job === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${jobId} in the job table of node ${options.selfPeerId}`)
-    const index = job.nodes.indexOf(options.selfPeerId)
-    if (job.state !== 'RUNNING' || index < 0) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${jobId} is not running on node ${options.selfPeerId} (its table: ${job.state})`)
-    const ranks = ranksOnNode(job.spec.gpusPerNode, index)
+    const { ranks } = registry.localRanks(jobId)
     const missing = ranks.filter(r => registry.live(jobId, r)?.attached !== true)
     if (missing.length > 0) throw new AgentError('ERR_WORKER_MISSING', `job ${jobId}: rank${missing.length > 1 ? 's' : ''} ${missing.join(', ')} ha${missing.length > 1 ? 've' : 's'} no live worker on node ${options.selfPeerId} yet (start it: it registers with this node's agent)`, { details: { job: jobId, ranks: missing } })
     return ranks.map(r => registry.live(jobId, r)!)
@@ -114,9 +107,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
 
   const run = async (m: Extract<DispatchMessage, { kind: 'run' }>): Promise<DispatchAnswer> => {
     // A worker that registered a moment ago opens its stream next: wait for it rather than refuse.
-    const job = components.jobs().jobs.find(j => j.id === m.job)
-    const index = job?.nodes.indexOf(options.selfPeerId) ?? -1
-    if (job !== undefined && index >= 0) await registry.settled(m.job, ranksOnNode(job.spec.gpusPerNode, index), 10_000)
+    await registry.settled(m.job, registry.localRanks(m.job).ranks, 10_000)
     const mine = localWorkers(m.job)
     const unknown = mine.filter(w => !w.ops.has(m.name))
     if (unknown.length > 0) throw new AgentError('ERR_UNKNOWN_OPERATION', `job ${m.job}: no operation ${JSON.stringify(m.name)} registered by rank${unknown.length > 1 ? 's' : ''} ${unknown.map(w => w.rank).join(', ')} (registered: ${[...unknown[0]!.ops].sort().join(', ')})`)

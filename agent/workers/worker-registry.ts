@@ -91,6 +91,8 @@ export interface WorkerRegistry {
   deregister(id: string): void
   /** Drops a worker (it is told `stop`); its stored state stays. */
   drop(worker: WorkerRecord, reason: string): void
+  /** The job's ranks hosted here (and its gpusPerNode); ERR_JOB_NOT_FOUND / ERR_JOB_NOT_RUNNING when it is not placed here. */
+  localRanks(job: string): { ranks: number[], gpusPerNode: number }
   /** The live worker of (job, rank) here, if any (registered; attached or about to). */
   live(job: string, rank: number): WorkerRecord | undefined
   /** Resolves once every registered worker of the (job, ranks) here has attached, or after timeoutMs. */
@@ -149,12 +151,12 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     if (lost) components.onWorkerLost(w, why)
   }
 
-  const localRanks = (view: JobsView, job: string): { ranks: number[], gpusPerNode: number } => {
-    const record = view.jobs.find(j => j.id === job)
-    if (record === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${job} in the job table this agent applied`)
+  const localRanks = (job: string): { ranks: number[], gpusPerNode: number } => {
+    const record = components.jobs().jobs.find(j => j.id === job)
+    if (record === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${job} in the job table node ${options.selfPeerId} applied`)
     const index = record.nodes.indexOf(options.selfPeerId)
     if (record.state !== 'RUNNING' || index < 0) {
-      throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${job} is ${record.state}${record.state === 'RUNNING' ? ` on ${record.nodeNames.join(', ')}, not on this node` : ''}: its workers register on the nodes it is placed on`)
+      throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${job} is ${record.state}${record.state === 'RUNNING' ? ` on ${record.nodeNames.join(', ')}` : ''}, not on node ${options.selfPeerId}: its workers register, and its operations run, on the nodes it is placed on`)
     }
     return { ranks: ranksOnNode(record.spec.gpusPerNode, index), gpusPerNode: record.spec.gpusPerNode }
   }
@@ -162,7 +164,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
   const registry: WorkerRegistry = {
     async register (body, pid) {
       const r = validator.parse(body, 'worker registration')
-      const { ranks, gpusPerNode } = localRanks(components.jobs(), r.job)
+      const { ranks, gpusPerNode } = localRanks(r.job)
       if (!ranks.includes(r.rank)) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} is not hosted on this node (ranks ${ranks.join(', ')} are)`)
       const expectedGpu = gpusPerNode === 0 ? null : r.rank - ranks[0]!
       if (r.gpu !== expectedGpu) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} runs on ${expectedGpu === null ? 'no GPU (gpu: null, a CPU-only group)' : `GPU ${expectedGpu} of this node`}, not ${r.gpu === null ? 'null' : `GPU ${r.gpu}`}`)
@@ -191,7 +193,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       } finally {
         registering.delete(s)
       }
-      if (localRanks(components.jobs(), r.job).ranks.includes(r.rank) === false) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
+      if (!localRanks(r.job).ranks.includes(r.rank)) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
       let settle!: () => void
       const attachedOrGone = new Promise<void>(resolve => { settle = resolve })
       const w: Live = {
@@ -258,6 +260,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       remove(w, reason, false)
     },
 
+    localRanks,
     live: (job, rank) => bySlot.get(slot(job, rank)),
     async settled (job, ranks, timeoutMs) {
       const waiting = ranks.map(r => bySlot.get(slot(job, r))).filter((w): w is Live => w !== undefined && !w.attached)

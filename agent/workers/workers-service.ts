@@ -42,7 +42,7 @@ export function createWorkersService (options: WorkersServiceOptions, components
     jobs: components.jobs,
     onWorkerLost: w => executor?.workerLost(w),
   })
-  executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry, jobs: components.jobs })
+  executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry })
   let timer: NodeJS.Timeout | undefined
   const sweep = (): void => { void registry.sweep().catch(err => components.logger.warn({ err: (err as Error).message }, 'workers: sweep failed')) }
   return {

@@ -109,7 +109,6 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   const resident = new Map<string, string>()
   const expectedFreeS = new Map<string, number>()
   const nodeIndex = new Map<string, number>()
-  const lastEndMs = new Map<string, number>()
   const stats = new Map<string, MeasuredJob>()
   let versionCounter = 0
   let stopped = false
@@ -192,7 +191,6 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     for (const peer of job.nodes) { locks.delete(peer); expectedFreeS.delete(peer) }
     running.delete(job.id)
     const endMs = clockMs()
-    lastEndMs.set(job.id, endMs)
     const next = queues.get(job.id)?.[0]
     if (next !== undefined) next.readyMs = Math.max(next.submittedMs, endMs)
     if (stopped) return
