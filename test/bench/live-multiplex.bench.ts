@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { spawnAgent, tempDir, type AgentProcess } from '../helpers/agent-process.ts'
 import { startElectionCluster, waitForLeader } from '../helpers/test-election.ts'
-import { startTrainer } from '../helpers/live-workers.ts'
+import { liveJobSpec, startTrainer, twoFakeGpus } from '../helpers/live-workers.ts'
 import { torchSkipReason } from '../helpers/python.ts'
 import { simulatePlacement } from '../../mesh/sim/placement-sim.ts'
 import type { AgentClient } from '../../agent/client/client.ts'
@@ -54,13 +54,12 @@ if (skip !== false) {
 
 const teardowns: Array<() => unknown> = []
 const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
-const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
-const liveSpec = (id: string) => ({ id, nodes: 1, gpusPerNode: 2, periodS: (segmentMs + thinkMs) / 1000, iterations, segments: [{ offsetS: 0, durationS: segmentMs / 1000 }], maxSlowdown: 4, switchS: 0.05, live: true })
+const liveSpec = (id: string) => liveJobSpec(id, { periodS: (segmentMs + thinkMs) / 1000, segmentS: segmentMs / 1000, iterations })
 const fmt = (x: number, d = 1): string => x.toFixed(d)
 
 async function devAgent (extra: string[] = []): Promise<AgentProcess> {
   const dir = tempDir(t)
-  return await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', `inventory.gpus=${fakeGpus}`, '--set', 'log.level=warn', ...extra] })
+  return await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'log.level=warn', ...extra] })
 }
 
 async function startJob (client: AgentClient, socketPath: string, id: string, seed: number, hidden: number): Promise<void> {
@@ -118,7 +117,7 @@ try {
 
   // 2b. Control overhead through the leader.
   {
-    const cluster = await startElectionCluster(t, { servers: 3, clients: 1, args: ['--set', 'log.level=warn'], clientArgs: ['--set', `inventory.gpus=${fakeGpus}`, '--set', 'state.enabled=true'] })
+    const cluster = await startElectionCluster(t, { servers: 3, clients: 1, args: ['--set', 'log.level=warn'], clientArgs: ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] })
     const { leader } = await waitForLeader(cluster.agents, cluster.agents, 30_000)
     const gpuNode = cluster.clients[0]!
     const controllerAgent = cluster.servers.find(a => a !== leader)!

@@ -10,22 +10,21 @@
 import t from 'tap'
 import { startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
 import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
-import { runAlone, startTrainer } from '../../helpers/live-workers.ts'
+import { liveJobSpec, runAlone, startTrainer, twoFakeGpus } from '../../helpers/live-workers.ts'
 import { torchSkipReason } from '../../helpers/python.ts'
 import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
 
 const skip = torchSkipReason()
-const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
 const jobs = ['rl-a', 'rl-b', 'rl-c'] as const
 const seed = (job: string): number => 100 + jobs.indexOf(job as typeof jobs[number])
 const steps = 10
 
 t.test('three live jobs share one GPU group through a leader that dies mid-run', { skip }, async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, clients: 1, clientArgs: ['--set', `inventory.gpus=${fakeGpus}`, '--set', 'state.enabled=true'] })
+  const cluster = await startElectionCluster(t, { servers: 3, clients: 1, clientArgs: ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] })
   const first = await waitForLeader(cluster.agents, cluster.agents, 30_000)
   const gpuNode = cluster.clients[0]!
   for (const id of jobs) {
-    const submitted = await gpuNode.client.submitJob({ id, nodes: 1, gpusPerNode: 2, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, switchS: 0.05, live: true })
+    const submitted = await gpuNode.client.submitJob(liveJobSpec(id))
     t.same(submitted.job.nodes, [gpuNode.peerId], `${id} placed on the GPU node`)
   }
   // The node must have applied the table before its workers register.

@@ -6,7 +6,7 @@
 import t from 'tap'
 import { spawnSync } from 'node:child_process'
 import { spawnAgent, tempDir } from '../../helpers/agent-process.ts'
-import { runAlone, startTrainer } from '../../helpers/live-workers.ts'
+import { liveJobSpec, runAlone, startTrainer } from '../../helpers/live-workers.ts'
 import { python, torchSkipReason } from '../../helpers/python.ts'
 import { capabilities } from '../../../native/index.ts'
 import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
@@ -26,7 +26,7 @@ t.test('two live jobs switched on one GPU through CUDA IPC: bit-identical to run
   const agent = await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir] })
   const seeds: Record<string, number> = { ca: 5, cb: 6 }
   for (const id of ['ca', 'cb']) {
-    await agent.client.submitJob({ id, nodes: 1, gpusPerNode: 1, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, switchS: 0.05, live: true })
+    await agent.client.submitJob(liveJobSpec(id, { gpusPerNode: 1 }))
     await startTrainer(t, agent.socketPath, { job: id, rank: 0, gpu: 0, seed: seeds[id]!, hidden: 512, device: 'cuda' })
   }
   const steps = 6

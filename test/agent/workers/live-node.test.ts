@@ -7,19 +7,17 @@
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { spawnAgent, tempDir } from '../../helpers/agent-process.ts'
-import { runAlone, startTrainer, type WorkerProcess } from '../../helpers/live-workers.ts'
+import { liveJobSpec, runAlone, startTrainer, twoFakeGpus, type WorkerProcess } from '../../helpers/live-workers.ts'
 import { torchSkipReason } from '../../helpers/python.ts'
 import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
 
 const skip = torchSkipReason()
-const fakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
-const liveJob = (id: string) => ({ id, nodes: 1, gpusPerNode: 2, periodS: 10, iterations: 100, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 4, switchS: 0.05, live: true })
 const seeds: Record<string, number> = { ja: 11, jb: 22 }
 
 t.test('two live jobs time-share one node: switched by the agent, bit-identical to running alone', { skip }, async t => {
   const dir = tempDir(t)
-  const agent = await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', `inventory.gpus=${fakeGpus}`] })
-  for (const id of ['ja', 'jb']) t.match(await agent.client.submitJob(liveJob(id)), { job: { id, state: 'RUNNING' } }, `${id} placed`)
+  const agent = await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', `inventory.gpus=${twoFakeGpus}`] })
+  for (const id of ['ja', 'jb']) t.match(await agent.client.submitJob(liveJobSpec(id)), { job: { id, state: 'RUNNING' } }, `${id} placed`)
   const workers = new Map<string, WorkerProcess>()
   const start = async (job: string, rank: number): Promise<WorkerProcess> => {
     const w = await startTrainer(t, agent.socketPath, { job, rank, gpu: rank, seed: seeds[job]! })
