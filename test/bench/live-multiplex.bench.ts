@@ -5,7 +5,9 @@
  * 1. Context switch: two jobs (2 ranks each, --hidden 1536: 29 MB of state per rank) alternate `noop`
  *    operations on one node, so every operation offloads one job and onloads the other. Switch time
  *    (slowest node's offload + onload) vs a single-threaded memcpy of the same bytes (both
- *    directions, every rank) in this process. Goal: ≤ 1.2×.
+ *    directions, every rank) in this process. Goal: ≤ 1.2×. With --device cuda (a GPU machine;
+ *    --parts switch): one rank per job on GPU 0 with CUDA tensors, against torch copying the same
+ *    bytes device -> pinned host -> device (cuda_copy_baseline.py) in the same run.
  * 2. Control overhead: submit → worker handler start (the worker's wall clock minus the
  *    controller's, same host) of `noop` on a resident job: local (the controller's agent leads and
  *    hosts the workers) and through the leader (3-server cluster: the controller on a follower, the
@@ -17,14 +19,16 @@
  *    shapes (simulatePlacement, measured switch cost). Runs under HRRS and FCFS: switch counts of
  *    both on the same workload.
  *
- *   node_modules/.bin/node test/bench/live-multiplex.bench.ts [--runs 3] [--iterations 6] [--segment-ms 400] [--think-ms 800] [--latency-ops 200] [--hidden 1536]
+ *   node_modules/.bin/node test/bench/live-multiplex.bench.ts [--parts switch,latency,makespan] [--runs 3] [--iterations 6] [--segment-ms 400] [--think-ms 800] [--latency-ops 200] [--hidden 1536]
  */
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { spawnAgent, tempDir, type AgentProcess } from '../helpers/agent-process.ts'
 import { startElectionCluster, waitForLeader } from '../helpers/test-election.ts'
 import { liveJobSpec, startTrainer, twoFakeGpus } from '../helpers/live-workers.ts'
-import { torchSkipReason } from '../helpers/python.ts'
+import { python, torchSkipReason } from '../helpers/python.ts'
 import { simulatePlacement } from '../../mesh/sim/placement-sim.ts'
 import type { AgentClient } from '../../agent/client/client.ts'
 import { median, percentile } from './bench-stats.ts'
@@ -37,6 +41,8 @@ const { values } = parseArgs({
     'think-ms': { type: 'string', default: '800' },
     'latency-ops': { type: 'string', default: '200' },
     hidden: { type: 'string', default: '1536' },
+    parts: { type: 'string', default: 'switch,latency,makespan' },
+    device: { type: 'string', default: 'cpu' },
   },
 })
 const runs = Number(values.runs)
@@ -45,6 +51,9 @@ const segmentMs = Number(values['segment-ms'])
 const thinkMs = Number(values['think-ms'])
 const latencyOps = Number(values['latency-ops'])
 const switchHidden = Number(values.hidden)
+const parts = new Set(values.parts.split(','))
+const device = values.device
+if (device !== 'cpu' && device !== 'cuda') throw new Error(`--device is cpu or cuda, got ${device}`)
 
 const skip = torchSkipReason()
 if (skip !== false) {
@@ -57,9 +66,34 @@ const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
 const liveSpec = (id: string) => liveJobSpec(id, { periodS: (segmentMs + thinkMs) / 1000, segmentS: segmentMs / 1000, iterations })
 const fmt = (x: number, d = 1): string => x.toFixed(d)
 
+/** Bytes of one rank's tiny-trainer state at `hidden` (parameters and AdamW's two moments, fp32), rounded up. */
+const stateBudget = (hidden: number): number => 3 * 4 * (hidden * hidden + 48 * hidden + 1024)
+
+/** Single-thread memcpy of `bytes` between two buffers in this process, `count` times, ms each. */
+function hostCopyMs (bytes: number, count: number): number[] {
+  const src = Buffer.alloc(bytes, 1)
+  const dst = Buffer.alloc(bytes)
+  src.copy(dst)
+  const out: number[] = []
+  for (let i = 0; i < count; i++) { const t0 = performance.now(); src.copy(dst); out.push(performance.now() - t0) }
+  return out
+}
+
+/** Device -> pinned host -> device of `bytes` with torch, `count` times, ms each (cuda_copy_baseline.py). */
+function cudaCopyMs (bytes: number, count: number): number[] {
+  const r = spawnSync(python, [join(import.meta.dirname, 'cuda_copy_baseline.py'), '--bytes', String(bytes), '--runs', String(count)], { encoding: 'utf8' })
+  if (r.status !== 0) throw new Error(`cuda_copy_baseline.py failed: ${r.stderr}`)
+  return (JSON.parse(r.stdout) as { totalMs: number[] }).totalMs
+}
+
 async function devAgent (extra: string[] = []): Promise<AgentProcess> {
+  return await realGpuAgent(['--set', `inventory.gpus=${twoFakeGpus}`, ...extra])
+}
+
+/** A dev agent with the machine's own GPUs (none here: the stand-ins come from devAgent). */
+async function realGpuAgent (extra: string[]): Promise<AgentProcess> {
   const dir = tempDir(t)
-  return await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'log.level=warn', ...extra] })
+  return await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', 'log.level=warn', ...extra] })
 }
 
 async function startJob (client: AgentClient, socketPath: string, id: string, seed: number, hidden: number): Promise<void> {
@@ -80,35 +114,38 @@ async function noopLatencies (client: AgentClient, job: string, count: number): 
 }
 
 try {
-  // 1. Context switch vs memcpy of the same bytes.
-  {
-    // Room in the host pool for both jobs' two stored versions: nothing spills to NVMe.
-    const agent = await devAgent(['--set', `state.hostPoolBytes=${1 << 30}`])
-    await startJob(agent.client, agent.socketPath, 'sw-a', 1, switchHidden)
-    await startJob(agent.client, agent.socketPath, 'sw-b', 2, switchHidden)
+  // 1. Context switch vs a raw copy of the same bytes.
+  if (parts.has('switch')) {
+    // Room in the host pool for both jobs' stored versions (two kept per rank, a third while one is stored): nothing spills to NVMe.
+    const cuda = device === 'cuda'
+    const pool = ['--set', `state.hostPoolBytes=${16 * stateBudget(switchHidden)}`]
+    const agent = cuda ? await realGpuAgent(pool) : await devAgent(pool)
+    const ranks = cuda ? [0] : [0, 1]
+    for (const [i, id] of ['sw-a', 'sw-b'].entries()) {
+      await agent.client.submitJob(liveJobSpec(id, { gpusPerNode: ranks.length }))
+      await Promise.all(ranks.map(rank => startTrainer(t, agent.socketPath, { job: id, rank, gpu: rank, seed: i + 1, hidden: switchHidden, ...(cuda ? { device: 'cuda' as const } : {}) })))
+    }
     const stateBytes = (await agent.client.workers()).workers.filter(w => w.job === 'sw-a').reduce((n, w) => n + w.stateBytes, 0)
-    const switchMs: number[] = []
+    const switchMs: number[] = []; const offMs: number[] = []; const onMs: number[] = []
     for (let i = 0; i < 8 * runs; i++) {
       for (const job of ['sw-a', 'sw-b']) {
         const a = await agent.client.runOp(job, { name: 'noop' })
-        if (a.switched && i > 0) switchMs.push(a.offloadMs + a.onloadMs)
+        if (a.switched && i > 0) { switchMs.push(a.offloadMs + a.onloadMs); offMs.push(a.offloadMs); onMs.push(a.onloadMs) }
       }
     }
-    // Baseline: one thread copies the bytes a switch moves (the outgoing job's state out, the incoming one's in).
+    // Baseline: the bytes a switch moves (the outgoing job's state out, the incoming one's in) copied raw.
     const moved = 2 * stateBytes
-    const src = Buffer.alloc(moved, 1)
-    const dst = Buffer.alloc(moved)
-    const copyMs: number[] = []
-    for (let i = 0; i < 20 * runs; i++) { const t0 = performance.now(); src.copy(dst); copyMs.push(performance.now() - t0) }
-    console.log(`context switch (2 ranks x ${fmt(stateBytes / 2 / 2 ** 20, 2)} MiB out + in, ${switchMs.length} switches): median ${fmt(median(switchMs), 2)} ms, p90 ${fmt(percentile(switchMs, 90), 2)} ms`)
-    console.log(`memcpy of the same ${fmt(moved / 2 ** 20, 2)} MiB, one thread: median ${fmt(median(copyMs), 3)} ms`)
-    console.log(`switch / memcpy: median ${fmt(median(switchMs) / median(copyMs), 2)} x (goal <= 1.2)`)
+    const copyMs = cuda ? cudaCopyMs(stateBytes, 20 * runs) : hostCopyMs(moved, 20 * runs)
+    const per = ranks.length > 1 ? `${ranks.length} ranks x ${fmt(stateBytes / ranks.length / 2 ** 20, 2)} MiB` : `${fmt(stateBytes / 2 ** 20, 2)} MiB`
+    console.log(`context switch on ${cuda ? 'a CUDA GPU (CUDA IPC, pinned host pool)' : 'stand-in GPUs (shared memory)'} (${per} out + in, ${switchMs.length} switches): median ${fmt(median(switchMs), 2)} ms (offload ${fmt(median(offMs), 2)}, onload ${fmt(median(onMs), 2)}), p90 ${fmt(percentile(switchMs, 90), 2)} ms`)
+    console.log(`raw copy of the same ${fmt(moved / 2 ** 20, 2)} MiB (${cuda ? 'torch: device -> pinned host -> device' : 'memcpy, one thread'}): median ${fmt(median(copyMs), 3)} ms`)
+    console.log(`switch / raw copy: median ${fmt(median(switchMs) / median(copyMs), 2)} x (goal <= 1.2)`)
     await agent.client.completeJob('sw-a')
     await agent.client.completeJob('sw-b')
   }
 
   // 2. Control overhead, local.
-  {
+  if (parts.has('latency')) {
     const agent = await devAgent()
     await startJob(agent.client, agent.socketPath, 'lat', 3, 64)
     const local = await noopLatencies(agent.client, 'lat', latencyOps)
@@ -116,7 +153,7 @@ try {
   }
 
   // 2b. Control overhead through the leader.
-  {
+  if (parts.has('latency')) {
     const cluster = await startElectionCluster(t, { servers: 3, clients: 1, args: ['--set', 'log.level=warn'], clientArgs: ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] })
     const { leader } = await waitForLeader(cluster.agents, cluster.agents, 30_000)
     const gpuNode = cluster.clients[0]!
@@ -129,7 +166,7 @@ try {
   }
 
   // 3. Makespan: multiplexed (HRRS, FCFS) vs one after another vs the simulator.
-  {
+  if (parts.has('makespan')) {
     const jobs = ['mk-a', 'mk-b', 'mk-c']
     const controller = async (client: AgentClient, job: string): Promise<void> => {
       for (let k = 0; k < iterations; k++) {

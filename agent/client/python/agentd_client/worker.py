@@ -157,7 +157,8 @@ class WorkerState:
     Tensors are added with :meth:`add`; :meth:`share` moves every CPU tensor
     into one new shared-memory arena; :meth:`release` frees every tensor's
     memory (each becomes empty); :meth:`reallocate` gives each its memory back
-    (contents undefined until an onload). Each move rebinds the tensor's
+    (contents undefined until an onload; each device's CUDA tensors share one
+    allocation, CPU tensors one arena). Each move rebinds the tensor's
     ``.data``, so the registered objects stay the ones the model and the
     optimizer use.
     """
@@ -264,20 +265,30 @@ class WorkerState:
     def reallocate(self) -> None:
         """Gives every released tensor its memory back (same shape, dtype, device; contents undefined).
 
-        CPU tensors come from one new arena, CUDA tensors from ``torch.empty``.
+        CPU tensors come from one new shared-memory arena, the CUDA tensors of
+        each device from one new device allocation (so the agent opens one IPC
+        handle per device, not one per tensor, and copies into one range).
         Nothing happens when the state is not released.
         """
         if not self.released:
             return
         cpu = self._cpu_entries()
         arena = SharedTensorArena(_arena_bytes(cpu)) if cpu else None
+        by_device: Dict[torch.device, List[_Entry]] = {}
+        for e in self._entries.values():
+            if e.device.type == "cuda":
+                by_device.setdefault(e.device, []).append(e)
         with torch.no_grad():
-            for e in self._entries.values():
-                if e.device.type == "cpu":
-                    assert arena is not None
-                    e.tensor.data = arena.empty(e.shape, e.dtype)
-                else:
-                    e.tensor.data = torch.empty(e.shape, dtype=e.dtype, device=e.device)
+            for e in cpu:
+                assert arena is not None
+                e.tensor.data = arena.empty(e.shape, e.dtype)
+            for device, entries in by_device.items():
+                block = torch.empty(_arena_bytes(entries), dtype=torch.uint8, device=device)
+                end = 0
+                for e in entries:
+                    start = -(-end // SHM_ALIGNMENT) * SHM_ALIGNMENT
+                    end = start + e.key.nbytes
+                    e.tensor.data = block[start:end].view(e.dtype).view(e.shape)
         self.arena = arena
         self.released = False
 
