@@ -119,6 +119,32 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     return freed
   }
 
+  const promoting = new Map<StoredEntry, Promise<void>>()
+
+  async function promoteOnce (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> {
+    const extent = await space.allocate(entry.key.bytes, keep)
+    const range = keyRange(pool, extent, entry.key)
+    const filled = space.filling(entry.key.bytes)
+    try {
+      await nvme.read(entry.key.text, range)
+      const sum = await checksum(range)
+      if (sum !== entry.checksum) {
+        throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
+      }
+    } catch (err) {
+      pool.free(extent)
+      throw err
+    } finally {
+      filled()
+    }
+    if (hasHostCopy(entry) || index.get(entry.key.text) !== entry) {
+      pool.free(extent) // promoted concurrently, or dropped meanwhile
+      return
+    }
+    entry.host = extent
+    counters.promoted++
+  }
+
   return {
     spill,
     spillIfAboveWatermark () {
@@ -127,29 +153,15 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
       spilling = spill(0).then(() => {}, err => logger.error({ err }, 'background spill failed')).finally(() => { spilling = undefined })
       components.track(spilling)
     },
-    async promote (entry, keep) {
-      if (hasHostCopy(entry)) return
-      const extent = await space.allocate(entry.key.bytes, keep)
-      const range = keyRange(pool, extent, entry.key)
-      const filled = space.filling(entry.key.bytes)
-      try {
-        await nvme.read(entry.key.text, range)
-        const sum = await checksum(range)
-        if (sum !== entry.checksum) {
-          throw new AgentError('ERR_DATA_CORRUPT', `${entry.key.text} read back from NVMe with crc32c ${sum.toString(16)}, expected ${entry.checksum?.toString(16)}`)
-        }
-      } catch (err) {
-        pool.free(extent)
-        throw err
-      } finally {
-        filled()
+    promote (entry, keep) {
+      if (hasHostCopy(entry)) return Promise.resolve()
+      // A prefetch and an onload of the same key read it once.
+      let reading = promoting.get(entry)
+      if (reading === undefined) {
+        reading = promoteOnce(entry, keep).finally(() => promoting.delete(entry))
+        promoting.set(entry, reading)
       }
-      if (hasHostCopy(entry) || index.get(entry.key.text) !== entry) {
-        pool.free(extent) // promoted concurrently, or dropped meanwhile
-        return
-      }
-      entry.host = extent
-      counters.promoted++
+      return reading
     },
     async persist (entry) {
       if (entry.onNvme) return

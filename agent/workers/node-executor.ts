@@ -5,7 +5,9 @@
  *
  *   run:        validate (job placed here, every local rank live, the name
  *               registered by each) — nothing has changed yet when this
- *               fails — then, under the locks of the job's devices here:
+ *               fails — start prefetching the job's stored state from NVMe
+ *               if it is not on the devices, then, under the locks of the
+ *               job's devices here:
  *               offload every other job whose state holds those devices
  *               (stored under the dispatch's version, released), onload this
  *               job's workers that are not current (from their latest stored
@@ -14,6 +16,9 @@
  *               without releasing it (its other nodes offloaded it).
  *   invalidate: roll the job's local workers back (release; the next run
  *               onloads the stored state).
+ *   prefetch:   the job's next operation waits for these devices: start
+ *               bringing its workers' stored state back from NVMe (answers
+ *               at once; best effort).
  *
  * Contract:
  * - Fencing: a dispatch from an epoch lower than the highest seen is
@@ -37,6 +42,7 @@ import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { DispatchAnswer, DispatchMessage } from '../../mesh/control/jobs/op-wire.ts'
 import { createResourceLocks } from './resource-locks.ts'
+import type { StateManager } from '../state/state-manager.ts'
 import type { WorkerRecord, WorkerRegistry, WorkerReply } from './worker-registry.ts'
 
 export interface NodeExecutorOptions {
@@ -48,6 +54,8 @@ export interface NodeExecutorOptions {
 export interface NodeExecutorComponents {
   logger: Logger
   registry: WorkerRegistry
+  /** Brings a job's stored state back from NVMe ahead of its onload; without it onloads read NVMe in the switch. */
+  stateManager?: Pick<StateManager, 'prefetch'>
   clockMs?: () => number
 }
 
@@ -105,6 +113,27 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     return bytes
   }
 
+  /**
+   * The leader dispatched this job next: its workers' stored state that
+   * spilled to NVMe starts coming back to the host tier now, while the devices
+   * may still be busy with another job, so the onload copies from memory
+   * (PlexRL §5.3). Best effort: a key that cannot be promoted is read in the
+   * onload as before.
+   */
+  const prefetchStale = (workers: readonly WorkerRecord[]): void => {
+    if (components.stateManager === undefined) return
+    const keys = workers.filter(w => !w.current).flatMap(w => {
+      const version = registry.storedVersions(w.job, w.rank).at(-1)
+      return version === undefined ? [] : w.tensors.map(t => registry.keyAt(t, version))
+    })
+    if (keys.length === 0) return
+    try {
+      components.stateManager.prefetch({ keys })
+    } catch (err) {
+      log.debug({ err: (err as Error).message }, 'workers: prefetch refused')
+    }
+  }
+
   const run = async (m: Extract<DispatchMessage, { kind: 'run' }>): Promise<DispatchAnswer> => {
     // A worker that registered a moment ago opens its stream next: wait for it rather than refuse.
     await registry.settled(m.job, registry.localRanks(m.job).ranks, 10_000)
@@ -112,6 +141,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     const unknown = mine.filter(w => !w.ops.has(m.name))
     if (unknown.length > 0) throw new AgentError('ERR_UNKNOWN_OPERATION', `job ${m.job}: no operation ${JSON.stringify(m.name)} registered by rank${unknown.length > 1 ? 's' : ''} ${unknown.map(w => w.rank).join(', ')} (registered: ${[...unknown[0]!.ops].sort().join(', ')})`)
     const held = new Set(mine.map(devices))
+    prefetchStale(mine)
     return await locks.withLocks([...held], async () => {
       // Re-read after waiting: a worker may have died or restarted meanwhile.
       const workers = localWorkers(m.job)
@@ -169,6 +199,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       if (m.epoch < maxEpoch) throw new AgentError('ERR_STALE_EPOCH', `dispatch from epoch ${m.epoch}; node ${options.selfPeerId} has seen epoch ${maxEpoch}`)
       maxEpoch = m.epoch
       if (m.kind === 'invalidate') { await rollBack(m.job); return {} }
+      if (m.kind === 'prefetch') { prefetchStale(registry.liveWorkers().filter(w => w.job === m.job)); return {} }
       if (m.kind === 'store') {
         const workers = registry.liveWorkers().filter(w => w.job === m.job)
         await locks.withLocks([...new Set(workers.map(devices))], async () => { await storeJob(workers, m.version, () => false) })

@@ -21,7 +21,7 @@ export interface WorkersServiceOptions {
 
 export interface WorkersServiceComponents {
   logger: Logger
-  stateManager: Pick<StateManager, 'offload' | 'drop'>
+  stateManager: Pick<StateManager, 'offload' | 'drop' | 'prefetch'>
   jobs(): JobsView
   /** The mesh's libp2p node, where dispatches arrive (undefined: in-process only, tests). */
   node: MeshLibp2p | undefined
@@ -42,7 +42,7 @@ export function createWorkersService (options: WorkersServiceOptions, components
     jobs: components.jobs,
     onWorkerLost: w => executor?.workerLost(w),
   })
-  executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry })
+  executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry, stateManager: components.stateManager })
   let timer: NodeJS.Timeout | undefined
   const sweep = (): void => { void registry.sweep().catch(err => components.logger.warn({ err: (err as Error).message }, 'workers: sweep failed')) }
   return {

@@ -22,6 +22,10 @@
  *   ERR_JOB_CONFLICT. Across leaders, a new leader re-dispatches what its
  *   callers repeat, and the nodes answer repeats from their own cache: an
  *   operation never runs twice.
+ * - Prefetch: a head operation that must wait for devices another job holds
+ *   sends its nodes, once, a `prefetch` (where another job runs or is
+ *   resident), so
+ *   the node brings the job's stored state back from NVMe meanwhile.
  * - Residency: a node's resident job is the job of the last run it answered
  *   (the node offloaded every other job there first). Jobs a node offloaded
  *   are stored on their other nodes too (`store`), so each job's stored
@@ -84,6 +88,8 @@ export interface OpScheduler {
 interface Op {
   request: OpRequest
   key: string
+  /** A prefetch was sent to the nodes where another job is resident. */
+  prefetched: boolean
   submittedMs: number
   readyMs: number
   promise: Promise<OpAnswer>
@@ -176,8 +182,16 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     const byKey = new Map(candidates.map(c => [c.op.key, c]))
     for (const task of selectRunnable(tasks, nodes, nowMs / 1000, options.scheduler)) {
       const { op, job } = byKey.get(task.taskId)!
+      byKey.delete(task.taskId)
       queues.get(job.id)!.shift()
       void start(op, job, task)
+    }
+    // Heads left waiting: their state comes back from NVMe while the devices are busy.
+    for (const { op, job } of byKey.values()) {
+      if (op.prefetched) continue
+      op.prefetched = true
+      // Where another job runs now, or is resident, this one is switched in next.
+      for (const peer of job.nodes) if (locks.has(peer) || resident.get(peer) !== job.id) background(peer, { kind: 'prefetch', epoch: options.epoch, job: job.id })
     }
   }
 
@@ -249,7 +263,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     pump()
   }
 
-  /** A dispatch nobody waits for (store, invalidate): logged when it fails. */
+  /** A dispatch nobody waits for (store, invalidate, prefetch): logged when it fails. */
   const background = (peer: string, message: Parameters<OpDispatch['send']>[1]): void => {
     components.dispatch.send(peer, message, abort.signal)
       .catch(err => { if (!stopped) log.warn({ peer, kind: message.kind, job: message.job, err: (err as Error).message }, 'jobs: background dispatch failed') })
@@ -280,7 +294,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       const promise = new Promise<OpAnswer>((res, rej) => { resolve = res; reject = rej })
       promise.catch(() => {})
       const readyMs = queue.length === 0 && !running.has(request.job) ? nowMs : Infinity
-      queue.push({ request, key, submittedMs: nowMs, readyMs: Number.isFinite(readyMs) ? readyMs : nowMs, promise, resolve, reject })
+      queue.push({ request, key, submittedMs: nowMs, readyMs: Number.isFinite(readyMs) ? readyMs : nowMs, prefetched: false, promise, resolve, reject })
       queues.set(request.job, queue)
       pump()
       return promise

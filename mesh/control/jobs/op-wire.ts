@@ -66,6 +66,8 @@ export const DispatchMessageSchema = Type.Union([
   }, { additionalProperties: false }),
   /** Store (offload without release) the job's local state under `version`: its other nodes offloaded it. */
   Type.Object({ kind: Type.Literal('store'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }), version: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+  /** The job's operation waits for these devices: bring its stored state back from NVMe now (best effort). */
+  Type.Object({ kind: Type.Literal('prefetch'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }) }, { additionalProperties: false }),
   /** Roll the job's local workers back to their stored state (a rank of the job died elsewhere). */
   Type.Object({ kind: Type.Literal('invalidate'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }) }, { additionalProperties: false }),
 ])

@@ -96,6 +96,26 @@ t.test('jobs on disjoint nodes run at once; jobs sharing a node take turns, swit
   t.ok(top.switches >= 2, `switches counted: ${top.switches}`)
 })
 
+t.test('a head operation waiting for devices another job holds prefetches its state there, once', async t => {
+  const nodes = fakeNodes({ runMs: 40, switchMs: 5 })
+  const table: JobTable = { slotS: 1, revision: 1, contextSwitches: 0, jobs: [job('a', ['n1']), job('b', ['n1', 'n2'])] }
+  const s = createOpScheduler({ scheduler: 'fcfs', epoch: 2 }, { logger, dispatch: nodes.dispatch, table: () => table })
+  t.teardown(() => s.stop())
+  await s.submit({ job: 'b', opId: '0', name: 'f' }) // b resident on n1 and n2
+  const first = s.submit({ job: 'a', opId: '1', name: 'f' })
+  await sleep(5)
+  const waiting = s.submit({ job: 'b', opId: '1', name: 'f' })
+  await sleep(5)
+  const prefetches = (): Array<{ peer: string, m: DispatchMessage }> => nodes.log.filter(e => e.m.kind === 'prefetch')
+  t.same(prefetches().map(e => [e.peer, e.m.job, e.m.epoch]), [['n1', 'b', 2]], 'b waits for n1 (a runs there): a prefetch to n1 only (b is still resident on n2)')
+  const runOfB = nodes.log.findIndex(e => e.m.kind === 'run' && e.m.job === 'b' && (e.m as { opId: string }).opId === '1')
+  t.equal(runOfB, -1, 'sent before b\'s run')
+  await Promise.all([first, waiting])
+  t.equal(prefetches().length, 1, 'once per waiting operation, however often the queue is pumped')
+  await s.submit({ job: 'b', opId: '2', name: 'f' })
+  t.equal(prefetches().length, 1, 'an operation that runs at once sends none')
+})
+
 t.test('HRRS batches a resident job\'s operations: fewer switches than FCFS on the same arrivals', async t => {
   const switchesOf = async (scheduler: 'hrrs' | 'fcfs'): Promise<number> => {
     const nodes = fakeNodes({ runMs: 4, switchMs: 40 })
