@@ -3,6 +3,8 @@
  * with a matching HTTP status. Bad client input is 4xx, never a crash; only
  * unexpected errors are 500 and logged.
  */
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { AgentError, toErrorBody, type ErrorCode } from '../../core/errors.ts'
@@ -43,4 +45,30 @@ export function createErrorHandler (logger: Logger) {
 export function notFoundHandler (request: FastifyRequest, reply: FastifyReply): void {
   const err = new AgentError('ERR_NOT_FOUND', `no route ${request.method} ${request.url}`)
   void reply.status(httpStatusOf(err)).send(toErrorBody(err))
+}
+
+/**
+ * Node's 'clientError' for a request the server could not take: not received
+ * in full within api.requestTimeoutMs, malformed, or headers too large. Answers
+ * ERR_BAD_REQUEST (unless a response on the connection has already started:
+ * nothing is written into an event stream) and closes the connection. Logged
+ * at debug only: a caller can cause one per connection.
+ */
+export function createClientErrorHandler (logger: Logger, requestTimeoutMs: number) {
+  return (err: NodeJS.ErrnoException, socket: Socket): void => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return
+    const message = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? `request not received in full within ${requestTimeoutMs} ms (api.requestTimeoutMs)`
+      : err.code === 'HPE_HEADER_OVERFLOW' ? 'request headers too large' : `malformed HTTP request (${err.code ?? err.message})`
+    const mapped = new AgentError('ERR_BAD_REQUEST', message, { cause: err })
+    logger.debug({ code: err.code }, 'HTTP request refused, connection closed')
+    // The response in flight on this connection, as node's own handler checks it.
+    const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage
+    if (socket.writable && inFlight?.headersSent !== true) {
+      const status = httpStatusOf(mapped)
+      const body = JSON.stringify(toErrorBody(mapped))
+      socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+    }
+    socket.destroy()
+  }
 }

@@ -10,7 +10,9 @@ import swagger from '@fastify/swagger'
 import type { Logger } from 'pino'
 import type { PeerCredentials } from '../../native/index.ts'
 import { ErrorBodySchema } from './wire/errors.ts'
-import { createErrorHandler, notFoundHandler } from './error-mapping.ts'
+import { createClientErrorHandler, createErrorHandler, notFoundHandler } from './error-mapping.ts'
+import { capConnections, defaultConnectionLimits, receptionTimeoutOptions } from './connection-limits.ts'
+import { requestValidatorBuilder } from './request-validation.ts'
 import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
 import { callerOf } from './caller.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
@@ -41,6 +43,17 @@ export interface ApiServerOptions {
   socketGroup: string
   /** Largest accepted request body, bytes. */
   bodyLimitBytes: number
+  /**
+   * Most connections open at once on the socket; one over it is closed as soon
+   * as accepted, with a warning at most every 10 s (connection-limits.ts). Default: 512.
+   */
+  maxConnections?: number
+  /**
+   * Longest time to receive one whole request (headers and body), ms; a request
+   * not received by then is answered ERR_BAD_REQUEST and its connection closed.
+   * Responses are not bounded (event streams, long polls). Default: 30000.
+   */
+  requestTimeoutMs?: number
   /** Directories file paths given through the API must lie in (path-roots.ts). Default: none (every such path refused). */
   pathRoots?: readonly string[]
   version: string
@@ -79,6 +92,7 @@ export interface ApiServer {
 
 export async function createApiServer (options: ApiServerOptions, components: ApiServerComponents): Promise<ApiServer> {
   const app = await buildApiApp(options, components)
+  capConnections(app.server, { maxConnections: options.maxConnections ?? defaultConnectionLimits.maxConnections }, components.logger)
   let stopped: Promise<void> | undefined
   let listening = false
   let socketIno: number | undefined
@@ -108,8 +122,19 @@ export async function createApiServer (options: ApiServerOptions, components: Ap
 }
 
 /** The fastify app with every route, not yet listening (tests use `inject`). */
-export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots'>, components: ApiServerComponents): Promise<FastifyInstance> {
-  const app = Fastify({ logger: false, bodyLimit: options.bodyLimitBytes, forceCloseConnections: true, return503OnClosing: true })
+export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots' | 'requestTimeoutMs'>, components: ApiServerComponents): Promise<FastifyInstance> {
+  const requestTimeoutMs = options.requestTimeoutMs ?? defaultConnectionLimits.requestTimeoutMs
+  const app = Fastify({
+    logger: false,
+    bodyLimit: options.bodyLimitBytes,
+    forceCloseConnections: true,
+    return503OnClosing: true,
+    // fastify sets the server's requestTimeout from its own option (default 0: none) after creating it.
+    requestTimeout: requestTimeoutMs,
+    http: receptionTimeoutOptions(requestTimeoutMs),
+    clientErrorHandler: createClientErrorHandler(components.logger, requestTimeoutMs),
+    schemaController: { compilersFactory: { buildValidator: requestValidatorBuilder() } },
+  })
   app.addSchema(ErrorBodySchema)
   await app.register(swagger, {
     openapi: {

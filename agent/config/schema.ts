@@ -19,6 +19,7 @@ import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../..
 import { PlacementSection, defaultPlacementConfig } from '../../mesh/control/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 import { RewardSection, defaultRewardConfig } from '../../mesh/control/reward/reward-config.ts'
+import { defaultConnectionLimits } from '../api/connection-limits.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -52,6 +53,16 @@ export const ApiSection = Type.Object({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
     description: 'Largest request body accepted, in bytes; larger bodies get 413. Default: 1048576 (1 MiB).',
+  }),
+  maxConnections: Type.Integer({
+    minimum: 16,
+    maximum: 65_536,
+    description: 'Most connections the API socket keeps open at once (event streams and waiting requests count); one over it is closed as soon as it is accepted, and a warning says how many were refused (at most one per 10 s). Default: 512.',
+  }),
+  requestTimeoutMs: Type.Integer({
+    minimum: 1000,
+    maximum: 3_600_000,
+    description: 'Longest time a caller may take to send a whole request, headers and body, in milliseconds (the headers within the lesser of this and 60 s, so a connection that sends nothing is closed then); a request not received in time gets 400 and its connection is closed. Responses are not bounded (event streams, long polls, waiting lock requests). Raise it with bodyLimitBytes for slow senders. Default: 30000.',
   }),
   pathRoots: Type.Array(Type.String({ minLength: 1, maxLength: 4096, pattern: '^/' }), {
     maxItems: 64,
@@ -94,7 +105,7 @@ export type AgentConfig = Static<typeof configSchema>
 export function defaultConfig (hostname: string): AgentConfig {
   return {
     node: { name: hostname, stateDir: '/var/lib/agentd' },
-    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024, pathRoots: [] },
+    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024, ...defaultConnectionLimits, pathRoots: [] },
     log: { level: 'info' },
     inventory: { ...defaultInventoryConfig },
     locks: { ...defaultLocksConfig },

@@ -1,0 +1,64 @@
+// JSON bodies are validated as sent (no type coercion), while path params and
+// query strings, text on the wire, are still coerced to their declared types.
+// Over the API listening on a real unix socket, through the typed client.
+import t from 'tap'
+import { listenApi } from './listening-api.ts'
+
+interface Teardown { teardown(fn: () => unknown): void }
+
+async function served (t: Teardown) {
+  const calls: Array<{ route: string, args: unknown[] }> = []
+  const record = (route: string, answer: unknown) => async (...args: unknown[]) => { calls.push({ route, args }); return answer }
+  const reward = {
+    fetchWork: record('fetch', { lease: null }),
+    completeWork: record('complete', { ok: true }),
+    result: record('result', { state: 'pending' }),
+  }
+  const weights = { retire: record('retire', undefined) }
+  const state = { hints: record('hints', { hinted: 0 }), drop: record('drop', 0) }
+  const locks = { release: (request: unknown) => { calls.push({ route: 'release', args: [request] }); return { gpu: 1, holder: 'h', depth: 0 } } }
+  const api = await listenApi(t, {}, {
+    reward: { reward: () => reward as never },
+    weights: { weights: () => weights as never },
+    state: { stateManager: () => state as never },
+    locks: { deviceLock: () => locks as never },
+  })
+  return { ...api, calls }
+}
+
+t.test('body fields are not coerced: null, "0", "1" or true for an integer (and the like) is a coded 400 naming the field', async t => {
+  const { client, calls } = await served(t)
+  const cases: Array<{ path: string, body: Record<string, unknown>, field: string }> = []
+  for (const wrong of [null, '0', '1', true]) {
+    cases.push({ path: '/v1/reward/work/fetch', body: { workerId: 'w1', waitMs: wrong }, field: 'waitMs' })
+    cases.push({ path: '/v1/weights/retire', body: { model: 'm', version: wrong }, field: 'version' })
+    cases.push({ path: '/v1/state/hints', body: { next: [{ prefix: 'a/', inMs: wrong }] }, field: 'next/0/inMs' })
+  }
+  cases.push({ path: '/v1/reward/work/fetch', body: { workerId: 7, waitMs: 0 }, field: 'workerId' }) // a number for a string
+  cases.push({ path: '/v1/reward/work/complete', body: { workerId: 'w1', leaseId: 'l1', reward: '0.5' }, field: 'reward' }) // a string for a number
+  cases.push({ path: '/v1/state/drop', body: { keys: 'a/b' }, field: 'keys' }) // a scalar for an array
+  for (const { path, body, field } of cases) {
+    await t.rejects(client.call('POST', path, body), { code: 'ERR_BAD_REQUEST', message: new RegExp(`invalid body: body/${field} `) }, `${path} ${JSON.stringify(body)}`)
+  }
+  t.same(calls, [], 'no handler saw a coerced body')
+})
+
+t.test('well-typed bodies pass unchanged', async t => {
+  const { client, calls } = await served(t)
+  t.same(await client.call('POST', '/v1/reward/work/fetch', { workerId: 'w1', waitMs: 0 }), { lease: null })
+  t.same(await client.call('POST', '/v1/weights/retire', { model: 'm', version: 3 }), { retired: true })
+  t.same(await client.call('POST', '/v1/reward/work/complete', { workerId: 'w1', leaseId: 'l1', reward: 0.5 }), { ok: true })
+  t.same(calls[0]?.args[0], { workerId: 'w1', waitMs: 0 })
+  t.same(calls[1]?.args, ['m', 3])
+  t.same(calls[2]?.args[0], { workerId: 'w1', leaseId: 'l1', reward: 0.5 })
+})
+
+t.test('path params and query strings are still coerced from text; text that is no number is a coded 400', async t => {
+  const { client, calls } = await served(t)
+  t.same(await client.rewardResult('r-1', 250), { state: 'pending' })
+  t.same(calls.at(-1)?.args.slice(0, 2), ['r-1', 250], '?waitMs=250 arrives as the number 250')
+  t.same(await client.call('POST', '/v1/locks/gpu/1/release', {}), { gpu: 1, holder: 'h', depth: 0 })
+  t.match(calls.at(-1)?.args[0], { gpu: 1 }, '/gpu/1/ arrives as the number 1')
+  await t.rejects(client.call('GET', '/v1/reward/requests/r-1?waitMs=soon'), { code: 'ERR_BAD_REQUEST', message: /invalid querystring: querystring\/waitMs / })
+  await t.rejects(client.call('POST', '/v1/locks/gpu/one/release', {}), { code: 'ERR_BAD_REQUEST', message: /invalid params: params\/n / })
+})
