@@ -11,6 +11,7 @@ import { Value } from '@sinclair/typebox/value'
 import type { TSchema } from '@sinclair/typebox'
 import { AgentError } from '../../core/errors.ts'
 import { validateElectionConfig } from '../../mesh/election/election-config.ts'
+import { validateWeightsConfig } from '../weights/weights-config.ts'
 import { configSchema, defaultConfig, devConfig, type AgentConfig } from './schema.ts'
 import {
   closestName, describeExpected, isObjectSchema, leafPaths, propertiesOf, schemaAt, schemaType,
@@ -90,6 +91,7 @@ export function loadConfig (layers: ConfigLayers): LoadedConfig {
   if (issues.length > 0) throw configError(issues)
   // Cross-field rules of the sections that have them.
   validateElectionConfig((config as AgentConfig).election)
+  validateWeightsConfig((config as AgentConfig).weights)
   return { config: config as AgentConfig, dev, configFile, origins }
 }
 

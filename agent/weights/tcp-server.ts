@@ -16,8 +16,46 @@
  * of exactly those slices, from their stored contiguous bytes. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
+ *
+ * Connection limits (the port is reachable by anyone on the network; only the
+ * handshake tells a cluster member from a stranger):
+ * - Connections still in their handshake ("pending") are bounded apart from
+ *   authenticated ones: at most `maxPendingPerAddress` per remote address (an
+ *   IPv6 address counts as its /64) and `maxPendingConnections` in all. A new
+ *   connection is always accepted; when its address is at its cap, that
+ *   address's oldest pending connection is closed, else when the total is at
+ *   its cap, the oldest pending connection of the address holding the most
+ *   pending connections is. Refusing newcomers instead would let a peer
+ *   without the key that re-opens its connections as they time out hold every
+ *   pending slot for ever; with eviction a newcomer always gets a slot, and a
+ *   client that answers HELLO within its round trip loses it only if, during
+ *   that round trip, `maxPendingPerAddress` newer connections arrive from its
+ *   own address, or its address is the busiest and `maxPendingConnections`
+ *   newer ones arrive. A stranger's connections therefore never push out
+ *   those of an address holding fewer pending connections than its own. A
+ *   connection closed during the handshake is retried by the connector
+ *   (tcp-client.ts), so an agent opening more than `maxPendingPerAddress`
+ *   streams at once only waits a little.
+ * - A pending connection is closed `authTimeoutMs` after it was accepted.
+ *   One refused for a wrong key (status 5, then the server's FIN) stays
+ *   pending, so counted and evictable, until it closes, and is destroyed
+ *   then if its peer keeps its side open.
+ * - `maxConnections` counts authenticated connections only; one that
+ *   authenticates beyond it is closed without the server's proof (the
+ *   connector retries it as above, until its own connect timeout).
+ * - Authenticated: once the first byte of a request frame arrived, the whole
+ *   frame (header and body) must be there within `frameTimeoutMs` of it
+ *   (bytes trickling in do not extend it), else the connection is closed.
+ *   Between requests a connection may stay idle (pullers keep theirs while
+ *   they work through a queue); only one with no request in progress and no
+ *   bytes moving either way for `idleTimeoutMs` (0: never) is closed, so
+ *   forgotten connections do not hold slots of `maxConnections` for ever. A
+ *   reply in progress is never cut by it.
+ * Refusals before authentication are logged as counts (one line at once,
+ * then at most one per `refusalLogIntervalMs`): a flood does not flood the log.
  */
 import { createServer, type Server, type Socket } from 'node:net'
+import { Value } from '@sinclair/typebox/value'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import { checksum, gatherHost, viewHostRange, type HostRange } from '../../native/index.ts'
@@ -31,14 +69,26 @@ import {
 import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
 import type { PartialHolding, VersionStore, WeightsManifest } from './version-store.ts'
+import { defaultWeightsConfig, WeightsSection, weightsConfigProblems, type DataPortLimits } from './weights-config.ts'
 
+/** Defaults and bounds: `defaultWeightsConfig` and `WeightsSection` (weights-config.ts); out-of-bounds values throw ERR_ARG_INVALID. */
 export interface TcpWeightServerOptions {
   /** host:port to listen on; port 0 picks a free one. */
   listen: string
-  /** Time a client has to authenticate, ms. Default 5000. */
+  /** Time a connection has from its accept to a verified AUTH proof, ms. Default 1000. */
   authTimeoutMs?: number
-  /** Most concurrent connections; further ones are closed at once. Default 256. */
+  /** Most connections in their handshake, all addresses together; a newcomer evicts one (module comment). Default 32. */
+  maxPendingConnections?: number
+  /** Most connections in their handshake from one remote address (IPv6: one /64); a newcomer evicts its address's oldest. Default 8. */
+  maxPendingPerAddress?: number
+  /** Most authenticated connections; one authenticating beyond it is closed. Default 256. */
   maxConnections?: number
+  /** Time the rest of a request frame has to arrive once its first byte did, ms. Default 5000. */
+  frameTimeoutMs?: number
+  /** An authenticated connection with no request in progress and no bytes moving for this long is closed, ms; 0: never. Default 300000. */
+  idleTimeoutMs?: number
+  /** Least time between two log lines counting refusals before authentication, ms. Default 10000. */
+  refusalLogIntervalMs?: number
 }
 
 export interface TcpWeightServerComponents {
@@ -96,35 +146,172 @@ function alignedChunk (req: ReadRequest, chunkBytes: number, totalBytes: number)
   return Number.isInteger(chunk) && req.byteLength === Math.min(chunkBytes, totalBytes - req.byteOffset) ? chunk : undefined
 }
 
+const limitNames = ['authTimeoutMs', 'maxPendingConnections', 'maxPendingPerAddress', 'maxConnections', 'frameTimeoutMs', 'idleTimeoutMs'] as const
+
+/** The options' limits with defaults filled in, checked against the config schema's bounds and rules. */
+function dataPortLimits (options: TcpWeightServerOptions): DataPortLimits {
+  const limits = { ...defaultWeightsConfig } as DataPortLimits
+  const problems: string[] = []
+  for (const name of limitNames) {
+    const value = options[name]
+    if (value === undefined) continue
+    const schema = WeightsSection.properties[name]
+    if (!Value.Check(schema, value)) problems.push(`${name} must be an integer in ${schema.minimum}..${schema.maximum}, got ${JSON.stringify(value)}`)
+    limits[name] = value
+  }
+  problems.push(...weightsConfigProblems(limits))
+  if (problems.length > 0) throw new AgentError('ERR_ARG_INVALID', `weight server options: ${problems.join('; ')}`, { details: problems })
+  return limits
+}
+
+/**
+ * The key a remote address's pending connections are counted under: the
+ * address itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6 (one host
+ * may hold a whole /64).
+ */
+export function pendingAddressKey (address: string): string {
+  const ip = address.replace(/%.*$/, '')
+  if (!ip.includes(':')) return ip
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip)
+  if (mapped !== null) return mapped[1]!
+  const [head = '', tail] = ip.split('::')
+  const groups = (part: string): string[] => part === '' ? [] : part.split(':').flatMap(g => g.includes('.') ? ['0', '0'] : [g])
+  const before = groups(head)
+  const after = tail === undefined ? [] : groups(tail)
+  const all = [...before, ...Array<string>(Math.max(0, 8 - before.length - after.length)).fill('0'), ...after]
+  return `${all.slice(0, 4).map(g => (parseInt(g, 16) || 0).toString(16)).join(':')}::/64`
+}
+
+/**
+ * Refusals before authentication, counted by reason: the first is logged at
+ * once, later ones as counts at most once per `intervalMs`.
+ */
+function refusalLog (logger: Logger, intervalMs: number): { note(reason: string, remote: string): void, stop(): void } {
+  const counts = new Map<string, number>()
+  let lastRemote = ''
+  let window: NodeJS.Timeout | undefined
+  const close = (): void => {
+    window = undefined
+    if (counts.size === 0) return
+    logger.warn({ refused: Object.fromEntries(counts), lastRemote, intervalMs }, 'weights connections refused before authentication')
+    counts.clear()
+    window = setTimeout(close, intervalMs).unref()
+  }
+  return {
+    note (reason, remote) {
+      if (window === undefined) {
+        logger.warn({ remote, why: reason }, 'weights connection refused')
+        window = setTimeout(close, intervalMs).unref()
+        return
+      }
+      counts.set(reason, (counts.get(reason) ?? 0) + 1)
+      lastRemote = remote
+    },
+    stop () { clearTimeout(window); window = undefined; counts.clear() },
+  }
+}
+
 export function createTcpWeightServer (options: TcpWeightServerOptions, components: TcpWeightServerComponents): WeightServer {
   const { stateManager: sm, versions, auth, logger } = components
-  const authTimeoutMs = options.authTimeoutMs ?? 5000
-  const maxConnections = options.maxConnections ?? 256
+  const limits = dataPortLimits(options)
   const sockets = new Set<Socket>()
+  /** Connections in their handshake, in accept order (oldest first), with their address key and accept sequence number. */
+  const pending = new Map<Socket, { address: string, seq: number }>()
+  /** The same, per address key; each set in accept order. */
+  const pendingByAddress = new Map<string, Set<Socket>>()
+  let accepted = 0
+  let authenticated = 0
   const pulls = new Map<Socket, ActivePull>()
+  const refusals = refusalLog(logger, options.refusalLogIntervalMs ?? 10_000)
   let server: Server | undefined
   let address = ''
 
+  function leavePending (socket: Socket): void {
+    const entry = pending.get(socket)
+    if (entry === undefined) return
+    pending.delete(socket)
+    const own = pendingByAddress.get(entry.address)!
+    own.delete(socket)
+    if (own.size === 0) pendingByAddress.delete(entry.address)
+  }
+
+  /** The pending connection to close for a newcomer from address key `key` when a cap is full, and why; undefined: there is room. */
+  function evictionVictim (key: string): { socket: Socket, why: string } | undefined {
+    const own = pendingByAddress.get(key)
+    if (own !== undefined && own.size >= limits.maxPendingPerAddress) return { socket: own.values().next().value!, why: 'evicted: its address has maxPendingPerAddress connections in their handshake' }
+    if (pending.size < limits.maxPendingConnections) return undefined
+    // The busiest address's oldest; among equally busy addresses, the oldest of their oldest.
+    let victim: Socket | undefined
+    let victimSize = 0
+    let victimSeq = Infinity
+    for (const set of pendingByAddress.values()) {
+      const oldest: Socket = set.values().next().value!
+      const seq = pending.get(oldest)!.seq
+      if (set.size > victimSize || (set.size === victimSize && seq < victimSeq)) { victim = oldest; victimSize = set.size; victimSeq = seq }
+    }
+    return { socket: victim!, why: 'evicted: maxPendingConnections connections in their handshake' }
+  }
+
   function handle (socket: Socket): void {
-    if (sockets.size >= maxConnections) { socket.destroy(); return }
+    if (socket.remoteAddress === undefined) { socket.destroy(); return } // reset before it was accepted
     sockets.add(socket)
     socket.setNoDelay(true)
     const remote = `${socket.remoteAddress}:${socket.remotePort}`
+    const key = pendingAddressKey(socket.remoteAddress)
+    const evicted = evictionVictim(key)
+    if (evicted !== undefined) {
+      leavePending(evicted.socket)
+      evicted.socket.destroy()
+      refusals.note(evicted.why, `${evicted.socket.remoteAddress}:${evicted.socket.remotePort}`)
+    }
+    pending.set(socket, { address: key, seq: accepted++ })
+    let own = pendingByAddress.get(key)
+    if (own === undefined) pendingByAddress.set(key, own = new Set())
+    own.add(socket)
+
     const serverNonce = auth.newNonce()
-    let authed = false
+    let state: 'handshake' | 'open' | 'closing' = 'handshake'
+    /** Counted in `authenticated` (until its close). */
+    let counted = false
     let busy = false
     let input: Buffer = Buffer.alloc(0)
-    const authTimer = setTimeout(() => refuse('authentication timed out'), authTimeoutMs)
-    socket.on('close', () => { clearTimeout(authTimer); sockets.delete(socket); pulls.delete(socket) })
+    /** Bytes received so far: with input.length, places a frame in the stream. */
+    let receivedBytes = 0
+    /** Stream offset of the first byte of the incomplete frame the frame timer runs for. */
+    let partialFrameAt = -1
+    let frameTimer: NodeJS.Timeout | undefined
+    // A connection refused for a wrong key stays pending until it closes: one that never closes its side is destroyed here.
+    const authTimer = setTimeout(() => { if (state === 'closing') { leavePending(socket); socket.destroy() } else refuseUnauthenticated('handshake timed out') }, limits.authTimeoutMs)
+    socket.on('close', () => {
+      clearTimeout(authTimer)
+      clearTimeout(frameTimer)
+      leavePending(socket)
+      if (counted) authenticated--
+      counted = false
+      state = 'closing'
+      sockets.delete(socket)
+      pulls.delete(socket)
+    })
     socket.on('error', err => logger.debug({ remote, err: err.message }, 'weights connection error'))
     socket.write(encodeHello(serverNonce))
 
+    function refuseUnauthenticated (why: string): void {
+      refusals.note(why, remote)
+      leavePending(socket)
+      state = 'closing'
+      socket.destroy()
+    }
+
     function refuse (why: string): void {
-      logger.warn({ remote, why }, 'weights connection refused')
+      if (state !== 'open') { refuseUnauthenticated(why); return }
+      logger.warn({ remote, why }, 'weights connection closed')
+      state = 'closing'
       socket.destroy()
     }
 
     socket.on('data', (chunk: Buffer) => {
+      if (state === 'closing') return
+      receivedBytes += chunk.length
       input = input.length === 0 ? chunk : Buffer.concat([input, chunk])
       if (input.length > 64 * 1024) { refuse('too much unread input'); return }
       pump()
@@ -132,30 +319,68 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
 
     /** Takes complete frames off `input`; one request at a time once authenticated. */
     function pump (): void {
-      if (!authed) {
+      if (state === 'handshake') {
         if (input.length < authBytes) return
         let frame
         try { frame = decodeAuth(input.subarray(0, authBytes)) } catch (err) { refuse((err as Error).message); return }
         input = input.subarray(authBytes)
         if (!auth.equal(frame.proof, auth.clientProof(serverNonce, frame.clientNonce))) {
-          socket.end(Buffer.concat([encodeReplyHeader(Status.unauthorized, 0, 0, 0)]))
-          logger.warn({ remote }, 'weights connection refused: wrong cluster key')
+          state = 'closing'
+          socket.end(encodeReplyHeader(Status.unauthorized, 0, 0, 0))
+          refusals.note('wrong cluster key', remote)
           return
         }
+        if (authenticated >= limits.maxConnections) { refuseUnauthenticated('authenticated connections full'); return }
         clearTimeout(authTimer)
-        authed = true
+        leavePending(socket)
+        state = 'open'
+        counted = true
+        authenticated++
+        if (limits.idleTimeoutMs > 0) socket.setTimeout(limits.idleTimeoutMs, onIdle)
         const proof = auth.serverProof(serverNonce, frame.clientNonce)
         socket.write(Buffer.concat([encodeReplyHeader(Status.ok, 0, proof.length, 0), proof]))
       }
+      if (state !== 'open') return
       while (!busy && input.length >= requestHeaderBytes) {
         let header
         try { header = decodeRequestHeader(input.subarray(0, requestHeaderBytes)) } catch (err) { refuse((err as Error).message); return }
-        if (input.length < requestHeaderBytes + header.bodyLength) return
+        if (input.length < requestHeaderBytes + header.bodyLength) break
         const body = Buffer.from(input.subarray(requestHeaderBytes, requestHeaderBytes + header.bodyLength))
         input = input.subarray(requestHeaderBytes + header.bodyLength)
         busy = true
-        void serve(header.op, header.requestId, body).then(() => { busy = false; if (!socket.destroyed) pump() })
+        void serve(header.op, header.requestId, body).then(() => { busy = false; if (state === 'open' && !socket.destroyed) pump() })
       }
+      watchPartialFrame()
+    }
+
+    /**
+     * Runs the frame timer while `input` ends inside a request frame: it starts
+     * at that frame's first byte and is not extended by more of its bytes;
+     * the next incomplete frame gets its own. Complete frames waiting behind
+     * a reply in progress are not timed. Walks only the frames' lengths.
+     */
+    function watchPartialFrame (): void {
+      let start = 0
+      let end = 0
+      while (end + requestHeaderBytes <= input.length) { start = end; end += requestHeaderBytes + input.readUInt32LE(end + 12) }
+      if (end === input.length) {
+        if (frameTimer !== undefined) { clearTimeout(frameTimer); frameTimer = undefined }
+        return
+      }
+      // end < length: a header is incomplete, and starts at `end`; end > length: the body of the frame at `start` is.
+      const streamAt = receivedBytes - input.length + (end < input.length ? end : start)
+      if (frameTimer !== undefined && streamAt === partialFrameAt) return
+      partialFrameAt = streamAt
+      if (frameTimer === undefined) frameTimer = setTimeout(() => refuse(`request frame incomplete ${limits.frameTimeoutMs} ms after its first byte`), limits.frameTimeoutMs)
+      else frameTimer.refresh()
+    }
+
+    /** Socket timeout (no bytes either way for idleTimeoutMs): closes a connection with nothing in progress. */
+    function onIdle (): void {
+      if (busy || input.length > 0 || state !== 'open') return
+      logger.debug({ remote, idleTimeoutMs: limits.idleTimeoutMs }, 'weights connection idle: closed')
+      state = 'closing'
+      socket.destroy()
     }
 
     async function serve (op: number, requestId: number, body: Buffer): Promise<void> {
@@ -284,6 +509,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       if (server === undefined) return
       const s = server
       server = undefined
+      refusals.stop()
       for (const socket of sockets) socket.destroy()
       await new Promise<void>(resolve => s.close(() => resolve()))
     },

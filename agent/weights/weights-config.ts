@@ -1,5 +1,6 @@
 /** Config section `weights` of the weight-transfer agent (units in the names; see agent/config/schema.ts). */
 import { Type, type Static } from '@sinclair/typebox'
+import { AgentError } from '../../core/errors.ts'
 
 export const WeightsSection = Type.Object({
   enabled: Type.Boolean({ description: 'Run the weight-transfer agent (needs the StateManager). Default: true.' }),
@@ -8,7 +9,12 @@ export const WeightsSection = Type.Object({
   streams: Type.Integer({ minimum: 1, maximum: 64, description: 'Parallel connections of a pull unless the request says otherwise. Default: 4.' }),
   chunkBytes: Type.Integer({ minimum: 65536, maximum: 64 * 2 ** 20, description: 'Bytes per checksummed chunk of a published tensor and per piece of a pull. Default: 4194304 (4 MiB).' }),
   durable: Type.Boolean({ description: 'Write published versions to the NVMe tier so they survive a restart (pulled copies stay in memory). Default: true.' }),
-  authTimeoutMs: Type.Integer({ minimum: 100, maximum: 60_000, description: 'Time a data connection has to authenticate, in milliseconds. Default: 5000.' }),
+  authTimeoutMs: Type.Integer({ minimum: 100, maximum: 60_000, description: 'Time a data connection has to complete the handshake (its AUTH proof checked), in milliseconds; then it is closed. Default: 1000.' }),
+  maxPendingConnections: Type.Integer({ minimum: 1, maximum: 4096, description: 'Data connections still in their handshake, all addresses together; a new one beyond it evicts the oldest pending connection of the address holding the most. Default: 32.' }),
+  maxPendingPerAddress: Type.Integer({ minimum: 1, maximum: 4096, description: 'Data connections still in their handshake from one remote address (an IPv6 /64); a new one beyond it evicts that address\'s oldest. At most weights.maxPendingConnections. Default: 8.' }),
+  maxConnections: Type.Integer({ minimum: 1, maximum: 65_536, description: 'Authenticated data connections; one that authenticates beyond it is closed (the puller retries). Connections in their handshake do not count. Default: 256.' }),
+  frameTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'Once the first byte of a request frame arrived on an authenticated data connection, time the rest of the frame has to arrive, in milliseconds; then the connection is closed. Default: 5000.' }),
+  idleTimeoutMs: Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'An authenticated data connection with no request in progress and no bytes moving either way for this long is closed, in milliseconds; 0: never. Default: 300000 (5 min).' }),
 }, { additionalProperties: false })
 
 export type WeightsConfig = Static<typeof WeightsSection>
@@ -20,7 +26,28 @@ export const defaultWeightsConfig: WeightsConfig = {
   streams: 4,
   chunkBytes: 4 * 2 ** 20,
   durable: true,
-  authTimeoutMs: 5000,
+  authTimeoutMs: 1000,
+  maxPendingConnections: 32,
+  maxPendingPerAddress: 8,
+  maxConnections: 256,
+  frameTimeoutMs: 5000,
+  idleTimeoutMs: 300_000,
 }
 
 export const devWeightsConfig: WeightsConfig = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0' }
+
+/** The data server's connection limits (tcp-server.ts), named as in the config. */
+export type DataPortLimits = Pick<WeightsConfig, 'authTimeoutMs' | 'maxPendingConnections' | 'maxPendingPerAddress' | 'maxConnections' | 'frameTimeoutMs' | 'idleTimeoutMs'>
+
+/** Rules between fields of the section (each field's bounds are the schema's); one line per broken rule. */
+export function weightsConfigProblems (c: DataPortLimits): string[] {
+  const problems: string[] = []
+  if (c.maxPendingPerAddress > c.maxPendingConnections) problems.push(`weights.maxPendingPerAddress (${c.maxPendingPerAddress}) must be <= weights.maxPendingConnections (${c.maxPendingConnections})`)
+  return problems
+}
+
+/** Checks the section's cross-field rules at config load; throws ERR_CONFIG_INVALID naming each. */
+export function validateWeightsConfig (c: WeightsConfig): void {
+  const problems = weightsConfigProblems(c)
+  if (problems.length > 0) throw new AgentError('ERR_CONFIG_INVALID', problems.join('; '), { details: problems })
+}

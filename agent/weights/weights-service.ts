@@ -93,7 +93,15 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const auth = createDataAuth(components.clusterKey)
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
-  const server = createTcpWeightServer({ listen: options.dataListen, authTimeoutMs: options.authTimeoutMs }, { stateManager, versions, auth, logger })
+  const server = createTcpWeightServer({
+    listen: options.dataListen,
+    authTimeoutMs: options.authTimeoutMs,
+    maxPendingConnections: options.maxPendingConnections,
+    maxPendingPerAddress: options.maxPendingPerAddress,
+    maxConnections: options.maxConnections,
+    frameTimeoutMs: options.frameTimeoutMs,
+    idleTimeoutMs: options.idleTimeoutMs,
+  }, { stateManager, versions, auth, logger })
   const pulling = new Set<PullInProgress>()
   const puller = createPuller({ chunkBytes: options.chunkBytes }, { stateManager, connector: createTcpConnector(auth), versions, logger })
 
