@@ -19,7 +19,7 @@
  *    shapes (simulatePlacement, measured switch cost). Runs under HRRS and FCFS: switch counts of
  *    both on the same workload.
  *
- *   node_modules/.bin/node test/bench/live-multiplex.bench.ts [--parts switch,latency,makespan] [--runs 3] [--iterations 6] [--segment-ms 400] [--think-ms 800] [--latency-ops 200] [--hidden 1536]
+ *   node_modules/.bin/node test/bench/live-multiplex.bench.ts [--parts switch,spill,latency,makespan] [--runs 3] [--iterations 6] [--segment-ms 400] [--think-ms 800] [--latency-ops 200] [--hidden 1536]
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -41,7 +41,7 @@ const { values } = parseArgs({
     'think-ms': { type: 'string', default: '800' },
     'latency-ops': { type: 'string', default: '200' },
     hidden: { type: 'string', default: '1536' },
-    parts: { type: 'string', default: 'switch,latency,makespan' },
+    parts: { type: 'string', default: 'switch,spill,latency,makespan' },
     device: { type: 'string', default: 'cpu' },
   },
 })
@@ -142,6 +142,37 @@ try {
     console.log(`switch / raw copy: median ${fmt(median(switchMs) / median(copyMs), 2)} x (goal <= 1.2)`)
     await agent.client.completeJob('sw-a')
     await agent.client.completeJob('sw-b')
+  }
+
+  // 1b. Switches through NVMe: the host pool holds 1.5 jobs' state, so the incoming job's stored state is
+  // mostly on NVMe. Alternating operations (each submitted when the other finished: nothing to overlap)
+  // read it in the onload; concurrent controllers (the next operation waits while the other job runs
+  // --segment-ms) let the leader's prefetch bring it back first. Same agent configuration, same run.
+  if (parts.has('spill')) {
+    const perJob = 2 * stateBudget(switchHidden)
+    const pool = ['--set', `state.hostPoolBytes=${Math.round(1.5 * perJob)}`]
+    const measure = async (concurrent: boolean): Promise<{ on: number[], off: number[], promoted: number }> => {
+      const agent = await devAgent(pool)
+      for (const [i, id] of ['sp-a', 'sp-b'].entries()) {
+        await agent.client.submitJob(liveJobSpec(id))
+        await Promise.all([0, 1].map(rank => startTrainer(t, agent.socketPath, { job: id, rank, gpu: rank, seed: 20 + i, hidden: switchHidden })))
+      }
+      const answers: Array<{ switched: boolean, onloadMs: number, offloadMs: number }> = []
+      const op = async (job: string): Promise<void> => { answers.push(await agent.client.runOp(job, concurrent ? { name: 'sleep', args: { ms: segmentMs } } : { name: 'noop' })) }
+      if (concurrent) {
+        await Promise.all(['sp-a', 'sp-b'].map(async job => { for (let i = 0; i < 6 * runs; i++) await op(job) }))
+      } else {
+        for (let i = 0; i < 6 * runs; i++) for (const job of ['sp-a', 'sp-b']) await op(job)
+      }
+      const sw = answers.slice(2).filter(a => a.switched)
+      const promoted = (await agent.client.call<{ counters: { promoted: number } }>('GET', '/v1/state/residency')).counters.promoted
+      await agent.client.completeJob('sp-a'); await agent.client.completeJob('sp-b')
+      return { on: sw.map(a => a.onloadMs), off: sw.map(a => a.offloadMs), promoted }
+    }
+    const cold = await measure(false)
+    const warm = await measure(true)
+    console.log(`switch through NVMe (host pool ${fmt(1.5 * perJob / 2 ** 20, 1)} MiB = 1.5 jobs; ${fmt(perJob / 2 ** 20, 1)} MiB per job): onload median ${fmt(median(cold.on), 1)} ms with nothing to overlap (${cold.on.length} switches, ${cold.promoted} keys read back), ${fmt(median(warm.on), 1)} ms when prefetched while the other job ran (${warm.on.length} switches, ${warm.promoted} keys read back); offload median ${fmt(median(cold.off), 1)} / ${fmt(median(warm.off), 1)} ms`)
+    console.log(`onload prefetched / not: median ${fmt(median(warm.on) / median(cold.on), 2)} x`)
   }
 
   // 2. Control overhead, local.
