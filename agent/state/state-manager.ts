@@ -498,7 +498,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     const cold = select(selector).filter(e => !hasHostCopy(e))
     for (const entry of cold) {
       const unpin = pin(entry)
-      track(promote(entry, new Set()).finally(unpin))
+      // Fetched for a use soon: the most recently used, so LRU spills it last.
+      track(promote(entry, new Set()).then(() => { entry.lastUseMs = now() }).finally(unpin))
     }
     return cold.length
   }

@@ -43,6 +43,7 @@ const { values } = parseArgs({
     hidden: { type: 'string', default: '1536' },
     parts: { type: 'string', default: 'switch,spill,latency,makespan' },
     device: { type: 'string', default: 'cpu' },
+    'pool-jobs': { type: 'string', default: '2.5' },
   },
 })
 const runs = Number(values.runs)
@@ -150,7 +151,8 @@ try {
   // --segment-ms) let the leader's prefetch bring it back first. Same agent configuration, same run.
   if (parts.has('spill')) {
     const perJob = 2 * stateBudget(switchHidden)
-    const pool = ['--set', `state.hostPoolBytes=${Math.round(1.5 * perJob)}`]
+    const poolJobs = Number(values['pool-jobs'])
+    const pool = ['--set', `state.hostPoolBytes=${Math.round(poolJobs * perJob)}`]
     const measure = async (concurrent: boolean): Promise<{ on: number[], off: number[], promoted: number }> => {
       const agent = await devAgent(pool)
       for (const [i, id] of ['sp-a', 'sp-b'].entries()) {
@@ -171,7 +173,7 @@ try {
     }
     const cold = await measure(false)
     const warm = await measure(true)
-    console.log(`switch through NVMe (host pool ${fmt(1.5 * perJob / 2 ** 20, 1)} MiB = 1.5 jobs; ${fmt(perJob / 2 ** 20, 1)} MiB per job): onload median ${fmt(median(cold.on), 1)} ms with nothing to overlap (${cold.on.length} switches, ${cold.promoted} keys read back), ${fmt(median(warm.on), 1)} ms when prefetched while the other job ran (${warm.on.length} switches, ${warm.promoted} keys read back); offload median ${fmt(median(cold.off), 1)} / ${fmt(median(warm.off), 1)} ms`)
+    console.log(`switch through NVMe (host pool ${fmt(poolJobs * perJob / 2 ** 20, 1)} MiB = ${poolJobs} jobs; ${fmt(perJob / 2 ** 20, 1)} MiB per job): onload median ${fmt(median(cold.on), 1)} ms with nothing to overlap (${cold.on.length} switches, ${cold.promoted} keys read back), ${fmt(median(warm.on), 1)} ms when prefetched while the other job ran (${warm.on.length} switches, ${warm.promoted} keys read back); offload median ${fmt(median(cold.off), 1)} / ${fmt(median(warm.off), 1)} ms`)
     console.log(`onload prefetched / not: median ${fmt(median(warm.on) / median(cold.on), 2)} x`)
   }
 
