@@ -21,8 +21,8 @@ export interface ElectionClusterOptions {
   clients?: number
   /** Extra flags for every agent. */
   args?: string[]
-  /** Extra flags for the clients only, after `args`. */
-  clientArgs?: string[]
+  /** Extra flags for the clients only, after `args`; a function gives client i (0-based among clients) its own. */
+  clientArgs?: string[] | ((client: number) => string[])
   /** Elect through this etcd (test/helpers/etcd-process.ts) instead of the embedded backend. */
   etcd?: { endpoint: string, leaseTtlS?: number }
   /** Run agent i in hosts[i] (network namespaces, netns-lab.ts). */
@@ -47,7 +47,7 @@ export async function startElectionCluster (t: Teardown, options: ElectionCluste
   const mesh = await startTestMesh(t, {
     nodes: options.servers + clients,
     args: [...(options.etcd !== undefined ? etcdBackendArgs(options.etcd) : ['--bootstrap-expect', String(options.servers)]), ...(options.args ?? [])],
-    nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false', ...(options.clientArgs ?? [])],
+    nodeArgs: i => i < options.servers ? [] : ['--set', 'election.server=false', ...(typeof options.clientArgs === 'function' ? options.clientArgs(i - options.servers) : options.clientArgs ?? [])],
     ...(options.hosts !== undefined ? { hosts: options.hosts } : {}),
     ...(options.built !== undefined ? { built: options.built } : {}),
   })

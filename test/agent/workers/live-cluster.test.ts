@@ -4,7 +4,9 @@
 // leader admits every operation (HRRS, lock-gated) and the node switches the jobs' state through its
 // StateManager. Mid-run the leader is SIGKILLed: no operation is lost or run twice (a repeated
 // train_step would fail: each checks the step counter) and every job's per-step results and final
-// state are bit-identical to the same job run alone. Last, the GPU node is SIGKILLed during an
+// state are bit-identical to the same job run alone. Then a controller's own agent is SIGKILLed while
+// its operation waits: the operation runs once, and its repeat through another agent gets the answer.
+// Last, the GPU node is SIGKILLed during an
 // operation a controller on another agent runs: it fails with ERR_NODE_LOST, and the leader requeues
 // the three jobs once the mesh declares the node dead.
 import t from 'tap'
@@ -20,7 +22,8 @@ const seed = (job: string): number => 100 + jobs.indexOf(job as typeof jobs[numb
 const steps = 10
 
 t.test('three live jobs share one GPU group through a leader that dies mid-run', { skip }, async t => {
-  const cluster = await startElectionCluster(t, { servers: 3, clients: 1, clientArgs: ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] })
+  // Client 0 is the GPU node; client 1 (no GPUs) is an agent a controller uses and that dies under it.
+  const cluster = await startElectionCluster(t, { servers: 3, clients: 2, clientArgs: i => i === 0 ? ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] : [] })
   const first = await waitForLeader(cluster.agents, cluster.agents, 30_000)
   const gpuNode = cluster.clients[0]!
   for (const id of jobs) {
@@ -33,7 +36,8 @@ t.test('three live jobs share one GPU group through a leader that dies mid-run',
     await new Promise(resolve => setTimeout(resolve, 50))
   }
   for (const job of jobs) for (const rank of [0, 1]) await startTrainer(t, gpuNode.socketPath, { job, rank, gpu: rank, seed: seed(job) })
-  const alone = new Map(await Promise.all(jobs.flatMap(job => [0, 1].map(async rank => [`${job}/${rank}`, await runAlone({ job, rank, seed: seed(job), steps })] as const))))
+  // rl-a runs one step more at the end (through an agent that dies): its run alone has steps + 1.
+  const alone = new Map(await Promise.all(jobs.flatMap(job => [0, 1].map(async rank => [`${job}/${rank}`, await runAlone({ job, rank, seed: seed(job), steps: job === 'rl-a' ? steps + 1 : steps })] as const))))
 
   const answers = new Map<string, OpAnswer[]>(jobs.map(j => [j, []]))
   let opsDone = 0
@@ -57,11 +61,30 @@ t.test('three live jobs share one GPU group through a leader that dies mid-run',
   for (const job of jobs) {
     for (const rank of [0, 1]) {
       const live = answers.get(job)!.map(a => a.ranks.find(r => r.rank === rank)!.result)
-      t.same(live, alone.get(`${job}/${rank}`)!.steps, `${job} rank ${rank}: all ${steps} steps bit-identical to the job alone (none lost, none run twice)`)
+      t.same(live, alone.get(`${job}/${rank}`)!.steps.slice(0, steps), `${job} rank ${rank}: all ${steps} steps bit-identical to the job alone (none lost, none run twice)`)
     }
+    if (job === 'rl-a') continue // one more step below
     const hashes = await gpuNode.client.runOp(job, { name: 'state_hash' })
     t.same(hashes.ranks.map(r => (r.result as { hash: string }).hash), [0, 1].map(r => alone.get(`${job}/${r}`)!.final), `${job}: final state equals the run alone`)
   }
+
+  // The controller's own agent dies while its operation waits behind another job's: the leader still
+  // runs it, once; the controller repeats it (same opId) through another agent and gets its answer.
+  const doomed = cluster.clients[1]!
+  const blocker = gpuNode.client.runOp('rl-b', { name: 'sleep', args: { ms: 3000 }, opId: 'blocker' })
+  await new Promise(resolve => setTimeout(resolve, 300))
+  const orphan = doomed.client.runOp('rl-a', { name: 'train_step', args: { step: steps }, opId: `step-${steps}` })
+  await new Promise(resolve => setTimeout(resolve, 500))
+  doomed.proc.kill('SIGKILL')
+  await t.rejects(orphan, { code: 'ERR_AGENT_UNREACHABLE' }, 'the controller sees its agent go away')
+  await blocker
+  const stepOf = async (): Promise<unknown> => (await gpuNode.client.runOp('rl-a', { name: 'status' })).ranks.map(r => r.result)
+  t.same(await stepOf(), [{ step: steps + 1 }, { step: steps + 1 }], 'the leader ran the orphaned step although its controller\'s agent died')
+  const repeated = await gpuNode.client.runOp('rl-a', { name: 'train_step', args: { step: steps }, opId: `step-${steps}` })
+  t.same(repeated.ranks.map(r => r.result), [0, 1].map(r => alone.get(`rl-a/${r}`)!.steps[steps]), 'the repeat through another agent answers the step, bit-identical to the job alone')
+  t.same(await stepOf(), [{ step: steps + 1 }, { step: steps + 1 }], 'and did not run it again')
+  const hashesA = await gpuNode.client.runOp('rl-a', { name: 'state_hash' })
+  t.same(hashesA.ranks.map(r => (r.result as { hash: string }).hash), [0, 1].map(r => alone.get(`rl-a/${r}`)!.final), 'rl-a: final state equals the run alone')
   const switched = [...answers.values()].flat().filter(a => a.switched).length
   t.ok(switched >= steps, `many switches: ${switched} of ${jobs.length * steps} operations moved state first`)
 
