@@ -13,6 +13,13 @@ export interface ThreadOptions {
   threads?: number
 }
 
+/**
+ * Copies at most this many bytes on the calling thread: a memcpy this small
+ * takes less than handing it to a native thread and back (~50-150 µs), and
+ * a worker's state is mostly small tensors (biases, norms, counters).
+ */
+export const inlineCopyBytes = 256 * 1024
+
 /** Copies src into dst (equal lengths, no overlap). */
 export async function copyHostRange (binding: NativeBinding, dst: HostRange, src: HostRange,
   options: ThreadOptions = {}): Promise<void> {
@@ -20,6 +27,12 @@ export async function copyHostRange (binding: NativeBinding, dst: HostRange, src
   checkHostRange(src, 'src')
   if (dst.length !== src.length) {
     throw new AgentError('ERR_ARG_INVALID', `dst.length ${dst.length} differs from src.length ${src.length}`)
+  }
+  if (src.length <= inlineCopyBytes) {
+    const overlap = dst.memory.region === src.memory.region && dst.offset < src.offset + src.length && src.offset < dst.offset + dst.length
+    if (overlap && src.length > 0) throw new AgentError('ERR_ARG_INVALID', 'source and destination ranges overlap')
+    src.memory.viewBytes(src.offset, src.length).copy(dst.memory.viewBytes(dst.offset, dst.length))
+    return
   }
   const threads = checkInteger(options.threads ?? 0, 'threads', 0, 1024)
   await awaitNative(() => binding.copyHost(dst.memory.region, dst.offset, src.memory.region, src.offset,

@@ -119,7 +119,7 @@ try {
   if (parts.has('switch')) {
     // Room in the host pool for both jobs' stored versions (two kept per rank, a third while one is stored): nothing spills to NVMe.
     const cuda = device === 'cuda'
-    const pool = ['--set', `state.hostPoolBytes=${16 * stateBudget(switchHidden)}`]
+    const pool = ['--set', `state.hostPoolBytes=${Math.max(16 * stateBudget(switchHidden), 64 * 2 ** 20)}`]
     const agent = cuda ? await realGpuAgent(pool) : await devAgent(pool)
     const ranks = cuda ? [0] : [0, 1]
     for (const [i, id] of ['sw-a', 'sw-b'].entries()) {
