@@ -32,7 +32,10 @@
  *   sharing a GPU never interleave their switches and runs, whatever the
  *   leader does.
  * - A worker that dies during a run fails it with ERR_WORKER_LOST naming the
- *   rank; the job's other local workers roll back. A handler's error is
+ *   rank; the job's other local workers roll back. One that dies between
+ *   runs while its memory held effects no stored version has (it ran since
+ *   its job was last offloaded or stored) fails the job's next run here the
+ *   same way, once, before anything runs: the rollback is never silent. A handler's error is
  *   ERR_OPERATION_FAILED naming the rank. Another job's worker dying while
  *   it is offloaded for this run does not fail this run (its memory is gone
  *   with it); any other offload failure (e.g. the host tier and NVMe are
@@ -61,8 +64,8 @@ export interface NodeExecutorComponents {
 
 export interface NodeExecutor {
   handle(message: DispatchMessage): Promise<DispatchAnswer | Record<string, never>>
-  /** A worker of `job` died here: roll its siblings back. */
-  workerLost(worker: WorkerRecord): void
+  /** A worker of `job` died here: roll its siblings back (and remember an idle death that lost state). */
+  workerLost(worker: WorkerRecord, why: string): void
   /** Highest epoch a dispatch came from. */
   readonly epoch: number
 }
@@ -75,6 +78,12 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
   const retained = options.retainedRuns ?? 4096
   const locks = createResourceLocks()
   const runs = new Map<string, Run>()
+  /** Workers whose memory holds operations' effects that no stored version has yet. */
+  const unsaved = new Set<WorkerRecord>()
+  /** Jobs with a run under way here. */
+  const active = new Set<string>()
+  /** Jobs whose worker died between operations, losing unsaved state: their next run reports it. */
+  const lostIdle = new Map<string, { message: string, rank: number }>()
   let maxEpoch = 0
 
   const devices = (w: { gpu: number | null }): string => w.gpu === null ? 'cpu' : `gpu:${w.gpu}`
@@ -107,6 +116,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       const r = release(w)
       await ask(w, 'offload', { version, release: r })
       await registry.recordStored(w, version)
+      unsaved.delete(w)
       bytes += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
       if (r) { w.holds = false; w.current = false }
     }))
@@ -135,6 +145,11 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
   }
 
   const run = async (m: Extract<DispatchMessage, { kind: 'run' }>): Promise<DispatchAnswer> => {
+    const lost = lostIdle.get(m.job)
+    if (lost !== undefined) {
+      lostIdle.delete(m.job)
+      throw new AgentError('ERR_WORKER_LOST', lost.message, { details: { job: m.job, rank: lost.rank, node: options.selfPeerId } })
+    }
     // A worker that registered a moment ago opens its stream next: wait for it rather than refuse.
     await registry.settled(m.job, registry.localRanks(m.job).ranks, 10_000)
     const mine = localWorkers(m.job)
@@ -172,7 +187,10 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       }))
       onloadMs = stale.length > 0 ? clockMs() - t1 : 0
       const t2 = clockMs()
+      active.add(m.job)
+      for (const w of workers) unsaved.add(w)
       const replies = await Promise.all(workers.map(async w => ({ w, reply: await ask(w, 'run', { opId: m.opId, name: m.name, args: m.args }) })))
+        .finally(() => active.delete(m.job))
       const runMs = clockMs() - t2
       return {
         ranks: replies.map(({ w, reply }) => ({ rank: w.rank, result: reply.result ?? null, startedAtMs: reply.startedAtMs ?? 0, durationMs: reply.durationMs ?? 0 })),
@@ -186,6 +204,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     await locks.withLocks([...new Set(workers.map(devices))], async () => {
       await Promise.all(workers.map(async w => {
         const holds = w.holds
+        unsaved.delete(w) // discarded on purpose: the caller was told (a run failed) or asked for it
         w.current = false
         w.holds = false
         if (holds) await ask(w, 'release', {}).catch(err => log.warn({ job, rank: w.rank, err: (err as Error).message }, 'workers: release for a rollback failed'))
@@ -217,7 +236,12 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       })
       return await started
     },
-    workerLost (worker) {
+    workerLost (worker, why) {
+      if (unsaved.delete(worker) && !active.has(worker.job)) {
+        // Between operations: no caller hears of it, yet the job's latest effects died with it. The
+        // job's next run says so (its caller replays from the stored state, as after a death mid-run).
+        lostIdle.set(worker.job, { rank: worker.rank, message: `rank ${worker.rank} of job ${worker.job} was lost between operations (${why}); the effects of its operations since the job's last stored version died with it: the job is rolled back to that version on this node (restart the worker; read the job's progress, e.g. with a status operation, and replay from there)` })
+      }
       void rollBack(worker.job).catch(err => log.warn({ job: worker.job, err: (err as Error).message }, 'workers: rollback failed'))
     },
   }

@@ -40,7 +40,7 @@ export function createWorkersService (options: WorkersServiceOptions, components
     logger: components.logger,
     stateManager: components.stateManager,
     jobs: components.jobs,
-    onWorkerLost: w => executor?.workerLost(w),
+    onWorkerLost: (w, why) => executor?.workerLost(w, why),
   })
   executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry, stateManager: components.stateManager })
   let timer: NodeJS.Timeout | undefined

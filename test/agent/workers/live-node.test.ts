@@ -96,4 +96,28 @@ t.test('two live jobs time-share one node: switched by the agent, bit-identical 
       for (const r of hashes.ranks) t.equal((r.result as { hash: string }).hash, alone.get(`${job}/${r.rank}`)!.final, `${job} rank ${r.rank}: final state after 12 steps equals the run alone`)
     }
   })
+  t.test('a worker killed between operations after it ran: the next operation says so; the job replays from the stored state', async t => {
+    await controller('ja', 12, 13) // ja switched in and stepped: its memory holds step 12, no stored version does
+    const victim = workers.get('ja/0')!
+    victim.proc.kill('SIGKILL')
+    await victim.exited
+    for (const deadline = Date.now() + 10_000; (await agent.client.workers()).workers.some(w => w.job === 'ja' && w.rank === 0);) {
+      if (Date.now() > deadline) throw new Error('the agent never noticed the dead worker')
+      await sleep(50)
+    }
+    await controller('jb', 12, 13) // another job is untouched
+    const restarted = await start('ja', 0)
+    t.ok(restarted.registered.stored !== null, 'the restarted rank is loaded from the stored state')
+    await t.rejects(agent.client.runOp('ja', { name: 'train_step', args: { step: 13 }, opId: 'step-13.0' }), { code: 'ERR_WORKER_LOST', message: /rank 0 of job ja was lost between operations/ }, 'the next operation reports the loss instead of running on a silently rolled-back state')
+    const status = await agent.client.runOp('ja', { name: 'status' })
+    t.same(status.ranks.map(r => r.result), [{ step: 12 }, { step: 12 }], 'both ranks back at the stored step 12 (step 12\'s effect was only in memory)')
+    const longer = await Promise.all([0, 1].map(async rank => await runAlone({ job: 'ja', rank, seed: seeds.ja!, steps: 14 })))
+    const replayed = [12, 13]
+    for (const k of replayed) {
+      const a = await agent.client.runOp('ja', { name: 'train_step', args: { step: k }, opId: `step-${k}.2` })
+      t.same(a.ranks.map(r => r.result), longer.map(l => l.steps[k]), `replayed step ${k} bit-identical to the job alone`)
+    }
+    const next = await agent.client.runOp('jb', { name: 'status' })
+    t.same(next.ranks.map(r => r.result), [{ step: 13 }, { step: 13 }], 'jb kept its progress')
+  })
 })
