@@ -28,6 +28,8 @@ import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-tas
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import { createWorkersService, type WorkersService } from './workers/workers-service.ts'
 import { createOpDispatch } from '../mesh/control/jobs/op-dispatch.ts'
+import { createMetricsServer, type MetricsServer } from './metrics/metrics-server.ts'
+import { createAgentMetrics } from './metrics/agent-metrics.ts'
 import type { StatusBody } from './api/wire/status.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from '../core/errors.ts'
@@ -55,6 +57,7 @@ export interface Daemon {
 interface DaemonHandles {
   /** This node's id. */
   identity: string
+  metrics: MetricsServer
   native: undefined
   /** The probed inventory and, when GPUs are sampled, their sampler. */
   inventory: { inventory: NodeInventory, gpuSampler?: GpuSampler }
@@ -98,7 +101,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     const mesh = handle('mesh')
     const leader = handle('leader')
     const weights = handle('weights')
-    return {
+    const metrics = handle('metrics')
+    // `metrics` is one of the sections later subsystems add (StatusSchema admits them).
+    const body: StatusBody & { metrics?: { address: string } } = {
       node: { id: handle('identity') ?? '', name: config.node.name },
       version: agentVersion,
       uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
@@ -109,7 +114,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
       ...(leader !== undefined ? { leader: leader.view() } : {}),
       ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
+      ...(metrics !== undefined ? { metrics: { address: metrics.address() } } : {}),
     }
+    return body
   }
 
   /**
@@ -169,6 +176,31 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       requires: [],
       critical: true,
       create: async () => constantSubsystem(await loadOrCreateNodeId(config.node.stateDir)),
+    }),
+    subsystem({
+      // Prometheus endpoint on its own TCP address (agent/metrics/): reads the other subsystems'
+      // counters at each scrape, so it starts first and finds them as they come up. Critical: an
+      // endpoint the operator configured that cannot listen (port in use) stops the start-up
+      // before anything heavy started, rather than leaving the node unmonitored.
+      id: 'metrics',
+      requires: [],
+      critical: true,
+      async create (context) {
+        if (config.metrics.listen === '') return { skip: 'disabled by config (metrics.listen = "")' }
+        const source = createAgentMetrics({ version: agentVersion, startedAtMs: startedAt }, {
+          logger: context.logger,
+          subsystems: () => runner.records(),
+          inventory: () => context.find('inventory'),
+          deviceLock: () => context.find('device-lock'),
+          stateManager: () => context.find('state'),
+          weights: () => context.find('weights'),
+          mesh: () => context.find('mesh'),
+          leader: () => context.find('leader'),
+          jobs: () => context.find('jobs'),
+          reward: () => context.find('reward'),
+        })
+        return serviceSubsystem(createMetricsServer(config.metrics, { logger: context.logger, source }))
+      },
     }),
     subsystem({
       // The addon moves bulk data for the StateManager and weights; without it they cannot run.

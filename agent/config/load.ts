@@ -12,6 +12,7 @@ import type { TSchema } from '@sinclair/typebox'
 import { AgentError } from '../../core/errors.ts'
 import { validateElectionConfig } from '../../mesh/election/election-config.ts'
 import { validateWeightsConfig } from '../weights/weights-config.ts'
+import { validateMetricsConfig } from '../metrics/metrics-config.ts'
 import { configSchema, defaultConfig, devConfig, type AgentConfig } from './schema.ts'
 import {
   closestName, describeExpected, isObjectSchema, leafPaths, propertiesOf, schemaAt, schemaType,
@@ -92,6 +93,7 @@ export function loadConfig (layers: ConfigLayers): LoadedConfig {
   // Cross-field rules of the sections that have them.
   validateElectionConfig((config as AgentConfig).election)
   validateWeightsConfig((config as AgentConfig).weights)
+  validateMetricsConfig((config as AgentConfig).metrics)
   return { config: config as AgentConfig, dev, configFile, origins }
 }
 

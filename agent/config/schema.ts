@@ -19,6 +19,7 @@ import { ElectionSection, defaultElectionConfig, devElectionConfig } from '../..
 import { PlacementSection, defaultPlacementConfig } from '../../mesh/control/jobs/jobs-config.ts'
 import { WeightsSection, defaultWeightsConfig, devWeightsConfig } from '../weights/weights-config.ts'
 import { RewardSection, defaultRewardConfig } from '../../mesh/control/reward/reward-config.ts'
+import { MetricsSection, defaultMetricsConfig } from '../metrics/metrics-config.ts'
 import { defaultConnectionLimits } from '../api/connection-limits.ts'
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
@@ -96,6 +97,7 @@ export const configSchema = Type.Object({
   state: StateSection,
   weights: WeightsSection,
   reward: RewardSection,
+  metrics: MetricsSection,
   shutdown: ShutdownSection,
 }, { additionalProperties: false })
 
@@ -115,6 +117,7 @@ export function defaultConfig (hostname: string): AgentConfig {
     state: defaultStateConfig('/var/lib/agentd'),
     weights: { ...defaultWeightsConfig },
     reward: { ...defaultRewardConfig, stages: [] },
+    metrics: { ...defaultMetricsConfig },
     shutdown: { graceMs: 10_000 },
   }
 }

@@ -7,6 +7,7 @@
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderService } from '../../mesh/election/leader-service.ts'
+import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { validateRewardConfig, type RewardConfig } from '../../mesh/control/reward/reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
 import { createWorkerSupervisor, type WorkerInfo, type WorkerSupervisor } from './worker-supervisor.ts'
@@ -30,13 +31,19 @@ export interface RewardServiceComponents {
 export interface WorkFetch { workerId: string, waitMs: number }
 export interface WorkComplete { workerId: string, leaseId: string, reward?: number, output?: unknown, error?: string }
 
+/** This agent's requests (pending: no result yet; done: result held until fetched) and its workers. */
+export interface RewardLocalView { node: string, pending: number, done: number, workers: WorkerInfo[] }
+
 export interface RewardService {
   start(options: { signal: AbortSignal }): Promise<void>
   stop(): Promise<void>
   batchStart(body: unknown): Promise<unknown>
   submit(body: unknown): Promise<SubmitAnswer>
   result(requestId: string, waitMs: number, signal?: AbortSignal): Promise<ResultAnswer>
-  status(): Promise<RewardStatus & { local: { node: string, pending: number, done: number, workers: WorkerInfo[] } }>
+  /** The leader's view of the reward service (asked of the acting leader; `options.timeoutMs` bounds the wait) and this agent's. */
+  status(options?: LeaderCallOptions): Promise<RewardStatus & { local: RewardLocalView }>
+  /** This agent's part of status() without asking the leader: requests submitted here and their results held, and the workers supervised here. */
+  local(): RewardLocalView
   fetchWork(body: WorkFetch, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
   completeWork(body: WorkComplete): Promise<{ accepted: true }>
 }
@@ -68,6 +75,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
   // hold its CPU or GPU for ever. The watch belongs to the process that
   // fetched the lease: a worker that crashed and was restarted meanwhile is
   // not on it, and is left alone.
+  const local = (): RewardLocalView => ({ node: options.nodeName, ...submitter.counts(), workers: supervisor.workers() })
   const leaseWatch = new Map<string, { leaseId: string, timer: NodeJS.Timeout }>()
   const overrunGraceMs = Math.max(1000, config.heartbeatIntervalMs)
   const unwatch = (workerId: string): void => {
@@ -109,10 +117,11 @@ export function createRewardService (options: RewardServiceOptions, components: 
     batchStart: body => submitter.batchStart(body),
     submit: body => submitter.submit(body),
     result: (id, waitMs, signal) => submitter.result(id, waitMs, signal),
-    async status () {
-      const cluster = await leader.callLeader('reward.status', {}) as RewardStatus
-      return { ...cluster, local: { node: options.nodeName, ...submitter.counts(), workers: supervisor.workers() } }
+    async status (callOptions) {
+      const cluster = await leader.callLeader('reward.status', {}, callOptions) as RewardStatus
+      return { ...cluster, local: local() }
     },
+    local,
     async fetchWork (body, signal) {
       const stage = supervisor.stageOf(body.workerId)
       const pid = supervisor.pidOf(body.workerId)

@@ -68,6 +68,21 @@ export interface ReleaseGpuRequest {
   holder?: string
 }
 
+/** One GPU's lock totals since the agent started. */
+export interface GpuLockCounters {
+  gpu: number
+  /** Holds granted (depth 0 → 1); a holder's re-entrant acquire is not a new grant. */
+  grants: number
+  /** Requests that queued behind another holder. */
+  waits: number
+  /** Time the requests granted after queueing spent in the queue, summed, in ms. */
+  waitedMs: number
+  /** Requests that ended with ERR_LOCK_TIMEOUT (timeoutMs 0 refused at once included). */
+  timeouts: number
+  /** Holds that ended, by why. */
+  releases: Record<ReleaseReason, number>
+}
+
 export interface DeviceLockService {
   readonly gpuCount: number
   /** Starts the process-exit checks; acquire/release answer ERR_UNAVAILABLE before. */
@@ -92,6 +107,8 @@ export interface DeviceLockService {
    * must not call acquire or release themselves (defer with queueMicrotask).
    */
   subscribe(listener: (event: DeviceLockEvent) => void): () => void
+  /** Every GPU's totals, by index (read-only; for the metrics endpoint). */
+  counters(): GpuLockCounters[]
 }
 
 interface Waiter {
@@ -113,6 +130,7 @@ interface GpuLock {
   gpu: number
   hold: Hold | null
   queue: Waiter[]
+  counters: GpuLockCounters
 }
 
 export function createDeviceLock (options: DeviceLockOptions, components: DeviceLockComponents): DeviceLockService {
@@ -120,7 +138,12 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
   if (!Number.isSafeInteger(gpuCount) || gpuCount < 1) throw new AgentError('ERR_ARG_INVALID', `gpuCount must be a positive integer, got ${gpuCount}`)
   const checkIntervalMs = options.holderCheckIntervalMs ?? 250
   const { logger, processes } = components
-  const gpus: GpuLock[] = Array.from({ length: gpuCount }, (_, gpu) => ({ gpu, hold: null, queue: [] }))
+  const gpus: GpuLock[] = Array.from({ length: gpuCount }, (_, gpu) => ({
+    gpu,
+    hold: null,
+    queue: [],
+    counters: { gpu, grants: 0, waits: 0, waitedMs: 0, timeouts: 0, releases: { released: 0, 'holder-exited': 0, stopped: 0 } },
+  }))
   const listeners = new Set<(event: DeviceLockEvent) => void>()
   const controller = new AbortController()
   let state: 'created' | 'running' | 'stopped' = 'created'
@@ -163,6 +186,7 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
   function endHold (lock: GpuLock, reason: ReleaseReason): void {
     const hold = lock.hold!
     lock.hold = null
+    lock.counters.releases[reason]++
     logger.debug({ gpu: lock.gpu, holder: hold.holder, reason, heldMs: Date.now() - hold.sinceMs }, 'device lock released')
     emit({ type: 'released', gpu: lock.gpu, holder: hold.holder, reason })
   }
@@ -176,6 +200,7 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
     const hold: Hold = { holder: head.holder, processes: new Map(), depth: 0, sinceMs: Date.now() }
     lock.hold = hold
     for (const waiter of granted) {
+      lock.counters.waitedMs += hold.sinceMs - waiter.sinceMs
       tie(hold, waiter.process)
       hold.depth++
       waiter.settle({ gpu: lock.gpu, holder: hold.holder, depth: hold.depth, waiting: lock.queue.length })
@@ -185,6 +210,7 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
 
   function announceGrant (lock: GpuLock): void {
     const hold = lock.hold!
+    lock.counters.grants++
     logger.debug({ gpu: lock.gpu, holder: hold.holder, waiting: lock.queue.length }, 'device lock granted')
     emit({ type: 'granted', gpu: lock.gpu, holder: hold.holder, depth: hold.depth, waiting: lock.queue.length })
     const next = lock.queue[0]
@@ -310,7 +336,10 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
         announceGrant(lock)
         return { gpu: lock.gpu, holder, depth: 1, waiting: lock.queue.length }
       }
-      if (timeoutMs === 0) throw timeoutError(lock, holder, 0)
+      if (timeoutMs === 0) {
+        lock.counters.timeouts++
+        throw timeoutError(lock, holder, 0)
+      }
 
       return await new Promise<AcquireGpuResult>((resolve, reject) => {
         let timer: NodeJS.Timeout | undefined
@@ -329,9 +358,12 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
           },
         }
         lock.queue.push(waiter)
+        lock.counters.waits++
         if (timeoutMs !== undefined) {
           timer = setTimeout(() => {
-            if (removeWaiter(lock, waiter)) waiter.settle(timeoutError(lock, holder, timeoutMs))
+            if (!removeWaiter(lock, waiter)) return
+            lock.counters.timeouts++
+            waiter.settle(timeoutError(lock, holder, timeoutMs))
           }, timeoutMs)
         }
         signal?.addEventListener('abort', onAbort, { once: true })
@@ -366,6 +398,8 @@ export function createDeviceLock (options: DeviceLockOptions, components: Device
       listeners.add(listener)
       return () => { listeners.delete(listener) }
     },
+
+    counters: () => gpus.map(lock => ({ ...lock.counters, releases: { ...lock.counters.releases } })),
   }
 }
 

@@ -116,6 +116,12 @@ export interface Residency {
   keys: ResidencyKey[]
 }
 
+/** residency() without the key list: what a periodic reader (the metrics endpoint) needs, O(keys) with no per-key objects or sort. */
+export interface ResidencySummary extends Omit<Residency, 'keys'> {
+  /** Stored keys by the tier residency() would report them in. */
+  keyCounts: Record<StoredTier, number>
+}
+
 export interface StateAvailability {
   hostPool: { totalBytes: number, freeBytes: number }
   nvme: { totalBytes: number, freeBytes: number }
@@ -151,6 +157,8 @@ export interface StateManager {
   /** Scheduler hints: keys under each prefix are needed in `inMs`. Replaces earlier hints. */
   setHints(hints: Array<{ prefix: string, inMs: number }>): void
   residency(prefix?: string): Residency
+  /** Every key's totals as residency() reports them, without the key list. */
+  residencySummary(): ResidencySummary
   /** Capacity and free bytes per tier and the resident namespaces, for the mesh record (O(keys), no copies). */
   availability(): StateAvailability
   /** What NVMe recovery found at start. */
@@ -514,8 +522,6 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   function residency (prefix = ''): Residency {
-    const { pool, nvme } = started()
-    const frag = pool.fragmentation()
     const keys: ResidencyKey[] = []
     for (const e of entries.values()) {
       if (!e.key.text.startsWith(prefix)) continue
@@ -524,6 +530,18 @@ export function createStateManager (options: StateManagerOptions, components: St
       keys.push(key)
     }
     keys.sort((a, b) => a.key < b.key ? -1 : 1)
+    return { ...residencyTotals(prefix), keys }
+  }
+
+  function residencySummary (): ResidencySummary {
+    const keyCounts = { host: 0, nvme: 0 }
+    for (const e of entries.values()) keyCounts[hasHostCopy(e) ? 'host' : 'nvme']++
+    return { ...residencyTotals(''), keyCounts }
+  }
+
+  function residencyTotals (prefix: string): Omit<Residency, 'keys'> {
+    const { pool, nvme } = started()
+    const frag = pool.fragmentation()
     const usage = namespaceUsage(entries.values(), prefix, options.namespaceQuotaBytes)
     return {
       tiers: {
@@ -537,7 +555,6 @@ export function createStateManager (options: StateManagerOptions, components: St
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
       shm: adoptedRegions.totals(),
       counters: { ...counters },
-      keys,
     }
   }
 
@@ -581,6 +598,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       for (const h of list) if (h.inMs <= options.prefetchHorizonMs) prefetch({ prefix: h.prefix })
     },
     residency,
+    residencySummary,
     availability,
     recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),

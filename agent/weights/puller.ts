@@ -80,6 +80,8 @@ export interface PullerComponents {
   /** Where a pull is registered so this agent serves it too: a complete one as a version, a sliced one as a partial holding. */
   versions?: VersionStore
   logger: Logger
+  /** Told the size of every piece that arrives from a serving agent (checksum failures included), as it arrives: the service's byte counter. */
+  received?: (bytes: number) => void
 }
 
 export interface Puller {
@@ -268,6 +270,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
             throw err
           }
           bytesReceived += piece.length
+          components.received?.(piece.length)
           const got = await checksum({ memory: dst.range.memory, offset: dst.range.offset + piece.offset, length: piece.length })
           const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
           // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.

@@ -223,6 +223,9 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
   let authenticated = 0
   const pulls = new Map<Socket, ActivePull>()
   const refusals = refusalLog(logger, options.refusalLogIntervalMs ?? 10_000)
+  let refused = 0
+  let servedBytes = 0
+  const noteRefusal = (why: string, remote: string): void => { refused++; refusals.note(why, remote) }
   let server: Server | undefined
   let address = ''
 
@@ -262,7 +265,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     if (evicted !== undefined) {
       leavePending(evicted.socket)
       evicted.socket.destroy()
-      refusals.note(evicted.why, `${evicted.socket.remoteAddress}:${evicted.socket.remotePort}`)
+      noteRefusal(evicted.why, `${evicted.socket.remoteAddress}:${evicted.socket.remotePort}`)
     }
     pending.set(socket, { address: key, seq: accepted++ })
     let own = pendingByAddress.get(key)
@@ -296,7 +299,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     socket.write(encodeHello(serverNonce))
 
     function refuseUnauthenticated (why: string): void {
-      refusals.note(why, remote)
+      noteRefusal(why, remote)
       leavePending(socket)
       state = 'closing'
       socket.destroy()
@@ -327,7 +330,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         if (!auth.equal(frame.proof, auth.clientProof(serverNonce, frame.clientNonce))) {
           state = 'closing'
           socket.end(encodeReplyHeader(Status.unauthorized, 0, 0, 0))
-          refusals.note('wrong cluster key', remote)
+          noteRefusal('wrong cluster key', remote)
           return
         }
         if (authenticated >= limits.maxConnections) { refuseUnauthenticated('authenticated connections full'); return }
@@ -398,6 +401,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         pulls.set(socket, pull)
         await (manifest.partial !== undefined ? servePartialRead(manifest, manifest.partial, req, requestId) : serveRead(manifest, req, requestId))
         pull.bytesSent += req.byteLength
+        servedBytes += req.byteLength
       } catch (err) {
         const status = statusOf(err)
         if (status === Status.internal || status === Status.corrupt) logger.error({ remote, err }, 'weights request failed')
@@ -514,5 +518,6 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       await new Promise<void>(resolve => s.close(() => resolve()))
     },
     activePulls: () => [...pulls.values()].map(p => ({ ...p })),
+    counters: () => ({ servedBytes, accepted, refused, pending: pending.size, authenticated }),
   }
 }

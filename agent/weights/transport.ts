@@ -43,4 +43,19 @@ export interface WeightServer {
   /** host:port the server listens on (after start). */
   readonly address: string
   activePulls(): ActivePull[]
+  counters(): WeightServerCounters
+}
+
+/** The data server's totals since start, and its connections now. */
+export interface WeightServerCounters {
+  /** Bytes of tensor data sent in answer to read requests (frame headers and manifests not counted). */
+  servedBytes: number
+  /** Connections accepted. */
+  accepted: number
+  /** Connections closed before authentication: handshake timeout, wrong key, evicted, full. */
+  refused: number
+  /** Connections in their handshake now. */
+  pending: number
+  /** Authenticated connections now. */
+  authenticated: number
 }

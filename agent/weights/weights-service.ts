@@ -17,7 +17,7 @@ import { createPuller, type PullResult } from './puller.ts'
 import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
-import type { ActivePull } from './transport.ts'
+import type { ActivePull, WeightServerCounters } from './transport.ts'
 import { createVersionStore, type DamagedVersion, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
 import type { PullInProgress, VersionSummary } from '../api/wire/weights.ts'
@@ -79,6 +79,23 @@ export interface WeightsService {
   retire(model: string, version: number): Promise<void>
   /** This agent's `weights` section of its mesh availability record: data address and the versions it serves. */
   advert(): AvailabilitySections
+  /** Totals since start and what is in flight now, without copying the version list (for the metrics endpoint). */
+  counters(): WeightsCounters
+}
+
+export interface WeightsCounters {
+  /** The data server's: bytes served, connections accepted / refused / in their handshake / authenticated. */
+  server: WeightServerCounters
+  /** Bytes that arrived from serving agents in this agent's pulls. */
+  pulledBytes: number
+  /** Pulls this agent finished, by outcome. */
+  pulls: { completed: number, failed: number }
+  /** Pulls this agent is making now. */
+  pulling: number
+  /** Connections reading a version from this agent now. */
+  serving: number
+  /** Versions held (complete or partial). */
+  versions: number
 }
 
 /** Resolves a LayoutSpec against a manifest (presets take head counts from its metadata unless given). */
@@ -103,7 +120,10 @@ export function createWeightsService (options: WeightsServiceOptions, components
     idleTimeoutMs: options.idleTimeoutMs,
   }, { stateManager, versions, auth, logger })
   const pulling = new Set<PullInProgress>()
-  const puller = createPuller({ chunkBytes: options.chunkBytes }, { stateManager, connector: createTcpConnector(auth), versions, logger })
+  const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
+  const puller = createPuller({ chunkBytes: options.chunkBytes }, {
+    stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes },
+  })
 
   return {
     async start () {
@@ -124,8 +144,9 @@ export function createWeightsService (options: WeightsServiceOptions, components
       const from = chosen.address
       const progress: PullInProgress = { from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
       pulling.add(progress)
+      let ok = false
       try {
-        return await puller.pull({
+        const result = await puller.pull({
           from,
           fallbacks: chosen.fallbacks,
           model: o.model,
@@ -135,8 +156,11 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
           ...(o.signal !== undefined ? { signal: o.signal } : {}),
         })
+        ok = true
+        return result
       } finally {
         pulling.delete(progress)
+        pullTotals[ok ? 'completed' : 'failed']++
       }
     },
     list: () => ({
@@ -151,6 +175,14 @@ export function createWeightsService (options: WeightsServiceOptions, components
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),
+    counters: () => ({
+      server: server.counters(),
+      pulledBytes: pullTotals.pulledBytes,
+      pulls: { completed: pullTotals.completed, failed: pullTotals.failed },
+      pulling: pulling.size,
+      serving: server.activePulls().length,
+      versions: versions.list().length,
+    }),
     advert: () => weightsAdvert(server.address, versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) }))),
   }
 
