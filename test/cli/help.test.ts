@@ -72,7 +72,7 @@ t.test('a group lists its commands with one line each: asked for, status 0 on st
 t.test('the full usage stays: agentctl help, --help; bare agentctl is a usage error', async t => {
   const help = await ctl('help')
   t.equal(help.code, 0)
-  for (const name of ['status', 'weights publish', 'sim trace placement', 'jobs op', 'help']) t.match(help.stdout, new RegExp(`^ {2}${name} +\\S`, 'm'), name)
+  for (const name of ['status', 'weights publish', 'sim trace placement', 'jobs op', 'help', 'completion']) t.match(help.stdout, new RegExp(`^ {2}${name} +\\S`, 'm'), name)
   t.match(help.stdout, /--version/)
   t.same(await ctl('--help'), help)
   t.same(await ctl(), { code: 2, stdout: '', stderr: help.stdout })
