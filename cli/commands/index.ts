@@ -1,6 +1,8 @@
 /**
  * Every agentctl command, by its words ("status", "sim reward", "inspect
- * residency"). Adding a command = one module in this folder + one line here.
+ * residency"), in the order help lists them. Adding a command = one module in
+ * this folder + one line here; help, usage errors and shell completion follow.
+ * (help and completion read this table, so they live above it: cli/command-table.ts.)
  */
 import type { Command } from './command.ts'
 import { inspectResidencyCommand } from './inspect-residency.ts'

@@ -16,7 +16,15 @@ const tiers = ['device', 'host', 'nvme'] as const
 export const inspectResidencyCommand: Command = {
   summary: 'where each state key lives: tier totals, namespaces, dedup ratio, pool fragmentation, keys',
   usage: '[--prefix P] [--tier host|nvme] [--watch]',
-  options: { prefix: { type: 'string' }, tier: { type: 'string' }, watch: { type: 'boolean' } },
+  options: {
+    prefix: { type: 'string', value: 'P', description: 'only keys that start with P (a namespace: job42/actor/); default: every key' },
+    tier: { type: 'string', description: 'only keys on this tier; default: every tier', complete: ['host', 'nvme'] },
+    watch: { type: 'boolean', description: 'redraw every second until Ctrl-C (not with --json)' },
+  },
+  examples: [
+    { what: 'the keys of one job on NVMe', run: 'agentctl inspect residency --prefix job42/ --tier nvme' },
+    { what: 'watch keys move between tiers', run: 'agentctl inspect residency --watch' },
+  ],
   async run (context) {
     const tier = context.values.tier as string | undefined
     if (tier !== undefined && tier !== 'host' && tier !== 'nvme') throw new UsageError(`--tier must be host or nvme, got "${tier}"`)

@@ -5,6 +5,9 @@ import { formatDuration, formatTable } from './table.ts'
 
 export const jobsListCommand: Command = {
   summary: 'jobs in the cluster as this agent knows them: state, nodes, phase and period, waits; * marks jobs placed on this node',
+  examples: [
+    { what: 'every job this agent knows of', run: 'agentctl jobs list' },
+  ],
   async run ({ client, signal }) {
     const view = await client.jobs({ signal })
     const from = view.decision === null ? 'no jobs decision applied yet' : `decision ${view.decision.epoch}/${view.decision.seq}, revision ${view.revision}`

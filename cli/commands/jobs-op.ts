@@ -11,8 +11,18 @@ import { formatTable } from './table.ts'
 export const jobsOpCommand: Command = {
   summary: 'run an operation on every rank of a live job (its workers registered it); prints each rank\'s result and the switch/run times',
   usage: 'JOB NAME [--args JSON] [--op-id ID]',
-  maxPositionals: 2,
-  options: { args: { type: 'string' }, 'op-id': { type: 'string' } },
+  arguments: [
+    { name: 'JOB', description: 'the live job\'s id' },
+    { name: 'NAME', description: 'the operation, as its workers registered it' },
+  ],
+  options: {
+    args: { type: 'string', value: 'JSON', description: 'the operation\'s arguments, one JSON value handed to every rank' },
+    'op-id': { type: 'string', value: 'ID', description: 'a name for this run: the same ID again answers the first run instead of running twice' },
+  },
+  examples: [
+    { what: 'run a training step on every rank of job42', run: 'agentctl jobs op job42 train_step --args \'{"lr":0.0001}\'' },
+    { what: 'a retry-safe run', run: 'agentctl jobs op job42 rollout --op-id step-1200-rollout' },
+  ],
   async run ({ client, positionals, values, signal }) {
     const [job, name] = positionals
     if (job === undefined || name === undefined) throw new UsageError('jobs op: JOB and NAME are required')

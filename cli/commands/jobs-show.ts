@@ -11,7 +11,10 @@ import { renderJobs } from './jobs-list.ts'
 export const jobsShowCommand: Command = {
   summary: 'one job: state, nodes, placement, and whether placement uses its submitted or its measured profile',
   usage: 'ID',
-  maxPositionals: 1,
+  arguments: [{ name: 'ID', description: 'the job\'s id, as in its spec' }],
+  examples: [
+    { what: 'one job, and whether placement uses its measured profile', run: 'agentctl jobs show job42' },
+  ],
   async run ({ client, positionals, signal }) {
     const id = positionals[0]
     if (id === undefined) throw new UsageError('jobs show: the job ID is required')

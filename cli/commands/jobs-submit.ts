@@ -12,7 +12,10 @@ import { renderJobs } from './jobs-list.ts'
 export const jobsSubmitCommand: Command = {
   summary: 'submit a job spec (JSON) to the cluster: the leader places it or queues it; same id + same spec again is a no-op',
   usage: 'F',
-  maxPositionals: 1,
+  arguments: [{ name: 'F', description: 'the job spec, JSON (mesh/control/jobs/job-spec.ts)', complete: 'file' }],
+  examples: [
+    { what: 'submit a job; again with the same spec changes nothing', run: 'agentctl jobs submit job42.json' },
+  ],
   async run ({ client, positionals, signal }) {
     const path = positionals[0]
     if (path === undefined) throw new UsageError('jobs submit: the job spec file F is required')

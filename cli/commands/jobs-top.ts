@@ -9,6 +9,9 @@ import { formatTable } from './table.ts'
 
 export const jobsTopCommand: Command = {
   summary: 'live execution on the leader: which job is resident on each node, queues, switches, time switching vs running',
+  examples: [
+    { what: 'what each node runs and how long switching takes', run: 'agentctl jobs top' },
+  ],
   async run ({ client, signal }) {
     const top = await client.jobsTop({ signal })
     const s = (ms: number): string => `${(ms / 1000).toFixed(2)} s`

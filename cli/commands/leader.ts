@@ -4,6 +4,10 @@ import type { Command } from './command.ts'
 
 export const leaderCommand: Command = {
   summary: 'who leads: leader id, epoch, backend, voters, and this agent\'s role (leader, follower, candidate, client)',
+  examples: [
+    { what: 'who leads and this agent\'s role', run: 'agentctl leader' },
+    { what: 'the whole leader view as JSON', run: 'agentctl leader --json' },
+  ],
   async run ({ client, signal }) {
     const view = await client.leader({ signal })
     return { json: view, human: renderLeader(view) }

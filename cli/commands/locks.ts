@@ -5,6 +5,9 @@ import { formatDuration, formatTable } from './table.ts'
 
 export const locksCommand: Command = {
   summary: 'device locks of the GPUs: holder, its processes, depth, how long held, waiters in grant order',
+  examples: [
+    { what: 'who holds each GPU and who waits', run: 'agentctl locks' },
+  ],
   async run ({ client, signal }) {
     const locks = await client.locks({ signal })
     return { json: locks, human: renderLocks(locks, Date.now()) }

@@ -4,6 +4,9 @@ import type { Command } from './command.ts'
 
 export const meshCommand: Command = {
   summary: 'this agent in the mesh: peer id, addresses, seeds, connections, message rates, invalid-record counters',
+  examples: [
+    { what: 'this agent\'s addresses, connections and message rates', run: 'agentctl mesh' },
+  ],
   async run ({ client, signal }) {
     const info = await client.mesh({ signal })
     return { json: info, human: renderMesh(info) }

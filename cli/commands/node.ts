@@ -5,6 +5,10 @@ import { formatBytes, formatTable } from './table.ts'
 
 export const nodeCommand: Command = {
   summary: 'node inventory: CPUs, memory, disks, network interfaces, GPUs',
+  examples: [
+    { what: 'CPUs, memory, disks, interfaces and GPUs of this node', run: 'agentctl node' },
+    { what: 'the GPUs as JSON', run: 'agentctl --json node' },
+  ],
   async run ({ client, signal }) {
     const node = await client.node({ signal })
     return { json: node, human: renderNode(node) }

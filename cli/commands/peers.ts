@@ -9,6 +9,9 @@ import { formatBytes, formatTable } from './table.ts'
 
 export const peersCommand: Command = {
   summary: 'the other agents in the mesh: node, peer id, state, GPUs free/total, host pool free, preemptible, last heard',
+  examples: [
+    { what: 'the other agents and what they have free', run: 'agentctl peers' },
+  ],
   async run ({ client, signal }) {
     const result = await client.meshPeers({ signal })
     return { json: result, human: renderPeers(result.peers, Date.now()) }

@@ -14,7 +14,11 @@ import { formatTable } from './table.ts'
 export const planWorkflowCommand: Command = {
   summary: 'plan GPU placement of an RL workflow graph: collocated vs pipelined (local, no agent)',
   usage: 'F',
-  maxPositionals: 1,
+  arguments: [{ name: 'F', description: 'the profiled workflow graph, JSON (mesh/policies/workflow/workflow-input.ts)', complete: 'file' }],
+  examples: [
+    { what: 'plan a workflow on the GPUs it names', run: 'agentctl plan workflow math-workflow.json' },
+    { what: 'the plan as JSON (RLinf\'s component_placement among it)', run: 'agentctl plan workflow math-workflow.json --json' },
+  ],
   async run ({ positionals }) {
     const path = positionals[0]
     if (path === undefined) throw new UsageError('plan workflow: the workflow file F is required')

@@ -4,6 +4,9 @@ import { formatTable } from './table.ts'
 
 export const rewardStatusCommand: Command = {
   summary: 'reward service: queue lengths and workers per stage, batches in flight, tasks, workers per stage per node',
+  examples: [
+    { what: 'queues and workers of the reward service', run: 'agentctl reward status' },
+  ],
   async run ({ client, signal }) {
     const s = await client.rewardStatus({ signal })
     const stageNames = s.stages.map(st => st.name)

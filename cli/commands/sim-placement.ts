@@ -18,7 +18,16 @@ const name = 'sim placement'
 export const simPlacementCommand: Command = {
   summary: 'simulate cluster placement of a job trace under a policy (local, no agent)',
   usage: `--trace F --policy ${placementPolicyNames.join('|')} [--runtime ${runtimeSchedulerNames.join('|')}] [--seed S]`,
-  options: { trace: { type: 'string' }, policy: { type: 'string' }, runtime: { type: 'string' }, seed: { type: 'string' } },
+  options: {
+    trace: { type: 'string', value: 'F', description: 'the placement trace, JSON (mesh/sim/placement-trace.ts; agentctl sim trace placement makes one)', complete: 'file' },
+    policy: { type: 'string', description: 'the placement policy (PlexRL\'s spread-backfill or a baseline)', complete: placementPolicyNames },
+    runtime: { type: 'string', description: 'the runtime scheduler of operations on shared nodes; default hrrs', complete: runtimeSchedulerNames },
+    seed: { type: 'string', value: 'S', description: 'random seed (>= 0); default 1' },
+  },
+  examples: [
+    { what: 'PlexRL\'s placement over a generated trace', run: 'agentctl sim placement --trace trace.json --policy spread-backfill' },
+    { what: 'one node group per job, first come first served, for comparison', run: 'agentctl sim placement --trace trace.json --policy isolated --runtime fcfs' },
+  ],
   async run ({ values }) {
     const path = typeof values.trace === 'string' ? values.trace : undefined
     const policy = choiceFlag(name, values.policy, 'policy', placementPolicyNames)

@@ -14,7 +14,14 @@ import { formatTable } from './table.ts'
 export const simRewardCommand: Command = {
   summary: 'replay a reward trace through a scaling policy (local, no agent)',
   usage: `--trace F --policy ${rewardPolicyNames.join('|')}`,
-  options: { trace: { type: 'string' }, policy: { type: 'string' } },
+  options: {
+    trace: { type: 'string', value: 'F', description: 'the reward trace, JSON (mesh/sim/reward-trace.ts; agentctl sim trace reward makes one)', complete: 'file' },
+    policy: { type: 'string', description: 'the scaling policy: DistRS\'s (distrs) or a baseline', complete: rewardPolicyNames },
+  },
+  examples: [
+    { what: 'replay a generated trace under DistRS\'s policy', run: 'agentctl sim reward --trace reward.json --policy distrs' },
+    { what: 'the same trace under the dedicated-workers baseline, as JSON', run: 'agentctl sim reward --trace reward.json --policy zq-dedicated --json' },
+  ],
   async run ({ values }) {
     const file = values.trace
     if (typeof file !== 'string') throw new UsageError('sim reward: --trace F is required (a file from `agentctl sim trace reward`)')

@@ -13,7 +13,15 @@ const name = 'sim trace placement'
 export const simTracePlacementCommand: Command = {
   summary: 'generate a placement trace (JSON on stdout; local, no agent)',
   usage: '--jobs N --nodes M --seed S [--load L]',
-  options: { jobs: { type: 'string' }, nodes: { type: 'string' }, seed: { type: 'string' }, load: { type: 'string' } },
+  options: {
+    jobs: { type: 'string', value: 'N', description: 'jobs in the trace (>= 1)' },
+    nodes: { type: 'string', value: 'M', description: 'nodes in the cluster (>= 1)' },
+    seed: { type: 'string', value: 'S', description: 'random seed (>= 0); the same seed gives the same trace' },
+    load: { type: 'string', value: 'L', description: 'offered load: isolated node-seconds submitted per node-second of cluster (> 0); default 3' },
+  },
+  examples: [
+    { what: '100 jobs on 16 nodes, for sim placement', run: 'agentctl sim trace placement --jobs 100 --nodes 16 --seed 1 > trace.json' },
+  ],
   async run ({ values }) {
     let load: number | undefined
     if (values.load !== undefined) {

@@ -7,7 +7,17 @@ import { formatBytes } from './table.ts'
 export const stateMaterializeCommand: Command = {
   summary: 'write a namespace/version to safetensors from host memory and NVMe (no GPU needed)',
   usage: '--prefix P --version V --out FILE.safetensors [--max-file-bytes N] [--overwrite]',
-  options: { prefix: { type: 'string' }, version: { type: 'string' }, out: { type: 'string' }, 'max-file-bytes': { type: 'string' }, overwrite: { type: 'boolean' } },
+  options: {
+    prefix: { type: 'string', value: 'P', description: 'the namespace to export: keys that start with P (job42/actor/)' },
+    version: { type: 'string', value: 'V', description: 'the keys\' version to export (the #vN of their canonical keys)' },
+    out: { type: 'string', value: 'FILE.safetensors', description: 'the file to write; split into FILE-0000i-of-0000N.safetensors + an index over --max-file-bytes', complete: 'file' },
+    'max-file-bytes': { type: 'string', value: 'N', description: 'largest file in bytes before the export is split; default: one file' },
+    overwrite: { type: 'boolean', description: 'replace files that exist; default: refuse' },
+  },
+  examples: [
+    { what: 'export version 17 of a job\'s actor as one file', run: 'agentctl state materialize --prefix job42/actor/ --version 17 --out /data/actor-v17.safetensors' },
+    { what: 'in files of at most 5 GB each', run: 'agentctl state materialize --prefix job42/actor/ --version 17 --out /data/actor-v17.safetensors --max-file-bytes 5000000000' },
+  ],
   async run ({ client, values, signal }) {
     const { prefix, version, out } = values as Record<string, string | undefined>
     if (prefix === undefined || version === undefined || out === undefined) throw new UsageError('state materialize needs --prefix, --version and --out')

@@ -6,6 +6,10 @@ import { formatBytes, formatDuration, formatTable } from './table.ts'
 
 export const statusCommand: Command = {
   summary: 'agent status: node, version, uptime and every subsystem (ok / skipped / failed)',
+  examples: [
+    { what: 'node, version, uptime and the subsystem table', run: 'agentctl status' },
+    { what: 'the same as JSON, for scripts', run: 'agentctl status --json' },
+  ],
   async run ({ client, signal }) {
     const status = await client.status({ signal })
     return { json: status, human: renderStatus(status) }

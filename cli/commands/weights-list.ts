@@ -4,6 +4,9 @@ import { formatBytes, formatTable } from './table.ts'
 
 export const weightsListCommand: Command = {
   summary: 'weight versions on this agent, the data address, who is pulling from it, and pulls in progress',
+  examples: [
+    { what: 'versions held here and pulls in progress', run: 'agentctl weights list' },
+  ],
   async run ({ client, signal }) {
     const body = await client.weights({ signal })
     // HOLDS: the whole version, or only one (layout, rank)'s slices (a sliced pull, served to pullers of that layout).

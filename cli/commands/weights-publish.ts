@@ -8,10 +8,17 @@ export const weightsPublishCommand: Command = {
   summary: 'publish a version of a model (versions are monotonic and immutable; old ones retire by weights.retainVersions)',
   usage: '--model M [--version N] (--from-safetensors F | --from-keys PREFIX | --from-region NAME) [--meta KEY=VALUE ...]',
   options: {
-    model: { type: 'string' }, version: { type: 'string' },
-    'from-safetensors': { type: 'string' }, 'from-keys': { type: 'string' }, 'from-region': { type: 'string' },
-    meta: { type: 'string', multiple: true },
+    model: { type: 'string', value: 'M', description: 'the model\'s name (qwen3-8b); its versions are numbered on their own' },
+    version: { type: 'string', value: 'N', description: 'the version to commit (>= 0, above every earlier one); default: one above the highest known' },
+    'from-safetensors': { type: 'string', value: 'F', description: 'read the tensors from safetensors file F (a path the agent can read)', complete: 'file' },
+    'from-keys': { type: 'string', value: 'PREFIX', description: 'use the StateManager keys under PREFIX (a trainer offloaded them)' },
+    'from-region': { type: 'string', value: 'NAME', description: 'use the region NAME the agent handed out and the trainer wrote (zero copy)' },
+    meta: { type: 'string', multiple: true, value: 'KEY=VALUE', description: 'metadata stored with the version (repeat it for more)' },
   },
+  examples: [
+    { what: 'publish the checkpoint a trainer saved, as the next version', run: 'agentctl weights publish --model qwen3-8b --from-safetensors /data/step-1200.safetensors' },
+    { what: 'publish version 7 from offloaded keys, with a note', run: 'agentctl weights publish --model qwen3-8b --version 7 --from-keys job42/actor/ --meta step=1200' },
+  ],
   async run ({ client, values, signal }) {
     const model = values.model as string | undefined
     if (model === undefined) throw new UsageError('weights publish needs --model')

@@ -12,6 +12,7 @@ import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
 import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes } from './table.ts'
+import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
 import { parseVersion } from './weights-publish.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {
@@ -24,9 +25,22 @@ export const weightsPullCommand: Command = {
   summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
   usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors]',
   options: {
-    from: { type: 'string' }, model: { type: 'string' }, version: { type: 'string' }, layout: { type: 'string' }, preset: { type: 'string' },
-    tp: { type: 'string' }, rank: { type: 'string' }, heads: { type: 'string' }, 'kv-heads': { type: 'string' }, streams: { type: 'string' }, out: { type: 'string' },
+    from: { type: 'string', value: 'HOST:PORT', description: 'the serving agent\'s data address; default: an alive agent that advertises the version in the mesh' },
+    model: { type: 'string', value: 'M', description: 'the model\'s name' },
+    version: { type: 'string', value: 'N|latest', description: 'the version to pull; default latest (the highest one served)' },
+    layout: { type: 'string', value: 'F.json', description: 'pull only this rank\'s slices, by the rules in F ({ "rules": [...] }); needs --tp and --rank', complete: 'file' },
+    preset: { type: 'string', description: 'like --layout, with the built-in rules of a model family', complete: layoutPresetNames },
+    tp: { type: 'string', value: 'T', description: 'tensor-parallel size of the rollout engine (>= 1)' },
+    rank: { type: 'string', value: 'R', description: 'this engine\'s tensor-parallel rank (0 .. T-1)' },
+    heads: { type: 'string', value: 'H', description: 'attention heads, for fused qkv; default: from the version\'s metadata' },
+    'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA), for fused qkv; default: from the metadata, else --heads' },
+    streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
+    out: { type: 'string', value: 'F.safetensors', description: 'also write the whole version to this file (not with a layout)', complete: 'file' },
   },
+  examples: [
+    { what: 'the latest version of a model, from whichever agent serves it', run: 'agentctl weights pull --model qwen3-8b' },
+    { what: 'only rank 1 of 4\'s slices of version 7, from a named agent', run: 'agentctl weights pull --from 10.0.0.5:7070 --model qwen3-8b --version 7 --preset qwen --tp 4 --rank 1' },
+  ],
   async run (context) {
     const { client, values, signal, json } = context
     const from = values.from as string | undefined

@@ -5,7 +5,13 @@ import { parseVersion } from './weights-publish.ts'
 export const weightsRetireCommand: Command = {
   summary: 'retire a committed weight version',
   usage: '--model M --version N',
-  options: { model: { type: 'string' }, version: { type: 'string' } },
+  options: {
+    model: { type: 'string', value: 'M', description: 'the model\'s name' },
+    version: { type: 'string', value: 'N', description: 'the committed version to retire' },
+  },
+  examples: [
+    { what: 'retire version 5 of a model', run: 'agentctl weights retire --model qwen3-8b --version 5' },
+  ],
   async run ({ client, values, signal }) {
     const model = values.model as string | undefined
     const version = parseVersion(values.version as string | undefined, false)
