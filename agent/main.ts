@@ -10,7 +10,7 @@ import { hostname } from 'node:os'
 import { parseAgentdArgs, agentdUsage } from './config/flags.ts'
 import { loadConfig } from './config/load.ts'
 import { renderConfigReference } from './config/reference.ts'
-import { createRootLogger } from '../core/logger.ts'
+import { createRootLogger, isJournalStream, journalPriorityPrefix } from '../core/logger.ts'
 import { createDaemon } from './daemon.ts'
 import { notifySystemd } from './systemd-notify.ts'
 import { agentVersion } from './version.ts'
@@ -38,7 +38,9 @@ async function main (): Promise<number> {
       flags: args.assignments,
     })
   } catch (err) {
-    process.stderr.write(`agentd: ${(err as Error).message}\n`)
+    // Before the logger exists; under systemd each line is an error entry in the journal.
+    const prefix = isJournalStream(2) ? journalPriorityPrefix(50) : ''
+    process.stderr.write(`agentd: ${(err as Error).message}`.replace(/^/gm, prefix) + '\n')
     return exitConfig
   }
   if (action === 'print-config') {
@@ -47,6 +49,9 @@ async function main (): Promise<number> {
   }
 
   const logger = createRootLogger(loaded.config.log.level)
+  // Node prints an uncaught exception's stack to stderr (no priority prefix: an info entry in the
+  // journal) and exits 1; this line makes the crash an entry `journalctl -p err` shows.
+  process.on('uncaughtExceptionMonitor', (err, origin) => { logger.fatal({ err, origin }, 'agentd crashed') })
   logger.info({ version: agentVersion, dev: loaded.dev, configFile: loaded.configFile, node: loaded.config.node.name }, 'agentd starting')
   const daemon = createDaemon({ config: loaded.config, dev: loaded.dev }, { logger })
 

@@ -4,7 +4,7 @@
  * is killed in the test's teardown.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -79,6 +79,11 @@ export interface SpawnOptions {
   built?: boolean | 'unbundled' | { entry: string }
   /** Run the agent inside this network namespace (test/helpers/netns-lab.ts); `ip netns exec` execs it, so `proc` is the agent. */
   netns?: string
+  /**
+   * Append the agent's stdout and stderr to this file instead of pipes, as
+   * systemd connects both to one journal stream; `output()` reads the file.
+   */
+  outputFile?: string
 }
 
 function agentEntry (built: SpawnOptions['built']): string {
@@ -94,10 +99,12 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   const env = { ...agentEnvironment, ...withoutAgentdEnv(process.env), ...options.env }
   const command = [process.execPath, ...agentNodeFlags, agentEntry(options.built), ...args, '--exit-with-stdin']
   if (options.netns !== undefined) command.unshift('ip', 'netns', 'exec', options.netns)
-  const proc = track(spawn(command[0]!, command.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] }))
+  const outputFd = options.outputFile !== undefined ? openSync(options.outputFile, 'a') : undefined
+  const proc = track(spawn(command[0]!, command.slice(1), { env, stdio: outputFd !== undefined ? ['pipe', outputFd, outputFd] : ['pipe', 'pipe', 'pipe'] }))
+  if (outputFd !== undefined) closeSync(outputFd) // the child has its own copy
   let output = ''
-  proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
-  proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
+  proc.stdout?.on('data', (c: Buffer) => { output += c.toString() })
+  proc.stderr?.on('data', (c: Buffer) => { output += c.toString() })
   const exited = new Promise<{ code: number | null, signal: NodeJS.Signals | null }>(resolve => {
     proc.once('exit', (code, signal) => resolve({ code, signal }))
   })
@@ -107,7 +114,7 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
       await exited
     }
   })
-  const agent: AgentProcess = { proc, stateDir, socketPath, client: createAgentClient({ socketPath, timeoutMs: 5000 }), output: () => output, exited }
+  const agent: AgentProcess = { proc, stateDir, socketPath, client: createAgentClient({ socketPath, timeoutMs: 5000 }), output: () => options.outputFile !== undefined ? readFileSync(options.outputFile, 'utf8') : output, exited }
   if (options.waitReady !== false) await waitReady(agent)
   return agent
 }
