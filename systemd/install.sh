@@ -75,6 +75,8 @@ printf '#!/bin/sh\n: "${MALLOC_ARENA_MAX:=2}"\nexport MALLOC_ARENA_MAX\nexec %s/
 printf '#!/bin/sh\nexec %s/node_modules/.bin/node %s/dist/bundle/agentctl.js "$@"\n' "$prefix" "$prefix" | write_file "$root/bin/agentctl" 0755
 run mkdir -p "$destdir/usr/local/bin"
 run ln -sfn "$prefix/bin/agentctl" "$destdir/usr/local/bin/agentctl"
+# Bash completion (bash-completion loads it on demand). Run from $src: under DESTDIR, $prefix does not exist yet.
+"$src/node_modules/.bin/node" "$src/dist/bundle/agentctl.js" completion bash | write_file "$destdir/usr/local/share/bash-completion/completions/agentctl" 0644
 
 sed "s#/opt/agentd#$prefix#g" "$src/systemd/agentd.service" | write_file "$destdir/etc/systemd/system/agentd.service" 0644
 write_file "$destdir/usr/lib/sysusers.d/agentd.conf" 0644 <"$src/systemd/sysusers.conf"

@@ -46,6 +46,7 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
   t.match(unit, /^LimitMEMLOCK=infinity$/m)
   t.equal(readFileSync(join(root, 'etc/agentd/agentd.toml'), 'utf8'), readFileSync(join(repoRoot, 'systemd/agentd.toml'), 'utf8'))
   t.match(readFileSync(join(root, 'usr/lib/sysusers.d/agentd.conf'), 'utf8'), /^u agentd /m)
+  t.match(readFileSync(join(root, 'usr/local/share/bash-completion/completions/agentctl'), 'utf8'), /complete -F \S+ agentctl/, 'bash completion installed')
 
   // The bundles run from the installed tree, with development packages pruned.
   const node = join(prefix, 'node_modules/.bin/node')
