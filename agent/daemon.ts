@@ -362,7 +362,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
       if (config.election.faultInjection) {
         components.logger.warn({ routes: ['/v1/fault/partition', '/v1/fault/stale-decision'] },
-          'FAULT INJECTION IS ON (election.faultInjection): any caller of the socket can cut this agent off from peers and publish stale decisions. Test clusters only: never in production')
+          'FAULT INJECTION IS ON (election.faultInjection): an admin caller of the socket (root, the agent\'s uid, api.adminGroup) can cut this agent off from peers and publish stale decisions. Test clusters only: never in production')
       }
       try {
         await claimSocketPath(config.api.socketPath)

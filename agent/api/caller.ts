@@ -1,7 +1,7 @@
 /**
  * Who is calling: SO_PEERCRED (pid, uid, gid) of the unix-socket connection,
- * read once per connection through the native addon. Later services (device
- * lock, state ownership) use it to tie requests to client processes.
+ * read once per connection through the native addon. Authorization
+ * (authorization.ts) checks its uid and gid; the device lock ties holders to its pid.
  */
 import type { Socket } from 'node:net'
 import { peerCredentials, type PeerCredentials } from '../../native/index.ts'

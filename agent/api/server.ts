@@ -2,19 +2,19 @@
  * The local API: HTTP/1.1 + JSON on a unix socket (Docker-socket style, so
  * `curl --unix-socket` and any HTTP client work). Routes are thin adapters
  * over the services; schemas declared once give validation and the OpenAPI
- * document at /v1/openapi.json.
+ * document at /v1/openapi.json. Who may call which route, and use which
+ * namespace, lock holder or worker: authorization.ts (AUTHORIZATION.md).
  */
 import { lstat, unlink } from 'node:fs/promises'
 import Fastify, { type FastifyInstance } from 'fastify'
 import swagger from '@fastify/swagger'
 import type { Logger } from 'pino'
-import type { PeerCredentials } from '../../native/index.ts'
 import { ErrorBodySchema } from './wire/errors.ts'
 import { createClientErrorHandler, createErrorHandler, notFoundHandler } from './error-mapping.ts'
 import { capConnections, defaultConnectionLimits, receptionTimeoutOptions } from './connection-limits.ts'
 import { requestValidatorBuilder } from './request-validation.ts'
 import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
-import { callerOf } from './caller.ts'
+import { createNamespaceGuard, installAuthorization, resolveAdminGroup } from './authorization.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
 import { registerNodeRoutes, type InventorySource } from './routes/node.ts'
 import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
@@ -26,13 +26,6 @@ import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 import { registerJobsRoutes, type JobsSource } from './routes/jobs.ts'
 import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
 import { registerWorkersRoutes, type WorkersSource } from './routes/workers.ts'
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** The calling process (SO_PEERCRED); null when unknown. */
-    caller: PeerCredentials | null
-  }
-}
 
 export interface ApiServerOptions {
   /** Unix socket path (at most 107 bytes). */
@@ -56,6 +49,18 @@ export interface ApiServerOptions {
   requestTimeoutMs?: number
   /** Directories file paths given through the API must lie in (path-roots.ts). Default: none (every such path refused). */
   pathRoots?: readonly string[]
+  /**
+   * Group whose members pass admin checks besides root and the agent's uid
+   * (authorization.ts): a name in /etc/group or a numeric gid; "" = none.
+   * An unknown name fails the build with ERR_CONFIG_INVALID. Default: "".
+   */
+  adminGroup?: string
+  /**
+   * Treat a caller whose SO_PEERCRED cannot be read as an admin (authorization.ts).
+   * Only for an app served in-process, e.g. tests' inject(); never set it for
+   * an API on a socket. Default: false (such callers fail admin and ownership checks).
+   */
+  trustUnidentifiedCallers?: boolean
   version: string
 }
 
@@ -122,8 +127,13 @@ export async function createApiServer (options: ApiServerOptions, components: Ap
 }
 
 /** The fastify app with every route, not yet listening (tests use `inject`). */
-export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots' | 'requestTimeoutMs'>, components: ApiServerComponents): Promise<FastifyInstance> {
+export async function buildApiApp (
+  options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots' | 'requestTimeoutMs' | 'adminGroup' | 'trustUnidentifiedCallers'>,
+  components: ApiServerComponents,
+): Promise<FastifyInstance> {
   const requestTimeoutMs = options.requestTimeoutMs ?? defaultConnectionLimits.requestTimeoutMs
+  const adminGroup = options.adminGroup ?? ''
+  const adminGid = await resolveAdminGroup(adminGroup)
   const app = Fastify({
     logger: false,
     bodyLimit: options.bodyLimitBytes,
@@ -142,26 +152,32 @@ export async function buildApiApp (options: Pick<ApiServerOptions, 'bodyLimitByt
       info: { title: 'agentd local API', version: options.version, description: 'HTTP/JSON on the agent\'s unix socket' },
     },
   })
-  app.decorateRequest('caller', null)
-  app.addHook('onRequest', async request => {
-    request.caller = callerOf(request.raw.socket)
-    components.logger.debug({ method: request.method, url: request.url, callerPid: request.caller?.pid, callerUid: request.caller?.uid }, 'request')
+  const authorization = installAuthorization(app, {
+    adminGid,
+    adminGroup,
+    agentUid: process.getuid?.() ?? 0,
+    trustUnidentifiedCallers: options.trustUnidentifiedCallers ?? false,
+  }, components.logger)
+  const stateSource = components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) }
+  const namespaces = createNamespaceGuard(authorization, () => {
+    const sm = stateSource.stateManager()
+    return 'unavailable' in sm ? undefined : sm
   })
   app.setErrorHandler(createErrorHandler(components.logger))
   app.setNotFoundHandler(notFoundHandler)
 
   registerStatusRoutes(app, components.status)
   registerNodeRoutes(app, components.inventory)
-  registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) })
+  registerLockRoutes(app, components.locks ?? { deviceLock: () => ({ unavailable: 'the API was started without one' }) }, authorization)
   const pathRoots = options.pathRoots ?? []
-  registerStateRoutes(app, components.state ?? { stateManager: () => ({ unavailable: 'the API was started without one' }) }, pathRoots)
+  registerStateRoutes(app, stateSource, pathRoots, namespaces)
   registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
   registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
   if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
-  registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) }, pathRoots)
+  registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) }, pathRoots, authorization, namespaces)
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
   registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
-  registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) })
+  registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) }, authorization, namespaces)
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   return app

@@ -50,6 +50,11 @@ export const ApiSection = Type.Object({
   socketGroup: Type.String({
     description: 'Group that owns the socket, so its members may call the agent; "" keeps the process group. Default: "agentd".',
   }),
+  adminGroup: Type.String({
+    maxLength: 64,
+    pattern: '^([0-9]{1,10}|[A-Za-z_][A-Za-z0-9_.-]*[$]?)?$',
+    description: 'Group whose members (the calling process\'s primary or a supplementary group) are API admins, as root and the agent\'s own uid are: they may call the admin routes (leader decisions, job submission, completion and operations, weight retirement, reward work, fault injection) and use every namespace, device-lock holder and worker (agent/api/AUTHORIZATION.md). A group name, which must exist in /etc/group when the agent starts, or a numeric gid as a string ("4242"). "" = none: only root and the agent\'s uid. Default: "".',
+  }),
   bodyLimitBytes: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
@@ -107,7 +112,7 @@ export type AgentConfig = Static<typeof configSchema>
 export function defaultConfig (hostname: string): AgentConfig {
   return {
     node: { name: hostname, stateDir: '/var/lib/agentd' },
-    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', bodyLimitBytes: 1024 * 1024, ...defaultConnectionLimits, pathRoots: [] },
+    api: { socketPath: '/run/agentd/agentd.sock', socketMode: '0660', socketGroup: 'agentd', adminGroup: '', bodyLimitBytes: 1024 * 1024, ...defaultConnectionLimits, pathRoots: [] },
     log: { level: 'info' },
     inventory: { ...defaultInventoryConfig },
     locks: { ...defaultLocksConfig },

@@ -10,8 +10,12 @@ import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
 import { syncDirectory } from '../../core/durable-file.ts'
 
+/**
+ * `owner` of a put: the uid owning the key's namespace (namespace-owners.ts);
+ * absent for the agent's own keys and in records written before owners were.
+ */
 export type JournalRecord =
-  | { op: 'put', key: string, bytes: number, checksum: number, object: string }
+  | { op: 'put', key: string, bytes: number, checksum: number, object: string, owner?: number }
   | { op: 'del', key: string }
 
 export interface ReplayResult {
@@ -42,7 +46,8 @@ function decodeLine (line: string): JournalRecord | undefined {
   if (m === null || crc32(m[2]!) !== Number.parseInt(m[1]!, 16)) return undefined
   try {
     const r = JSON.parse(m[2]!) as JournalRecord
-    if (r.op === 'put' && typeof r.key === 'string' && Number.isSafeInteger(r.bytes) && Number.isInteger(r.checksum) && typeof r.object === 'string') return r
+    if (r.op === 'put' && typeof r.key === 'string' && Number.isSafeInteger(r.bytes) && Number.isInteger(r.checksum) && typeof r.object === 'string' &&
+      (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0))) return r
     if (r.op === 'del' && typeof r.key === 'string') return r
   } catch {}
   return undefined

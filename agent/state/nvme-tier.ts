@@ -25,6 +25,8 @@ export interface NvmeObject {
   checksum: number
   /** File name under objects/. */
   object: string
+  /** The uid owning the key's namespace (namespace-owners.ts); absent: the agent. */
+  owner?: number
 }
 
 export interface NvmeRecovery {
@@ -58,8 +60,8 @@ export interface NvmeTier {
   objects(): IterableIterator<NvmeObject>
   /** Replays the journal; call once before anything else. */
   open(): Promise<NvmeRecovery>
-  /** Writes `src` as the object of `key` and commits it. ERR_TIER_FULL when it does not fit. */
-  put(key: string, src: HostRange, checksum: number): Promise<NvmeObject>
+  /** Writes `src` as the object of `key` (its namespace owned by `owner`, default the agent) and commits it. ERR_TIER_FULL when it does not fit. */
+  put(key: string, src: HostRange, checksum: number, owner?: number): Promise<NvmeObject>
   /** Reads the object of `key` into `dst` (dst.length must equal its size). */
   read(key: string, dst: HostRange): Promise<void>
   /** Deletes the key: journal record first, then the file. */
@@ -102,7 +104,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       const { records, tornLines } = replayJournal(text)
       const replayed = new Map<string, NvmeObject>()
       for (const r of records) {
-        if (r.op === 'put') replayed.set(r.key, { key: r.key, bytes: r.bytes, checksum: r.checksum, object: r.object })
+        if (r.op === 'put') replayed.set(r.key, { key: r.key, bytes: r.bytes, checksum: r.checksum, object: r.object, ...(r.owner !== undefined ? { owner: r.owner } : {}) })
         else replayed.delete(r.key)
       }
       let dropped = 0
@@ -125,14 +127,14 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       return { recovered: committed.size, dropped, orphansRemoved, tornLines }
     },
 
-    async put (key, src, checksum) {
+    async put (key, src, checksum, owner) {
       const w = writer()
       if (committed.has(key)) return committed.get(key)!
       if (committedBytes + reservedBytes + src.length > options.capacityBytes) {
         throw new AgentError('ERR_TIER_FULL', `NVMe tier is full: ${src.length} bytes do not fit (${committedBytes + reservedBytes} of ${options.capacityBytes} used)`)
       }
       reservedBytes += src.length
-      const obj: NvmeObject = { key, bytes: src.length, checksum, object: objectName(key) }
+      const obj: NvmeObject = { key, bytes: src.length, checksum, object: objectName(key), ...(owner !== undefined ? { owner } : {}) }
       const path = join(objectsDir, obj.object)
       try {
         await unlink(path).catch(() => {})

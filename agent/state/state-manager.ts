@@ -19,6 +19,13 @@
  *   `residency()` says which is which (`durable`).
  * - A key's host copy is either a pool extent or a range of an adopted
  *   shared-memory mapping (`adoptShm`, zero copy), never both.
+ * - Namespace ownership (namespace-owners.ts): every namespace holding keys
+ *   has an owner, the uid a caller claimed it for before its first key was
+ *   stored (`claimNamespaces`, the local API does it for the calling
+ *   process) or else the agent itself; it lasts while the namespace holds a
+ *   key or a store into it is under way, and is written with every durable
+ *   key, so a restart finds it. The StateManager records it and reports it
+ *   (`namespaceOwner`, residency); who may use a namespace is the API's call.
  * All bookkeeping runs on the event loop; bytes move on native threads.
  *
  * This module holds the key index, the batch protocol (first writer copies,
@@ -39,6 +46,7 @@ import { mapConcurrently } from './map-concurrently.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
 import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
 import { createHostSpace, type HostSpace } from './host-space.ts'
+import { createNamespaceOwners, type NamespaceOwner } from './namespace-owners.ts'
 import { createTierMover, type TierMover } from './tier-mover.ts'
 import type { UseHint } from './spill-order.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
@@ -49,6 +57,7 @@ const copyConcurrency = 2
 const ioConcurrency = 4
 
 export type { MemorySpec } from './client-memory.ts'
+export type { NamespaceOwner } from './namespace-owners.ts'
 
 export interface StateManagerOptions {
   /** Bytes of the pinned host pool. */
@@ -222,6 +231,22 @@ export interface StateManager {
    * For producers that want to refuse before the bytes are written.
    */
   checkQuota(keys: string[], pendingBytes?: number): void
+  /**
+   * Who owns `namespace`: a uid, 'agent' (the agent's own keys), or undefined
+   * when it holds no key and no store into it is under way (nobody owns it).
+   */
+  namespaceOwner(namespace: string): NamespaceOwner | undefined
+  /** The namespaces above and below `namespace` ("a" and "a/b/c" for "a/b") that have an owner, with it. */
+  nestedNamespaceOwners(namespace: string): Array<{ namespace: string, owner: NamespaceOwner }>
+  /**
+   * Claims namespaces for a store about to begin: each one nobody owns is
+   * owned from now on by `owner` (a uid; undefined = the agent), an owned one
+   * keeps its owner. Call it in the same tick as the store starts (offload,
+   * or an in-process producer such as a worker registration) and the
+   * returned release once the store settled: a claimed namespace that then
+   * holds no key has no owner again.
+   */
+  claimNamespaces(namespaces: Iterable<string>, owner: number | undefined): () => void
 }
 
 export interface ScratchBytes extends PinnedBytes {
@@ -272,6 +297,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   const scratchExtents = new Map<ScratchBytes, Extent>()
   const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
   const adoptedRegions = createAdoptedShmRegions({ logger })
+  const owners = createNamespaceOwners()
 
   const started = (): StartedStorage => {
     if (storage === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the StateManager is not started')
@@ -293,7 +319,12 @@ export function createStateManager (options: StateManagerOptions, components: St
     void tracked.finally(() => background.delete(tracked))
   }
 
-  const newEntry = (key: StateKey, host: Extent | undefined, nvmeChecksum?: number): StoredEntry => newStoredEntry(key, host, now(), nvmeChecksum)
+  /** Stores a new entry for `key` in the index, under its namespace's owner. */
+  const addEntry = (key: StateKey, host: Extent | undefined): StoredEntry => {
+    const entry = newStoredEntry(key, host, now(), undefined, owners.stored(key.namespace))
+    entries.set(key.text, entry)
+    return entry
+  }
   const pin = (entry: StoredEntry): () => void => pinEntry(entry, started().space.released)
   /** Bytes of pool keys pinned by readers (busy: they become spillable when unpinned). */
   const pinnedPoolBytes = (): number => {
@@ -330,6 +361,8 @@ export function createStateManager (options: StateManagerOptions, components: St
     const keys = parseItems(items, 'offload')
     if (durability !== 'memory' && durability !== 'nvme') throw new AgentError('ERR_BAD_REQUEST', `durability must be "memory" or "nvme", got ${JSON.stringify(durability)}`)
     const scope = createClientMemoryScope(mappings)
+    // The batch's namespaces stay owned while it runs (the agent's unless a caller claimed them first).
+    const releaseClaims = owners.claim(keys.map(k => k.namespace), undefined)
     // Everything below until the first await runs in one tick: the plan cannot race another batch.
     const writers = new Map<string, PromiseWithResolvers<boolean>>()
     const created: StoredEntry[] = []
@@ -389,6 +422,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       throw err
     } finally {
       scope.close()
+      releaseClaims()
       maybeSpill()
     }
   }
@@ -411,9 +445,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       filled()
     }
     counters.offloadCopies++
-    const entry = newEntry(k, extent)
-    entries.set(k.text, entry)
-    return entry
+    return addEntry(k, extent)
   }
 
   /**
@@ -452,7 +484,10 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   async function remove (entry: StoredEntry): Promise<void> {
-    if (entries.get(entry.key.text) === entry) entries.delete(entry.key.text)
+    if (entries.get(entry.key.text) === entry) {
+      entries.delete(entry.key.text)
+      owners.removed(entry.key.namespace)
+    }
     await whenUnpinned(entry)
     if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
     releaseShm(entry)
@@ -573,7 +608,14 @@ export function createStateManager (options: StateManagerOptions, components: St
       const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, counters, hints: () => hints, track })
       storage = { pool, nvme, recovered, space, mover }
       for (const obj of nvme.objects()) {
-        entries.set(obj.key, newEntry(parseKey(obj.key), undefined, obj.checksum))
+        const key = parseKey(obj.key)
+        entries.set(obj.key, newStoredEntry(key, undefined, now(), obj.checksum, obj.owner))
+        owners.recovered(key.namespace, obj.owner)
+      }
+      // A namespace whose records named different owners is the agent's (namespace-owners.ts).
+      for (const entry of entries.values()) {
+        const owner = owners.ownerOf(entry.key.namespace)
+        entry.owner = typeof owner === 'number' ? owner : undefined
       }
       logger.info({ hostPoolBytes: options.hostPoolBytes, nvmeDir: options.nvmeDir, ...recovered }, 'state manager ready')
     },
@@ -640,7 +682,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         return false
       }
       scratchExtents.delete(handle)
-      entries.set(k.text, newEntry(k, extent))
+      addEntry(k, extent)
       maybeSpill()
       return true
     },
@@ -657,6 +699,9 @@ export function createStateManager (options: StateManagerOptions, components: St
         }
       }
     },
+    namespaceOwner: namespace => owners.ownerOf(namespace),
+    nestedNamespaceOwners: namespace => owners.nested(namespace),
+    claimNamespaces: (namespaces, owner) => owners.claim(namespaces, owner),
     checkQuota (keys, pendingBytes = 0) {
       const parsed = parseItems(keys.map(key => ({ key })), 'checkQuota')
       checkQuotas(parsed.filter(k => !entries.has(k.text)), pendingBytes)
@@ -674,11 +719,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       const object = mapForAdoption(source, fresh)
       // Nothing below throws: the keys appear together, in this tick.
       const region = adoptedRegions.add(object, fresh)
-      for (const { key, offset } of fresh) {
-        const entry = newEntry(key, undefined)
-        entry.shm = { region, offset }
-        entries.set(key.text, entry)
-      }
+      for (const { key, offset } of fresh) addEntry(key, undefined).shm = { region, offset }
       countReplicas()
       counters.shmAdopted += fresh.length
       return { adopted: fresh.map(f => f.key.text), deduplicated: existing.map(e => e.key.text) }

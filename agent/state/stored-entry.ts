@@ -29,14 +29,19 @@ export interface StoredEntry {
   checksum: number | undefined
   /** The host copy when it lives in an adopted shared-memory mapping instead of a pool extent (`host` is then undefined). */
   shm: { region: AdoptedShm, offset: number } | undefined
+  /**
+   * The uid owning the key's namespace when it was stored (namespace-owners.ts);
+   * undefined: the agent itself. Written with the key's NVMe journal record.
+   */
+  owner: number | undefined
   /** Operations reading the entry's host copy; spill/drop wait for 0. */
   pins: number
   unpinned: Array<() => void>
 }
 
-/** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given). */
-export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number): StoredEntry {
-  return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, pins: 0, unpinned: [] }
+/** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given), its namespace owned by `owner` (default: the agent). */
+export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number, owner?: number): StoredEntry {
+  return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, owner, pins: 0, unpinned: [] }
 }
 
 /** Whether the key has a host copy (pool extent or adopted mapping). */

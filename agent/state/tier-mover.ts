@@ -98,7 +98,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
       const unpin = pin(entry)
       try {
         if (!entry.onNvme) {
-          await nvme.put(entry.key.text, keyRange(pool, entry.host, entry.key), await checksumOf(entry))
+          await nvme.put(entry.key.text, keyRange(pool, entry.host, entry.key), await checksumOf(entry), entry.owner)
           entry.onNvme = true
         }
       } catch (err) {
@@ -168,7 +168,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
       if (!hasHostCopy(entry)) throw new AgentError('ERR_INTERNAL', `${entry.key.text} is in neither tier`)
       const unpin = pin(entry)
       try {
-        await nvme.put(entry.key.text, hostBytesOf(pool, entry), await checksumOf(entry))
+        await nvme.put(entry.key.text, hostBytesOf(pool, entry), await checksumOf(entry), entry.owner)
         entry.onNvme = true
       } finally {
         unpin()

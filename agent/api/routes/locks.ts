@@ -11,6 +11,12 @@
  * whose connection closes leaves the queue; a grant whose response could not
  * be delivered (the connection closed first) is released again, so a holder
  * never holds a lock it was not told about.
+ *
+ * An explicit holder name belongs to the uid of the process that first
+ * acquired under it, while the name holds or waits for any GPU; meanwhile a
+ * process of another uid may neither acquire nor release under it
+ * (ERR_FORBIDDEN) unless it is an admin (authorization.ts). A default holder
+ * ("pid:<pid>") is its own process's: explicit names cannot start with "pid:".
  */
 import { setInterval as every } from 'node:timers/promises'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -18,6 +24,7 @@ import { Type, type TObject } from '@sinclair/typebox'
 import { closestName } from '../../../core/schema-walk.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { errorResponses } from '../wire/errors.ts'
+import type { Authorization } from '../authorization.ts'
 import type { DeviceLockService } from '../../state/device-lock.ts'
 import {
   AcquireGpuBodySchema, AcquireGpuResultSchema, DeviceLockEventSchema, GpuLockStateSchema, HolderNameSchema, LocksBodySchema,
@@ -56,11 +63,30 @@ function lockBody (schema: TObject): (request: FastifyRequest) => Promise<void> 
   }
 }
 
-export function registerLockRoutes (app: FastifyInstance, source: DeviceLockSource): void {
+export function registerLockRoutes (app: FastifyInstance, source: DeviceLockSource, authorization: Authorization): void {
   const service = (): DeviceLockService => {
     const lock = source.deviceLock()
     if ('unavailable' in lock) throw new AgentError('ERR_UNAVAILABLE', `the device lock is unavailable: ${lock.unavailable}`)
     return lock
+  }
+  /** The uid that created each explicit holder name still holding or waiting (names that do neither are forgotten). */
+  const holderUids = new Map<string, number>()
+  /** ERR_FORBIDDEN when `holder` belongs to another uid; records the caller as its creator when it is new. Synchronous, before the lock call. */
+  const claimHolder = (request: FastifyRequest, lock: DeviceLockService, holder: string | undefined, action: 'acquire' | 'release'): void => {
+    const caller = request.caller
+    if (holder === undefined || caller === null) return
+    const live = new Set<string>()
+    for (const gpu of lock.locks()) {
+      if (gpu.holder !== null) live.add(gpu.holder)
+      for (const w of gpu.waiters) live.add(w.holder)
+    }
+    for (const name of holderUids.keys()) if (!live.has(name)) holderUids.delete(name)
+    const owner = holderUids.get(holder)
+    if (owner !== undefined && owner !== caller.uid && !request.admin) {
+      throw authorization.forbidden(request, `${action} the device lock as holder "${holder}"`,
+        `that holder was created by uid ${owner} and holds or waits for a GPU; only that uid or an admin (${authorization.admins()}) may use it (pick another holder name)`, { holder, owner, needed: 'owner' })
+    }
+    if (owner === undefined && action === 'acquire') holderUids.set(holder, caller.uid)
   }
 
   app.post<{ Params: GpuParams, Body: { holder?: string, timeoutMs?: number } }>('/v1/locks/gpu/:n/acquire', {
@@ -76,6 +102,7 @@ export function registerLockRoutes (app: FastifyInstance, source: DeviceLockSour
     const lock = service()
     const pid = callerPid(request)
     const { holder, timeoutMs } = request.body
+    claimHolder(request, lock, holder, 'acquire')
     const cancel = new AbortController()
     let granted: AcquireGpuResult | undefined
     let givenBack = false
@@ -108,7 +135,9 @@ export function registerLockRoutes (app: FastifyInstance, source: DeviceLockSour
   }, async request => {
     const lock = service()
     const { holder } = request.body
-    return lock.release({ gpu: request.params.n, pid: callerPid(request), ...(holder !== undefined ? { holder } : {}) })
+    const pid = callerPid(request)
+    claimHolder(request, lock, holder, 'release')
+    return lock.release({ gpu: request.params.n, pid, ...(holder !== undefined ? { holder } : {}) })
   })
 
   app.get('/v1/locks', {

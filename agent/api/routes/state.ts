@@ -1,9 +1,15 @@
-/** /v1/state/*: thin adapters over the StateManager (validation by schema, errors by code). */
+/**
+ * /v1/state/*: thin adapters over the StateManager (validation by schema,
+ * errors by code). Each call that names keys is checked against the owners of
+ * their namespaces first (authorization.ts NamespaceGuard), in the tick that
+ * starts the operation: offload and drop write, the others read.
+ */
 import type { FastifyInstance } from 'fastify'
 import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
 import { confinedPath } from './path-roots.ts'
+import type { NamespaceGuard } from '../authorization.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
   DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, OffloadBodySchema,
@@ -16,12 +22,14 @@ export interface StateSource {
   stateManager(): StateManager | { unavailable: string }
 }
 
-export function registerStateRoutes (app: FastifyInstance, source: StateSource, pathRoots: readonly string[]): void {
+export function registerStateRoutes (app: FastifyInstance, source: StateSource, pathRoots: readonly string[], guard: NamespaceGuard): void {
   const sm = (): StateManager => {
     const current = source.stateManager()
     if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the StateManager is not running: ${current.unavailable}`)
     return current
   }
+  const selected = (selector: KeySelector) => (): string[] =>
+    selector.keys !== undefined ? guard.ofKeys(selector.keys) : typeof selector.prefix === 'string' ? guard.ofPrefixes([selector.prefix]) : []
 
   app.post<{ Body: OffloadBody }>('/v1/state/offload', {
     schema: {
@@ -29,7 +37,15 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
       body: OffloadBodySchema,
       response: { 200: OffloadResultSchema, ...errorResponses },
     },
-  }, async request => ({ results: await sm().offload(request.body.tensors, request.body.durability) }))
+  }, async request => {
+    const manager = sm()
+    const release = guard.claimForStore(request, guard.ofKeys(request.body.tensors.map(t => t.key)), 'offload keys')
+    try {
+      return { results: await manager.offload(request.body.tensors, request.body.durability) }
+    } finally {
+      release()
+    }
+  })
 
   app.post<{ Body: OnloadBody }>('/v1/state/onload', {
     schema: {
@@ -37,19 +53,36 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
       body: OnloadBodySchema,
       response: { 200: OnloadResultSchema, ...errorResponses },
     },
-  }, async request => ({ results: await sm().onload(request.body.tensors) }))
+  }, async request => {
+    const manager = sm()
+    guard.check(request, guard.ofKeys(request.body.tensors.map(t => t.key)), 'read', 'onload keys')
+    return { results: await manager.onload(request.body.tensors) }
+  })
 
   app.post<{ Body: PrefetchBody }>('/v1/state/prefetch', {
     schema: { summary: 'Promote NVMe keys to host in the background (returns at once)', body: PrefetchBodySchema, response: { 200: PrefetchResultSchema, ...errorResponses } },
-  }, async request => ({ scheduled: sm().prefetch(request.body) }))
+  }, async request => {
+    const manager = sm()
+    guard.check(request, selected(request.body), 'read', 'prefetch keys')
+    return { scheduled: manager.prefetch(request.body) }
+  })
 
   app.post<{ Body: KeySelector }>('/v1/state/drop', {
     schema: { summary: 'Remove keys from every tier', body: KeySelectorSchema, response: { 200: DropResultSchema, ...errorResponses } },
-  }, async request => ({ dropped: await sm().drop(request.body) }))
+  }, async request => {
+    const manager = sm()
+    guard.check(request, selected(request.body), 'write', 'drop keys')
+    return { dropped: await manager.drop(request.body) }
+  })
 
   app.post<{ Body: HintsBody }>('/v1/state/hints', {
     schema: { summary: 'Scheduler hints: what is needed next and when (drives spilling and prefetch); replaces earlier hints', body: HintsBodySchema, response: { 200: HintsResultSchema, ...errorResponses } },
-  }, async request => { sm().setHints(request.body.next); return { ok: true as const } })
+  }, async request => {
+    const manager = sm()
+    guard.check(request, () => guard.ofPrefixes(request.body.next.map(h => h.prefix)), 'read', 'give hints for keys')
+    manager.setHints(request.body.next)
+    return { ok: true as const }
+  })
 
   app.post<{ Body: MaterializeBody }>('/v1/state/materialize', {
     schema: {
@@ -57,7 +90,12 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
       body: MaterializeBodySchema,
       response: { 200: MaterializeResultSchema, ...errorResponses },
     },
-  }, async request => await materialize(sm(), { ...request.body, path: await confinedPath(request.body.path, pathRoots, 'write', 'the output path') }))
+  }, async request => {
+    const path = await confinedPath(request.body.path, pathRoots, 'write', 'the output path')
+    const manager = sm()
+    guard.check(request, () => guard.ofPrefixes([request.body.prefix]), 'read', 'materialize keys')
+    return await materialize(manager, { ...request.body, path })
+  })
 
   app.get<{ Querystring: ResidencyQuery }>('/v1/state/residency', {
     schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: ResidencyQuerySchema, response: { 200: ResidencySchema, ...errorResponses } },

@@ -1,6 +1,15 @@
-/** /v1/weights/*: thin adapters over the weight-transfer agent (validation by schema, errors by code). */
+/**
+ * /v1/weights/*: thin adapters over the weight-transfer agent (validation by
+ * schema, errors by code). A publish from keys reads them: the caller must be
+ * allowed to read their namespaces (authorization.ts NamespaceGuard). A
+ * handed-out region belongs to the uid it was handed to: only that uid (or an
+ * admin) publishes or discards it, since region names are visible to every
+ * user in /dev/shm and publishing someone else's region early would commit
+ * bytes still being written.
+ */
 import { confinedPath } from './path-roots.ts'
-import type { FastifyInstance } from 'fastify'
+import type { Authorization, NamespaceGuard } from '../authorization.ts'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
 import type { WeightsService } from '../../weights/weights-service.ts'
 import { parseLayoutRules } from '../../weights/reshard.ts'
@@ -16,11 +25,19 @@ export interface WeightsSource {
   weights(): WeightsService | { unavailable: string }
 }
 
-export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSource, pathRoots: readonly string[]): void {
+export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSource, pathRoots: readonly string[], authorization: Authorization, guard: NamespaceGuard): void {
   const service = (): WeightsService => {
     const current = source.weights()
     if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the weight-transfer agent is not running: ${current.unavailable}`)
     return current
+  }
+  /** The uid each region handed out (and not yet published or discarded) was handed to; none for an unidentified caller. */
+  const regionUids = new Map<string, number>()
+  /** ERR_FORBIDDEN unless the caller got `region` (or is an admin); a region not handed out here is left to the service (404). */
+  const checkRegion = (request: FastifyRequest, region: string, action: string): void => {
+    const uid = regionUids.get(region)
+    if (uid === undefined || request.admin || request.caller?.uid === uid) return
+    throw authorization.forbidden(request, `${action} region ${region}`, `it was handed out to uid ${uid}; only that uid or an admin (${authorization.admins()}) may`, { region, owner: uid, needed: 'owner' })
   }
 
   app.get('/v1/weights', {
@@ -33,18 +50,35 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
 
   app.post<{ Body: RegionBody }>('/v1/weights/regions', {
     schema: { summary: 'Hand out a shared-memory region to write a version into (then publish it with source { kind: "region" })', body: RegionBodySchema, response: { 200: WeightsRegionSchema, ...errorResponses } },
-  }, async (request): Promise<WeightsRegion> => await service().createRegion(request.body.model, request.body.version, request.body.tensors as never))
+  }, async (request): Promise<WeightsRegion> => {
+    const region = await service().createRegion(request.body.model, request.body.version, request.body.tensors as never)
+    if (request.caller !== null) regionUids.set(region.region, request.caller.uid)
+    return region
+  })
 
   app.delete<{ Params: { region: string } }>('/v1/weights/regions/:region', {
     schema: { summary: 'Give back a handed-out region that will not be published (removes it, releases its version)', params: RegionParamsSchema, response: { 200: DiscardedSchema, ...errorResponses } },
-  }, async request => { await service().discardRegion(request.params.region); return { discarded: true as const } })
+  }, async request => {
+    const weights = service()
+    checkRegion(request, request.params.region, 'discard')
+    await weights.discardRegion(request.params.region)
+    regionUids.delete(request.params.region)
+    return { discarded: true as const }
+  })
 
   app.post<{ Body: PublishBody }>('/v1/weights/publish', {
     schema: { summary: 'Commit a version from stored keys, a handed-out region or a safetensors file; answers when it is committed', body: PublishBodySchema, response: { 200: WeightsManifestSchema, ...errorResponses } },
   }, async (request): Promise<WeightsManifest> => {
     const { model, version, metadata } = request.body
     const from = request.body.source.kind === 'safetensors' ? { ...request.body.source, path: await confinedPath(request.body.source.path, pathRoots, 'read', 'the safetensors file') } : request.body.source
-    return await service().publish({ model, source: from, ...(version !== undefined ? { version } : {}), ...(metadata !== undefined ? { metadata } : {}) })
+    const weights = service()
+    if (from.kind === 'keys') guard.check(request, () => guard.ofPrefixes([from.prefix]), 'read', 'publish keys')
+    if (from.kind === 'region') checkRegion(request, from.region, 'publish')
+    const manifest = await weights.publish({ model, source: from, ...(version !== undefined ? { version } : {}), ...(metadata !== undefined ? { metadata } : {}) })
+    // A committed publish consumed its region. (One that failed past validation consumed it too; its
+    // record stays, harmless: the name is random and the service answers 404 for it.)
+    if (from.kind === 'region') regionUids.delete(from.region)
+    return manifest
   })
 
   app.post<{ Body: PullBody }>('/v1/weights/pull', {
