@@ -24,7 +24,7 @@ import { Type, type TObject } from '@sinclair/typebox'
 import { closestName } from '../../../core/schema-walk.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { errorResponses } from '../wire/errors.ts'
-import type { Authorization } from '../authorization.ts'
+import type { Authorization } from './route-guards.ts'
 import type { DeviceLockService } from '../../state/device-lock.ts'
 import {
   AcquireGpuBodySchema, AcquireGpuResultSchema, DeviceLockEventSchema, GpuLockStateSchema, HolderNameSchema, LocksBodySchema,

@@ -9,7 +9,7 @@ import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
 import { confinedPath } from './path-roots.ts'
-import type { NamespaceGuard } from '../authorization.ts'
+import type { NamespaceGuard } from './route-guards.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
   DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, OffloadBodySchema,

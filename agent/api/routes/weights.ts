@@ -8,7 +8,7 @@
  * bytes still being written.
  */
 import { confinedPath } from './path-roots.ts'
-import type { Authorization, NamespaceGuard } from '../authorization.ts'
+import type { Authorization, NamespaceGuard } from './route-guards.ts'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { AgentError } from '../../../core/errors.ts'
 import type { WeightsService } from '../../weights/weights-service.ts'

@@ -20,7 +20,7 @@ import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { WorkersService } from '../../workers/workers-service.ts'
 import { errorResponses } from '../wire/errors.ts'
-import type { Authorization, NamespaceGuard } from '../authorization.ts'
+import type { Authorization, NamespaceGuard } from './route-guards.ts'
 import { RegisterAnswerSchema, WorkerReplySchema, WorkersListSchema } from '../wire/workers.ts'
 import { eventKeepaliveIntervalMs } from './locks.ts'
 
