@@ -35,7 +35,8 @@
  *   rank; the job's other local workers roll back. One that dies between
  *   runs while its memory held effects no stored version has (it ran since
  *   its job was last offloaded or stored) fails the job's next run here the
- *   same way, once, before anything runs: the rollback is never silent. A handler's error is
+ *   same way, once, before anything runs: the rollback is never silent.
+ *   A handler's error is
  *   ERR_OPERATION_FAILED naming the rank. Another job's worker dying while
  *   it is offloaded for this run does not fail this run (its memory is gone
  *   with it); any other offload failure (e.g. the host tier and NVMe are
