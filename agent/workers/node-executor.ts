@@ -13,9 +13,16 @@
  *               job's workers that are not current (from their latest stored
  *               version), run the operation on every local rank.
  *   store:      offload the job's current local state under the version
- *               without releasing it (its other nodes offloaded it).
- *   invalidate: roll the job's local workers back (release; the next run
- *               onloads the stored state).
+ *               without releasing it (its other nodes offloaded it); ranks
+ *               whose memory is not current record the version as another
+ *               name of their latest stored state, so every rank of the job
+ *               names each point of its history by the same version.
+ *   invalidate: roll the job's local workers back to the named version
+ *               (release; versions stored after it are dropped; the next
+ *               run onloads it).
+ *   commit:     every node stored the version: older ones are dropped.
+ *   versions:   each local rank's stored versions (a rollback target is
+ *               the latest version every rank of the job holds).
  *   prefetch:   the job's next operation waits for these devices: start
  *               bringing its workers' stored state back from NVMe (answers
  *               at once; best effort).
@@ -36,6 +43,9 @@
  *   runs while its memory held effects no stored version has (it ran since
  *   its job was last offloaded or stored) fails the job's next run here the
  *   same way, once, before anything runs: the rollback is never silent.
+ *   Until the leader rolls the job back, a rank that lost effects this way
+ *   (idle or mid-run) makes every store of the job here fail with
+ *   ERR_WORKER_LOST: a version that names the lost state is never stored.
  *   A handler's error is
  *   ERR_OPERATION_FAILED naming the rank. Another job's worker dying while
  *   it is offloaded for this run does not fail this run (its memory is gone
@@ -44,7 +54,7 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import type { DispatchAnswer, DispatchMessage } from '../../mesh/control/jobs/op-wire.ts'
+import type { DispatchAnswer, DispatchMessage, VersionsAnswer } from '../../mesh/control/jobs/op-wire.ts'
 import { createResourceLocks } from './resource-locks.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import type { WorkerRecord, WorkerRegistry, WorkerReply } from './worker-registry.ts'
@@ -64,7 +74,7 @@ export interface NodeExecutorComponents {
 }
 
 export interface NodeExecutor {
-  handle(message: DispatchMessage): Promise<DispatchAnswer | Record<string, never>>
+  handle(message: DispatchMessage): Promise<DispatchAnswer | VersionsAnswer | Record<string, never>>
   /** A worker of `job` died here: roll its siblings back (and remember an idle death that lost state). */
   workerLost(worker: WorkerRecord, why: string): void
   /** Highest epoch a dispatch came from. */
@@ -85,6 +95,8 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
   const active = new Set<string>()
   /** Jobs whose worker died between operations, losing unsaved state: their next run reports it. */
   const lostIdle = new Map<string, { message: string, rank: number }>()
+  /** Per job: ranks whose worker died with unsaved effects here, until the job is rolled back. */
+  const lostRanks = new Map<string, Set<number>>()
   let maxEpoch = 0
 
   const devices = (w: { gpu: number | null }): string => w.gpu === null ? 'cpu' : `gpu:${w.gpu}`
@@ -106,12 +118,20 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     return reply
   }
 
-  /** Offloads every current worker of `job` here under `version`; releases those in `release`. */
-  const storeJob = async (workers: WorkerRecord[], version: number, release: (w: WorkerRecord) => boolean): Promise<number> => {
+  /**
+   * Stores every rank of `job` here under `version`: current workers offload
+   * (and release where `release` says), the other ranks record `version` as
+   * another name of their latest stored state. A rank that lost unsaved
+   * effects makes it fail with ERR_WORKER_LOST (after the live ones released
+   * what they must).
+   */
+  const storeJob = async (jobId: string, version: number, release: (w: WorkerRecord) => boolean): Promise<number> => {
     let bytes = 0
+    const workers = registry.liveWorkers().filter(w => w.job === jobId)
     await Promise.all(workers.map(async w => {
       if (!w.current) {
         if (release(w) && w.holds) { await ask(w, 'release', {}); w.holds = false }
+        await registry.recordAlias(w.job, w.rank, version)
         return
       }
       const r = release(w)
@@ -121,6 +141,13 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       bytes += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
       if (r) { w.holds = false; w.current = false }
     }))
+    const lost = lostRanks.get(jobId)
+    if (lost !== undefined && lost.size > 0) {
+      const ranks = [...lost].sort((a, b) => a - b)
+      throw new AgentError('ERR_WORKER_LOST', `job ${jobId}: rank${ranks.length > 1 ? 's' : ''} ${ranks.join(', ')} lost unsaved effects on node ${options.selfPeerId}; the job is not stored under version ${version} until it is rolled back`, { details: { job: jobId, rank: ranks[0], node: options.selfPeerId } })
+    }
+    const withWorker = new Set(workers.map(w => w.rank))
+    for (const rank of registry.storedRanks(jobId)) if (!withWorker.has(rank)) await registry.recordAlias(jobId, rank, version)
     return bytes
   }
 
@@ -135,7 +162,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     if (components.stateManager === undefined) return
     const keys = workers.filter(w => !w.current).flatMap(w => {
       const version = registry.storedVersions(w.job, w.rank).at(-1)
-      return version === undefined ? [] : w.tensors.map(t => registry.keyAt(t, version))
+      return version === undefined ? [] : w.tensors.map(t => registry.keyAt(t, registry.keyVersion(w.job, w.rank, version)))
     })
     if (keys.length === 0) return
     try {
@@ -166,9 +193,8 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       const others = registry.liveWorkers().filter(w => w.job !== m.job && w.holds && held.has(devices(w)))
       const t0 = clockMs()
       for (const jobId of new Set(others.map(w => w.job))) {
-        const theirs = registry.liveWorkers().filter(w => w.job === jobId)
         try {
-          bytesMoved += await storeJob(theirs, m.version, w => held.has(devices(w)))
+          bytesMoved += await storeJob(jobId, m.version, w => held.has(devices(w)))
           offloaded.push({ job: jobId, version: m.version })
         } catch (err) {
           if (!(err instanceof AgentError) || err.code !== 'ERR_WORKER_LOST') throw err
@@ -181,7 +207,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       await Promise.all(stale.map(async w => {
         const version = registry.storedVersions(w.job, w.rank).at(-1)
         if (version === undefined) throw new AgentError('ERR_STATE_MISMATCH', `rank ${w.rank} of job ${m.job} has no stored state to load`)
-        await ask(w, 'onload', { version })
+        await ask(w, 'onload', { version: registry.keyVersion(w.job, w.rank, version) })
         w.holds = true
         w.current = true
         bytesMoved += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
@@ -200,7 +226,8 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     })
   }
 
-  const rollBack = async (job: string): Promise<void> => {
+  /** Releases the job's workers here (their memory is not its latest stored state any more); then, with `version`, drops what was stored after it. */
+  const rollBack = async (job: string, version?: number): Promise<void> => {
     const workers = registry.liveWorkers().filter(w => w.job === job)
     await locks.withLocks([...new Set(workers.map(devices))], async () => {
       await Promise.all(workers.map(async w => {
@@ -210,19 +237,25 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
         w.holds = false
         if (holds) await ask(w, 'release', {}).catch(err => log.warn({ job, rank: w.rank, err: (err as Error).message }, 'workers: release for a rollback failed'))
       }))
+      if (version === undefined) return
+      await registry.rollBackTo(job, version)
+      lostRanks.delete(job)
+      lostIdle.delete(job)
     })
   }
 
   return {
     get epoch () { return maxEpoch },
-    async handle (m) {
+    async handle (m): Promise<DispatchAnswer | VersionsAnswer | Record<string, never>> {
       if (m.epoch < maxEpoch) throw new AgentError('ERR_STALE_EPOCH', `dispatch from epoch ${m.epoch}; node ${options.selfPeerId} has seen epoch ${maxEpoch}`)
       maxEpoch = m.epoch
-      if (m.kind === 'invalidate') { await rollBack(m.job); return {} }
+      if (m.kind === 'invalidate') { await rollBack(m.job, m.version); return {} }
+      if (m.kind === 'commit') { await registry.commit(m.job, m.version); return {} }
+      if (m.kind === 'versions') return { ranks: registry.storedRanks(m.job).map(rank => ({ rank, versions: [...registry.storedVersions(m.job, rank)] })) }
       if (m.kind === 'prefetch') { prefetchStale(registry.liveWorkers().filter(w => w.job === m.job)); return {} }
       if (m.kind === 'store') {
         const workers = registry.liveWorkers().filter(w => w.job === m.job)
-        await locks.withLocks([...new Set(workers.map(devices))], async () => { await storeJob(workers, m.version, () => false) })
+        await locks.withLocks([...new Set(workers.map(devices))], async () => { await storeJob(m.job, m.version, () => false) })
         return {}
       }
       const key = `${m.job}/${m.opId}`
@@ -238,7 +271,13 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       return await started
     },
     workerLost (worker, why) {
-      if (unsaved.delete(worker) && !active.has(worker.job)) {
+      const lostEffects = unsaved.delete(worker)
+      if (lostEffects) {
+        const ranks = lostRanks.get(worker.job) ?? new Set<number>()
+        ranks.add(worker.rank)
+        lostRanks.set(worker.job, ranks)
+      }
+      if (lostEffects && !active.has(worker.job)) {
         // Between operations: no caller hears of it, yet the job's latest effects died with it. The
         // job's next run says so (its caller replays from the stored state, as after a death mid-run).
         lostIdle.set(worker.job, { rank: worker.rank, message: `rank ${worker.rank} of job ${worker.job} was lost between operations (${why}); the effects of its operations since the job's last stored version died with it: the job is rolled back to that version on this node (restart the worker; read the job's progress, e.g. with a status operation, and replay from there)` })

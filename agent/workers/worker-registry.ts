@@ -16,8 +16,16 @@
  * - request() sends one event and resolves with the worker's reply; replies
  *   must name a pending requestId (ERR_NOT_FOUND otherwise).
  * - Stored versions: the registry remembers, per (job, rank), the versions
- *   stored (ascending) and keeps at most `keepVersions`; older ones are
- *   dropped from the StateManager when a newer one is recorded.
+ *   stored (ascending). A version is either stored bytes (`#v<version>`
+ *   keys) or another name of the rank's previous version (an alias: the rank
+ *   did not run since, so every rank of the job names each point of its
+ *   history by the same version). The job's committed version (stored by
+ *   every node of the job; the leader says so, `commit`) is the oldest
+ *   rollback target: older versions are dropped, and of the newer ones the
+ *   latest `keepVersions` are kept. Keys are dropped from the StateManager
+ *   once no kept version names them.
+ * - rollBackTo(job, v) drops every version after v (all or nothing: it
+ *   refuses when a rank here holds nothing at or before v).
  */
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
@@ -69,7 +77,7 @@ export interface WorkerRegistryOptions {
   selfPeerId: string
   /** Default 10000. */
   attachTimeoutMs?: number
-  /** Stored versions kept per (job, rank). Default 2 (the latest and the one before, for a rollback across nodes). */
+  /** Stored versions kept per (job, rank) after the job's committed one (not yet stored by all its nodes). Default 3. */
   keepVersions?: number
 }
 
@@ -98,10 +106,21 @@ export interface WorkerRegistry {
   /** Resolves once every registered worker of the (job, ranks) here has attached, or after timeoutMs. */
   settled(job: string, ranks: readonly number[], timeoutMs: number): Promise<void>
   liveWorkers(): WorkerRecord[]
+  /** Versions (job, rank) holds here, ascending. */
   storedVersions(job: string, rank: number): readonly number[]
-  /** Records `version` as stored for the worker's (job, rank); drops the oldest beyond keepVersions. */
+  /** Ranks of `job` with stored state here. */
+  storedRanks(job: string): number[]
+  /** The version whose keys hold the bytes of stored `version` (itself, or the one it aliases). */
+  keyVersion(job: string, rank: number, version: number): number
+  /** Records `version` as stored (its keys written) for the worker's (job, rank). */
   recordStored(worker: WorkerRecord, version: number): Promise<void>
-  /** Keys of a state tensor at `version`. */
+  /** Records `version` as another name of the (job, rank)'s latest stored state; false when it has none. */
+  recordAlias(job: string, rank: number, version: number): Promise<boolean>
+  /** Every node of the job stored `version`: older versions are dropped. */
+  commit(job: string, version: number): Promise<void>
+  /** Drops the job's versions after `version` here; ERR_STATE_MISMATCH (nothing dropped) when a rank holds none at or before it. */
+  rollBackTo(job: string, version: number): Promise<void>
+  /** Keys of a state tensor at key version `version` (see keyVersion). */
   keyAt(tensor: StateTensor, version: number): string
   /** Forgets (and drops the stored state of) jobs no longer RUNNING on this node; stops their workers. */
   sweep(): Promise<void>
@@ -119,21 +138,45 @@ interface Live extends WorkerRecord {
   gone: boolean
 }
 
-interface Stored { versions: number[], tensors: readonly StateTensor[] }
+/** One stored version of a rank: `keys` is the version whose `#v` keys hold its bytes (itself unless an alias). */
+interface StoredVersion { version: number, keys: number }
+interface Stored { versions: StoredVersion[], tensors: readonly StateTensor[] }
 
 const slot = (job: string, rank: number): string => `${job}#${rank}`
 
 export function createWorkerRegistry (options: WorkerRegistryOptions, components: WorkerRegistryComponents): WorkerRegistry {
   const log = components.logger
   const attachTimeoutMs = options.attachTimeoutMs ?? 10_000
-  const keep = options.keepVersions ?? 2
+  const keep = options.keepVersions ?? 3
   const byId = new Map<string, Live>()
   const bySlot = new Map<string, Live>()
   const stored = new Map<string, Stored>()
+  /** Per job: the latest version every node of it stored (0: the registered state). */
+  const committed = new Map<string, number>()
   /** Registrations under way per slot: a second one at the same time is refused, not interleaved. */
   const registering = new Set<string>()
 
   const keyAt = (t: StateTensor, version: number): string => formatKey({ ...t.key, version })
+  const jobOfSlot = (s: string): string => s.slice(0, s.lastIndexOf('#'))
+  const slotsOf = (job: string): Array<[string, Stored]> => [...stored].filter(([s]) => jobOfSlot(s) === job)
+
+  /** Drops `gone` versions of a slot, and the keys no remaining version names. */
+  const dropVersions = async (entry: Stored, gone: readonly StoredVersion[]): Promise<void> => {
+    if (gone.length === 0) return
+    entry.versions = entry.versions.filter(v => !gone.includes(v))
+    const named = new Set(entry.versions.map(v => v.keys))
+    const keyVersions = [...new Set(gone.map(v => v.keys))].filter(k => !named.has(k))
+    if (keyVersions.length > 0) await components.stateManager.drop({ keys: keyVersions.flatMap(k => entry.tensors.map(t => keyAt(t, k))) })
+  }
+
+  /** Keeps the version answering the job's committed one and the latest `keep` after it. */
+  const retain = async (job: string, entry: Stored): Promise<void> => {
+    const floor = committed.get(job) ?? 0
+    const base = entry.versions.filter(v => v.version <= floor).at(-1)
+    const newer = entry.versions.filter(v => v.version > floor)
+    const kept = new Set([...(base !== undefined ? [base] : []), ...newer.slice(-keep)])
+    await dropVersions(entry, entry.versions.filter(v => !kept.has(v)))
+  }
 
   const remove = (w: Live, why: string, lost: boolean): void => {
     if (w.gone) return
@@ -182,13 +225,13 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       const previous = stored.get(s)
       if (previous !== undefined) {
         const same = previous.tensors.length === tensors.length && previous.tensors.every((p, i) => p.name === tensors[i]!.name && keyAt(p, 0) === tensors[i]!.key.text)
-        if (!same) throw new AgentError('ERR_STATE_MISMATCH', `rank ${r.rank} of job ${r.job} has stored state (version ${previous.versions.at(-1)}) with other tensors than this registration names; register the same tensors (names, shapes, dtypes) to be loaded from it`)
+        if (!same) throw new AgentError('ERR_STATE_MISMATCH', `rank ${r.rank} of job ${r.job} has stored state (version ${previous.versions.at(-1)?.version}) with other tensors than this registration names; register the same tensors (names, shapes, dtypes) to be loaded from it`)
       }
       registering.add(s)
       try {
         if (previous === undefined) {
           if (r.tensors.length > 0) await components.stateManager.offload(r.tensors.map(t => ({ key: t.key, source: t.memory as MemorySpec })))
-          stored.set(s, { versions: [0], tensors })
+          stored.set(s, { versions: [{ version: 0, keys: 0 }], tensors })
         }
       } finally {
         registering.delete(s)
@@ -204,8 +247,8 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       w.attachTimer.unref()
       byId.set(w.id, w)
       bySlot.set(s, w)
-      log.info({ job: w.job, rank: w.rank, worker: w.id, pid, tensors: tensors.length, restored: previous?.versions.at(-1) ?? null }, 'workers: registered')
-      return { workerId: w.id, job: w.job, rank: w.rank, gpu: w.gpu, node: options.selfPeerId, stored: previous !== undefined ? { version: previous.versions.at(-1)! } : null }
+      log.info({ job: w.job, rank: w.rank, worker: w.id, pid, tensors: tensors.length, restored: previous?.versions.at(-1)?.version ?? null }, 'workers: registered')
+      return { workerId: w.id, job: w.job, rank: w.rank, gpu: w.gpu, node: options.selfPeerId, stored: previous !== undefined && previous.versions.length > 0 ? { version: previous.versions.at(-1)!.version } : null }
     },
 
     attach (id, send) {
@@ -270,15 +313,47 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       clearTimeout(timer)
     },
     liveWorkers: () => [...bySlot.values()].filter(w => w.attached),
-    storedVersions: (job, rank) => stored.get(slot(job, rank))?.versions ?? [],
+    storedVersions: (job, rank) => stored.get(slot(job, rank))?.versions.map(v => v.version) ?? [],
+    storedRanks: job => slotsOf(job).map(([s]) => Number(s.slice(s.lastIndexOf('#') + 1))).sort((a, b) => a - b),
+    keyVersion (job, rank, version) {
+      const v = stored.get(slot(job, rank))?.versions.find(x => x.version === version)
+      if (v === undefined) throw new AgentError('ERR_STATE_MISMATCH', `rank ${rank} of job ${job} holds no stored version ${version} here`)
+      return v.keys
+    },
 
     async recordStored (worker, version) {
       const s = stored.get(slot(worker.job, worker.rank))
-      if (s === undefined) { stored.set(slot(worker.job, worker.rank), { versions: [version], tensors: worker.tensors }); return }
-      if (!s.versions.includes(version)) s.versions.push(version)
-      s.versions.sort((a, b) => a - b)
-      const old = s.versions.splice(0, Math.max(0, s.versions.length - keep))
-      if (old.length > 0) await components.stateManager.drop({ keys: old.flatMap(v => s.tensors.map(t => keyAt(t, v))) })
+      if (s === undefined) { stored.set(slot(worker.job, worker.rank), { versions: [{ version, keys: version }], tensors: worker.tensors }); return }
+      const replaced = s.versions.filter(v => v.version === version)
+      s.versions = s.versions.filter(v => v.version !== version)
+      s.versions.push({ version, keys: version })
+      s.versions.sort((a, b) => a.version - b.version)
+      await dropVersions(s, replaced.filter(v => v.keys !== version))
+      await retain(worker.job, s)
+    },
+
+    async recordAlias (job, rank, version) {
+      const s = stored.get(slot(job, rank))
+      const latest = s?.versions.at(-1)
+      if (s === undefined || latest === undefined) return false
+      if (latest.version >= version) return true // already named (a repeated store), or a later point exists
+      s.versions.push({ version, keys: latest.keys })
+      await retain(job, s)
+      return true
+    },
+
+    async commit (job, version) {
+      if (version <= (committed.get(job) ?? 0)) return
+      committed.set(job, version)
+      for (const [, entry] of slotsOf(job)) await retain(job, entry)
+    },
+
+    async rollBackTo (job, version) {
+      const slots = slotsOf(job)
+      const short = slots.filter(([, e]) => !e.versions.some(v => v.version <= version))
+      if (short.length > 0) throw new AgentError('ERR_STATE_MISMATCH', `job ${job}: rank ${short.map(([s]) => s.slice(s.lastIndexOf('#') + 1)).join(', ')} holds no stored version at or before ${version} here (held: ${short.map(([, e]) => e.versions.map(v => v.version).join('/')).join('; ')})`)
+      for (const [, entry] of slots) await dropVersions(entry, entry.versions.filter(v => v.version > version))
+      if ((committed.get(job) ?? 0) > version) committed.set(job, version)
     },
 
     keyAt,
@@ -288,10 +363,11 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       const here = new Set(view.jobs.filter(j => j.state === 'RUNNING' && j.nodes.includes(options.selfPeerId)).map(j => j.id))
       for (const w of [...byId.values()]) if (!here.has(w.job)) registry.drop(w, `job ${w.job} no longer runs on this node`)
       for (const [s, entry] of [...stored]) {
-        const job = s.slice(0, s.lastIndexOf('#'))
+        const job = jobOfSlot(s)
         if (here.has(job)) continue
         stored.delete(s)
-        await components.stateManager.drop({ keys: entry.versions.flatMap(v => entry.tensors.map(t => keyAt(t, v))) })
+        committed.delete(job)
+        await components.stateManager.drop({ keys: [...new Set(entry.versions.map(v => v.keys))].flatMap(k => entry.tensors.map(t => keyAt(t, k))) })
           .catch(err => log.warn({ job, err: (err as Error).message }, 'workers: dropping a finished job\'s state failed'))
       }
     },

@@ -18,20 +18,22 @@
 import { AgentError, isErrorCode } from '../../../core/errors.ts'
 import type { MeshLibp2p } from '../../membership/libp2p-node.ts'
 import { handleJson, requestJson } from '../../membership/json-protocol.ts'
-import { parseDispatch, parseDispatchAnswer, type DispatchAnswer, type DispatchMessage } from './op-wire.ts'
+import { parseDispatch, parseDispatchAnswer, parseVersionsAnswer, type DispatchAnswer, type DispatchMessage, type VersionsAnswer } from './op-wire.ts'
 
 export const jobOpProtocol = '/agentd/job-op/1.0.0'
 const maxMessageBytes = 8 * 1024 * 1024
 const handlerTimeoutMs = 6 * 3600_000
 const maxStreamsPerConnection = 4096
 
-export type DispatchHandler = (message: DispatchMessage, from: string) => Promise<DispatchAnswer | Record<string, never>>
+/** A run's answer, a `versions` answer, or `{}` for the other kinds. */
+export type DispatchReply = DispatchAnswer | VersionsAnswer | Record<string, never>
+export type DispatchHandler = (message: DispatchMessage, from: string) => Promise<DispatchReply>
 
 type Reply = { ok: true, answer: unknown } | { ok: false, code: string, message: string, details?: unknown }
 
 export interface OpDispatch {
   /** Sends `message` to `peer` (or runs it here when `peer` is this agent); the node's answer, or its coded error. */
-  send(peer: string, message: DispatchMessage, signal: AbortSignal): Promise<DispatchAnswer | Record<string, never>>
+  send(peer: string, message: DispatchMessage, signal: AbortSignal): Promise<DispatchReply>
 }
 
 export async function serveOpDispatch (node: MeshLibp2p, handler: DispatchHandler): Promise<void> {
@@ -61,7 +63,7 @@ export function createOpDispatch (components: { node: MeshLibp2p | undefined, se
           throw new AgentError('ERR_NODE_LOST', `node ${peer} did not answer the ${message.kind} of job ${message.job}: ${(err as Error).message}`)
         }
       }
-      if (reply !== null && typeof reply === 'object' && reply.ok === true) return message.kind === 'run' ? parseDispatchAnswer(reply.answer) : {}
+      if (reply !== null && typeof reply === 'object' && reply.ok === true) return message.kind === 'run' ? parseDispatchAnswer(reply.answer) : message.kind === 'versions' ? parseVersionsAnswer(reply.answer) : {}
       if (reply !== null && typeof reply === 'object' && reply.ok === false && isErrorCode(reply.code) && typeof reply.message === 'string') {
         throw new AgentError(reply.code, reply.message, reply.details !== undefined ? { details: reply.details } : {})
       }

@@ -27,11 +27,18 @@
  *   resident), so
  *   the node brings the job's stored state back from NVMe meanwhile.
  * - Residency: a node's resident job is the job of the last run it answered
- *   (the node offloaded every other job there first). Jobs a node offloaded
- *   are stored on their other nodes too (`store`), so each job's stored
- *   versions are the same on all its nodes. A rank lost (ERR_WORKER_LOST)
- *   rolls the job back on all its nodes (`invalidate`). Unknown residency
+ *   (the node offloaded every other job there first). Unknown residency
  *   (a failed node, a new leader) counts as "switch needed".
+ * - Versions: a job a node offloaded under version v is stored under v on
+ *   every other node of the job too (`store`), so every rank names each
+ *   point of the job's history by the same version. The job is not admitted
+ *   again until those stores settled (a store overtaken by the job's next
+ *   run would name another state). Once every node stored v, they are told
+ *   (`commit`) and drop older versions. A rank lost (ERR_WORKER_LOST) rolls
+ *   the job back on all its nodes to the latest version every rank holds
+ *   (asked with `versions`, named in `invalidate`); the job is admitted again
+ *   once that settled. A store that fails leaves its node's versions behind:
+ *   no commit, and a rollback goes to a version every rank has.
  * - stop() fails every waiting caller with ERR_NOT_LEADER (callers retry on
  *   the next leader with the same opId) and aborts the dispatches in flight
  *   (the nodes finish them and keep the answer for the repeat).
@@ -41,7 +48,7 @@ import { AgentError } from '../../../core/errors.ts'
 import { selectRunnable, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask } from '../../policies/runtime/hrrs.ts'
 import type { JobRecord, JobTable } from './job-table.ts'
 import type { OpDispatch } from './op-dispatch.ts'
-import type { DispatchAnswer, JobsTop, OpAnswer, OpRequest, RankResult } from './op-wire.ts'
+import type { DispatchAnswer, JobsTop, OpAnswer, OpRequest, RankResult, VersionsAnswer } from './op-wire.ts'
 
 export interface OpSchedulerOptions {
   scheduler: RuntimeSchedulerName
@@ -116,6 +123,10 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   const expectedFreeS = new Map<string, number>()
   const nodeIndex = new Map<string, number>()
   const stats = new Map<string, MeasuredJob>()
+  /** Per job: stores or a rollback in flight; the job is not admitted until they settle. */
+  const settling = new Map<string, Promise<void>>()
+  /** Per job and version: the nodes that stored it (a version every node stored is committed). */
+  const acks = new Map<string, Map<number, Set<string>>>()
   let versionCounter = 0
   let stopped = false
 
@@ -160,7 +171,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     const nowMs = clockMs()
     const candidates: Array<{ op: Op, job: JobRecord }> = []
     for (const [jobId, queue] of queues) {
-      if (running.has(jobId) || queue.length === 0) continue
+      if (running.has(jobId) || settling.has(jobId) || queue.length === 0) continue
       const job = jobOf(jobId)
       if (job === undefined || job.state !== 'RUNNING') {
         failQueued(jobId, job === undefined
@@ -215,11 +226,8 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       for (const f of failures) resident.delete(f.peer)
       const lost = failures.find(f => f.err.code === 'ERR_WORKER_LOST')
       if (lost !== undefined) {
-        for (const peer of job.nodes) {
-          if (resident.get(peer) === job.id) resident.delete(peer)
-          if (failures.some(f => f.peer === peer && f.err.code === 'ERR_WORKER_LOST')) continue
-          background(peer, { kind: 'invalidate', epoch: options.epoch, job: job.id })
-        }
+        for (const peer of job.nodes) if (resident.get(peer) === job.id) resident.delete(peer)
+        settle(job.id, rollBack(job))
       } else {
         settled.forEach((r, i) => { if (r.status === 'fulfilled') resident.set(job.nodes[i]!, job.id) })
       }
@@ -239,14 +247,19 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     const runMs = Math.max(0, ...answers.map(a => a.runMs))
     const switched = answers.some(a => a.onloaded || a.offloaded.length > 0)
     for (const peer of job.nodes) resident.set(peer, job.id)
-    // Jobs offloaded here are stored on their other nodes too, so their versions agree everywhere.
-    const offloaded = new Map<string, number>()
-    for (const a of answers) for (const o of a.offloaded) offloaded.set(o.job, o.version)
-    for (const [other, v] of offloaded) {
-      for (const peer of jobOf(other)?.nodes ?? []) {
-        if (job.nodes.includes(peer)) continue
-        background(peer, { kind: 'store', epoch: options.epoch, job: other, version: v })
+    // Jobs offloaded here are stored under the same version on their other nodes too.
+    const offloaded = new Map<string, { version: number, by: string[] }>()
+    answers.forEach((a, i) => {
+      for (const o of a.offloaded) {
+        const entry = offloaded.get(o.job) ?? { version: o.version, by: [] }
+        entry.by.push(job.nodes[i]!)
+        offloaded.set(o.job, entry)
       }
+    })
+    for (const [other, { version, by }] of offloaded) {
+      for (const peer of by) stored(other, version, peer)
+      const rest = (jobOf(other)?.nodes ?? []).filter(peer => !by.includes(peer))
+      if (rest.length > 0) settle(other, storeOn(other, version, rest))
     }
     const queuedMs = Math.max(0, admittedMs - op.readyMs)
     s.ops++
@@ -263,7 +276,67 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     pump()
   }
 
-  /** A dispatch nobody waits for (store, invalidate, prefetch): logged when it fails. */
+  /** Holds `jobId` back from admission until `work` settled. */
+  const settle = (jobId: string, work: Promise<void>): void => {
+    const before = settling.get(jobId) ?? Promise.resolve()
+    const all = Promise.all([before, work]).then(() => {}, () => {})
+    settling.set(jobId, all)
+    void all.then(() => { if (settling.get(jobId) === all) { settling.delete(jobId); pump() } })
+  }
+
+  /** `peer` stored `version` of `jobId`: once every node of the job did, they are told to commit it. */
+  const stored = (jobId: string, version: number, peer: string): void => {
+    const nodes = jobOf(jobId)?.nodes ?? []
+    let byVersion = acks.get(jobId)
+    if (byVersion === undefined) { byVersion = new Map(); acks.set(jobId, byVersion) }
+    const peers = byVersion.get(version) ?? new Set<string>()
+    peers.add(peer)
+    byVersion.set(version, peers)
+    if (nodes.length > 0 && nodes.every(n => peers.has(n))) {
+      for (const v of [...byVersion.keys()]) if (v <= version) byVersion.delete(v)
+      for (const n of nodes) background(n, { kind: 'commit', epoch: options.epoch, job: jobId, version })
+    }
+    while (byVersion.size > 64) byVersion.delete(Math.min(...byVersion.keys()))
+  }
+
+  const storeOn = async (jobId: string, version: number, peers: readonly string[]): Promise<void> => {
+    await Promise.all(peers.map(async peer => {
+      try {
+        await components.dispatch.send(peer, { kind: 'store', epoch: options.epoch, job: jobId, version }, abort.signal)
+        stored(jobId, version, peer)
+      } catch (err) {
+        if (!stopped) log.warn({ peer, job: jobId, version, err: (err as Error).message }, 'jobs: storing a job\'s state on one of its nodes failed; its versions there stay behind (no commit) until the next store')
+      }
+    }))
+  }
+
+  /**
+   * Rolls the job back on all its nodes to the latest version every rank
+   * holds (ranks a node cannot answer for are left out: that node is lost and
+   * the job requeued). With no version common to all, the oldest point every
+   * rank can reach is taken, and an error logged.
+   */
+  const rollBack = async (job: JobRecord): Promise<void> => {
+    const held = await Promise.allSettled(job.nodes.map(peer => components.dispatch.send(peer, { kind: 'versions', epoch: options.epoch, job: job.id }, abort.signal) as Promise<VersionsAnswer>))
+    const ranks = held.flatMap(r => r.status === 'fulfilled' ? r.value.ranks : [])
+    if (ranks.length === 0) { if (!stopped) log.warn({ job: job.id }, 'jobs: no node of the job answered with its stored versions; nothing rolled back'); return }
+    const common = ranks.slice(1).reduce((set, r) => new Set(r.versions.filter(v => set.has(v))), new Set(ranks[0]!.versions))
+    let target = Math.max(-1, ...common)
+    if (target < 0) {
+      target = Math.max(0, ...ranks.map(r => Math.min(...r.versions)))
+      log.error({ job: job.id, ranks: ranks.map(r => ({ rank: r.rank, versions: r.versions })), target }, 'jobs: the job\'s ranks share no stored version; rolling back to the oldest point each can reach (they may differ)')
+    }
+    acks.delete(job.id)
+    await Promise.all(job.nodes.map(async peer => {
+      try {
+        await components.dispatch.send(peer, { kind: 'invalidate', epoch: options.epoch, job: job.id, version: target }, abort.signal)
+      } catch (err) {
+        if (!stopped) log.warn({ peer, job: job.id, version: target, err: (err as Error).message }, 'jobs: rolling a job back on one of its nodes failed')
+      }
+    }))
+  }
+
+  /** A dispatch nobody waits for (commit, prefetch): logged when it fails. */
   const background = (peer: string, message: Parameters<OpDispatch['send']>[1]): void => {
     components.dispatch.send(peer, message, abort.signal)
       .catch(err => { if (!stopped) log.warn({ peer, kind: message.kind, job: message.job, err: (err as Error).message }, 'jobs: background dispatch failed') })

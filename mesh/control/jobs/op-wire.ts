@@ -64,12 +64,22 @@ export const DispatchMessageSchema = Type.Union([
     /** Version the node stores any job it must offload first under (monotonic cluster-wide: epoch-based). */
     version: Type.Integer({ minimum: 1 }),
   }, { additionalProperties: false }),
-  /** Store (offload without release) the job's local state under `version`: its other nodes offloaded it. */
+  /**
+   * Store (offload without release) the job's local state under `version`: its other nodes offloaded it.
+   * A rank whose memory is not current records `version` as another name of its latest stored state.
+   */
   Type.Object({ kind: Type.Literal('store'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }), version: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
   /** The job's operation waits for these devices: bring its stored state back from NVMe now (best effort). */
   Type.Object({ kind: Type.Literal('prefetch'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }) }, { additionalProperties: false }),
-  /** Roll the job's local workers back to their stored state (a rank of the job died elsewhere). */
-  Type.Object({ kind: Type.Literal('invalidate'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }) }, { additionalProperties: false }),
+  /**
+   * Roll the job's local workers back to the stored version `version` (a rank of the job died): versions
+   * stored after it are dropped, so every rank's next onload loads the same point of the job's history.
+   */
+  Type.Object({ kind: Type.Literal('invalidate'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }), version: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  /** Every node of the job stored `version`: versions before it are no rollback target any more and may be dropped. */
+  Type.Object({ kind: Type.Literal('commit'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }), version: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  /** Which versions of the job each local rank holds (a new leader picks a rollback target from them). */
+  Type.Object({ kind: Type.Literal('versions'), epoch: Type.Integer({ minimum: 0 }), job: Type.String({ pattern: jobIdPattern }) }, { additionalProperties: false }),
 ])
 export type DispatchMessage = Static<typeof DispatchMessageSchema>
 
@@ -84,6 +94,12 @@ export const DispatchAnswerSchema = Type.Object({
   bytesMoved: Type.Number({ description: 'state bytes offloaded + onloaded' }),
 })
 export type DispatchAnswer = Static<typeof DispatchAnswerSchema>
+
+/** Answer to `versions`: each local rank's stored versions, ascending. */
+export const VersionsAnswerSchema = Type.Object({
+  ranks: Type.Array(Type.Object({ rank: Type.Integer({ minimum: 0 }), versions: Type.Array(Type.Integer({ minimum: 0 })) })),
+}, { additionalProperties: false })
+export type VersionsAnswer = Static<typeof VersionsAnswerSchema>
 
 /** Per node group (the nodes of the jobs that share them): GET /v1/jobs/top. */
 export const JobsTopSchema = Type.Object({
@@ -115,6 +131,7 @@ export type JobsTop = Static<typeof JobsTopSchema>
 const checkOpRequest = TypeCompiler.Compile(OpRequestSchema)
 const checkDispatch = TypeCompiler.Compile(DispatchMessageSchema)
 const checkDispatchAnswer = TypeCompiler.Compile(DispatchAnswerSchema)
+const checkVersionsAnswer = TypeCompiler.Compile(VersionsAnswerSchema)
 
 function problem (errors: ReturnType<typeof checkOpRequest.Errors>): string {
   const first = errors.First()
@@ -136,6 +153,11 @@ export function parseDispatch (message: unknown): DispatchMessage {
 
 export function parseDispatchAnswer (answer: unknown): DispatchAnswer {
   if (!checkDispatchAnswer.Check(answer)) throw new AgentError('ERR_INTERNAL', `dispatch answer ${problem(checkDispatchAnswer.Errors(answer))}`)
+  return answer
+}
+
+export function parseVersionsAnswer (answer: unknown): VersionsAnswer {
+  if (!checkVersionsAnswer.Check(answer)) throw new AgentError('ERR_INTERNAL', `versions answer ${problem(checkVersionsAnswer.Errors(answer))}`)
   return answer
 }
 

@@ -1,0 +1,160 @@
+// A job's stored versions agree across its nodes (mesh/control/jobs/op-scheduler.ts "Versions",
+// agent/workers/node-executor.ts): the leader's real scheduler drives two nodes' real executors and
+// worker registries; the workers and the StateManager are small doubles that keep each rank's state as
+// a step counter under its stored keys (a dropped key is gone). The faults are the ones that made the
+// ranks of a job spanning nodes restore different points of its history: a `store` that fails on one
+// node, a `store` that arrives after the job's next run, then a rank lost mid-run.
+import t from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pino from 'pino'
+import { AgentError } from '../../../core/errors.ts'
+import { formatKey, parseKey } from '../../../agent/state/keys.ts'
+import { createWorkerRegistry, type WorkerRegistry } from '../../../agent/workers/worker-registry.ts'
+import { createNodeExecutor, type NodeExecutor } from '../../../agent/workers/node-executor.ts'
+import { createOpScheduler } from '../../../mesh/control/jobs/op-scheduler.ts'
+import type { OpDispatch } from '../../../mesh/control/jobs/op-dispatch.ts'
+import type { DispatchMessage } from '../../../mesh/control/jobs/op-wire.ts'
+import type { JobRecord, JobTable, JobsView } from '../../../mesh/control/jobs/job-table.ts'
+
+const logger = pino({ level: 'silent' })
+
+function job (id: string, nodes: string[]): JobRecord {
+  return {
+    id, state: 'RUNNING', nodes, nodeNames: nodes, placement: null, submittedAtMs: 0, startedAtMs: 0, completedAtMs: null, completedBy: null, requeues: 0,
+    spec: { id, nodes: nodes.length, gpusPerNode: 1, periodS: 10, iterations: 10, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 2, profiled: true, switchS: 0.02, live: true },
+  }
+}
+
+/** Job x spans nodes A and B (rank 0 on A, rank 1 on B); job k runs on A only, on the same GPU as x's rank 0. */
+function cluster () {
+  const table: JobTable = { slotS: 1, revision: 1, contextSwitches: 0, jobs: [job('x', ['A', 'B']), job('k', ['A'])] }
+  const view = (): JobsView => ({ decision: null, leaderId: 'A', ...table, local: [] })
+  /** The StateManager double: stored key → the step counter it holds. */
+  const keys = new Map<string, number>()
+  const nodes = new Map<string, { registry: WorkerRegistry, executor: NodeExecutor }>()
+  for (const peer of ['A', 'B']) {
+    let executor!: NodeExecutor
+    const registry = createWorkerRegistry({ selfPeerId: peer }, {
+      logger,
+      stateManager: {
+        offload: async items => { for (const i of items) keys.set(i.key, 0); return { results: [] } as never },
+        drop: async ({ keys: dropped = [] }) => { for (const k of dropped) keys.delete(k); return { dropped: dropped.length } as never },
+      },
+      jobs: view,
+      onWorkerLost: (w, why) => executor.workerLost(w, why),
+    })
+    executor = createNodeExecutor({ selfPeerId: peer }, { logger, registry })
+    nodes.set(peer, { registry, executor })
+  }
+  /** Faults injected on the next dispatch of a kind to a node: fail it, or hold it back. */
+  const faults: Array<{ peer: string, kind: DispatchMessage['kind'], fail?: boolean, delayMs?: number }> = []
+  const log: Array<{ peer: string, kind: string, job: string, version?: number }> = []
+  const dispatch: OpDispatch = {
+    async send (peer, message) {
+      const m = JSON.parse(JSON.stringify(message)) as DispatchMessage
+      const i = faults.findIndex(f => f.peer === peer && f.kind === m.kind)
+      const fault = i >= 0 ? faults.splice(i, 1)[0] : undefined
+      if (fault?.delayMs !== undefined) await sleep(fault.delayMs)
+      if (fault?.fail === true) throw new AgentError('ERR_NODE_LOST', `node ${peer} did not answer the ${m.kind}`)
+      log.push({ peer, kind: m.kind, job: m.job, ...('version' in m ? { version: m.version } : {}) })
+      return JSON.parse(JSON.stringify(await nodes.get(peer)!.executor.handle(m)))
+    },
+  }
+  const scheduler = createOpScheduler({ scheduler: 'fcfs', epoch: 1 }, { logger, dispatch, table: () => table })
+
+  /** A worker double: its state is a step counter; offload/onload write/read it under its stored keys. */
+  /** `dieOn`: the worker's process dies when it receives this operation (its stream closes, no reply). */
+  const startWorker = async (jobId: string, rank: number, dieOn?: string): Promise<void> => {
+    const peer = table.jobs.find(j => j.id === jobId)!.nodes[rank === 0 ? 0 : 1]!
+    const { registry } = nodes.get(peer)!
+    const key = `${jobId}/r${rank}/w:param@[0]/[1]:f32#v0`
+    const answer = await registry.register({ job: jobId, rank, gpu: 0, ops: ['step'], tensors: [{ name: 'w', key, memory: { kind: 'shm', name: `agentd-test-${jobId}-${rank}`, offset: 0 } }] }, 1000 + rank)
+    const at = (version: number): string => formatKey({ ...parseKey(key), version })
+    const state = { counter: 0 }
+    const detach = registry.attach(answer.workerId, (type, data) => {
+      const d = data as { requestId: string, version?: number, opId?: string }
+      setImmediate(() => {
+        if (type === 'run' && d.opId === dieOn) { detach(); return }
+        let result: unknown
+        if (type === 'offload') keys.set(at(d.version!), state.counter)
+        if (type === 'onload') {
+          const stored = keys.get(at(d.version!))
+          if (stored === undefined) { registry.reply(answer.workerId, { requestId: d.requestId, ok: false, error: { code: 'ERR_KEY_NOT_FOUND', message: `no ${at(d.version!)}` } }); return }
+          state.counter = stored
+        }
+        if (type === 'run') { state.counter++; result = { counter: state.counter } }
+        if (type === 'stop') return
+        registry.reply(answer.workerId, { requestId: d.requestId, ok: true, result })
+      })
+    })
+  }
+  return { scheduler, nodes, keys, faults, log, startWorker }
+}
+
+t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  for (const [j, r] of [['x', 0], ['k', 0]] as const) await c.startWorker(j, r)
+  await c.startWorker('x', 1, 's3')
+  const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+  t.same((await step('x', 's1')).ranks.map(r => r.result), [{ counter: 1 }, { counter: 1 }], 'x step 1 on both ranks')
+  c.faults.push({ peer: 'B', kind: 'store', fail: true })
+  await step('k', 'k1') // x offloaded on A under a new version; storing it on B fails
+  await sleep(20)
+  t.same((await step('x', 's2')).ranks.map(r => r.result), [{ counter: 2 }, { counter: 2 }], 'x step 2 (A loads the version B lacks)')
+  // Rank 1 dies in step 3: x is rolled back.
+  await t.rejects(step('x', 's3'), { code: 'ERR_WORKER_LOST', message: /rank 1/ })
+  await sleep(20)
+  const invalidations = c.log.filter(e => e.kind === 'invalidate')
+  t.same(invalidations.map(e => e.peer).sort(), ['A', 'B'], 'both nodes told to roll x back, the one that lost the rank too')
+  t.equal(new Set(invalidations.map(e => e.version)).size, 1, 'to one named version')
+  t.same(invalidations[0]!.version, 0, 'the latest version both ranks hold: the registered state (B never stored the later one)')
+  await c.startWorker('x', 1)
+  const after = await step('x', 's3.retry')
+  const counters = after.ranks.map(r => (r.result as { counter: number }).counter)
+  t.equal(counters[0], counters[1], `both ranks resume from the same point (counters ${counters.join(', ')})`)
+  t.same(counters, [1, 1], 'the point both ranks stored: step 0, so the replayed step is step 1')
+})
+
+t.test('a store held back in the network: the job does not run again before it settled', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  for (const [j, r] of [['x', 1], ['k', 0]] as const) await c.startWorker(j, r)
+  await c.startWorker('x', 0, 's3')
+  const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+  await step('x', 's1')
+  c.faults.push({ peer: 'B', kind: 'store', delayMs: 80 })
+  await step('k', 'k1')
+  await step('x', 's2') // submitted while the store to B is still on its way
+  const order = c.log.filter(e => e.peer === 'B' && e.job === 'x').map(e => e.kind)
+  t.ok(order.indexOf('store') >= 0 && order.indexOf('store') < order.lastIndexOf('run'), `B stored x before x ran again (B saw: ${order.join(', ')})`)
+  const version = c.log.find(e => e.kind === 'store')!.version!
+  t.equal(c.nodes.get('A')!.registry.keyVersion('x', 0, version), version, 'A holds the version with its own bytes')
+  t.equal(c.nodes.get('B')!.registry.storedVersions('x', 1).includes(version), true, 'B names the same version')
+  await sleep(20)
+  t.ok(c.log.some(e => e.kind === 'commit' && e.job === 'x' && e.version === version && e.peer === 'A') && c.log.some(e => e.kind === 'commit' && e.job === 'x' && e.version === version && e.peer === 'B'), 'both nodes stored it: both told to commit it')
+  t.same(c.nodes.get('A')!.registry.storedVersions('x', 0), [version], 'A keeps only the committed version')
+  t.same(c.nodes.get('B')!.registry.storedVersions('x', 1), [version], 'B too')
+  // A rank lost now rolls back to the committed point, the state after step 1, on both ranks.
+  await t.rejects(step('x', 's3'), { code: 'ERR_WORKER_LOST', message: /rank 0/ })
+  await sleep(20)
+  await c.startWorker('x', 0)
+  t.same((await step('x', 's3.retry')).ranks.map(r => r.result), [{ counter: 2 }, { counter: 2 }], 'both ranks replay step 2 from the committed state')
+})
+
+t.test('a rank that is not current names a stored version by alias; a rank that lost effects refuses to', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  for (const [j, r] of [['x', 0], ['x', 1], ['k', 0]] as const) await c.startWorker(j, r)
+  const b = c.nodes.get('B')!
+  await b.executor.handle({ kind: 'store', epoch: 1, job: 'x', version: 5 })
+  t.same(b.registry.storedVersions('x', 1), [0, 5], 'a current rank stores the version')
+  t.equal(b.registry.keyVersion('x', 1, 5), 5, 'with its own bytes')
+  await b.executor.handle({ kind: 'invalidate', epoch: 1, job: 'x', version: 0 })
+  t.same(b.registry.storedVersions('x', 1), [0], 'a rollback drops what was stored after its target')
+  t.notOk(c.keys.has('x/r1/w:param@[0]/[1]:f32#v5'), 'and its keys')
+  await b.executor.handle({ kind: 'store', epoch: 1, job: 'x', version: 6 })
+  t.equal(b.registry.keyVersion('x', 1, 6), 0, 'a rank not current (rolled back) names version 6 by the bytes of version 0')
+  await t.rejects(b.executor.handle({ kind: 'invalidate', epoch: 1, job: 'x', version: -1 }), { code: 'ERR_STATE_MISMATCH' }, 'a target before anything stored is refused')
+  await t.rejects(b.executor.handle({ kind: 'store', epoch: 0, job: 'x', version: 7 }), { code: 'ERR_STALE_EPOCH' })
+})
