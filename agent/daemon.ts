@@ -339,7 +339,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       async create (context) {
         const jobs = context.get('jobs')
         const mesh = context.get('mesh')
-        return serviceSubsystem(createWorkersService({ selfPeerId: mesh.status().peerId },
+        return serviceSubsystem(createWorkersService({ selfPeerId: mesh.status().peerId, overlapSwitches: config.placement.overlapSwitches },
           { logger: context.logger, stateManager: context.get('state'), jobs: () => jobs.list(), node: mesh.node }))
       },
     }),

@@ -9,9 +9,12 @@
  *               if it is not on the devices, then, under the locks of the
  *               job's devices here:
  *               offload every other job whose state holds those devices
- *               (stored under the dispatch's version, released), onload this
- *               job's workers that are not current (from their latest stored
- *               version), run the operation on every local rank.
+ *               (stored under the dispatch's version, released) and onload
+ *               this job's workers that are not current (from their latest
+ *               stored version) — at once where the device has room for both
+ *               (a worker without room answers ERR_DEVICE_FULL and is loaded
+ *               after the offload) —, then run the operation on every local
+ *               rank.
  *   store:      offload the job's current local state under the version
  *               without releasing it (its other nodes offloaded it); ranks
  *               whose memory is not current record the version as another
@@ -63,6 +66,8 @@ export interface NodeExecutorOptions {
   selfPeerId: string
   /** Finished runs whose answers are kept for repeats. Default 4096. */
   retainedRuns?: number
+  /** Onloads overlap offloads where the device has room (placement.overlapSwitches). Default true. */
+  overlapSwitches?: boolean
 }
 
 export interface NodeExecutorComponents {
@@ -109,12 +114,15 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     return ranks.map(r => registry.live(jobId, r)!)
   }
 
+  /** The coded error of a worker's failed reply to `type`. */
+  const replyError = (w: WorkerRecord, type: 'offload' | 'onload' | 'release' | 'run', reply: WorkerReply, data: Record<string, unknown>): AgentError => {
+    const code = type === 'run' ? 'ERR_OPERATION_FAILED' : (reply.error?.code === 'ERR_TIER_FULL' || reply.error?.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : 'ERR_OPERATION_FAILED')
+    return new AgentError(code, `rank ${w.rank} of job ${w.job} failed its ${type}${type === 'run' ? ` of ${String(data.name)}` : ''}: ${reply.error?.code ?? ''} ${reply.error?.message ?? 'no message'}`.replace(/ {2}/, ' '), { details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: reply.error?.code } })
+  }
+
   const ask = async (w: WorkerRecord, type: 'offload' | 'onload' | 'release' | 'run', data: Record<string, unknown>): Promise<WorkerReply> => {
     const reply = await registry.request(w, type, data)
-    if (!reply.ok) {
-      const code = type === 'run' ? 'ERR_OPERATION_FAILED' : (reply.error?.code === 'ERR_TIER_FULL' || reply.error?.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : 'ERR_OPERATION_FAILED')
-      throw new AgentError(code, `rank ${w.rank} of job ${w.job} failed its ${type}${type === 'run' ? ` of ${String(data.name)}` : ''}: ${reply.error?.code ?? ''} ${reply.error?.message ?? 'no message'}`.replace(/ {2}/, ' '), { details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: reply.error?.code } })
-    }
+    if (!reply.ok) throw replyError(w, type, reply, data)
     return reply
   }
 
@@ -192,27 +200,43 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       const offloaded: Array<{ job: string, version: number }> = []
       const others = registry.liveWorkers().filter(w => w.job !== m.job && w.holds && held.has(devices(w)))
       const t0 = clockMs()
-      for (const jobId of new Set(others.map(w => w.job))) {
-        try {
-          bytesMoved += await storeJob(jobId, m.version, w => held.has(devices(w)))
-          offloaded.push({ job: jobId, version: m.version })
-        } catch (err) {
-          if (!(err instanceof AgentError) || err.code !== 'ERR_WORKER_LOST') throw err
-          log.warn({ job: jobId, for: m.job, err: err.message }, 'workers: a worker died while being offloaded; its memory went with it')
+      const offloading = (async () => {
+        for (const jobId of new Set(others.map(w => w.job))) {
+          try {
+            bytesMoved += await storeJob(jobId, m.version, w => held.has(devices(w)))
+            offloaded.push({ job: jobId, version: m.version })
+          } catch (err) {
+            if (!(err instanceof AgentError) || err.code !== 'ERR_WORKER_LOST') throw err
+            log.warn({ job: jobId, for: m.job, err: err.message }, 'workers: a worker died while being offloaded; its memory went with it')
+          }
         }
-      }
-      offloadMs = clockMs() - t0
-      const t1 = clockMs()
+        offloadMs = clockMs() - t0
+      })()
+      // The onload overlaps the offload (the copies run in opposite directions): a worker whose device
+      // has no room for its state next to the outgoing one's answers ERR_DEVICE_FULL and loads after it.
       const stale = workers.filter(w => !w.current)
-      await Promise.all(stale.map(async w => {
+      const onloading = Promise.all(stale.map(async w => {
         const version = registry.storedVersions(w.job, w.rank).at(-1)
         if (version === undefined) throw new AgentError('ERR_STATE_MISMATCH', `rank ${w.rank} of job ${m.job} has no stored state to load`)
-        await ask(w, 'onload', { version: registry.keyVersion(w.job, w.rank, version) })
+        const data = { version: registry.keyVersion(w.job, w.rank, version) }
+        let loaded = false
+        if (others.length > 0 && options.overlapSwitches !== false) {
+          const first = await registry.request(w, 'onload', data)
+          if (!first.ok && first.error?.code !== 'ERR_DEVICE_FULL') throw replyError(w, 'onload', first, data)
+          loaded = first.ok
+        }
+        if (!loaded) {
+          try { await offloading } catch { return } // the run fails with the offload's error
+          await ask(w, 'onload', data)
+        }
         w.holds = true
         w.current = true
         bytesMoved += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
-      }))
-      onloadMs = stale.length > 0 ? clockMs() - t1 : 0
+      })).then(() => { onloadMs = stale.length > 0 ? clockMs() - t0 : 0 })
+      const [off, on] = await Promise.allSettled([offloading, onloading])
+      if (off.status === 'rejected') throw off.reason
+      if (on.status === 'rejected') throw on.reason
+      const switchMs = offloaded.length > 0 || stale.length > 0 ? clockMs() - t0 : 0
       const t2 = clockMs()
       active.add(m.job)
       for (const w of workers) unsaved.add(w)
@@ -221,7 +245,7 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       const runMs = clockMs() - t2
       return {
         ranks: replies.map(({ w, reply }) => ({ rank: w.rank, result: reply.result ?? null, startedAtMs: reply.startedAtMs ?? 0, durationMs: reply.durationMs ?? 0 })),
-        offloaded, onloaded: stale.length > 0, offloadMs: offloaded.length > 0 ? offloadMs : 0, onloadMs, runMs, bytesMoved,
+        offloaded, onloaded: stale.length > 0, offloadMs: offloaded.length > 0 ? offloadMs : 0, onloadMs, switchMs, runMs, bytesMoved,
       }
     })
   }

@@ -17,6 +17,8 @@ export interface WorkersServiceOptions {
   selfPeerId: string
   /** Default 5000. */
   sweepIntervalMs?: number
+  /** placement.overlapSwitches (node-executor.ts). Default true. */
+  overlapSwitches?: boolean
 }
 
 export interface WorkersServiceComponents {
@@ -42,7 +44,7 @@ export function createWorkersService (options: WorkersServiceOptions, components
     jobs: components.jobs,
     onWorkerLost: (w, why) => executor?.workerLost(w, why),
   })
-  executor = createNodeExecutor({ selfPeerId: options.selfPeerId }, { logger: components.logger, registry, stateManager: components.stateManager })
+  executor = createNodeExecutor({ selfPeerId: options.selfPeerId, overlapSwitches: options.overlapSwitches }, { logger: components.logger, registry, stateManager: components.stateManager })
   let timer: NodeJS.Timeout | undefined
   const sweep = (): void => { void registry.sweep().catch(err => components.logger.warn({ err: (err as Error).message }, 'workers: sweep failed')) }
   return {

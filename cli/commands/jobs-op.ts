@@ -35,7 +35,7 @@ export const jobsOpCommand: Command = {
     return {
       json: answer,
       human: [
-        `${answer.job} ${answer.name} (${answer.opId}): queued ${ms(answer.queuedMs)}, ${answer.switched ? `switch ${ms(answer.offloadMs)} offload + ${ms(answer.onloadMs)} onload, ` : ''}run ${ms(answer.runMs)}, total ${ms(answer.totalMs)}`,
+        `${answer.job} ${answer.name} (${answer.opId}): queued ${ms(answer.queuedMs)}, ${answer.switched ? `switch ${ms(answer.switchMs)} (offload ${ms(answer.offloadMs)}, onload ${ms(answer.onloadMs)}), ` : ''}run ${ms(answer.runMs)}, total ${ms(answer.totalMs)}`,
         '',
         formatTable(['RANK', 'NODE', 'RUN', 'RESULT'], answer.ranks.map(r => [String(r.rank), r.node.slice(-8), ms(r.durationMs), JSON.stringify(r.result).slice(0, 80)])),
       ].join('\n'),

@@ -4,8 +4,10 @@
  *
  * 1. Context switch: two jobs (2 ranks each, --hidden 1536: 29 MB of state per rank) alternate `noop`
  *    operations on one node, so every operation offloads one job and onloads the other. Switch time
- *    (slowest node's offload + onload) vs a single-threaded memcpy of the same bytes (both
- *    directions, every rank) in this process. Goal: ≤ 1.2×. With --device cuda (a GPU machine;
+ *    (slowest node's switch: the onload overlapping the offload, as when the device has room for
+ *    both, and again with placement.overlapSwitches=false, as when it has not) vs a single-threaded
+ *    memcpy of the same bytes (both directions, every rank, one after the other) in this process.
+ *    Goal: ≤ 1.2×. With --device cuda (a GPU machine;
  *    --parts switch): one rank per job on GPU 0 with CUDA tensors, against torch copying the same
  *    bytes device -> pinned host -> device (cuda_copy_baseline.py) in the same run.
  * 2. Control overhead: submit → worker handler start (the worker's wall clock minus the
@@ -119,30 +121,38 @@ try {
   if (parts.has('switch')) {
     // Room in the host pool for both jobs' stored versions (two kept per rank, a third while one is stored): nothing spills to NVMe.
     const cuda = device === 'cuda'
-    const pool = ['--set', `state.hostPoolBytes=${Math.max(16 * stateBudget(switchHidden), 64 * 2 ** 20)}`]
-    const agent = cuda ? await realGpuAgent(pool) : await devAgent(pool)
-    const ranks = cuda ? [0] : [0, 1]
-    for (const [i, id] of ['sw-a', 'sw-b'].entries()) {
-      await agent.client.submitJob(liveJobSpec(id, { gpusPerNode: ranks.length }))
-      await Promise.all(ranks.map(rank => startTrainer(t, agent.socketPath, { job: id, rank, gpu: rank, seed: i + 1, hidden: switchHidden, ...(cuda ? { device: 'cuda' as const } : {}) })))
-    }
-    const stateBytes = (await agent.client.workers()).workers.filter(w => w.job === 'sw-a').reduce((n, w) => n + w.stateBytes, 0)
-    const switchMs: number[] = []; const offMs: number[] = []; const onMs: number[] = []
-    for (let i = 0; i < 8 * runs; i++) {
-      for (const job of ['sw-a', 'sw-b']) {
-        const a = await agent.client.runOp(job, { name: 'noop' })
-        if (a.switched && i > 0) { switchMs.push(a.offloadMs + a.onloadMs); offMs.push(a.offloadMs); onMs.push(a.onloadMs) }
+    /** Switches of two jobs alternating `noop`s, with the onload overlapping the offload or after it. */
+    const switches = async (overlap: boolean): Promise<{ switchMs: number[], offMs: number[], onMs: number[], stateBytes: number, ranks: number[] }> => {
+      const config = ['--set', `state.hostPoolBytes=${Math.max(16 * stateBudget(switchHidden), 64 * 2 ** 20)}`, '--set', `placement.overlapSwitches=${overlap}`]
+      const agent = cuda ? await realGpuAgent(config) : await devAgent(config)
+      const ranks = cuda ? [0] : [0, 1]
+      const ids = overlap ? ['sw-a', 'sw-b'] : ['sq-a', 'sq-b']
+      for (const [i, id] of ids.entries()) {
+        await agent.client.submitJob(liveJobSpec(id, { gpusPerNode: ranks.length }))
+        await Promise.all(ranks.map(rank => startTrainer(t, agent.socketPath, { job: id, rank, gpu: rank, seed: i + 1, hidden: switchHidden, ...(cuda ? { device: 'cuda' as const } : {}) })))
       }
+      const stateBytes = (await agent.client.workers()).workers.filter(w => w.job === ids[0]).reduce((n, w) => n + w.stateBytes, 0)
+      const switchMs: number[] = []; const offMs: number[] = []; const onMs: number[] = []
+      for (let i = 0; i < 8 * runs; i++) {
+        for (const job of ids) {
+          const a = await agent.client.runOp(job, { name: 'noop' })
+          if (a.switched && i > 0) { switchMs.push(a.switchMs); offMs.push(a.offloadMs); onMs.push(a.onloadMs) }
+        }
+      }
+      for (const id of ids) await agent.client.completeJob(id)
+      return { switchMs, offMs, onMs, stateBytes, ranks }
     }
-    // Baseline: the bytes a switch moves (the outgoing job's state out, the incoming one's in) copied raw.
+    const overlapped = await switches(true)
+    const sequential = await switches(false)
+    // Baseline: the bytes a switch moves (the outgoing job's state out, the incoming one's in) copied raw, one after the other.
+    const { stateBytes, ranks } = overlapped
     const moved = 2 * stateBytes
     const copyMs = cuda ? cudaCopyMs(stateBytes, 20 * runs) : hostCopyMs(moved, 20 * runs)
     const per = ranks.length > 1 ? `${ranks.length} ranks x ${fmt(stateBytes / ranks.length / 2 ** 20, 2)} MiB` : `${fmt(stateBytes / 2 ** 20, 2)} MiB`
-    console.log(`context switch on ${cuda ? 'a CUDA GPU (CUDA IPC, pinned host pool)' : 'stand-in GPUs (shared memory)'} (${per} out + in, ${switchMs.length} switches): median ${fmt(median(switchMs), 2)} ms (offload ${fmt(median(offMs), 2)}, onload ${fmt(median(onMs), 2)}), p90 ${fmt(percentile(switchMs, 90), 2)} ms`)
-    console.log(`raw copy of the same ${fmt(moved / 2 ** 20, 2)} MiB (${cuda ? 'torch: device -> pinned host -> device' : 'memcpy, one thread'}): median ${fmt(median(copyMs), 3)} ms`)
-    console.log(`switch / raw copy: median ${fmt(median(switchMs) / median(copyMs), 2)} x (goal <= 1.2)`)
-    await agent.client.completeJob('sw-a')
-    await agent.client.completeJob('sw-b')
+    console.log(`raw copy of the ${fmt(moved / 2 ** 20, 2)} MiB a switch moves (${cuda ? 'torch: device -> pinned host, then pinned host -> device' : 'memcpy, one thread'}): median ${fmt(median(copyMs), 3)} ms`)
+    for (const [label, r] of [['onload overlapping the offload (room on the device for both)', overlapped], ['onload after the offload (no room for both)', sequential]] as const) {
+      console.log(`context switch on ${cuda ? 'a CUDA GPU (CUDA IPC, pinned host pool)' : 'stand-in GPUs (shared memory)'}, ${label} (${per} out + in, ${r.switchMs.length} switches): median ${fmt(median(r.switchMs), 2)} ms (offload ${fmt(median(r.offMs), 2)}, onload done ${fmt(median(r.onMs), 2)} ms after the start), p90 ${fmt(percentile(r.switchMs, 90), 2)} ms; switch / raw copy: ${fmt(median(r.switchMs) / median(copyMs), 2)} x (goal <= 1.2)`)
+    }
   }
 
   // 1b. Switches through NVMe: the host pool holds 1.5 jobs' state, so the incoming job's stored state is

@@ -35,6 +35,9 @@ export const PlacementSection = Type.Object({
     maximum: 1000,
     description: 'Completed jobs kept in the job table (oldest dropped first). Default: 16.',
   }),
+  overlapSwitches: Type.Boolean({
+    description: 'A live job\'s context switch loads the incoming job\'s state while the outgoing job\'s is offloaded (the copies run in opposite directions), where the device has room for both; a worker without room loads after the offload. false: always one after the other. Default: true.',
+  }),
   rescheduleIntervalMs: Type.Integer({
     minimum: 50,
     maximum: 600_000,
@@ -52,5 +55,6 @@ export const defaultPlacementConfig: PlacementConfig = {
   slotS: 1,
   maxActiveJobs: 64,
   completedJobsRetained: 16,
+  overlapSwitches: true,
   rescheduleIntervalMs: 1000,
 }

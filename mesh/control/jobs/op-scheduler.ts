@@ -244,6 +244,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       .sort((a, b) => a.rank - b.rank)
     const offloadMs = Math.max(0, ...answers.map(a => a.offloadMs))
     const onloadMs = Math.max(0, ...answers.map(a => a.onloadMs))
+    const switchMs = Math.max(0, ...answers.map(a => a.switchMs))
     const runMs = Math.max(0, ...answers.map(a => a.runMs))
     const switched = answers.some(a => a.onloaded || a.offloaded.length > 0)
     for (const peer of job.nodes) resident.set(peer, job.id)
@@ -265,12 +266,12 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     s.ops++
     s.runMs += runMs
     s.queuedMs += queuedMs
-    if (switched) { s.switches++; s.switchMs += offloadMs + onloadMs }
+    if (switched) { s.switches++; s.switchMs += switchMs }
     const byName = s.byName.get(op.request.name) ?? { count: 0, totalMs: 0 }
     byName.count++
     byName.totalMs += runMs
     s.byName.set(op.request.name, byName)
-    const answer: OpAnswer = { job: job.id, opId: op.request.opId, name: op.request.name, ranks, switched, offloadMs, onloadMs, runMs, queuedMs, totalMs: endMs - op.submittedMs }
+    const answer: OpAnswer = { job: job.id, opId: op.request.opId, name: op.request.name, ranks, switched, offloadMs, onloadMs, switchMs, runMs, queuedMs, totalMs: endMs - op.submittedMs }
     remember(op.key, { request: op.request, answer })
     op.resolve(answer)
     pump()

@@ -45,7 +45,8 @@ export const OpAnswerSchema = Type.Object({
   ranks: Type.Array(RankResultSchema, { description: 'every rank\'s result, by rank' }),
   switched: Type.Boolean({ description: 'state was moved (offload of another job, or onload of this one) before the run' }),
   offloadMs: Type.Number({ description: 'slowest node\'s offload of the resident job (0: none)' }),
-  onloadMs: Type.Number({ description: 'slowest node\'s onload of this job\'s state (0: none)' }),
+  onloadMs: Type.Number({ description: 'slowest node\'s onload of this job\'s state, from the start of the switch: it overlaps the offload where the device has room for both (0: none)' }),
+  switchMs: Type.Number({ description: 'slowest node\'s switch, offload and onload together (0: none)' }),
   runMs: Type.Number({ description: 'slowest node\'s run phase' }),
   queuedMs: Type.Number({ description: 'from ready (submitted, and the job\'s previous operation done) to admission' }),
   totalMs: Type.Number({ description: 'from submission (on the leader that ran it) to the answer' }),
@@ -90,6 +91,7 @@ export const DispatchAnswerSchema = Type.Object({
   onloaded: Type.Boolean(),
   offloadMs: Type.Number(),
   onloadMs: Type.Number(),
+  switchMs: Type.Number({ description: 'wall time of the switch: offload and onload, overlapped where the device has room' }),
   runMs: Type.Number(),
   bytesMoved: Type.Number({ description: 'state bytes offloaded + onloaded' }),
 })

@@ -268,22 +268,32 @@ class WorkerState:
         CPU tensors come from one new shared-memory arena, the CUDA tensors of
         each device from one new device allocation (so the agent opens one IPC
         handle per device, not one per tensor, and copies into one range).
-        Nothing happens when the state is not released.
+        Nothing happens when the state is not released. All or nothing: when
+        a device has no room (AgentError ``ERR_DEVICE_FULL``), nothing was
+        allocated and the state stays released.
         """
         if not self.released:
             return
         cpu = self._cpu_entries()
-        arena = SharedTensorArena(_arena_bytes(cpu)) if cpu else None
         by_device: Dict[torch.device, List[_Entry]] = {}
         for e in self._entries.values():
             if e.device.type == "cuda":
                 by_device.setdefault(e.device, []).append(e)
+        blocks: Dict[torch.device, torch.Tensor] = {}
+        try:
+            for device, entries in by_device.items():
+                blocks[device] = torch.empty(_arena_bytes(entries), dtype=torch.uint8, device=device)
+        except torch.cuda.OutOfMemoryError as err:
+            blocks.clear()
+            torch.cuda.empty_cache()
+            raise AgentError("ERR_DEVICE_FULL", f"no room on the device for the state: {err}") from err
+        arena = SharedTensorArena(_arena_bytes(cpu)) if cpu else None
         with torch.no_grad():
             for e in cpu:
                 assert arena is not None
                 e.tensor.data = arena.empty(e.shape, e.dtype)
             for device, entries in by_device.items():
-                block = torch.empty(_arena_bytes(entries), dtype=torch.uint8, device=device)
+                block = blocks[device]
                 end = 0
                 for e in entries:
                     start = -(-end // SHM_ALIGNMENT) * SHM_ALIGNMENT

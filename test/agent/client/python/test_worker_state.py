@@ -390,6 +390,31 @@ class CudaWorkerStateTest(unittest.TestCase):
             self.assertEqual(ok(worker.handle_event("run", {"requestId": str(k), "name": "train_step", "args": {"step": k}}))["result"],
                              twin.train_step({"step": k}))
 
+    def test_an_onload_without_room_on_the_device_is_device_full_and_allocates_nothing(self) -> None:
+        trainer = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
+        twin = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
+        worker, _ = worker_for(trainer)
+        worker.state.share()
+        self.addCleanup(worker.state.release)
+        ok(worker.handle_event("offload", {"requestId": "o", "version": 1, "release": True}))
+        hogs = []  # another job's memory: the device is full
+        for size in (1 << 30, 1 << 24, 1 << 20):
+            while True:
+                try:
+                    hogs.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+                except torch.cuda.OutOfMemoryError:
+                    break
+        allocated = torch.cuda.memory_allocated()
+        reply = worker.handle_event("onload", {"requestId": "i", "version": 1})
+        self.assertEqual(reply["error"]["code"], "ERR_DEVICE_FULL")  # type: ignore[index]
+        self.assertTrue(worker.state.released, "still released: the onload comes again once there is room")
+        self.assertEqual(torch.cuda.memory_allocated(), allocated, "nothing of the state was allocated")
+        hogs.clear()
+        torch.cuda.empty_cache()
+        ok(worker.handle_event("onload", {"requestId": "j", "version": 1}))
+        self.assertEqual(ok(worker.handle_event("run", {"requestId": "r", "name": "train_step", "args": {"step": 0}}))["result"],
+                         twin.train_step({"step": 0}))
+
     def test_init_optimizer_state_on_cuda(self) -> None:
         pair = InitOptimizerStateTest()
         pair.run_pair(lambda ps: torch.optim.Adam(ps, lr=1e-2), device="cuda")

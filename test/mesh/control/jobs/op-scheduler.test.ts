@@ -42,7 +42,7 @@ function fakeNodes (options: { runMs: number, switchMs: number, fail?: (m: Dispa
         const err = options.fail?.(m, peer)
         if (err !== undefined) throw err
         runs.set(`${m.job}/${m.opId}`, (runs.get(`${m.job}/${m.opId}`) ?? 0) + 1)
-        return { ranks: [{ rank: 0, result: { peer, opId: m.opId }, startedAtMs: Date.now(), durationMs: options.runMs }], offloaded, onloaded: switching, offloadMs: offloaded.length > 0 ? options.switchMs / 2 : 0, onloadMs: switching ? options.switchMs / 2 : 0, runMs: options.runMs, bytesMoved: 0 }
+        return { ranks: [{ rank: 0, result: { peer, opId: m.opId }, startedAtMs: Date.now(), durationMs: options.runMs }], offloaded, onloaded: switching, offloadMs: offloaded.length > 0 ? options.switchMs / 2 : 0, onloadMs: switching ? options.switchMs / 2 : 0, switchMs: switching ? options.switchMs : 0, runMs: options.runMs, bytesMoved: 0 }
       } finally {
         busy.set(peer, busy.get(peer)! - 1)
       }

@@ -1,9 +1,13 @@
-// A job's stored versions agree across its nodes (mesh/control/jobs/op-scheduler.ts "Versions",
+// The protocol between the leader's scheduler and the nodes' executors (mesh/control/jobs/op-scheduler.ts,
 // agent/workers/node-executor.ts): the leader's real scheduler drives two nodes' real executors and
 // worker registries; the workers and the StateManager are small doubles that keep each rank's state as
-// a step counter under its stored keys (a dropped key is gone). The faults are the ones that made the
-// ranks of a job spanning nodes restore different points of its history: a `store` that fails on one
-// node, a `store` that arrives after the job's next run, then a rank lost mid-run.
+// a step counter under its stored keys (a dropped key is gone), the workers answering as the Python
+// worker does (an onload with no room on the device is ERR_DEVICE_FULL).
+// 1. A job's stored versions agree across its nodes ("Versions"). The faults are the ones that made the
+//    ranks of a job spanning nodes restore different points of its history: a `store` that fails on one
+//    node, a `store` that arrives after the job's next run, then a rank lost mid-run.
+// 2. A switch overlaps the incoming job's onload with the outgoing one's offload, and where the device
+//    has no room for both, loads after the offload.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
@@ -64,7 +68,9 @@ function cluster () {
 
   /** A worker double: its state is a step counter; offload/onload write/read it under its stored keys. */
   /** `dieOn`: the worker's process dies when it receives this operation (its stream closes, no reply). */
-  const startWorker = async (jobId: string, rank: number, dieOn?: string): Promise<void> => {
+  const events: Array<{ worker: string, type: string, phase: 'start' | 'end' }> = []
+  /** A worker's behaviour: `dieOn` an operation, its offloads taking `offloadMs`, a device with no room for its onload while another job holds it. */
+  const startWorker = async (jobId: string, rank: number, dieOn?: string, o: { offloadMs?: number, fullWhileOthersHold?: boolean } = {}): Promise<void> => {
     const peer = table.jobs.find(j => j.id === jobId)!.nodes[rank === 0 ? 0 : 1]!
     const { registry } = nodes.get(peer)!
     const key = `${jobId}/r${rank}/w:param@[0]/[1]:f32#v0`
@@ -73,10 +79,17 @@ function cluster () {
     const state = { counter: 0 }
     const detach = registry.attach(answer.workerId, (type, data) => {
       const d = data as { requestId: string, version?: number, opId?: string }
-      setImmediate(() => {
+      const name = `${jobId}/${rank}`
+      events.push({ worker: name, type, phase: 'start' })
+      setTimeout(() => {
         if (type === 'run' && d.opId === dieOn) { detach(); return }
         let result: unknown
         if (type === 'offload') keys.set(at(d.version!), state.counter)
+        if (type === 'onload' && o.fullWhileOthersHold === true && registry.liveWorkers().some(w => w.job !== jobId && w.holds && w.gpu === 0)) {
+          events.push({ worker: name, type, phase: 'end' })
+          registry.reply(answer.workerId, { requestId: d.requestId, ok: false, error: { code: 'ERR_DEVICE_FULL', message: 'no room on the device for the state' } })
+          return
+        }
         if (type === 'onload') {
           const stored = keys.get(at(d.version!))
           if (stored === undefined) { registry.reply(answer.workerId, { requestId: d.requestId, ok: false, error: { code: 'ERR_KEY_NOT_FOUND', message: `no ${at(d.version!)}` } }); return }
@@ -84,11 +97,12 @@ function cluster () {
         }
         if (type === 'run') { state.counter++; result = { counter: state.counter } }
         if (type === 'stop') return
+        events.push({ worker: name, type, phase: 'end' })
         registry.reply(answer.workerId, { requestId: d.requestId, ok: true, result })
-      })
+      }, type === 'offload' ? o.offloadMs ?? 0 : 0)
     })
   }
-  return { scheduler, nodes, keys, faults, log, startWorker }
+  return { scheduler, nodes, keys, faults, log, startWorker, events }
 }
 
 t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
@@ -157,4 +171,31 @@ t.test('a rank that is not current names a stored version by alias; a rank that 
   t.equal(b.registry.keyVersion('x', 1, 6), 0, 'a rank not current (rolled back) names version 6 by the bytes of version 0')
   await t.rejects(b.executor.handle({ kind: 'invalidate', epoch: 1, job: 'x', version: -1 }), { code: 'ERR_STATE_MISMATCH' }, 'a target before anything stored is refused')
   await t.rejects(b.executor.handle({ kind: 'store', epoch: 0, job: 'x', version: 7 }), { code: 'ERR_STALE_EPOCH' })
+})
+
+t.test('a switch: the onload overlaps the offload; with no room on the device it waits for the offload', async t => {
+  for (const full of [false, true]) {
+    const c = cluster()
+    t.teardown(() => c.scheduler.stop())
+    await c.startWorker('x', 0, undefined, { offloadMs: 60, fullWhileOthersHold: full })
+    await c.startWorker('x', 1)
+    await c.startWorker('k', 0, undefined, { offloadMs: 60, fullWhileOthersHold: full })
+    const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+    await step('x', 's1')
+    await step('k', 'k1') // k loaded while x is offloaded
+    c.events.length = 0
+    const answer = await step('x', 's2') // x loaded while k is offloaded
+    const at = (worker: string, type: string, phase: 'start' | 'end', nth = 0): number => c.events.map((e, i) => ({ e, i })).filter(({ e }) => e.worker === worker && e.type === type && e.phase === phase)[nth]?.i ?? -1
+    const offloadEnd = at('k/0', 'offload', 'end')
+    t.ok(offloadEnd >= 0, 'k offloaded')
+    if (!full) {
+      t.ok(at('x/0', 'onload', 'start') < offloadEnd && at('x/0', 'onload', 'end') < offloadEnd, 'with room, x was loaded while k was being offloaded')
+      t.ok(answer.switchMs < answer.offloadMs + answer.onloadMs, `the switch took the longer phase, not their sum (${answer.switchMs.toFixed(1)} ms; offload ${answer.offloadMs.toFixed(1)}, onload ${answer.onloadMs.toFixed(1)} from the switch's start)`)
+    } else {
+      t.ok(at('x/0', 'onload', 'end', 0) < offloadEnd, 'without room, x\'s first onload was refused while k held the device')
+      t.ok(at('x/0', 'onload', 'start', 1) > offloadEnd, 'and it was loaded once k was offloaded')
+    }
+    t.same(answer.ranks.map(r => r.result), [{ counter: 2 }, { counter: 2 }], 'x resumed from its state either way')
+    t.ok(answer.switched && answer.switchMs >= 60, 'the switch is reported with its wall time')
+  }
 })
