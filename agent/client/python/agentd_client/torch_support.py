@@ -24,7 +24,7 @@ import ctypes
 import os
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.shared_memory import SharedMemory
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -240,15 +240,20 @@ class TorchStateClient:
         return _view(self._staging, offset, tuple(like.shape), like.dtype)
 
     def _cuda_memory(self, tensor: torch.Tensor, placement: "_Placement") -> CudaIpcMemory:
-        (device, handle, _storage_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset,
-         event_handle, event_sync_required) = tensor.untyped_storage()._share_cuda_()
-        placement.ipc_counters.append((ref_counter_handle, int(ref_counter_offset)))
-        return CudaIpcMemory(
-            device=self._agent_device(int(device)),
-            handle=bytes(handle),
-            offset=int(storage_offset_bytes) + tensor.storage_offset() * tensor.element_size(),
-            event=bytes(event_handle) if event_sync_required else None,
-        )
+        storage = tensor.untyped_storage()
+        shared = placement.shared_storages.get(storage.data_ptr())
+        if shared is None:  # one _share_cuda_() per storage: a worker's state shares one
+            (device, handle, _storage_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset,
+             event_handle, event_sync_required) = storage._share_cuda_()
+            placement.ipc_counters.append((ref_counter_handle, int(ref_counter_offset)))
+            shared = CudaIpcMemory(
+                device=self._agent_device(int(device)),
+                handle=bytes(handle),
+                offset=int(storage_offset_bytes),
+                event=bytes(event_handle) if event_sync_required else None,
+            )
+            placement.shared_storages[storage.data_ptr()] = shared
+        return replace(shared, offset=shared.offset + tensor.storage_offset() * tensor.element_size())
 
     def _agent_device(self, index: int) -> int:
         if self._device_map is not None:
@@ -274,6 +279,8 @@ class _Placement:
     staged: List[Tuple[int, torch.Tensor]] = field(default_factory=list)
     #: (ref counter file, offset) of each ``_share_cuda_()`` call.
     ipc_counters: List[Tuple[bytes, int]] = field(default_factory=list)
+    #: The IPC memory of each storage shared so far (by its data pointer), at the storage's start.
+    shared_storages: Dict[int, CudaIpcMemory] = field(default_factory=dict)
 
     @contextmanager
     def ipc_lease(self) -> Iterator[None]:
