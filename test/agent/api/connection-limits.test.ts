@@ -126,7 +126,7 @@ t.test('the timeout bounds reception only: an event stream and long polls outliv
   const jobs = {
     runOp: async (job: string, body: { name: string }) => {
       await sleep(1000)
-      return { job, opId: 'op-1', name: body.name, ranks: [], switched: false, offloadMs: 0, onloadMs: 0, runMs: 1000, queuedMs: 0, totalMs: 1000 }
+      return { job, opId: 'op-1', name: body.name, ranks: [], switched: false, offloadMs: 0, onloadMs: 0, switchMs: 0, runMs: 1000, queuedMs: 0, totalMs: 1000 }
     },
   }
   const { socketPath } = await listenApi(t, { requestTimeoutMs }, { workers: { workers: () => workers as never }, reward: { reward: () => reward as never }, jobs: { jobs: () => jobs as never } })
