@@ -149,8 +149,9 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
    * leadership and may act, stopped (their signal aborted) when it loses it.
    */
   const leaderTasks = (mesh: Mesh, leaderLogger: Logger, inventory: () => NodeInventory | undefined): LeaderTask[] => [
-    // DistRS reward proxy and worker scaling (agent/reward/).
-    ...(config.reward.enabled ? [createRewardLeaderTask({ config: config.reward }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh.status().peerId })] : []),
+    // DistRS reward proxy and worker scaling (agent/reward/). The planner's history travels in the desired state,
+    // in a quarter of the mesh record limit (the job table takes half).
+    ...(config.reward.enabled ? [createRewardLeaderTask({ config: config.reward, maxHistoryBytes: Math.floor(config.mesh.maxRecordBytes / 4) }, { logger: components.logger.child({ component: 'reward-proxy' }), selfId: () => mesh.status().peerId })] : []),
     // Placement of the job table (mesh/control/jobs/). The table travels in one mesh message: half of
     // the record limit leaves room for the batch around it.
     createJobsLeaderTask({ config: config.placement, maxTableBytes: Math.floor(config.mesh.maxRecordBytes / 2) }, {

@@ -12,7 +12,7 @@ import type { Logger } from 'pino'
 import { ErrorBodySchema } from './wire/errors.ts'
 import { createClientErrorHandler, createErrorHandler, notFoundHandler } from './error-mapping.ts'
 import { capConnections, defaultConnectionLimits, receptionTimeoutOptions } from './connection-limits.ts'
-import { requestValidatorBuilder } from './request-validation.ts'
+import { requestValidatorBuilder, schemaErrorFormatter } from './request-validation.ts'
 import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
 import { createNamespaceGuard, installAuthorization, resolveAdminGroup } from './authorization.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
@@ -144,6 +144,7 @@ export async function buildApiApp (
     http: receptionTimeoutOptions(requestTimeoutMs),
     clientErrorHandler: createClientErrorHandler(components.logger, requestTimeoutMs),
     schemaController: { compilersFactory: { buildValidator: requestValidatorBuilder() } },
+    schemaErrorFormatter,
   })
   app.addSchema(ErrorBodySchema)
   await app.register(swagger, {

@@ -12,7 +12,11 @@
  * answers that it does not know a pending request (it took over after the
  * previous leader died), this agent tells it the request's batch (size and the
  * ids of that batch with results here: `reward.resync`) and submits the
- * request again, by id. So a leader change loses no acknowledged request; a
+ * request again, by id. The resync also carries what the new leader's
+ * planner needs of the batch: how long ago it started here and, for each of
+ * its requests with a result here, its arrival offset and stage times (so a
+ * leader change alters neither the batch's priority nor its history).
+ * So a leader change loses no acknowledged request; a
  * request that was running on a worker runs again from its first stage. A
  * request the leader reported as having used its one retry after a lost
  * worker is submitted again marked `retried`, so the count survives the
@@ -87,7 +91,11 @@ interface Entry {
   deposited: boolean
   /** A leader reported that it used its one retry after a lost worker: a later leader is told (LeaderSubmitBody.retried). */
   retried: boolean
+  /** When it was forwarded to the leader the first time (performance.now()). */
+  submittedMs: number
 }
+
+interface ResyncBatch { task: string, batch: number, size: number, doneIds: string[], ageMs?: number, finished: Array<{ requestId: string, offsetMs: number, stageS: number[] }> }
 
 const validateSubmit = validatorOf(SubmitBody, 'reward request')
 const validateBatchStart = validatorOf(BatchStartBody, 'batch-start hint')
@@ -99,6 +107,8 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
   const entries = new Map<string, Entry>()
   /** Batch sizes from the hints (and submits with batchSize) forwarded by this agent. */
   const batchSizes = new Map<string, number>()
+  /** When each batch started as seen here: its hint or first request forwarded (performance.now()). */
+  const batchStarts = new Map<string, number>()
   const waiters = new Set<() => void>()
   /** Results fetched through this agent of requests submitted through another one: for a repeated fetch. */
   const fetchedElsewhere = new Map<string, { result: RewardResult, fetchedMs: number }>()
@@ -125,18 +135,12 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
   /** A new leader lacks `ids`: their batches, then the requests again. */
   const resubmit = async (ids: string[]): Promise<void> => {
-    const batches = new Map<string, { task: string, batch: number, size: number, doneIds: string[] }>()
+    const batches = new Map<string, ResyncBatch>()
     for (const id of ids) {
       const e = entries.get(id)
-      if (e === undefined) continue
-      const k = key(e.body.task, e.body.batch)
-      const size = batchSizes.get(k) ?? e.body.batchSize
-      if (size !== undefined && !batches.has(k)) batches.set(k, { task: e.body.task, batch: e.body.batch, size, doneIds: [] })
+      if (e !== undefined) addBatch(batches, e.body.task, e.body.batch)
     }
-    for (const [id, e] of entries) {
-      const b = batches.get(key(e.body.task, e.body.batch))
-      if (b !== undefined && e.result !== undefined) b.doneIds.push(id)
-    }
+    fillBatches(batches)
     if (batches.size > 0) await components.callLeader('reward.resync', { batches: [...batches.values()] })
     log.info({ requests: ids.length, batches: batches.size }, 'the leader does not know pending reward requests: submitted again')
     for (const id of ids) {
@@ -151,6 +155,34 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
         } else throw err
       }
     }
+  }
+
+  /** Adds the batch (task, batch) to a resync, if its size is known here. */
+  const addBatch = (batches: Map<string, ResyncBatch>, task: string, batch: number): void => {
+    const k = key(task, batch)
+    const size = batchSizes.get(k)
+    if (size === undefined || batches.has(k)) return
+    const started = batchStarts.get(k)
+    batches.set(k, { task, batch, size, doneIds: [], ...(started !== undefined ? { ageMs: Math.max(0, performance.now() - started) } : {}), finished: [] })
+  }
+
+  /** The requests of each batch with a result here: done ids, and the timings the planner's history needs. */
+  const fillBatches = (batches: Map<string, ResyncBatch>): void => {
+    for (const [id, e] of entries) {
+      const k = key(e.body.task, e.body.batch)
+      const b = batches.get(k)
+      if (b === undefined || e.result === undefined) continue
+      b.doneIds.push(id)
+      const started = batchStarts.get(k)
+      if (started !== undefined && e.result.stageS.length > 0) b.finished.push({ requestId: id, offsetMs: Math.max(0, e.submittedMs - started), stageS: e.result.stageS })
+    }
+  }
+
+  /** A hint or request of the batch was forwarded at `sentMs`; `size` as it said. */
+  const noteBatch = (task: string, batch: number, size: number | undefined, sentMs: number): void => {
+    const k = key(task, batch)
+    if (!batchStarts.has(k)) batchStarts.set(k, sentMs)
+    if (size !== undefined) batchSizes.set(k, Math.max(size, batchSizes.get(k) ?? 0))
   }
 
   /** `atLeader`: the current leader holds the result (it computed or answered it). */
@@ -169,16 +201,9 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     for (const e of entries.values()) if (e.result !== undefined && e.fetchedMs === undefined && !e.deposited) results.push({ result: e.result, digest: e.digest })
     for (let i = 0; i < results.length; i += maxIdsPerAwait) {
       const chunk = results.slice(i, i + maxIdsPerAwait)
-      const batches = new Map<string, { task: string, batch: number, size: number, doneIds: string[] }>()
-      for (const { result } of chunk) {
-        const k = key(result.task, result.batch)
-        const size = batchSizes.get(k) ?? entries.get(result.requestId)?.body.batchSize
-        if (size !== undefined && !batches.has(k)) batches.set(k, { task: result.task, batch: result.batch, size, doneIds: [] })
-      }
-      for (const [id, e] of entries) {
-        const b = batches.get(key(e.body.task, e.body.batch))
-        if (b !== undefined && e.result !== undefined) b.doneIds.push(id)
-      }
+      const batches = new Map<string, ResyncBatch>()
+      for (const { result } of chunk) addBatch(batches, result.task, result.batch)
+      fillBatches(batches)
       await components.callLeader('reward.resync', { batches: [...batches.values()], results: chunk })
       for (const { result } of chunk) { const e = entries.get(result.requestId); if (e !== undefined) e.deposited = true }
     }
@@ -252,9 +277,9 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
     async batchStart (body) {
       const b = validateBatchStart.parse(body)
+      const sentMs = performance.now()
       const answer = await components.callLeader('reward.batch-start', b)
-      const k = key(b.task, b.batch)
-      batchSizes.set(k, Math.max(b.size, batchSizes.get(k) ?? 0))
+      noteBatch(b.task, b.batch, b.size, sentMs)
       return answer
     },
 
@@ -267,9 +292,10 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
         return { requestId: b.requestId, duplicate: true, ...(known.result !== undefined ? { result: known.result } : {}) }
       }
       if (entries.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `this agent holds ${entries.size} reward requests (reward.maxPendingRequests); fetch results or retry later`)
+      const sentMs = performance.now()
       const answer = await forward(b) as { duplicate: boolean, result?: RewardResult }
-      if (b.batchSize !== undefined) batchSizes.set(key(b.task, b.batch), Math.max(b.batchSize, batchSizes.get(key(b.task, b.batch)) ?? 0))
-      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, storedMs: 0, fetchedMs: undefined, unacked: false, deposited: false, retried: false })
+      noteBatch(b.task, b.batch, b.batchSize, sentMs)
+      if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, storedMs: 0, fetchedMs: undefined, unacked: false, deposited: false, retried: false, submittedMs: sentMs })
       // Submitted before (maybe through another agent) and done: the answer carries the result.
       if (answer.result !== undefined) store(answer.result, true)
       wakeLoop?.()

@@ -16,6 +16,17 @@
  * agents resync them (agent/reward/reward-submitter.ts) and the agents' capacity only from
  * their heartbeats, and planning from what it knows at takeover would stop the
  * workers running those batches' requests.
+ *
+ * The planner's state is cluster state, so a takeover changes no plan: the
+ * per-task history lives in the fenced desired state (the `reward-history`
+ * decision, planner-history.ts), published at every batch completion and
+ * read by the next leader, which plans from it as this one did; the batches
+ * in flight come back from the submitting agents (their resync gives each
+ * batch's age and its finished requests' timings). History changes once per
+ * batch and must outlive any agent: a decision. Batches in flight change
+ * with every request and are already held, request by request, by the
+ * agents that submitted them: publishing them at that rate would turn every
+ * result into a replicated decision.
  */
 import type { Logger } from 'pino'
 import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts'
@@ -25,6 +36,7 @@ import { placeRewardWorkers, type PlacementNode, type WorkerAssignment } from '.
 import { stageCost, type RewardConfig } from './reward-config.ts'
 import { createRewardProxy, type RewardProxy } from './reward-proxy.ts'
 import { rewardWorkersKind, rewardWorkersProblem, type RewardWorkersPayload } from './reward-messages.ts'
+import { decodeRewardHistory, encodeRewardHistory, rewardHistoryKind, rewardHistoryProblem } from './planner-history.ts'
 
 export interface RewardLeaderTaskOptions {
   config: RewardConfig
@@ -32,6 +44,8 @@ export interface RewardLeaderTaskOptions {
   tickMs?: number
   /** After taking over, a new leader scales no stage below the inherited plan for this long, ms. Default: 2 × config.leaseTimeoutMs. */
   takeoverGraceMs?: number
+  /** Largest JSON size of the `reward-history` decision, bytes (the desired state travels in one mesh message). Default: 16384. */
+  maxHistoryBytes?: number
 }
 
 export interface RewardLeaderTaskComponents {
@@ -82,7 +96,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
 
   return {
     name: 'reward-proxy',
-    kinds: { [rewardWorkersKind]: rewardWorkersProblem },
+    kinds: { [rewardWorkersKind]: rewardWorkersProblem, [rewardHistoryKind]: rewardHistoryProblem },
     proxy: () => current,
     start (context: LeaderContext) {
       let plan = (context.desiredState()[rewardWorkersKind] as RewardWorkersPayload | undefined) ?? null
@@ -95,6 +109,18 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
       const knownNodes = new Set<string>()
       const tickMs = options.tickMs ?? config.heartbeatIntervalMs
       let starvedReplanMs = -Infinity
+      const maxHistoryBytes = options.maxHistoryBytes ?? 16 * 1024
+      let publishedHistory = JSON.stringify(context.desiredState()[rewardHistoryKind] ?? null)
+
+      /** A batch completed: the history as the next leader will read it, planned from here too. */
+      const publishHistory = (): void => {
+        const payload = encodeRewardHistory(proxy.history(), maxHistoryBytes)
+        proxy.adoptHistory(decodeRewardHistory(payload, config.stages.length))
+        const json = JSON.stringify(payload)
+        if (json === publishedHistory) return
+        publishedHistory = json
+        context.decide(rewardHistoryKind, payload).catch(err => log.warn({ err: (err as Error).message }, 'reward-history decision not published'))
+      }
 
       const replan = (why: string): void => {
         if (planPending || context.signal.aborted) return
@@ -144,10 +170,14 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
         unfetchedResultRetentionMs: config.unfetchedResultRetentionMs,
         maxExtraDelayMs: config.maxExtraDelayMs,
         policy,
+        history: decodeRewardHistory(context.desiredState()[rewardHistoryKind], config.stages.length),
       }, {
         logger: log,
         now: () => performance.now(),
-        onBatchBoundary: (reason, task, batch) => replan(`${reason} ${task}#${batch}`),
+        onBatchBoundary: (reason, task, batch) => {
+          if (reason === 'batch-complete') publishHistory()
+          replan(`${reason} ${task}#${batch}`)
+        },
         onStageWithoutWorkers: (stage, queued) => {
           // At most once a tick: the proxy calls again at every tick while the stage waits.
           const t = performance.now()

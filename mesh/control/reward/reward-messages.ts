@@ -96,7 +96,18 @@ export const RewardResultBody = Type.Object({
 }, { additionalProperties: false })
 
 export const ResyncBody = Type.Object({
-  batches: Type.Array(Type.Object({ task: TaskName, batch: BatchIndex, size: BatchSize, doneIds: Type.Array(RequestId, { maxItems: 1_000_000 }) }, { additionalProperties: false }), { maxItems: 10_000 }),
+  batches: Type.Array(Type.Object({
+    task: TaskName,
+    batch: BatchIndex,
+    size: BatchSize,
+    doneIds: Type.Array(RequestId, { maxItems: 1_000_000 }),
+    ageMs: Type.Optional(Type.Number({ minimum: 0, maximum: 7 * 86_400_000, description: 'how long ago the batch started, as the submitting agent saw it (its hint, or its first request), ms: the new leader keeps its start and EBF priority' })),
+    finished: Type.Optional(Type.Array(Type.Object({
+      requestId: RequestId,
+      offsetMs: Type.Number({ minimum: 0, maximum: 7 * 86_400_000, description: 'its arrival after the batch\'s start, as the submitting agent saw it, ms' }),
+      stageS: Type.Array(Type.Number({ minimum: 0 }), { maxItems: 16, description: 'its result\'s seconds per stage' }),
+    }, { additionalProperties: false }), { maxItems: 1_000_000, description: 'requests of the batch with a result here: the planner\'s history of the batch, once it completes, holds them' })),
+  }, { additionalProperties: false }), { maxItems: 10_000 }),
   results: Type.Optional(Type.Array(Type.Object({
     result: RewardResultBody,
     digest: Type.String({ pattern: '^[0-9a-f]{64}$', description: 'requestDigest of the submission: a resubmission must match it' }),

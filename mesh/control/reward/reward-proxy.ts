@@ -41,8 +41,8 @@
  * - Acknowledged requests survive a leader change through the submitting
  *   agents (agent/reward/reward-submitter.ts): each keeps every request it got an answer for
  *   until it holds the result, and a new leader that answers `unknown` for one
- *   gets the batch (resync) and the request again. This proxy's state lives
- *   only in the leader's memory; a new epoch starts empty.
+ *   gets the batch (resync) and the request again. This proxy's requests
+ *   live only in the leader's memory; a new epoch starts without any.
  * - A result is kept here until the trainer fetched it, through any agent
  *   (the submitting agent reports its fetches in `ack`; another agent asks
  *   with `result`), then resultRetentionMs more for a repeated fetch; one
@@ -51,6 +51,17 @@
  *   submitting agent, which holds it too and hands the results its trainer
  *   has not fetched to every new leader (resync `results`). A resubmission
  *   of a request with a result, through any agent, is answered with it.
+ * - The planner's history (the last completed batch of each task) is cluster
+ *   state: a new epoch starts from the history in the desired state
+ *   (`history`, planner-history.ts), and the leader task publishes it again
+ *   at every batch completion. A batch in flight at a leader change is
+ *   rebuilt from its submitting agents: the resync gives its age (so it keeps
+ *   its start and EBF priority) and the arrival offset and stage times of
+ *   each of its requests with a result, so its history, once it completes,
+ *   holds every request, not only those finished under the new leader.
+ *   A batch completes into the history of its task unless none of its
+ *   requests ran here and the history already holds that batch or a later
+ *   one (a completed batch a submitting agent hands over again).
  *
  * Times: `now()` is a monotonic clock in ms; the planner gets seconds on it.
  */
@@ -59,7 +70,8 @@ import type { Logger } from 'pino'
 import { AgentError } from '../../../core/errors.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../../core/priority-heap.ts'
 import { earliestBatchFirst, type QueueKey } from '../../policies/reward-scaling/queue-order.ts'
-import type { ActiveBatch, BatchHistory, HistoricalRequest, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../policies/reward-scaling/types.ts'
+import type { ActiveBatch, InFlightRequest, PlannerSnapshot, RewardScalingPolicy, RewardStage } from '../../policies/reward-scaling/types.ts'
+import type { TaskHistory } from './planner-history.ts'
 import type { PlacementNode } from '../../policies/reward-scaling/worker-placement.ts'
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
@@ -88,6 +100,8 @@ export interface RewardProxyOptions {
   maxExtraDelayMs: number
   /** Gives a starting batch its EBF priority (the scaling policy's estimate, DistRS §5.2). */
   policy: Pick<RewardScalingPolicy, 'batchPriorityS'>
+  /** The planner's history to start from (the desired state's, planner-history.ts), least recently completed task first. Default: none. */
+  history?: ReadonlyMap<string, TaskHistory>
 }
 
 export interface RewardProxyComponents {
@@ -144,6 +158,10 @@ export interface RewardProxy {
   /** Checks silent agents' leases and idle batches; call periodically. */
   tick(): void
   plannerSnapshot(seed: number): PlannerSnapshot
+  /** The planner's history: per task its last completed batch, least recently completed first. */
+  history(): Array<{ task: string, history: TaskHistory }>
+  /** Replaces the history (with what the leader publishes of it: the same, rounded and cut to size). */
+  adoptHistory(history: ReadonlyMap<string, TaskHistory>): void
   /** Agents that reported within leaseTimeoutMs, with their capacity. */
   nodes(): PlacementNode[]
   stop(): void
@@ -165,8 +183,14 @@ interface Batch {
   doneIds: Set<string>
   /** Every id submitted to it or reported done (at most size). */
   known: Set<string>
-  /** What finished here, as the planner's history of this batch (DistRS Alg. 2 input). */
-  finished: HistoricalRequest[]
+  /**
+   * Its requests with a result, as the planner's history of this batch (DistRS
+   * Alg. 2 input): arrival (on now()'s clock) and seconds per stage, by id.
+   * Those finished here, and those a resync reported.
+   */
+  finished: Map<string, { arrivedMs: number, stageS: readonly number[] }>
+  /** A request of it finished here (not only reported by a resync). */
+  ranHere: boolean
   completed: boolean
   /** A request of it was submitted to this proxy (its first arrival was a decision point). */
   arrived: boolean
@@ -234,7 +258,8 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
   const unfetchedResultRetentionMs = options.unfetchedResultRetentionMs ?? 3_600_000
   const requests = new Map<string, ProxyRequest>()
   const batches = new Map<string, Batch>()
-  const history: Record<string, BatchHistory> = {}
+  /** Per task, its last completed batch; Map order: least recently completed first. */
+  let history = new Map<string, TaskHistory>(options.history ?? [])
   const completedBatches = new Map<string, number>()
   const queues: Array<PriorityHeap<QueueEntry>> = stages.map(() => createPriorityHeap<QueueEntry>(earliestBatchFirst))
   const queued = stages.map(() => 0)
@@ -257,13 +282,15 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     }
     if (completedBatches.has(key)) throw new AgentError('ERR_BAD_REQUEST', `batch ${index} of task ${task} has already completed`)
     const startMs = now()
-    const priorityS = options.policy.batchPriorityS({ startS: secondsOf(startMs), history: history[task], stages: plannerStages })
-    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: [], completed: false, arrived: false, lastActivityMs: startMs }
+    const priorityS = priorityOf(task, startMs)
+    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: new Map(), ranHere: false, completed: false, arrived: false, lastActivityMs: startMs }
     batches.set(key, batch)
     log.info({ task, batch: index, size }, 'reward batch started')
     components.onBatchBoundary('batch-start', task, index)
     return { batch, started: true }
   }
+
+  const priorityOf = (task: string, startMs: number): number => options.policy.batchPriorityS({ startS: secondsOf(startMs), history: history.get(task), stages: plannerStages })
 
   const enqueue = (request: ProxyRequest): void => {
     request.state = 'queued'
@@ -391,7 +418,8 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     r.result = { requestId: r.id, task: r.batch.task, batch: r.batch.index, ...result, stageS: r.stageMs.map(secondsOf) }
     const batch = r.batch
     batch.doneIds.add(r.id)
-    batch.finished.push({ offsetS: secondsOf(r.arrivedMs - batch.startMs), stageS: r.stageMs.map(secondsOf) })
+    batch.finished.set(r.id, { arrivedMs: r.arrivedMs, stageS: r.stageMs.map(secondsOf) })
+    batch.ranHere = true
     batch.lastActivityMs = r.finishedMs
     for (const wake of resultWaiters) wake()
     if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
@@ -401,7 +429,12 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     batch.completed = true
     batches.delete(batch.key)
     completedBatches.set(batch.key, now())
-    if (batch.finished.length > 0) history[batch.task] = { requests: batch.finished }
+    const previous = history.get(batch.task)
+    if (batch.finished.size > 0 && (batch.ranHere || previous === undefined || batch.index > previous.batch)) {
+      const requests = [...batch.finished.values()].map(f => ({ offsetS: Math.max(0, secondsOf(f.arrivedMs - batch.startMs)), stageS: f.stageS }))
+      history.delete(batch.task)
+      history.set(batch.task, { batch: batch.index, requests })
+    }
     log.info({ task: batch.task, batch: batch.index, size: batch.size, seconds: secondsOf(now() - batch.startMs) }, 'reward batch completed')
     components.onBatchBoundary('batch-complete', batch.task, batch.index)
   }
@@ -416,7 +449,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     const key = batchKey(result.task, result.batch)
     const batch: Batch = batches.get(key) ?? {
       task: result.task, index: result.batch, key, startMs: now(), size: 1, priorityS: 0, requests: new Set(), doneIds: new Set(), known: new Set(),
-      finished: [], completed: true, arrived: true, lastActivityMs: now(),
+      finished: new Map(), ranHere: false, completed: true, arrived: true, lastActivityMs: now(),
     }
     const r: ProxyRequest = {
       id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
@@ -641,6 +674,15 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         const key = batchKey(s.task, s.batch)
         if (completedBatches.has(key)) continue
         const { batch } = startBatch(s.task, s.batch, s.size)
+        // It started before this leader heard of it: as the submitting agent saw it (the earliest, when several report it).
+        const startMs = s.ageMs === undefined ? batch.startMs : Math.min(batch.startMs, now() - s.ageMs)
+        if (startMs < batch.startMs) {
+          batch.startMs = startMs
+          batch.priorityS = priorityOf(batch.task, startMs)
+        }
+        for (const f of s.finished ?? []) {
+          if (f.stageS.length === stages.length && !batch.finished.has(f.requestId)) batch.finished.set(f.requestId, { arrivedMs: batch.startMs + f.offsetMs, stageS: f.stageS })
+        }
         for (const id of s.doneIds) { batch.doneIds.add(id); batch.known.add(id) }
         if (!batch.completed && batch.doneIds.size >= batch.size) completeBatch(batch)
       }
@@ -678,10 +720,11 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const tasks = new Map<string, RewardStatus['tasks'][number]>()
       const taskOf = (task: string): RewardStatus['tasks'][number] => {
         let entry = tasks.get(task)
-        if (entry === undefined) tasks.set(task, entry = { task, activeBatches: 0, completedBatches: 0, historyRequests: history[task]?.requests.length ?? 0 })
+        if (entry === undefined) tasks.set(task, entry = { task, activeBatches: 0, completedBatches: 0, historyRequests: history.get(task)?.requests.length ?? 0 })
         return entry
       }
       for (const key of completedBatches.keys()) taskOf(key.slice(0, key.lastIndexOf('#'))).completedBatches++
+      for (const task of history.keys()) taskOf(task)
       const active = [...batches.values()].map(b => {
         taskOf(b.task).activeBatches++
         let q = 0
@@ -735,7 +778,15 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         }
         return { task: b.task, index: b.index, startS: secondsOf(b.startMs), size: b.size, completed: b.doneIds.size, priorityS: b.priorityS, inFlight }
       })
-      return { nowS: secondsOf(nowMs), stages: plannerStages, maxExtraDelayS: options.maxExtraDelayMs / 1000, batches: active, history: { ...history }, seed }
+      return { nowS: secondsOf(nowMs), stages: plannerStages, maxExtraDelayS: options.maxExtraDelayMs / 1000, batches: active, history: Object.fromEntries(history), seed }
+    },
+
+    history () {
+      return [...history].map(([task, h]) => ({ task, history: h }))
+    },
+
+    adoptHistory (next) {
+      history = new Map(next)
     },
 
     nodes () {

@@ -27,9 +27,15 @@ export function estimatedBatchCompletionS (startS: number, history: BatchHistory
  * Algorithm 2 for one batch (`batchIndex` in the snapshot), given its task's
  * history:
  * - Future (lines 8–10): historical requests with AT + r_i > now, as recorded.
- *   One refinement: how many requests are still to come is known exactly
- *   (batch size from the trainer's hint minus arrivals), so the Future set is
- *   that many historical requests, the latest-arriving ones. When the batch
+ *   Two refinements. The history is first scaled to the batch's size B (the
+ *   trainer's hint): B requests taken evenly in arrival order from the H
+ *   recorded ones (each stands for H/B of them; with B > H each recorded one
+ *   is repeated about B/H times), so a batch smaller or larger than the one
+ *   recorded arrives over the same span at its own density — not as the
+ *   latest B of a bigger batch, a burst at the end of its span. With B = H
+ *   the scaled history is the history. And how many requests are still to
+ *   come is known exactly (B minus arrivals), so the Future set is that many
+ *   requests of the scaled history, the latest-arriving ones. When the batch
  *   runs behind its history, the ones whose time has passed arrive now; when
  *   it runs ahead, the earliest of the remaining historical ones are dropped.
  *   With a batch that follows its history both readings are the same set.
@@ -49,8 +55,10 @@ export function collectBatchRequests (
   const byStage = stageDurationIndex(history, stageCount)
   const latestFirst = requestsByOffsetDescending(history)
   const toArrive = Math.max(0, batch.size - batch.completed - batch.inFlight.length)
-  for (let f = 0; f < toArrive && latestFirst.length > 0; f++) {
-    const request = history.requests[latestFirst[f % latestFirst.length]!]!
+  const recorded = latestFirst.length
+  for (let f = 0; f < toArrive && recorded > 0; f++) {
+    // The f-th latest of the history scaled to batch.size requests (f-th of batch.size evenly spaced picks, latest first).
+    const request = history.requests[latestFirst[Math.min(recorded - 1, Math.floor((f + 0.5) * recorded / batch.size))]!]!
     out.push({ batch: batchIndex, readyS: Math.max(snapshot.nowS, batch.startS + request.offsetS), stageS: request.stageS, running: false })
   }
   for (const inFlight of batch.inFlight) {

@@ -1,5 +1,6 @@
 // JSON bodies are validated as sent (no type coercion), while path params and
 // query strings, text on the wire, are still coerced to their declared types.
+// Unknown fields are refused, never stripped, naming the field.
 // Over the API listening on a real unix socket, through the typed client.
 import t from 'tap'
 import { listenApi } from './listening-api.ts'
@@ -13,6 +14,8 @@ async function served (t: Teardown) {
     fetchWork: record('fetch', { lease: null }),
     completeWork: record('complete', { ok: true }),
     result: record('result', { state: 'pending' }),
+    batchStart: record('batchStart', { started: true }),
+    submit: record('submit', { requestId: 'r', duplicate: false }),
   }
   const weights = { retire: record('retire', undefined) }
   const state = { hints: record('hints', { hinted: 0 }), drop: record('drop', 0) }
@@ -61,4 +64,25 @@ t.test('path params and query strings are still coerced from text; text that is 
   t.match(calls.at(-1)?.args[0], { gpu: 1 }, '/gpu/1/ arrives as the number 1')
   await t.rejects(client.call('GET', '/v1/reward/requests/r-1?waitMs=soon'), { code: 'ERR_BAD_REQUEST', message: /invalid querystring: querystring\/waitMs / })
   await t.rejects(client.call('POST', '/v1/locks/gpu/one/release', {}), { code: 'ERR_BAD_REQUEST', message: /invalid params: params\/n / })
+})
+
+t.test('every /v1/reward route refuses an unknown field (body or query), naming it, and strips nothing', async t => {
+  const { client, calls } = await served(t)
+  const cases: Array<{ method: 'GET' | 'POST', path: string, body?: Record<string, unknown>, field: string }> = [
+    { method: 'POST', path: '/v1/reward/batches', body: { task: 't', batch: 0, size: 1, priority: 1 }, field: 'body/priority' },
+    { method: 'POST', path: '/v1/reward/batches', body: { task: 't', batch: '0', size: 1 }, field: 'body/batch' },
+    { method: 'POST', path: '/v1/reward/requests', body: { task: 't', batch: 0, requestId: 'r', payload: {}, retried: true }, field: 'body/retried' },
+    { method: 'POST', path: '/v1/reward/requests', body: { task: 't', batch: '0', requestId: 'r', payload: {} }, field: 'body/batch' },
+    { method: 'POST', path: '/v1/reward/requests', body: { task: 't', batch: 0, requestId: 'r', payload: {}, batchSize: '4' }, field: 'body/batchSize' },
+    { method: 'GET', path: '/v1/reward/requests/r-1?waitMs=0&since=5', field: 'querystring/since' },
+    { method: 'POST', path: '/v1/reward/work/fetch', body: { workerId: 'w1', waitMs: 0, stage: 'verify' }, field: 'body/stage' },
+    { method: 'POST', path: '/v1/reward/work/complete', body: { workerId: 'w1', leaseId: 'l1', reward: 0.5, retried: true }, field: 'body/retried' },
+  ]
+  for (const { method, path, body, field } of cases) {
+    await t.rejects(client.call(method, path, body), { code: 'ERR_BAD_REQUEST', message: new RegExp(`${field} `) }, `${method} ${path} ${JSON.stringify(body ?? {})}`)
+  }
+  t.same(calls, [], 'no handler saw a stripped or coerced request')
+  const payload = { anything: { nested: [1, 'two'] }, retried: true }
+  t.same(await client.call('POST', '/v1/reward/requests', { task: 't', batch: 0, requestId: 'r', payload }), { requestId: 'r', duplicate: false })
+  t.same(calls.at(-1)?.args[0], { task: 't', batch: 0, requestId: 'r', payload }, 'a payload is the trainer\'s own JSON: passed whole')
 })

@@ -2,7 +2,8 @@
  * The submitting agent's side from a stub leader (no network): a request the
  * leader reported as having used its one retry after a lost worker is
  * submitted to the next leader marked `retried`, so a leader change does not
- * reset the count.
+ * reset the count; a new leader gets the batches in flight with their age
+ * and finished requests' timings (the planner's history of them).
  */
 import t from 'tap'
 import pino from 'pino'
@@ -74,6 +75,10 @@ t.test('results the trainer has not fetched are handed to a new leader; fetches 
   const resync = calls.find(c => c.method === 'reward.resync')
   t.match(resync?.body, { batches: [{ task: 't', batch: 0, size: 2, doneIds: ['a', 'b'] }], results: [{ result: { requestId: 'b' } }] }, 'the new leader gets b (unfetched) and the batch it completed')
   t.equal(resync?.body.results.length, 1, 'not a, which the trainer has')
+  const batch = resync?.body.batches[0]
+  t.ok(batch.ageMs > 0, 'with the batch\'s age, for its start at the new leader')
+  t.match(batch.finished, [{ requestId: 'a', offsetMs: Number, stageS: [0.1] }, { requestId: 'b', offsetMs: Number, stageS: [0.1] }], 'and its finished requests\' timings, for the planner\'s history')
+  t.ok(batch.finished.every((f: { offsetMs: number }) => f.offsetMs >= 0 && f.offsetMs <= batch.ageMs))
   t.match(resync?.body.results[0].digest, /^[0-9a-f]{64}$/)
 
   t.match(await submitter.result('elsewhere', 0), { state: 'done', result: { requestId: 'elsewhere' } }, 'a request submitted through another agent: asked of the leader')

@@ -12,17 +12,18 @@ import { createRewardProxy, type RewardProxy } from '../../../../mesh/control/re
 import { createRewardScalingPolicy } from '../../../../mesh/policies/reward-scaling/policies.ts'
 import type { RewardStageSpec } from '../../../../mesh/control/reward/reward-config.ts'
 import { requestDigest, type RewardLease } from '../../../../mesh/control/reward/reward-messages.ts'
+import type { TaskHistory } from '../../../../mesh/control/reward/planner-history.ts'
 
 const stages: RewardStageSpec[] = [
   { name: 'verify', resource: 'cpu', command: ['true'], coresPerWorker: 1, timeoutMs: 10_000 },
   { name: 'judge', resource: 'gpu', command: ['true'], coresPerWorker: 1, timeoutMs: 80 },
 ]
 
-function proxyWith (overrides: { now?: () => number, maxPendingRequests?: number } = {}): { proxy: RewardProxy, boundaries: string[] } {
+function proxyWith (overrides: { now?: () => number, maxPendingRequests?: number, history?: ReadonlyMap<string, TaskHistory> } = {}): { proxy: RewardProxy, boundaries: string[] } {
   const boundaries: string[] = []
   const proxy = createRewardProxy({
     stages, timeoutReward: -1, maxPayloadBytes: 1024, maxPendingRequests: overrides.maxPendingRequests ?? 100, leaseTimeoutMs: 1000, resultRetentionMs: 60_000, maxExtraDelayMs: 1000,
-    policy: createRewardScalingPolicy('distrs'),
+    policy: createRewardScalingPolicy('distrs'), ...(overrides.history !== undefined ? { history: overrides.history } : {}),
   }, { logger: pino({ level: 'silent' }), now: overrides.now ?? (() => performance.now()), onBatchBoundary: (r, task, b) => boundaries.push(`${r} ${task}#${b}`), plan: () => null, leaderId: 'leader' })
   return { proxy, boundaries }
 }
@@ -244,6 +245,28 @@ t.test('resync after a leader change: done ids count toward the batch, which com
   t.same(boundaries, ['batch-start t#4', 'batch-arrival t#4', 'batch-complete t#4'])
   t.throws(() => proxy.batchStart({ task: 't', batch: 4, size: 2 }), { message: /already completed/ })
   t.throws(() => proxy.resync({ batches: [{ task: 't' }] }), { code: 'ERR_BAD_REQUEST' })
+  proxy.stop()
+})
+
+t.test('a batch spanning a leader change keeps its start, its priority and every request in its history (resync)', async t => {
+  let clock = 100_000
+  // The desired state's history: task t's batch 3, whose last request ended 3 s after its start.
+  const history = new Map<string, TaskHistory>([['t', { batch: 3, requests: [{ offsetS: 0, stageS: [0.5, 0] }, { offsetS: 1, stageS: [2, 0] }] }]])
+  const { proxy } = proxyWith({ now: () => clock, history })
+  t.same(proxy.history(), [{ task: 't', history: history.get('t') }], 'a new epoch starts from the history it is given')
+  // Batch 4 started 5 s ago under the old leader, where request a finished (arrived 0.2 s in, 0.3 s at verify).
+  proxy.resync({ batches: [{ task: 't', batch: 4, size: 2, doneIds: ['a'], ageMs: 5000, finished: [{ requestId: 'a', offsetMs: 200, stageS: [0.3, 0] }] }] })
+  t.match(proxy.plannerSnapshot(1).batches, [{ task: 't', index: 4, startS: 95, priorityS: 98, completed: 1 }], 'its start as the agent saw it, its priority from the history (Eq. 1–2)')
+  proxy.submit({ task: 't', batch: 4, requestId: 'b', payload: {} }, 'x')
+  const lease = (await fetch(proxy, 'verify'))!
+  clock += 1000
+  proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, reward: 1 })
+  t.same(proxy.history(), [{ task: 't', history: { batch: 4, requests: [{ offsetS: 0.2, stageS: [0.3, 0] }, { offsetS: 5, stageS: [1, 0] }] } }],
+    'the history of batch 4 holds the request finished before the change, not only the one finished after')
+  // A submitting agent hands over results of an older completed batch: the history stays batch 4.
+  proxy.resync({ batches: [{ task: 't', batch: 2, size: 1, doneIds: ['z'], ageMs: 1, finished: [{ requestId: 'z', offsetMs: 0, stageS: [9, 0] }] }] })
+  t.equal(proxy.history()[0]!.history.batch, 4, 'an older batch completed again by a resync does not replace it')
+  t.match(proxy.status().tasks, [{ task: 't', historyRequests: 2 }])
   proxy.stop()
 })
 

@@ -54,3 +54,20 @@ t.test('the static allocation holds its workers while a batch is active', async 
   t.same(fixed.decide(snapshot([batch()])).pools, [{ id: sharedPoolId, tasks: 'all', workers: [3] }])
   t.same(fixed.decide(snapshot([])).pools, [])
 })
+
+t.test('history is scaled by batch size: after 320-request batches a 64-request batch is planned like one after 64-request batches (issue 27, item 9)', async t => {
+  const verify: RewardStage[] = [{ name: 'verify', resource: 'cpu', cost: 1, timeoutS: 10 }]
+  // A trainer's requests arrive over 2 s whatever the batch size; each runs 0.3–0.78 s.
+  const historyOf = (n: number): BatchHistory => ({ requests: Array.from({ length: n }, (_, i) => ({ offsetS: i * 2 / n, stageS: [0.3 + ((i * 7919) % 13) * 0.04] })) })
+  const policy = createRewardScalingPolicy('distrs')
+  const plan = (history: BatchHistory, size: number): number => {
+    const priorityS = policy.batchPriorityS({ startS: 100, history, stages: verify })
+    return policy.decide({ nowS: 100, stages: verify, maxExtraDelayS: 1, batches: [{ task: 't', index: 1, startS: 100, size, completed: 0, priorityS, inFlight: [] }], history: { t: history }, seed: 1 }).pools[0]!.workers[0]!
+  }
+  const afterSmall = plan(historyOf(64), 64)
+  const afterBig = plan(historyOf(320), 64)
+  t.ok(afterSmall >= 10 && afterSmall <= 30, `64 after 64: ${afterSmall} workers`)
+  t.ok(Math.abs(afterBig - afterSmall) <= 3, `64 after 320: ${afterBig} workers, about the same (before: 63, the latest 64 of 320 as a burst)`)
+  const bigAfterSmall = plan(historyOf(64), 320)
+  t.ok(Math.abs(bigAfterSmall - plan(historyOf(320), 320)) <= 10, `320 after 64: ${bigAfterSmall} workers, about what 320 after 320 gets`)
+})

@@ -41,6 +41,15 @@ t.test('Future count comes from the batch: behind its history the missing ones a
   t.same(ahead.map(r => r.readyS), [140], 'one to come: the latest')
 })
 
+t.test('Future from the history scaled to the batch size: a smaller batch spreads over the same span, a larger one repeats each request', async t => {
+  const smaller = collectRequestInformation(snapshot([batch({ size: 2 })], 1, 100)).requests
+  t.same(smaller.map(r => r.readyS), [130, 110], 'two of four, evenly spaced: not the latest two (140, 130)')
+  const larger = collectRequestInformation(snapshot([batch({ size: 8 })], 1, 100)).requests
+  t.same(larger.map(r => r.readyS), [140, 140, 130, 130, 120, 120, 110, 110], 'eight from four: each twice')
+  const same = collectRequestInformation(snapshot([batch({ size: 4 })], 1, 100)).requests
+  t.same(same.map(r => r.readyS), [140, 130, 120, 110], 'the size recorded: the history itself')
+})
+
 t.test('Queuing_k: sampled among requests that reached stage k; Running_k: among those with s_ik > e_ik', async t => {
   for (let seed = 1; seed <= 30; seed++) {
     const inFlight = [
