@@ -227,8 +227,9 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     if (journal === undefined) throw new AgentError('ERR_UNAVAILABLE', 'NVMe tier is not open')
     return journal
   }
-  const keep = (work: Promise<void>): void => {
-    const tracked = work.catch(() => {}) // a failed compaction leaves its segment as it was; tried again on the next removal
+  /** Runs closing, removal and compaction of segments in the background, until close(); a failure leaves the segment as it was (compaction is tried again on its next removal). */
+  const inBackground = (work: Promise<void>): void => {
+    const tracked = work.catch(() => {})
     background.add(tracked)
     void tracked.finally(() => background.delete(tracked))
   }
@@ -283,7 +284,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
         seg.compactTimer = undefined
         if (seg.compacting || seg.active !== undefined || segments.get(seg.name) !== seg || journal === undefined) return
         seg.compacting = true
-        keep(compact(seg).finally(() => { seg.compacting = false }).then(() => reclaim(seg)))
+        inBackground(compact(seg).finally(() => { seg.compacting = false }).then(() => reclaim(seg)))
       }, compactionQuietMs)
       seg.compactTimer.unref()
     }
@@ -301,7 +302,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
   function release (seg: Segment): void {
     const file = seg.active!
     seg.active = undefined
-    keep(file.handle.then(h => h.close()).then(() => reclaim(seg)))
+    inBackground(file.handle.then(h => h.close(), () => {}).then(() => reclaim(seg)))
   }
 
   /**
@@ -527,7 +528,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       for (const seg of segments.values()) addDead(seg, Math.max(0, alignUp(sizes.get(seg.name)!, keyAlignment) - padded.get(seg.name)!))
       await rewriteJournal(journalPath, [...committed.values()].map(o => ({ op: 'put', ...o }) satisfies JournalRecord))
       journal = await openJournalWriter(journalPath)
-      for (const seg of segments.values()) keep(reclaim(seg))
+      for (const seg of segments.values()) inBackground(reclaim(seg))
       return { recovered: committed.size, dropped, orphansRemoved, tornLines }
     },
 

@@ -119,7 +119,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   let spilling: Promise<void> | undefined
   /** Keys kept by allocations waiting in makeRoom (a count per key): no spill takes them. */
   const protectedKeys = new Map<string, number>()
-  /** Resolved with the bytes each spill group frees, and with 0 when the background spill ends. */
+  /** Resolved with the bytes each spill group frees, and with 0 when the background spill ends without starting again. */
   let groupWaiters: Array<(freed: number) => void> = []
   const groupDone = (freed: number): void => { for (const wake of groupWaiters.splice(0)) wake(freed) }
 
@@ -234,9 +234,10 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     let freed = 0
     spilling = spill(0).then(n => { freed = n }, err => logger.error({ err }, 'background spill failed')).finally(() => {
       spilling = undefined
+      // Allocation may have refilled the pool meanwhile: a run that freed something starts again, and
+      // allocations waiting for a group wait for its groups; one that freed nothing does not retry at once.
+      if (freed > 0 && spillIfAboveWatermark()) return
       groupDone(0)
-      // Allocation may have refilled the pool meanwhile; a run that freed nothing does not retry at once.
-      if (freed > 0) spillIfAboveWatermark()
     })
     components.track(spilling)
     return true
