@@ -1,21 +1,26 @@
 /**
  * The NVMe tier's metadata journal: one line per record,
- * `<crc32 of the JSON, 8 hex digits> <JSON>\n`, appended and fdatasynced
- * before `append` resolves. Concurrent appends are group-committed (one write
- * and one fdatasync for everything queued). Replay stops at the first line
- * whose checksum or JSON is wrong: a torn tail left by a crash is ignored.
+ * `<crc32 of the JSON, 8 hex digits> <JSON>\n`, appended durably (the file is
+ * open with O_DSYNC: a write returns once its bytes are on disk, as a write
+ * and an fdatasync would) before `append` resolves. Concurrent appends are
+ * group-committed: one write for everything queued while the previous one
+ * was in flight. Replay stops at the first line whose checksum or JSON is
+ * wrong: a torn tail left by a crash is ignored.
  */
+import { constants } from 'node:fs'
 import { open, rename, type FileHandle } from 'node:fs/promises'
 import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
 import { syncDirectory } from '../../core/durable-file.ts'
 
 /**
- * `owner` of a put: the uid owning the key's namespace (namespace-owners.ts);
- * absent for the agent's own keys and in records written before owners were.
+ * A put's `offset`: where the key's bytes start in the object file (0 when
+ * absent, as in journals written before segments). Its `owner`: the uid
+ * owning the key's namespace (namespace-owners.ts); absent for the agent's
+ * own keys and in records written before owners were.
  */
 export type JournalRecord =
-  | { op: 'put', key: string, bytes: number, checksum: number, object: string, owner?: number }
+  | { op: 'put', key: string, bytes: number, checksum: number, object: string, offset?: number, owner?: number }
   | { op: 'del', key: string }
 
 export interface ReplayResult {
@@ -47,6 +52,7 @@ function decodeLine (line: string): JournalRecord | undefined {
   try {
     const r = JSON.parse(m[2]!) as JournalRecord
     if (r.op === 'put' && typeof r.key === 'string' && Number.isSafeInteger(r.bytes) && Number.isInteger(r.checksum) && typeof r.object === 'string' &&
+      (r.offset === undefined || (Number.isSafeInteger(r.offset) && r.offset >= 0)) &&
       (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0))) return r
     if (r.op === 'del' && typeof r.key === 'string') return r
   } catch {}
@@ -54,24 +60,27 @@ function decodeLine (line: string): JournalRecord | undefined {
 }
 
 export interface JournalWriter {
-  /** Resolves once the record is on disk (fdatasync). */
+  /** Resolves once the record is on disk (its O_DSYNC write returned). */
   append(record: JournalRecord): Promise<void>
+  /** Appends `records` in order, in one write; resolves once all are on disk. */
+  appendAll(records: readonly JournalRecord[]): Promise<void>
   close(): Promise<void>
 }
 
 /** Opens `path` for appending (created if missing). */
 export async function openJournalWriter (path: string): Promise<JournalWriter> {
-  const handle = await open(path, 'a', 0o640)
-  let queue: Array<{ line: string, done: PromiseWithResolvers<void> }> = []
+  const handle = await open(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_DSYNC, 0o640)
+  let queue: Array<{ lines: string, done: PromiseWithResolvers<void> }> = []
   let flushing: Promise<void> | undefined
 
   async function flush (): Promise<void> {
+    // Starts after the tick that queued the first record: everything appended in that tick shares the write.
+    await Promise.resolve()
     while (queue.length > 0) {
       const batch = queue
       queue = []
       try {
-        await handle.write(batch.map(b => b.line).join(''))
-        await handle.datasync()
+        await handle.write(batch.length === 1 ? batch[0]!.lines : batch.map(b => b.lines).join(''))
         for (const b of batch) b.done.resolve()
       } catch (err) {
         for (const b of batch) b.done.reject(err)
@@ -80,13 +89,16 @@ export async function openJournalWriter (path: string): Promise<JournalWriter> {
     flushing = undefined
   }
 
+  const enqueue = (lines: string): Promise<void> => {
+    const done = Promise.withResolvers<void>()
+    queue.push({ lines, done })
+    flushing ??= flush()
+    return done.promise
+  }
+
   return {
-    append (record) {
-      const done = Promise.withResolvers<void>()
-      queue.push({ line: encodeRecord(record), done })
-      flushing ??= flush()
-      return done.promise
-    },
+    append: record => enqueue(encodeRecord(record)),
+    appendAll: records => enqueue(records.map(encodeRecord).join('')),
     async close () {
       await flushing
       await handle.close()
