@@ -140,6 +140,32 @@ if (capabilities.addon.loaded) {
     t.ok(await readBack(t, again, keys.slice(26)), 'the re-pointed keys and the untouched ones read back byte-exact')
   })
 
+  t.test('owners ride in the records: put, putAll, compaction\'s re-pointing and open()\'s rewrite keep them', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 32 }, () => 4096))
+    const ownerOf = (i: number): number | undefined => i % 3 === 0 ? undefined : 1000 + (i % 3)
+    // A group of 16 by put() (one segment), then 16 by putAll (the next one).
+    await Promise.all(keys.slice(0, 16).map((k, i) => tier.put(k.key, k.range, k.checksum, ownerOf(i))))
+    const results = await tier.putAll(keys.slice(16).map((k, i) => ({ key: k.key, src: k.range, checksum: k.checksum, owner: ownerOf(16 + i) })))
+    t.ok(results.every(r => !(r instanceof Error)))
+    // 10 of the first segment's 16 keys removed: it is compacted, its other 6 re-pointed by new records.
+    const first = tier.get(keys[0]!.key)!.object
+    for (const k of keys.slice(0, 10)) await tier.remove(k.key)
+    for (let i = 0; i < 100 && readdirSync(join(dir, 'objects')).includes(first); i++) await new Promise(resolve => setTimeout(resolve, compactionQuietMs / 4))
+    t.notOk(readdirSync(join(dir, 'objects')).includes(first), 'compacted')
+    await tier.close()
+    const live = keys.map((k, i) => ({ k, i })).slice(10)
+
+    for (const round of ['after the restart', 'after a second restart (the rewritten journal)']) {
+      const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+      await again.open()
+      t.same(live.map(({ k }) => again.get(k.key)?.owner), live.map(({ i }) => ownerOf(i)), `each key's owner ${round}`)
+      await again.close()
+    }
+  })
+
   t.test('killed (SIGKILL) while group-committing: every put that resolved is recovered, and every key recovered reads back whole', async t => {
     const dir = diskDir(t)
     const child = spawn(process.execPath, [fileURLToPath(new URL('./nvme-put-child.ts', import.meta.url)), dir], { env: { ...process.env, AGENTD_NVME_CHILD: '1' }, stdio: ['ignore', 'pipe', 'inherit'] })

@@ -116,6 +116,28 @@ t.test('durability nvme survives a restart; host-only keys do not', async t => {
   await t.rejects(second.onload([{ key: volatile, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_KEY_NOT_FOUND' })
 })
 
+t.test('namespace owners survive a restart through every NVMe write: durable offloads (persistAll) and spill groups', async t => {
+  const dir = diskDir(t)
+  const first = await manager(t, { hostPoolBytes: 8 * MiB }, dir)
+  const durable = Array.from({ length: 4 }, (_, i) => key('owned/durable', `w${i}`, 256 * 1024))
+  const spilled = Array.from({ length: 24 }, (_, i) => key('owned/spilled', `w${i}`, MiB))
+  const release = first.claimNamespaces(['owned/durable', 'owned/spilled'], 4242)
+  const src = makeShm(t, patternBytes(MiB, 31))
+  await first.offload(durable.map(k => ({ key: k, source: { kind: 'shm' as const, name: src, offset: 0 } })), 'nvme')
+  await first.claimNamespaces(['owned/spilled'], 5151)() // already owned: keeps 4242
+  for (const k of spilled) await first.offload([{ key: k, source: { kind: 'shm', name: src, offset: 0 } }])
+  release()
+  t.ok(first.residency().counters.spilled > 0, 'the small pool spilled')
+  await first.stop()
+
+  const second = await manager(t, {}, dir)
+  const recovered = second.residency().keys.map(k => k.key)
+  t.ok(durable.every(k => recovered.includes(k)), 'the durable keys are back')
+  t.ok(spilled.some(k => recovered.includes(k)), 'and the spilled ones')
+  t.equal(second.namespaceOwner('owned/durable'), 4242, 'owner of keys written by a durable offload')
+  t.equal(second.namespaceOwner('owned/spilled'), 4242, 'owner of keys written by spill groups')
+})
+
 t.test('recovery: orphan objects removed, torn journal tail ignored, corrupted object detected', async t => {
   const dir = diskDir(t)
   const a = await manager(t, {}, dir)
