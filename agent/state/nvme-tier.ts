@@ -15,7 +15,9 @@
  * Keys under `directIoMinBytes` are written together by one gathering write
  * through the page cache (an O_DIRECT write per small key costs a block
  * allocation and a device round trip each); larger keys go straight from host
- * memory with O_DIRECT where the filesystem allows it.
+ * memory with O_DIRECT where the filesystem allows it, all but an unaligned
+ * tail, which joins the gathering write (`directBody`: a segment is shared
+ * by the groups in flight, so no write may pad and trim its file).
  *
  * Commit order of a group: its bytes are written and the file fdatasynced,
  * and the file's directory entry made durable (objects/ fsynced once, after
@@ -40,7 +42,7 @@ import { randomBytes } from 'node:crypto'
 import { open as openFile, readFile, readdir, stat, unlink, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AgentError } from '../../core/errors.ts'
-import { openDirectFile, probeDirectIo, viewHostRange, type HostRange } from '../../native/index.ts'
+import { openDirectFile, probeDirectIo, type HostRange } from '../../native/index.ts'
 import { mkdirDurably, syncDirectory } from '../../core/durable-file.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { openJournalWriter, replayJournal, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
@@ -209,10 +211,25 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
   const io = { queueDepth: options.queueDepth ?? 8, blockBytes: options.blockBytes ?? 4 * 2 ** 20 }
   const segmentBytes = options.segmentBytes ?? 16 * 2 ** 20
   const directIoMinBytes = options.directIoMinBytes ?? 2 ** 20
-  /** Alignment of the offset of a key written with O_DIRECT (the directory's direct-I/O alignment, probed at open). */
+  /** Alignment of the offset and length of an O_DIRECT transfer (the directory's direct-I/O alignment, probed at open); a key written with O_DIRECT starts at a multiple of it. */
   let directAlignment = keyAlignment
+  /** Alignment of the memory of an O_DIRECT transfer (probed at open). */
+  let directMemoryAlignment = keyAlignment
   const isDirect = (bytes: number): boolean => directIo && bytes >= directIoMinBytes
   const alignmentOf = (bytes: number): number => isDirect(bytes) ? directAlignment : keyAlignment
+  /**
+   * The bytes at the start of a key that are written with O_DIRECT: none for
+   * a small key; for a large one, its whole direct-I/O blocks, when its
+   * memory is aligned for O_DIRECT (host memory regions are mmap'd, so
+   * page-aligned). The rest (an unaligned tail, or a key in unaligned memory,
+   * whole) goes through the page cache with the small keys: the native writer
+   * would move it by a read-modify-write that pads the file to the block's
+   * end and then truncates the file to the size its own handle knows, cutting
+   * away the keys other groups appended to the segment meanwhile, records
+   * and all.
+   */
+  const directBody = (src: HostRange): number =>
+    isDirect(src.length) && directMemoryAlignment <= keyAlignment && src.offset % directMemoryAlignment === 0 ? src.length - src.length % directAlignment : 0
   const committed = new Map<string, NvmeObject>()
   const segments = new Map<string, Segment>()
   let committedBytes = 0
@@ -333,7 +350,6 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
   /** Appends one group to a segment and commits its records; returns the objects (not yet in the books). */
   async function commitGroup (group: PendingPut[]): Promise<NvmeObject[]> {
     const w = writer()
-    const direct = (p: PendingPut): boolean => isDirect(p.src.length)
     const { seg, start } = placeGroup(group.reduce((sum, p) => sum + alignmentOf(p.src.length) + p.src.length, 0))
     const file = seg.active!
     file.writers++
@@ -347,32 +363,32 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     file.end = offset
     try {
       const handle = await file.handle
-      // The small keys in one gathering write per run of them, zeros between them (a run is contiguous in the file).
-      let run: Buffer[] = []
-      let runStart = 0
-      let runBytes = 0
+      // Through the page cache: the small keys, and what O_DIRECT cannot take of the large ones (directBody).
+      const pieces: Array<{ at: number, bytes: Buffer }> = []
+      const bodies: Array<{ at: number, src: HostRange }> = []
       for (const [i, p] of group.entries()) {
-        if (direct(p)) continue
-        if (runBytes === 0) runStart = objects[i]!.offset
-        run.push(viewHostRange(p.src))
-        runBytes += p.src.length
-        const next = group[i + 1]
-        if (next !== undefined && !direct(next)) {
-          for (let gap = objects[i + 1]!.offset - objects[i]!.offset - p.src.length; gap > 0; gap -= keyAlignment) {
-            run.push(padding.subarray(0, Math.min(gap, keyAlignment)))
-            runBytes += Math.min(gap, keyAlignment)
-          }
-        } else {
-          await writeAll(handle, run, runStart, runBytes)
-          run = []
-          runBytes = 0
-        }
+        const { offset } = objects[i]!
+        const body = directBody(p.src)
+        if (body > 0) bodies.push({ at: offset, src: { memory: p.src.memory, offset: p.src.offset, length: body } })
+        if (body < p.src.length) pieces.push({ at: offset + body, bytes: p.src.memory.viewBytes(p.src.offset + body, p.src.length - body) })
       }
-      const large = group.flatMap((p, i) => direct(p) ? [i] : [])
-      if (large.length > 0) {
+      // One gathering write per run of pieces less than 4 KiB apart (zeros between them), in file order.
+      for (let i = 0; i < pieces.length;) {
+        const runStart = pieces[i]!.at
+        const run: Buffer[] = []
+        let end = runStart
+        do {
+          const piece = pieces[i++]!
+          if (piece.at > end) run.push(padding.subarray(0, piece.at - end))
+          run.push(piece.bytes)
+          end = piece.at + piece.bytes.length
+        } while (i < pieces.length && pieces[i]!.at - end < keyAlignment)
+        await writeAll(handle, run, runStart, end - runStart)
+      }
+      if (bodies.length > 0) {
         const directFile = openDirectFile(file.path, { write: true, directIo })
         try {
-          await mapConcurrently(large, directWriteConcurrency, i => directFile.write(group[i]!.src, objects[i]!.offset, io))
+          await mapConcurrently(bodies, directWriteConcurrency, b => directFile.write(b.src, b.at, io))
         } finally {
           directFile.close()
         }
@@ -503,7 +519,11 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
 
     async open () {
       await mkdirDurably(objectsDir, 0o750)
-      if (directIo) directAlignment = Math.max(keyAlignment, probeDirectIo(options.dir).alignment)
+      if (directIo) {
+        const probe = probeDirectIo(options.dir)
+        directAlignment = Math.max(keyAlignment, probe.alignment)
+        directMemoryAlignment = probe.memoryAlignment
+      }
       let text = ''
       try { text = await readFile(journalPath, 'utf8') } catch (err) { if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err }
       const { records, tornLines } = replayJournal(text)

@@ -140,6 +140,25 @@ if (capabilities.addon.loaded) {
     t.ok(await readBack(t, again, keys.slice(26)), 'the re-pointed keys and the untouched ones read back byte-exact')
   })
 
+  t.test('a large key with an unaligned tail does not cut the keys another group appended to its segment meanwhile', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 2 ** 30, segmentBytes: 64 * 2 ** 20, directIoMinBytes: 64 * 1024 })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, [2 * 2 ** 20 + 100, ...Array.from({ length: 64 }, () => 4096)])
+    const large = tier.put(keys[0]!.key, keys[0]!.range, keys[0]!.checksum)
+    await new Promise(setImmediate) // the next group: placed after the large key while it is written
+    const small = await Promise.all(keys.slice(1).map(k => tier.put(k.key, k.range, k.checksum)))
+    const object = (await large).object
+    t.ok(small.every(o => o.object === object), 'both groups in one segment')
+    t.ok(await readBack(t, tier, keys), 'every key reads back')
+    await tier.close()
+    const again = createNvmeTier({ dir, capacityBytes: 2 ** 30 })
+    t.same(await again.open(), { recovered: keys.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.teardown(() => again.close())
+    t.ok(await readBack(t, again, keys), 'and after a restart')
+  })
+
   t.test('owners ride in the records: put, putAll, compaction\'s re-pointing and open()\'s rewrite keep them', async t => {
     const dir = diskDir(t)
     const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
