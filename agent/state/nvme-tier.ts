@@ -27,6 +27,9 @@
  * or dead bytes at the end of a segment. A torn journal tail is ignored.
  * `open()` also drops records whose file is missing or too short, then
  * compacts the journal; segments recovered are never appended to again.
+ * A segment file is unlinked only once no durable record names it: after
+ * the del records of all its removed keys, or the records re-pointing the
+ * keys compaction moved, are on disk.
  *
  * Space: a segment file stays until every key in it is removed; the bytes of
  * removed keys in a file still on disk are dead and count in `usedBytes()`.
@@ -131,6 +134,8 @@ interface Segment {
   /** Bytes of keys removed (or moved by compaction, or of a failed commit) still in the file. */
   deadBytes: number
   compacting: boolean
+  /** Removals of its keys whose records are not durable yet: the file stays meanwhile. */
+  removing: number
   /** Armed (re-armed by each removal) while the segment is mostly dead: compacts it when it fires. */
   compactTimer: NodeJS.Timeout | undefined
   /** Set while the segment takes groups: it is neither compacted nor removed meanwhile. */
@@ -259,7 +264,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
   function segmentOf (name: string): Segment {
     let seg = segments.get(name)
     if (seg === undefined) {
-      seg = { name, liveKeys: 0, liveBytes: 0, deadBytes: 0, compacting: false, compactTimer: undefined, active: undefined }
+      seg = { name, liveKeys: 0, liveBytes: 0, deadBytes: 0, compacting: false, removing: 0, compactTimer: undefined, active: undefined }
       segments.set(name, seg)
     }
     return seg
@@ -294,7 +299,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
    * segment with nothing live, or (re)arms the compaction of a mostly dead one.
    */
   async function reclaim (seg: Segment): Promise<void> {
-    if (seg.compacting || seg.active !== undefined || segments.get(seg.name) !== seg) return
+    if (seg.compacting || seg.active !== undefined || seg.removing > 0 || segments.get(seg.name) !== seg) return
     clearTimeout(seg.compactTimer)
     seg.compactTimer = undefined
     if (seg.liveKeys === 0) {
@@ -592,7 +597,13 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       if (obj === undefined) return
       const w = writer()
       const seg = retire(obj)
-      await w.append({ op: 'del', key })
+      // The file goes only once every removal from it is durable: a record naming it must not outlive it.
+      seg.removing++
+      try {
+        await w.append({ op: 'del', key })
+      } finally {
+        seg.removing--
+      }
       await reclaim(seg)
     },
 

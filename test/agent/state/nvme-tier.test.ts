@@ -2,7 +2,7 @@
 // segment removal and compaction, and a writer killed mid-commit.
 import t, { type Test } from 'tap'
 import { spawn } from 'node:child_process'
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { compactionQuietMs, createNvmeTier, type NvmeTier } from '../../../agent/state/nvme-tier.ts'
@@ -157,6 +157,24 @@ if (capabilities.addon.loaded) {
     t.same(await again.open(), { recovered: keys.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
     t.teardown(() => again.close())
     t.ok(await readBack(t, again, keys), 'and after a restart')
+  })
+
+  t.test('a segment\'s file stays until every removal from it is durable', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, Array.from({ length: 32 }, () => 4096))
+    for (let g = 0; g < 2; g++) await Promise.all(keys.slice(16 * g, 16 * g + 16).map(k => tier.put(k.key, k.range, k.checksum)))
+    const file = join(dir, 'objects', tier.get(keys[0]!.key)!.object)
+    for (const k of keys.slice(0, 14)) await tier.remove(k.key)
+    const first = tier.remove(keys[14]!.key)
+    await Promise.resolve() // the journal took the first removal's record into a write
+    const last = tier.remove(keys[15]!.key) // its record goes in the next write
+    await first
+    t.ok(existsSync(file), 'the last key\'s removal is not durable yet: its record still names the file')
+    await last
+    t.notOk(existsSync(file), 'gone once it is')
   })
 
   t.test('owners ride in the records: put, putAll, compaction\'s re-pointing and open()\'s rewrite keep them', async t => {
