@@ -5,13 +5,16 @@
  * and an fdatasync would) before `append` resolves. Concurrent appends are
  * group-committed: one write for everything queued while the previous one
  * was in flight. Replay stops at the first line whose checksum or JSON is
- * wrong: a torn tail left by a crash is ignored.
+ * wrong: a torn tail left by a crash is ignored. For the same reason a
+ * writer whose write failed takes no more records: the file may end in part
+ * of a line, which would hide every record appended after it.
  */
 import { constants } from 'node:fs'
 import { open, rename, type FileHandle } from 'node:fs/promises'
 import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
 import { syncDirectory } from '../../core/durable-file.ts'
+import { AgentError } from '../../core/errors.ts'
 
 /**
  * A put's `offset`: where the key's bytes start in the object file (0 when
@@ -72,6 +75,18 @@ export async function openJournalWriter (path: string): Promise<JournalWriter> {
   const handle = await open(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_DSYNC, 0o640)
   let queue: Array<{ lines: string, done: PromiseWithResolvers<void> }> = []
   let flushing: Promise<void> | undefined
+  /** Set by the first failed write: every append after it fails with it. */
+  let failed: unknown
+
+  /** Appends `text` whole (a write may be short: the rest follows it). */
+  async function writeAll (text: string): Promise<void> {
+    const bytes = Buffer.from(text)
+    for (let done = 0; done < bytes.length;) {
+      const { bytesWritten } = await handle.write(bytes, done, bytes.length - done)
+      if (bytesWritten === 0) throw new AgentError('ERR_IO', `journal ${path}: a write wrote nothing`)
+      done += bytesWritten
+    }
+  }
 
   async function flush (): Promise<void> {
     // Starts after the tick that queued the first record: everything appended in that tick shares the write.
@@ -80,10 +95,12 @@ export async function openJournalWriter (path: string): Promise<JournalWriter> {
       const batch = queue
       queue = []
       try {
-        await handle.write(batch.length === 1 ? batch[0]!.lines : batch.map(b => b.lines).join(''))
+        if (failed !== undefined) throw failed
+        await writeAll(batch.length === 1 ? batch[0]!.lines : batch.map(b => b.lines).join(''))
         for (const b of batch) b.done.resolve()
       } catch (err) {
-        for (const b of batch) b.done.reject(err)
+        failed ??= new AgentError('ERR_IO', `NVMe journal ${path}: a write failed (${(err as Error).message}); no record is appended after it until a restart replays the journal`, { cause: err })
+        for (const b of batch) b.done.reject(failed)
       }
     }
     flushing = undefined
@@ -111,7 +128,7 @@ export async function rewriteJournal (path: string, records: JournalRecord[]): P
   const tmp = `${path}.compact`
   const handle: FileHandle = await open(tmp, 'w', 0o640)
   try {
-    await handle.write(records.map(encodeRecord).join(''))
+    await handle.writeFile(records.map(encodeRecord).join(''))
     await handle.sync()
   } finally {
     await handle.close()
