@@ -29,7 +29,8 @@
  * compacts the journal; segments recovered are never appended to again.
  * A segment file is unlinked only once no durable record names it: after
  * the del records of all its removed keys, or the records re-pointing the
- * keys compaction moved, are on disk.
+ * keys compaction moved, are on disk. `commitPoint` names each step between
+ * these writes (nvme-tier-crash.test.ts kills a process at every one).
  *
  * Space: a segment file stays until every key in it is removed; the bytes of
  * removed keys in a file still on disk are dead and count in `usedBytes()`.
@@ -123,7 +124,22 @@ export interface NvmeTier {
 export interface NvmeTierComponents {
   /** fsync of a directory (durable-file.ts syncDirectory by default); tests trace it. */
   syncDirectory?: (dir: string) => Promise<void>
+  /** Awaited at each step of NvmeCommitPoint; crash tests stop a process there and kill it. Default: none. */
+  commitPoint?: (at: NvmeCommitPoint) => void | Promise<void>
 }
+
+/** The steps between the writes that make a group commit, a compaction or a segment's removal durable. */
+export type NvmeCommitPoint =
+  /** The group's bytes (from `start` in `segment`) and the segment's name are durable; no record of it is written. */
+  | { point: 'group-synced', segment: string, start: number, keys: string[] }
+  /** The group's records are durable too; its puts have not resolved yet. */
+  | { point: 'group-recorded', segment: string, start: number, keys: string[] }
+  /** Compaction copied the live keys of `from` into `to`, durably; no key is re-pointed yet. */
+  | { point: 'compaction-copied', from: string, to: string }
+  /** The records re-pointing them are durable; `from` is still on disk. */
+  | { point: 'compaction-recorded', from: string, to: string }
+  /** Every key of `segment` is durably removed or moved; its file is not unlinked yet. */
+  | { point: 'segment-removing', segment: string }
 
 /** One segment file: what is live in it and what is dead. */
 interface Segment {
@@ -210,6 +226,7 @@ function remainderOf (buffers: Buffer[], skip: number): Buffer[] {
 
 export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierComponents = {}): NvmeTier {
   const syncDir = components.syncDirectory ?? syncDirectory
+  const at = components.commitPoint
   const objectsDir = join(options.dir, 'objects')
   const journalPath = join(options.dir, 'journal.log')
   const directIo = options.directIo ?? true
@@ -305,6 +322,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     if (seg.liveKeys === 0) {
       segments.delete(seg.name)
       deadBytes -= seg.deadBytes
+      if (at !== undefined) await at({ point: 'segment-removing', segment: seg.name })
       await unlink(join(objectsDir, seg.name)).catch(() => {})
     } else if (seg.deadBytes > seg.liveBytes) {
       seg.compactTimer = setTimeout(() => {
@@ -400,7 +418,9 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       }
       await handle.datasync()
       await file.named
+      if (at !== undefined) await at({ point: 'group-synced', segment: seg.name, start, keys: group.map(p => p.key) })
       await w.appendAll(objects.map(putRecord))
+      if (at !== undefined) await at({ point: 'group-recorded', segment: seg.name, start, keys: group.map(p => p.key) })
     } catch (err) {
       // Whatever was written is named by no record: dead bytes. A segment that failed a write takes no more.
       addDead(seg, group.reduce((sum, p) => sum + p.src.length, 0))
@@ -497,6 +517,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     } finally {
       await src.close()
     }
+    if (at !== undefined) await at({ point: 'compaction-copied', from: seg.name, to: name })
     const w = writer()
     const target = segmentOf(name)
     const records: JournalRecord[] = []
@@ -512,6 +533,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       records.push(putRecord(moved))
     }
     if (records.length > 0) await w.appendAll(records)
+    if (at !== undefined) await at({ point: 'compaction-recorded', from: seg.name, to: name })
     if (target.liveKeys === 0) await reclaim(target)
   }
 
