@@ -32,6 +32,13 @@
  * keys compaction moved, are on disk. `commitPoint` names each step between
  * these writes (nvme-tier-crash.test.ts kills a process at every one).
  *
+ * Format 1, before segments (one file per key, named by the SHA-256 of the
+ * key and exactly its bytes long; records without `offset`), is read as
+ * segments of one key at offset 0: `open()` rewrites their records with an
+ * offset, and each such file goes with its key. There is no way back: an
+ * agent from before segments reading this directory takes every segment
+ * file longer than the key at its start for an orphan and deletes it.
+ *
  * Space: a segment file stays until every key in it is removed; the bytes of
  * removed keys in a file still on disk are dead and count in `usedBytes()`.
  * A full (sealed) segment with more dead bytes than live ones is compacted
