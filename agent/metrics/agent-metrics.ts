@@ -235,7 +235,7 @@ export function stateFamilies (r: ResidencySummary): MetricFamily[] {
     gauge('agentd_state_stored_bytes', 'Bytes of the stored keys, each key once.', one(r.storedBytes)),
     gauge('agentd_state_logical_bytes', 'Bytes the clients offloaded, each key once per replica (logical / stored = the dedup ratio).', one(r.logicalBytes)),
     gauge('agentd_state_host_pool_largest_free_bytes', 'Largest free extent of the host pool.', one(r.hostPool.largestFreeBytes)),
-    gauge('agentd_state_host_pool_fragmentation_ratio', 'Fragmentation of the host pool\'s free space, 0 (one extent) to 1.', one(r.hostPool.fragmentation)),
+    gauge('agentd_state_host_pool_fragmentation_ratio', 'What fragmentation costs host pool allocation: the share of free bytes in holes too small for the largest recent request, 0 to 1.', one(r.hostPool.fragmentation)),
     gauge('agentd_state_shm_regions', 'Adopted shared-memory objects mapped (zero-copy host copies outside the pool).', one(r.shm.regions)),
     gauge('agentd_state_shm_bytes', 'Bytes of the adopted shared-memory objects.', one(r.shm.bytes)),
     gauge('agentd_state_namespace_stored_bytes', 'Stored bytes per namespace (job/model).', r.namespaces.map(n => ({ labels: { namespace: n.namespace }, value: n.storedBytes }))),

@@ -9,6 +9,9 @@
  *   nothing but pool space is busy (pinned keys, extents being filled) it
  *   waits for `released()` and tries again; when nothing is busy either it
  *   fails with ERR_TIER_FULL. It returns an extent the caller owns and frees.
+ *   After each successful allocation it calls `allocated` (the StateManager
+ *   starts background spilling there above the high watermark, so spilling
+ *   runs ahead of allocation instead of behind it).
  * - Busy bytes: what `pinnedPoolBytes()` reports plus the bytes between
  *   `filling(bytes)` and the call of the function it returns. A caller that
  *   fails to fill an extent frees it before ending the fill, so the waiters
@@ -38,22 +41,34 @@ export interface HostSpaceComponents {
   spill(wantBytes: number, keep: ReadonlySet<string>): Promise<number>
   /** Bytes of pool keys pinned by readers right now. */
   pinnedPoolBytes(): number
+  /** Called after every successful allocation (e.g. TierMover.spillIfAboveWatermark). Default: nothing. */
+  allocated?: () => void
 }
 
 export function createHostSpace (components: HostSpaceComponents): HostSpace {
   const { pool, nvme, spill, pinnedPoolBytes } = components
+  const allocated = components.allocated ?? (() => {})
   /** Allocations waiting for pool space held by copies in flight. */
   const waiting: Array<() => void> = []
   let fillingBytes = 0
   const released = (): void => { for (const wake of waiting.splice(0)) wake() }
+  /** A pool extent, or undefined when the pool has no room. */
+  const tryAllocate = (bytes: number): Extent | undefined => {
+    try {
+      return pool.allocate(bytes)
+    } catch (err) {
+      if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
+      return undefined
+    }
+  }
 
   return {
     async allocate (bytes, keep) {
       for (;;) {
-        try {
-          return pool.allocate(bytes)
-        } catch (err) {
-          if ((err as AgentError).code !== 'ERR_POOL_FULL') throw err
+        const extent = tryAllocate(bytes)
+        if (extent !== undefined) {
+          allocated()
+          return extent
         }
         const freed = await spill(bytes, keep)
         if (freed === 0 && pinnedPoolBytes() + fillingBytes > 0) {

@@ -14,13 +14,17 @@ export interface SpillCandidate {
   nextUseMs: number | undefined
 }
 
+/** Negative when `a` spills before `b`, positive after, 0 when the order does not tell them apart. */
+export function compareSpill (a: Omit<SpillCandidate, 'key'>, b: Omit<SpillCandidate, 'key'>): number {
+  if (a.nextUseMs === undefined && b.nextUseMs === undefined) return a.lastUseMs - b.lastUseMs
+  if (a.nextUseMs === undefined) return -1
+  if (b.nextUseMs === undefined) return 1
+  return b.nextUseMs - a.nextUseMs || a.lastUseMs - b.lastUseMs
+}
+
+/** The candidates in spill order (a stable sort: ties keep their order). spill-queue.ts keeps the same order incrementally. */
 export function spillOrder<T extends SpillCandidate> (candidates: readonly T[]): T[] {
-  return [...candidates].sort((a, b) => {
-    if (a.nextUseMs === undefined && b.nextUseMs === undefined) return a.lastUseMs - b.lastUseMs
-    if (a.nextUseMs === undefined) return -1
-    if (b.nextUseMs === undefined) return 1
-    return b.nextUseMs - a.nextUseMs || a.lastUseMs - b.lastUseMs
-  })
+  return [...candidates].sort(compareSpill)
 }
 
 /** A scheduler hint: keys under `prefix` are needed `inMs` from when the hint arrived. */

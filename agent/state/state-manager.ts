@@ -12,9 +12,11 @@
  * - The first writer of a key stores it; a writer arriving while that copy is
  *   in flight waits for it and is counted as a replica (no second copy).
  * - The host pool spills to NVMe in the background above the high watermark
- *   (victims by scheduler hints, then LRU); an offload that finds the pool
- *   full waits for just enough spilling. ERR_TIER_FULL only when host and
- *   NVMe are both full.
+ *   (checked on every allocation; victims by scheduler hints, then LRU, kept
+ *   in order as keys change, in groups that share one NVMe commit); an
+ *   offload that finds the pool full waits for that spilling, or for just
+ *   enough spilling of its own. ERR_TIER_FULL only when host and NVMe are
+ *   both full.
  * - NVMe keys survive a restart (journal); host-only keys do not, and
  *   `residency()` says which is which (`durable`).
  * - A key's host copy is either a pool extent or a range of an adopted
@@ -31,6 +33,8 @@
  * This module holds the key index, the batch protocol (first writer copies,
  * replicas wait, rollback) and the public interface; the pieces it composes
  * state their own contracts: stored-entry.ts (the index entry and its pins),
+ * spill-queue.ts (the spillable keys in spill order: this module updates it
+ * whenever a key is stored, used or dropped, and on every unpin),
  * host-space.ts (pool allocation that spills or waits), tier-mover.ts
  * (spill, promote, durable writes), capacity-accounting.ts (quota and room
  * checks, residency totals), adopted-shm-regions.ts (adoptShm).
@@ -48,12 +52,12 @@ import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces,
 import { createHostSpace, type HostSpace } from './host-space.ts'
 import { createNamespaceOwners, type NamespaceOwner } from './namespace-owners.ts'
 import { createTierMover, type TierMover } from './tier-mover.ts'
-import type { UseHint } from './spill-order.ts'
+import { createSpillQueue } from './spill-queue.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
 const copyConcurrency = 2
-/** Tensors of one batch moving to or from NVMe at once: overlaps I/O and lets the journal group-commit. */
+/** Tensors of one onload moving from NVMe at once: overlaps the reads. */
 const ioConcurrency = 4
 
 export type { MemorySpec } from './client-memory.ts'
@@ -118,6 +122,11 @@ export interface Residency {
   logicalBytes: number
   storedBytes: number
   namespaces: NamespaceUsage[]
+  /**
+   * `fragmentation`: what allocation pays for fragmentation, the share of
+   * free pool bytes in holes too small for the largest recent request
+   * (ExtentAllocator's allocationFragmentation); 0 when every hole fits it.
+   */
   hostPool: { freeBytes: number, largestFreeBytes: number, fragmentation: number }
   /** Adopted shared-memory mappings (adoptShm): host-tier bytes outside the pool. */
   shm: { regions: number, bytes: number }
@@ -290,7 +299,8 @@ export function createStateManager (options: StateManagerOptions, components: St
   const inflight = new Map<string, Promise<boolean>>()
   /** Set by a successful start() (closed, not cleared, by stop()); undefined before. */
   let storage: StartedStorage | undefined
-  let hints: UseHint[] = []
+  /** The spillable pool keys in spill order; updated on every change below that can move a key in it. */
+  const spillQueue = createSpillQueue({ index: entries })
   const background = new Set<Promise<unknown>>()
   const mappings = createShmMappingCache()
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
@@ -319,13 +329,23 @@ export function createStateManager (options: StateManagerOptions, components: St
     void tracked.finally(() => background.delete(tracked))
   }
 
-  /** Stores a new entry for `key` in the index, under its namespace's owner. */
+  /** Stores a new entry for `key` in the index, under its namespace's owner, and queues it for spilling. */
   const addEntry = (key: StateKey, host: Extent | undefined): StoredEntry => {
     const entry = newStoredEntry(key, host, now(), undefined, owners.stored(key.namespace))
     entries.set(key.text, entry)
+    spillQueue.update(entry)
     return entry
   }
-  const pin = (entry: StoredEntry): () => void => pinEntry(entry, started().space.released)
+  /** Pins the entry; its unpin re-queues it for spilling and wakes waiting allocations. */
+  const pin = (entry: StoredEntry): () => void => {
+    const { space } = started()
+    return pinEntry(entry, () => { spillQueue.update(entry); space.released() })
+  }
+  /** The entry was just used: LRU moves it back. */
+  const touch = (entry: StoredEntry): void => {
+    entry.lastUseMs = now()
+    spillQueue.update(entry)
+  }
   /** Bytes of pool keys pinned by readers (busy: they become spillable when unpinned). */
   const pinnedPoolBytes = (): number => {
     let pinned = 0
@@ -334,7 +354,6 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
   const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
   const promote = (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> => started().mover.promote(entry, keep)
-  const persist = (entry: StoredEntry): Promise<void> => started().mover.persist(entry)
   const maybeSpill = (): void => { storage?.mover.spillIfAboveWatermark() }
 
   function parseItems<T extends { key: string }> (items: T[], what: string): StateKey[] {
@@ -396,7 +415,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           return { key: k.text, tier: 'host', deduplicated: false, durable: false }
         }
         const { entry, copied } = await awaitStored(k, sources[i]!, keep)
-        entry.lastUseMs = now()
+        touch(entry)
         if (copied) {
           created.push(entry)
         } else {
@@ -409,10 +428,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         return result
       })
       if (durability === 'nvme') {
-        await mapConcurrently(results, ioConcurrency, async r => {
-          await persist(entries.get(r.key)!)
-          r.durable = true
-        })
+        await started().mover.persistAll(results.map(r => entries.get(r.key)!))
+        for (const r of results) r.durable = true
       }
       return results
     } catch (err) {
@@ -488,6 +505,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       entries.delete(entry.key.text)
       owners.removed(entry.key.namespace)
     }
+    spillQueue.update(entry)
     await whenUnpinned(entry)
     if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
     releaseShm(entry)
@@ -587,7 +605,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       logicalBytes: usage.logicalBytes,
       storedBytes: usage.storedBytes,
       namespaces: usage.namespaces,
-      hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.fragmentation },
+      hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.allocationFragmentation },
       shm: adoptedRegions.totals(),
       counters: { ...counters },
     }
@@ -604,8 +622,8 @@ export function createStateManager (options: StateManagerOptions, components: St
         pool.close()
         throw err
       }
-      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.spill(bytes, keep), pinnedPoolBytes })
-      const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, counters, hints: () => hints, track })
+      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.makeRoom(bytes, keep), pinnedPoolBytes, allocated: () => mover.spillIfAboveWatermark() })
+      const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, queue: spillQueue, counters, track })
       storage = { pool, nvme, recovered, space, mover }
       for (const obj of nvme.objects()) {
         const key = parseKey(obj.key)
@@ -636,7 +654,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     },
     setHints (list) {
       const at = now()
-      hints = list.map(h => ({ prefix: h.prefix, atMs: at + h.inMs }))
+      spillQueue.setHints(list.map(h => ({ prefix: h.prefix, atMs: at + h.inMs })))
       for (const h of list) if (h.inMs <= options.prefetchHorizonMs) prefetch({ prefix: h.prefix })
     },
     residency,
@@ -687,17 +705,25 @@ export function createStateManager (options: StateManagerOptions, components: St
       return true
     },
     async persist (texts) {
+      // The keys before the first one that is invalid or not stored are written (together), then that one fails.
+      const found: StoredEntry[] = []
+      let stop: { err: unknown } | undefined
       for (const text of texts) {
-        const entry = entries.get(parseKey(text).text)
-        if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
-        const unpin = pin(entry)
+        let entry: StoredEntry | undefined
         try {
-          if (!hasHostCopy(entry) && !entry.onNvme) throw new AgentError('ERR_INTERNAL', `${text} is in neither tier`)
-          await persist(entry)
-        } finally {
-          unpin()
+          entry = entries.get(parseKey(text).text)
+        } catch (err) {
+          stop = { err }
+          break
         }
+        if (entry === undefined) {
+          stop = { err: new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`) }
+          break
+        }
+        found.push(entry)
       }
+      await started().mover.persistAll(found)
+      if (stop !== undefined) throw stop.err
     },
     namespaceOwner: namespace => owners.ownerOf(namespace),
     nestedNamespaceOwners: namespace => owners.nested(namespace),

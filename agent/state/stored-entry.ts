@@ -20,6 +20,8 @@ import type { AdoptedShm } from './adopted-shm-regions.ts'
 
 export interface StoredEntry {
   key: StateKey
+  /** Creation order, unique in the process: entries enter the index as they are created, so this is index order (spill-queue.ts breaks ties with it). */
+  readonly seq: number
   host: Extent | undefined
   onNvme: boolean
   replicas: number
@@ -39,9 +41,11 @@ export interface StoredEntry {
   unpinned: Array<() => void>
 }
 
+let entriesCreated = 0
+
 /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given), its namespace owned by `owner` (default: the agent). */
 export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number, owner?: number): StoredEntry {
-  return { key, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, owner, pins: 0, unpinned: [] }
+  return { key, seq: entriesCreated++, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, owner, pins: 0, unpinned: [] }
 }
 
 /** Whether the key has a host copy (pool extent or adopted mapping). */

@@ -1,10 +1,13 @@
-// The NVMe tier's commit order for a put, with the directory fsync traced.
-import t from 'tap'
-import { readdirSync, readFileSync } from 'node:fs'
+// The NVMe tier's commit order for a put, with the directory fsync traced; group commit, torn commits,
+// segment removal and compaction, and a writer killed mid-commit.
+import t, { type Test } from 'tap'
+import { spawn } from 'node:child_process'
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { createNvmeTier } from '../../../agent/state/nvme-tier.ts'
+import { fileURLToPath } from 'node:url'
+import { compactionQuietMs, createNvmeTier, type NvmeTier } from '../../../agent/state/nvme-tier.ts'
 import { capabilities, checksumBytes, createHostPool } from '../../../native/index.ts'
-import { diskDir } from '../../native/helpers.ts'
+import { diskDir, patternBytes } from '../../native/helpers.ts'
 
 if (!capabilities.addon.loaded) {
   t.comment(`skipped: the NVMe tier needs the native addon (${capabilities.addon.error})`)
@@ -27,5 +30,203 @@ if (!capabilities.addon.loaded) {
     await tier.put(key, range, await checksumBytes(Buffer.alloc(4096, 7)))
     t.same(synced, [{ dir: join(dir, 'objects'), objects: 1, journalNamesKey: false }], 'one fsync of objects/, between the object and its record')
     t.ok(readFileSync(journal, 'utf8').includes(key), 'the record is in the journal once put resolves')
+  })
+}
+
+if (capabilities.addon.loaded) {
+  const keyOf = (i: number, bytes = 4096): string => `job/a/k${i}:param@[0]/[${bytes}]:u8#v1`
+  /** A pool holding `sizes.length` keys of pattern bytes (seeded by index), with their ranges and crc32c. */
+  async function keysInPool (t: Test, sizes: number[]) {
+    const pool = await createHostPool({ sizeBytes: Math.max(2 ** 20, sizes.reduce((a, b) => a + Math.ceil(b / 4096) * 4096, 0) * 2), lock: false, hugePages: false, registerCuda: false })
+    t.teardown(() => pool.close())
+    const keys = await Promise.all(sizes.map(async (bytes, i) => {
+      const data = patternBytes(bytes, 1 + i)
+      const extent = pool.allocate(bytes)
+      pool.view(extent).set(data)
+      return { key: keyOf(i, bytes), data, range: pool.range(extent, 0, bytes), checksum: await checksumBytes(data) }
+    }))
+    return { pool, keys }
+  }
+  /** Reads every key back through a fresh pool extent. */
+  async function readBack (t: Test, tier: NvmeTier, keys: Array<{ key: string, data: Buffer }>): Promise<boolean> {
+    const pool = await createHostPool({ sizeBytes: 2 ** 22, lock: false, hugePages: false, registerCuda: false })
+    try {
+      for (const k of keys) {
+        const extent = pool.allocate(k.data.length)
+        await tier.read(k.key, pool.range(extent, 0, k.data.length))
+        const same = pool.view(extent).subarray(0, k.data.length).equals(k.data)
+        pool.free(extent)
+        if (!same) { t.fail(`${k.key} read back wrong`); return false }
+      }
+      return true
+    } finally {
+      pool.close()
+    }
+  }
+  const journalLines = (dir: string): string[] => readFileSync(join(dir, 'journal.log'), 'utf8').split('\n').filter(l => l !== '')
+
+  t.test('puts issued together commit as one group: one segment file, one objects/ fsync, records only after both', async t => {
+    const dir = diskDir(t)
+    const synced: Array<{ objects: number, records: number }> = []
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 }, {
+      syncDirectory: async d => { synced.push({ objects: readdirSync(d).length, records: journalLines(dir).length }) },
+    })
+    await tier.open()
+    // Small keys (gathered into one write, odd sizes padded), and one over directIoMinBytes (O_DIRECT).
+    const sizes = [...Array.from({ length: 100 }, () => 4096), 5000, 100, 2 * 2 ** 20, 4096]
+    const { keys } = await keysInPool(t, sizes)
+    const objects = await Promise.all(keys.map(k => tier.put(k.key, k.range, k.checksum)))
+    t.same(synced, [{ objects: 1, records: 0 }], 'one fsync of objects/, for the one new file, before any record')
+    t.equal(new Set(objects.map(o => o.object)).size, 1, 'one segment')
+    t.ok(objects.every(o => o.offset % 4096 === 0), 'every key starts on a 4 KiB boundary')
+    t.equal(journalLines(dir).length, sizes.length, 'a record per key')
+    t.equal(tier.usedBytes(), sizes.reduce((a, b) => a + b, 0))
+    t.ok(await readBack(t, tier, keys), 'every key reads back byte-exact')
+    await tier.close()
+
+    const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    t.same(await again.open(), { recovered: sizes.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.teardown(() => again.close())
+    t.equal(again.usedBytes(), sizes.reduce((a, b) => a + b, 0), 'no dead bytes after a restart')
+    t.ok(await readBack(t, again, keys), 'and after a restart')
+  })
+
+  t.test('a torn group commit: keys whose records reached the disk are recovered whole, the rest are dead bytes', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 50 }, () => 4096))
+    await Promise.all(keys.map(k => tier.put(k.key, k.range, k.checksum)))
+    await tier.close()
+    // A power cut in the middle of the group's journal write: 40 records whole, the 41st torn.
+    const lines = journalLines(dir)
+    writeFileSync(join(dir, 'journal.log'), lines.slice(0, 40).join('\n') + '\n' + lines[40]!.slice(0, 30))
+    const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    t.same(await again.open(), { recovered: 40, dropped: 0, orphansRemoved: 0, tornLines: 1 })
+    t.teardown(() => again.close())
+    t.ok(await readBack(t, again, keys.slice(0, 40)))
+    t.equal(again.get(keys[45]!.key), undefined)
+    t.equal(again.usedBytes(), 50 * 4096, 'the 10 lost keys\' bytes are dead bytes until the segment goes')
+    for (const k of keys.slice(0, 40)) await again.remove(k.key)
+    t.equal(again.usedBytes(), 0)
+    t.same(readdirSync(join(dir, 'objects')), [], 'the segment went with its last key')
+  })
+
+  t.test('removals: a segment goes with its last key; one mostly dead is compacted, its live keys re-pointed', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 48 }, () => 4096))
+    for (let g = 0; g < 3; g++) await Promise.all(keys.slice(16 * g, 16 * g + 16).map(k => tier.put(k.key, k.range, k.checksum)))
+    const segmentOf = (i: number): string => tier.get(keys[i]!.key)!.object
+    t.equal(new Set(keys.map((_, i) => segmentOf(i))).size, 3, 'a 64 KiB segment per group of 16 keys')
+    const [first, second] = [segmentOf(0), segmentOf(16)]
+    const files = (): string[] => readdirSync(join(dir, 'objects')).sort()
+
+    for (const k of keys.slice(0, 16)) await tier.remove(k.key)
+    t.notOk(files().includes(first), 'the first segment went with its last key')
+    for (const k of keys.slice(16, 26)) await tier.remove(k.key) // 10 of 16 dead: more dead than live
+    for (let i = 0; i < 100 && files().includes(second); i++) await new Promise(resolve => setTimeout(resolve, compactionQuietMs / 4))
+    t.notOk(files().includes(second), 'the second segment was compacted away once removals paused')
+    t.equal(tier.usedBytes(), 22 * 4096, 'its dead bytes went with it')
+    t.ok(await readBack(t, tier, keys.slice(26)), 'its live keys read back from their new place')
+    await tier.close()
+    t.equal(files().length, 2, 'the third segment and the compacted one')
+
+    const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    t.same(await again.open(), { recovered: 22, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.teardown(() => again.close())
+    t.equal(again.usedBytes(), 22 * 4096, 'no dead bytes left')
+    t.ok(await readBack(t, again, keys.slice(26)), 'the re-pointed keys and the untouched ones read back byte-exact')
+  })
+
+  t.test('a large key with an unaligned tail does not cut the keys another group appended to its segment meanwhile', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 2 ** 30, segmentBytes: 64 * 2 ** 20, directIoMinBytes: 64 * 1024 })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, [2 * 2 ** 20 + 100, ...Array.from({ length: 64 }, () => 4096)])
+    const large = tier.put(keys[0]!.key, keys[0]!.range, keys[0]!.checksum)
+    await new Promise(setImmediate) // the next group: placed after the large key while it is written
+    const small = await Promise.all(keys.slice(1).map(k => tier.put(k.key, k.range, k.checksum)))
+    const object = (await large).object
+    t.ok(small.every(o => o.object === object), 'both groups in one segment')
+    t.ok(await readBack(t, tier, keys), 'every key reads back')
+    await tier.close()
+    const again = createNvmeTier({ dir, capacityBytes: 2 ** 30 })
+    t.same(await again.open(), { recovered: keys.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.teardown(() => again.close())
+    t.ok(await readBack(t, again, keys), 'and after a restart')
+  })
+
+  t.test('a segment\'s file stays until every removal from it is durable', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, Array.from({ length: 32 }, () => 4096))
+    for (let g = 0; g < 2; g++) await Promise.all(keys.slice(16 * g, 16 * g + 16).map(k => tier.put(k.key, k.range, k.checksum)))
+    const file = join(dir, 'objects', tier.get(keys[0]!.key)!.object)
+    for (const k of keys.slice(0, 14)) await tier.remove(k.key)
+    const first = tier.remove(keys[14]!.key)
+    await Promise.resolve() // the journal took the first removal's record into a write
+    const last = tier.remove(keys[15]!.key) // its record goes in the next write
+    await first
+    t.ok(existsSync(file), 'the last key\'s removal is not durable yet: its record still names the file')
+    await last
+    t.notOk(existsSync(file), 'gone once it is')
+  })
+
+  t.test('owners ride in the records: put, putAll, compaction\'s re-pointing and open()\'s rewrite keep them', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 32 }, () => 4096))
+    const ownerOf = (i: number): number | undefined => i % 3 === 0 ? undefined : 1000 + (i % 3)
+    // A group of 16 by put() (one segment), then 16 by putAll (the next one).
+    await Promise.all(keys.slice(0, 16).map((k, i) => tier.put(k.key, k.range, k.checksum, ownerOf(i))))
+    const results = await tier.putAll(keys.slice(16).map((k, i) => ({ key: k.key, src: k.range, checksum: k.checksum, owner: ownerOf(16 + i) })))
+    t.ok(results.every(r => !(r instanceof Error)))
+    // 10 of the first segment's 16 keys removed: it is compacted, its other 6 re-pointed by new records.
+    const first = tier.get(keys[0]!.key)!.object
+    for (const k of keys.slice(0, 10)) await tier.remove(k.key)
+    for (let i = 0; i < 100 && readdirSync(join(dir, 'objects')).includes(first); i++) await new Promise(resolve => setTimeout(resolve, compactionQuietMs / 4))
+    t.notOk(readdirSync(join(dir, 'objects')).includes(first), 'compacted')
+    await tier.close()
+    const live = keys.map((k, i) => ({ k, i })).slice(10)
+
+    for (const round of ['after the restart', 'after a second restart (the rewritten journal)']) {
+      const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+      await again.open()
+      t.same(live.map(({ k }) => again.get(k.key)?.owner), live.map(({ i }) => ownerOf(i)), `each key's owner ${round}`)
+      await again.close()
+    }
+  })
+
+  t.test('killed (SIGKILL) while group-committing: every put that resolved is recovered, and every key recovered reads back whole', async t => {
+    const dir = diskDir(t)
+    const child = spawn(process.execPath, [fileURLToPath(new URL('./nvme-put-child.ts', import.meta.url)), dir], { env: { ...process.env, AGENTD_NVME_CHILD: '1' }, stdio: ['ignore', 'pipe', 'inherit'] })
+    const acked: number[] = []
+    let buffered = ''
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.setEncoding('utf8')
+      child.stdout.on('data', (chunk: string) => {
+        buffered += chunk
+        const lines = buffered.split('\n')
+        buffered = lines.pop()!
+        for (const line of lines) acked.push(Number(line.slice(3)))
+        if (acked.length >= 3000 && child.exitCode === null) { child.kill('SIGKILL'); resolve() }
+      })
+      child.once('exit', code => code === null ? resolve() : reject(new Error(`child exited with ${code}`)))
+    })
+    await new Promise(resolve => child.exitCode !== null || child.signalCode !== null ? resolve(undefined) : child.once('exit', resolve))
+    const tier = createNvmeTier({ dir, capacityBytes: 2 ** 30 })
+    const recovery = await tier.open()
+    t.teardown(() => tier.close())
+    const recovered = [...tier.objects()].map(o => Number(/k(\d+):/.exec(o.key)![1]))
+    t.comment(`${acked.length} puts acknowledged before the kill, ${recovered.length} keys recovered (${JSON.stringify(recovery)})`)
+    const have = new Set(recovered)
+    t.same(acked.filter(n => !have.has(n)), [], 'no acknowledged key lost')
+    t.ok(await readBack(t, tier, recovered.map(n => ({ key: `crash/k${n}:param@[0]/[4096]:u8#v1`, data: patternBytes(4096, n) }))), 'no recovered key torn')
   })
 }

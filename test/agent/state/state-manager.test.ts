@@ -1,11 +1,13 @@
 // The StateManager against real shared-memory objects, a real pool and real NVMe files.
 import t, { type Test } from 'tap'
-import { readFileSync, writeFileSync, readdirSync, appendFileSync, openSync, writeSync, closeSync } from 'node:fs'
+import { readFileSync, writeFileSync, readdirSync, appendFileSync, openSync, writeSync, closeSync, mkdirSync } from 'node:fs'
+import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { createStateManager, type StateManager, type StateManagerOptions } from '../../../agent/state/state-manager.ts'
 import { diskDir, makeShm, patternBytes } from '../../native/helpers.ts'
-import { capabilities } from '../../../native/index.ts'
+import { capabilities, checksumBytes } from '../../../native/index.ts'
+import { encodeRecord } from '../../../agent/state/nvme-journal.ts'
 
 const MiB = 2 ** 20
 const logger = pino({ level: 'silent' })
@@ -114,6 +116,80 @@ t.test('durability nvme survives a restart; host-only keys do not', async t => {
   t.same(await second.onload([{ key: durable, target: { kind: 'shm', name: dst, offset: 0 } }]), [{ key: durable, fromTier: 'nvme' }])
   t.ok(shmBytes(dst).equals(data))
   await t.rejects(second.onload([{ key: volatile, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_KEY_NOT_FOUND' })
+})
+
+t.test('namespace owners survive a restart through every NVMe write: durable offloads (persistAll) and spill groups', async t => {
+  const dir = diskDir(t)
+  const first = await manager(t, { hostPoolBytes: 8 * MiB }, dir)
+  const durable = Array.from({ length: 4 }, (_, i) => key('owned/durable', `w${i}`, 256 * 1024))
+  const spilled = Array.from({ length: 24 }, (_, i) => key('owned/spilled', `w${i}`, MiB))
+  const release = first.claimNamespaces(['owned/durable', 'owned/spilled'], 4242)
+  const src = makeShm(t, patternBytes(MiB, 31))
+  await first.offload(durable.map(k => ({ key: k, source: { kind: 'shm' as const, name: src, offset: 0 } })), 'nvme')
+  await first.claimNamespaces(['owned/spilled'], 5151)() // already owned: keeps 4242
+  for (const k of spilled) await first.offload([{ key: k, source: { kind: 'shm', name: src, offset: 0 } }])
+  release()
+  t.ok(first.residency().counters.spilled > 0, 'the small pool spilled')
+  await first.stop()
+
+  const second = await manager(t, {}, dir)
+  const recovered = second.residency().keys.map(k => k.key)
+  t.ok(durable.every(k => recovered.includes(k)), 'the durable keys are back')
+  t.ok(spilled.some(k => recovered.includes(k)), 'and the spilled ones')
+  t.equal(second.namespaceOwner('owned/durable'), 4242, 'owner of keys written by a durable offload')
+  t.equal(second.namespaceOwner('owned/spilled'), 4242, 'owner of keys written by spill groups')
+})
+
+/**
+ * An NVMe directory as agents before segment files wrote it: one object file per key, named by the
+ * SHA-256 of the key and exactly its bytes long, and journal records without `offset`; a removed
+ * key's put and del records with its file gone, a crashed put's orphan file, a torn tail.
+ */
+async function writeFormat1 (nvmeDir: string, keys: Array<{ key: string, data: Buffer, owner?: number }>, removed: string): Promise<void> {
+  mkdirSync(join(nvmeDir, 'objects'), { recursive: true })
+  const object = (k: string): string => createHash('sha256').update(k).digest('hex')
+  let journal = ''
+  for (const { key, data, owner } of keys) {
+    writeFileSync(join(nvmeDir, 'objects', object(key)), data)
+    journal += encodeRecord({ op: 'put', key, bytes: data.length, checksum: await checksumBytes(data), object: object(key), ...(owner !== undefined ? { owner } : {}) })
+  }
+  journal += encodeRecord({ op: 'put', key: removed, bytes: 5000, checksum: 1, object: object(removed), owner: 1001 }) + encodeRecord({ op: 'del', key: removed })
+  writeFileSync(join(nvmeDir, 'objects', object('crashed mid-put')), 'half an object')
+  writeFileSync(join(nvmeDir, 'journal.log'), journal + '0badc0de {"op":"put","key":"to')
+}
+
+t.test('an NVMe directory from before segment files is read: keys byte-identical with their owners, then written in the new format', async t => {
+  const dir = diskDir(t)
+  const old = [
+    { key: key('v1/agent', 'small', 4096), data: patternBytes(4096, 61) },
+    { key: key('v1/user', 'odd', 5000 + 3), data: patternBytes(5003, 62), owner: 1002 },
+    { key: key('v1/user', 'large', 2 * MiB + 3), data: patternBytes(2 * MiB + 3, 63), owner: 1002 },
+  ]
+  await writeFormat1(join(dir, 'nvme'), old, key('v1/user', 'removed', 5000))
+  const onloaded = async (sm: StateManager, k: string, bytes: number): Promise<Buffer> => {
+    const dst = makeShm(t, bytes)
+    await sm.onload([{ key: k, target: { kind: 'shm', name: dst, offset: 0 } }])
+    return shmBytes(dst)
+  }
+
+  const first = await manager(t, {}, dir)
+  t.same(first.recovery(), { recovered: 3, dropped: 0, orphansRemoved: 1, tornLines: 1 })
+  for (const { key: k, data } of old) t.ok((await onloaded(first, k, data.length)).equals(data), `${k} byte-identical`)
+  t.equal(first.namespaceOwner('v1/user'), 1002, 'owner from the old records')
+  t.equal(first.namespaceOwner('v1/agent'), 'agent')
+  const added = patternBytes(3 * MiB + 5, 64)
+  const addedKey = key('v1/user', 'added', added.length)
+  await first.offload([{ key: addedKey, source: { kind: 'shm', name: makeShm(t, added), offset: 0 } }], 'nvme')
+  const before = readdirSync(join(dir, 'nvme', 'objects')).length
+  t.equal(await first.drop({ keys: [old[0]!.key] }), 1)
+  t.equal(readdirSync(join(dir, 'nvme', 'objects')).length, before - 1, 'an old object file goes with its key')
+  await first.stop()
+  t.ok(readFileSync(join(dir, 'nvme', 'journal.log'), 'utf8').split('\n').filter(l => l.includes('"op":"put"')).every(l => l.includes('"offset":')), 'the journal was rewritten in the new format')
+
+  const second = await manager(t, {}, dir)
+  t.same(second.recovery(), { recovered: 3, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+  for (const { key: k, data } of [...old.slice(1), { key: addedKey, data: added }]) t.ok((await onloaded(second, k, data.length)).equals(data), `${k} byte-identical after a second restart`)
+  t.equal(second.namespaceOwner('v1/user'), 1002)
 })
 
 t.test('recovery: orphan objects removed, torn journal tail ignored, corrupted object detected', async t => {

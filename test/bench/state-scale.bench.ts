@@ -1,0 +1,124 @@
+/**
+ * The StateManager at the key counts users reach, in process (no API), each
+ * figure against a baseline measured in the same run:
+ *
+ * 1. Spill: offload `--keys` 4 KiB keys in 1,000-key batches into a pool
+ *    that holds a tenth of them (so nine in ten spill to NVMe) vs into a pool
+ *    that fits them all. Batch latency p50 / p99 / max of each. Goal: the
+ *    spilling run's max within 4x of the fitting run's (spilling costs about
+ *    the same per key however many keys are resident: no per-allocation sort
+ *    of every key, no fsync per key).
+ * 2. Fragmentation: a pool holding `--keys` keys, every other one dropped
+ *    (`--keys`/2 holes of 4 KiB), then 1,000-key batches into the holes, vs
+ *    the same count of keys offloaded into a pool without holes. Goal: within
+ *    2x (allocation does not scan the free list).
+ *
+ * Default watermarks (0.9 / 0.75). Each figure is the median of `--runs`
+ * runs; the bracket lists the runs.
+ *
+ *   node_modules/.bin/node test/bench/state-scale.bench.ts [--runs 3] [--keys 100000] [--dir /var/tmp]
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { pino } from 'pino'
+import { createStateManager, type StateManager } from '../../agent/state/state-manager.ts'
+import { median, MiB, percentile } from './bench-stats.ts'
+
+const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, keys: { type: 'string', default: '100000' }, dir: { type: 'string', default: '/var/tmp' } } })
+const runs = Number(values.runs)
+const keyCount = Number(values.keys)
+const keyBytes = 4096
+const batch = 1000
+const batches = Math.ceil(keyCount / batch)
+const measuredBatches = 10
+const dir = mkdtempSync(join(values.dir, 'agentd-state-scale-bench-'))
+const src = `agentd-bench-scale-${process.pid}`
+writeFileSync(`/dev/shm/${src}`, Buffer.alloc(batch * keyBytes, 0x5a))
+process.once('exit', () => {
+  rmSync(`/dev/shm/${src}`, { force: true })
+  rmSync(dir, { recursive: true, force: true })
+})
+const logger = pino({ level: 'silent' })
+let managers = 0
+
+async function startManager (hostPoolBytes: number): Promise<{ sm: StateManager, stop: () => Promise<void> }> {
+  const nvmeDir = join(dir, `nvme-${managers++}`)
+  const sm = createStateManager({
+    hostPoolBytes, lockHostPool: false, nvmeDir, nvmeCapacityBytes: 4 * keyCount * keyBytes, directIo: true,
+    spillHighWatermark: 0.9, spillLowWatermark: 0.75, namespaceQuotaBytes: {}, prefetchHorizonMs: 5000,
+  }, { logger })
+  await sm.start()
+  return { sm, stop: async () => { await sm.stop(); rmSync(nvmeDir, { recursive: true, force: true }) } }
+}
+
+const keyOf = (tag: string, i: number): string => `bench/scale/${tag}.k${i}:param@[0]/[${keyBytes}]:u8#v1`
+const items = (tag: string, first: number) =>
+  Array.from({ length: batch }, (_, i) => ({ key: keyOf(tag, first + i), source: { kind: 'shm' as const, name: src, offset: i * keyBytes } }))
+
+/** Offloads keys `first`.. in 1,000-key batches, `count` batches; each batch's latency, ms. */
+async function offloadBatches (sm: StateManager, tag: string, first: number, count: number): Promise<number[]> {
+  const ms: number[] = []
+  for (let b = 0; b < count; b++) {
+    const batchItems = items(tag, first + b * batch)
+    const start = process.hrtime.bigint()
+    await sm.offload(batchItems)
+    ms.push(Number(process.hrtime.bigint() - start) / 1e6)
+  }
+  return ms
+}
+
+const fitsAllBytes = Math.ceil(keyCount * keyBytes / 0.85 / MiB) * MiB
+const tenthBytes = Math.max(MiB, Math.ceil(keyCount * keyBytes / 10 / MiB) * MiB)
+
+// Warm-up (JIT), not measured.
+{
+  const { sm, stop } = await startManager(16 * MiB)
+  await offloadBatches(sm, 'warm', 0, 8)
+  await stop()
+}
+
+const spill = { p50: [] as number[], p99: [] as number[], max: [] as number[], spilled: [] as number[] }
+const fit = { p50: [] as number[], p99: [] as number[], max: [] as number[] }
+const frag = { holes: [] as number[], fresh: [] as number[], fragmentation: [] as number[], freeExtents: [] as number[] }
+for (let r = 0; r < runs; r++) {
+  {
+    const { sm, stop } = await startManager(fitsAllBytes)
+    const ms = await offloadBatches(sm, `fit${r}`, 0, batches)
+    fit.p50.push(median(ms)); fit.p99.push(percentile(ms, 99)); fit.max.push(Math.max(...ms))
+    await stop()
+  }
+  {
+    const { sm, stop } = await startManager(tenthBytes)
+    const ms = await offloadBatches(sm, `spill${r}`, 0, batches)
+    spill.p50.push(median(ms)); spill.p99.push(percentile(ms, 99)); spill.max.push(Math.max(...ms))
+    spill.spilled.push(sm.residency('bench/none').counters.spilled)
+    await stop()
+  }
+  {
+    // Same resident count, same pool: only the shape of the free space differs.
+    const { sm, stop } = await startManager(fitsAllBytes)
+    await offloadBatches(sm, `fresh${r}`, 0, batches / 2)
+    frag.fresh.push(median(await offloadBatches(sm, `fresh${r}`, keyCount, measuredBatches)))
+    await stop()
+  }
+  {
+    const { sm, stop } = await startManager(fitsAllBytes)
+    await offloadBatches(sm, `holes${r}`, 0, batches)
+    await sm.drop({ keys: Array.from({ length: keyCount / 2 }, (_, i) => keyOf(`holes${r}`, 2 * i)) })
+    const pool = sm.residency('bench/none').hostPool
+    frag.fragmentation.push(pool.fragmentation)
+    frag.holes.push(median(await offloadBatches(sm, `holes${r}`, keyCount, measuredBatches)))
+    await stop()
+  }
+}
+
+const fmt = (xs: number[], digits = 1): string => `median ${median(xs).toFixed(digits)} ms`
+const runsOf = (xs: number[], digits = 1): string => `[${xs.map(x => x.toFixed(digits)).join(', ')}]`
+console.log(`StateManager at scale: ${keyCount} keys of ${keyBytes / 1024} KiB in ${batch}-key batches, ${runs} runs, NVMe dir ${dir}`)
+console.log(`offload into a pool that fits them all (${fitsAllBytes / MiB} MiB, baseline): batch p50 ${fmt(fit.p50)} ${runsOf(fit.p50)}  p99 ${fmt(fit.p99)}  max ${fmt(fit.max)} ${runsOf(fit.max)}`)
+console.log(`offload into a pool holding a tenth (${tenthBytes / MiB} MiB, ~${Math.round(median(spill.spilled))} keys spilled): batch p50 ${fmt(spill.p50)} ${runsOf(spill.p50)}  p99 ${fmt(spill.p99)}  max ${fmt(spill.max)} ${runsOf(spill.max)}`)
+console.log(`spilling / fitting batch latency: p50 median ${(median(spill.p50) / median(fit.p50)).toFixed(2)} x  max median ${(median(spill.max) / median(fit.max)).toFixed(2)} x (goal max <= 4)`)
+console.log(`offload ${batch} keys into a pool of ${keyCount / 2} resident keys, no holes (baseline): ${fmt(frag.fresh)} ${runsOf(frag.fresh)}`)
+console.log(`offload ${batch} keys into ${keyCount / 2} 4 KiB holes (every other key dropped; reported fragmentation ${median(frag.fragmentation).toFixed(3)}): ${fmt(frag.holes)} ${runsOf(frag.holes)}`)
+console.log(`holes / no holes: median ${(median(frag.holes) / median(frag.fresh)).toFixed(2)} x (goal <= 2)`)
