@@ -51,6 +51,7 @@ export const routeAccess: Readonly<Record<string, RouteAccess>> = {
   'POST /v1/locks/gpu/:n/release': 'workload', // holder: its creator's uid
 
   'GET /v1/state/residency': 'read',
+  'GET /v1/state/owners': 'read',
   'POST /v1/state/offload': 'workload', // namespaces: write (claims the new ones)
   'POST /v1/state/onload': 'workload', // namespaces: read
   'POST /v1/state/prefetch': 'workload', // namespaces: read

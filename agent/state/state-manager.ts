@@ -27,7 +27,7 @@
  *   process) or else the agent itself; it lasts while the namespace holds a
  *   key or a store into it is under way, and is written with every durable
  *   key, so a restart finds it. The StateManager records it and reports it
- *   (`namespaceOwner`, residency); who may use a namespace is the API's call.
+ *   (`namespaceOwner`, `ownedNamespaces`); who may use a namespace is the API's call.
  * All bookkeeping runs on the event loop; bytes move on native threads.
  *
  * This module holds the key index, the batch protocol (first writer copies,
@@ -175,6 +175,12 @@ export interface StateManager {
   /** Scheduler hints: keys under each prefix are needed in `inMs`. Replaces earlier hints. */
   setHints(hints: Array<{ prefix: string, inMs: number }>): void
   residency(prefix?: string): Residency
+  /**
+   * The namespaces holding keys under `prefix` (those residency(prefix)
+   * lists), sorted, each with its owner (namespace-owners.ts): the uid that
+   * stored its first key, or 'agent'. O(keys).
+   */
+  ownedNamespaces(prefix?: string): Array<{ namespace: string, owner: NamespaceOwner }>
   /** Every key's totals as residency() reports them, without the key list. */
   residencySummary(): ResidencySummary
   /** Capacity and free bytes per tier and the resident namespaces, for the mesh record (O(keys), no copies). */
@@ -586,6 +592,13 @@ export function createStateManager (options: StateManagerOptions, components: St
     return { ...residencyTotals(prefix), keys }
   }
 
+  function ownedNamespaces (prefix = ''): Array<{ namespace: string, owner: NamespaceOwner }> {
+    const names = new Set<string>()
+    for (const e of entries.values()) if (e.key.text.startsWith(prefix)) names.add(e.key.namespace)
+    // Every namespace holding a key has an owner record (stored() creates it); 'agent' is only a fallback.
+    return [...names].sort().map(namespace => ({ namespace, owner: owners.ownerOf(namespace) ?? 'agent' }))
+  }
+
   function residencySummary (): ResidencySummary {
     const keyCounts = { host: 0, nvme: 0 }
     for (const e of entries.values()) keyCounts[hasHostCopy(e) ? 'host' : 'nvme']++
@@ -658,6 +671,7 @@ export function createStateManager (options: StateManagerOptions, components: St
       for (const h of list) if (h.inMs <= options.prefetchHorizonMs) prefetch({ prefix: h.prefix })
     },
     residency,
+    ownedNamespaces,
     residencySummary,
     availability,
     recovery: () => storage?.recovered,

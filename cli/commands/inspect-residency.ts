@@ -1,12 +1,14 @@
 /**
  * agentctl inspect residency: where every key lives. Per-tier and
- * per-namespace totals, the dedup ratio (logical / stored), pool
- * fragmentation and the key list; and the live jobs' workers on this node:
- * whether each one's state is on its device or only stored (which version).
+ * per-namespace totals with each namespace's owner (a uid, or "agent"), the
+ * dedup ratio (logical / stored), pool fragmentation and the key list; and
+ * the live jobs' workers on this node: whether each one's state is on its
+ * device or only stored (which version).
  * --watch redraws every second until Ctrl-C.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Residency } from '../../agent/state/state-manager.ts'
+import type { NamespaceOwnersBody } from '../../agent/api/wire/state.ts'
 import type { WorkerView } from '../../agent/api/wire/workers.ts'
 import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes, formatTable } from './table.ts'
@@ -51,20 +53,32 @@ async function fetchWorkers ({ client, signal }: CommandContext): Promise<Worker
   }
 }
 
-async function fetchResidency ({ client, values, signal }: CommandContext, tier: string | undefined): Promise<Residency> {
+/** Residency with each namespace's owner (GET /v1/state/owners; none from an agent older than that route). */
+export type ResidencyWithOwners = Residency & { namespaceOwners: NamespaceOwnersBody['namespaces'] }
+
+async function fetchResidency ({ client, values, signal }: CommandContext, tier: string | undefined): Promise<ResidencyWithOwners> {
   const prefix = values.prefix as string | undefined
   const query = prefix !== undefined ? `?prefix=${encodeURIComponent(prefix)}` : ''
-  const residency = await client.call<Residency>('GET', `/v1/state/residency${query}`, undefined, { signal })
-  return tier === undefined ? residency : { ...residency, keys: residency.keys.filter(k => k.tier === tier) }
+  const [residency, owners] = await Promise.all([
+    client.call<Residency>('GET', `/v1/state/residency${query}`, undefined, { signal }),
+    client.call<NamespaceOwnersBody>('GET', `/v1/state/owners${query}`, undefined, { signal }).catch((err: { code?: string }) => {
+      if (err.code === 'ERR_NOT_FOUND') return { namespaces: [] }
+      throw err
+    }),
+  ])
+  const keys = tier === undefined ? residency.keys : residency.keys.filter(k => k.tier === tier)
+  return { ...residency, keys, namespaceOwners: owners.namespaces }
 }
 
-export function renderResidency (r: Residency, workers: readonly WorkerView[] = []): string {
+export function renderResidency (r: ResidencyWithOwners, workers: readonly WorkerView[] = []): string {
   const ratio = r.storedBytes > 0 ? (r.logicalBytes / r.storedBytes).toFixed(2) : '-'
   const tierRows = tiers.map(t => {
     const { capacityBytes, usedBytes } = r.tiers[t]
     return [t, formatBytes(usedBytes), formatBytes(capacityBytes), capacityBytes > 0 ? `${(100 * usedBytes / capacityBytes).toFixed(1)}%` : '-']
   })
-  const nsRows = r.namespaces.map(n => [n.namespace, String(n.keys), formatBytes(n.logicalBytes), formatBytes(n.storedBytes), n.quotaBytes !== null ? formatBytes(n.quotaBytes) : '-'])
+  // OWNER is last, so scripts that read the earlier columns by position keep working: a uid, or "agent".
+  const owners = new Map(r.namespaceOwners.map(o => [o.namespace, String(o.owner)]))
+  const nsRows = r.namespaces.map(n => [n.namespace, String(n.keys), formatBytes(n.logicalBytes), formatBytes(n.storedBytes), n.quotaBytes !== null ? formatBytes(n.quotaBytes) : '-', owners.get(n.namespace) ?? '-'])
   const keyRows = r.keys.map(k => [k.key, formatBytes(k.bytes), k.region !== undefined ? `host (shm ${k.region})` : k.tier, String(k.replicas), k.durable ? 'yes' : 'no'])
   return [
     formatTable(['TIER', 'USED', 'CAPACITY', 'USE'], tierRows),
@@ -74,7 +88,7 @@ export function renderResidency (r: Residency, workers: readonly WorkerView[] = 
       (r.shm !== undefined && r.shm.regions > 0 ? `; ${r.shm.regions} adopted shm region(s) outside the pool, ${formatBytes(r.shm.bytes)}` : ''),
     `copies ${r.counters.offloadCopies} in / ${r.counters.onloadCopies} out, deduplicated ${r.counters.deduplicated}, spilled ${r.counters.spilled}, promoted ${r.counters.promoted}`,
     '',
-    nsRows.length > 0 ? formatTable(['NAMESPACE', 'KEYS', 'LOGICAL', 'STORED', 'QUOTA'], nsRows) : 'no namespaces',
+    nsRows.length > 0 ? formatTable(['NAMESPACE', 'KEYS', 'LOGICAL', 'STORED', 'QUOTA', 'OWNER'], nsRows) : 'no namespaces',
     '',
     keyRows.length > 0 ? formatTable(['KEY', 'BYTES', 'TIER', 'REPLICAS', 'DURABLE'], keyRows) : 'no keys',
     ...(workers.length > 0

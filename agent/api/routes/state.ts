@@ -12,9 +12,10 @@ import { confinedPath } from './path-roots.ts'
 import type { NamespaceGuard } from './route-guards.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
-  DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, OffloadBodySchema,
-  OffloadResultSchema, OnloadBodySchema, OnloadResultSchema, PrefetchBodySchema, PrefetchResultSchema, ResidencyQuerySchema, ResidencySchema,
-  type HintsBody, type KeySelector, type MaterializeBody, type OffloadBody, type OnloadBody, type PrefetchBody, type ResidencyQuery,
+  DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, NamespaceOwnersSchema,
+  OffloadBodySchema, OffloadResultSchema, OnloadBodySchema, OnloadResultSchema, PrefetchBodySchema, PrefetchResultSchema, ResidencyQuerySchema,
+  ResidencySchema, type HintsBody, type KeySelector, type MaterializeBody, type NamespaceOwnersBody, type OffloadBody, type OnloadBody,
+  type PrefetchBody, type ResidencyQuery,
 } from '../wire/state.ts'
 
 /** The StateManager, or why there is none (subsystem skipped or failed): routes answer ERR_UNAVAILABLE then. */
@@ -100,4 +101,8 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   app.get<{ Querystring: ResidencyQuery }>('/v1/state/residency', {
     schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: ResidencyQuerySchema, response: { 200: ResidencySchema, ...errorResponses } },
   }, async request => sm().residency(request.query.prefix))
+
+  app.get<{ Querystring: ResidencyQuery }>('/v1/state/owners', {
+    schema: { summary: 'Who owns each namespace holding keys: the uid that stored its first key, or "agent"', querystring: ResidencyQuerySchema, response: { 200: NamespaceOwnersSchema, ...errorResponses } },
+  }, async (request): Promise<NamespaceOwnersBody> => ({ namespaces: sm().ownedNamespaces(request.query.prefix) }))
 }

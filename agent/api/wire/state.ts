@@ -82,6 +82,17 @@ export const ResidencySchema = Type.Object({
   })),
 })
 
+/**
+ * GET /v1/state/owners (same query as residency). A route of its own rather than a field of residency,
+ * whose answer the Python client mirrors field for field (agentd_client/schema.py).
+ */
+export const NamespaceOwnersSchema = Type.Object({
+  namespaces: Type.Array(Type.Object({
+    namespace: Type.String(),
+    owner: Type.Union([uint, Type.Literal('agent')], { description: 'the uid that stored the namespace\'s first key, or "agent" (the agent\'s own keys: published and pulled weights, keys recovered without an owner)' }),
+  }), { description: 'the namespaces holding keys under the prefix, sorted, as residency lists them' }),
+})
+
 export type MemorySpecBody = Static<typeof MemorySpecSchema>
 export type OffloadBody = Static<typeof OffloadBodySchema>
 export type OffloadResult = Static<typeof OffloadResultSchema>
@@ -94,3 +105,4 @@ export type MaterializeBody = Static<typeof MaterializeBodySchema>
 export type MaterializeResultBody = Static<typeof MaterializeResultSchema>
 export type ResidencyQuery = Static<typeof ResidencyQuerySchema>
 export type ResidencyBody = Static<typeof ResidencySchema>
+export type NamespaceOwnersBody = Static<typeof NamespaceOwnersSchema>
