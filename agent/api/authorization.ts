@@ -7,7 +7,8 @@
  * - read:     any caller (nothing changes);
  * - workload: any caller, with object-level checks in the route before any
  *             side effect (a namespace's keys only by its owner: `createNamespaceGuard`;
- *             a lock holder, a worker, a weights region only by the uid that created it);
+ *             a lock holder, a worker, a weights region only by the uid that created it;
+ *             a model's versions only by the uid that first published it);
  * - admin:    root, the agent's own uid, or a member (primary or
  *             supplementary group) of `api.adminGroup`.
  *
@@ -70,11 +71,11 @@ export const routeAccess: Readonly<Record<string, RouteAccess>> = {
 
   'GET /v1/weights': 'read',
   'GET /v1/weights/:model/:version/manifest': 'read',
-  'POST /v1/weights/regions': 'workload',
+  'POST /v1/weights/regions': 'workload', // the model's owner (claims a model nobody owns)
   'DELETE /v1/weights/regions/:region': 'workload', // the region's uid
-  'POST /v1/weights/publish': 'workload', // source keys: read; a region: its uid
+  'POST /v1/weights/publish': 'workload', // the model's owner (claims); source keys: read; a region: its uid
   'POST /v1/weights/pull': 'workload',
-  'POST /v1/weights/retire': 'admin',
+  'POST /v1/weights/retire': 'workload', // the model's owner
 
   'GET /v1/jobs': 'read',
   'GET /v1/jobs/top': 'read',

@@ -100,8 +100,15 @@ export interface PublisherComponents {
 export interface Publisher {
   /** Removes the regions a previous run of this agent handed out and never published (a crash skips close()). */
   start(): Promise<void>
-  createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
-  publish(request: PublishRequest): Promise<WeightsManifest>
+  /**
+   * Hands out a region, its version reserved for `owner` (a uid; undefined =
+   * the agent) until published or discarded: the model is claimed for
+   * `owner` if nobody owns it (version-store.ts "Ownership"), in the tick
+   * this is called, before the returned promise settles.
+   */
+  createRegion(model: string, version: number | undefined, tensors: TensorSpec[], owner?: number): Promise<WeightsRegion>
+  /** Publishes a version; one from keys or a file reserves it for `owner` as createRegion does, in the tick this is called. */
+  publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   /** Removes a region handed out and not published (its version is released); ERR_WEIGHTS_NOT_FOUND if unknown. */
   discardRegion(name: string): Promise<void>
   /** Removes regions not yet published. */
@@ -305,7 +312,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       for (const name of stale) await unlink(`${shmDir}/${name}`).catch(() => {})
       if (stale.length > 0) logger.warn({ regions: stale }, 'removed weights regions a previous run handed out and never published')
     },
-    async createRegion (model, requested, tensors) {
+    async createRegion (model, requested, tensors, owner) {
       checkModelName(model)
       if (!Array.isArray(tensors) || tensors.some(t => typeof t !== 'object' || t === null)) throw new AgentError('ERR_BAD_REQUEST', 'tensors must be a list of { name, dtype, shape }')
       let offset = 0
@@ -318,7 +325,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       checkUniqueNames(tensors)
       const version = requested ?? versions.nextVersion(model)
       if (!Number.isSafeInteger(offset)) throw new AgentError('ERR_BAD_REQUEST', `the tensors add up to more than ${Number.MAX_SAFE_INTEGER} bytes`)
-      const reservation = versions.reserve(model, version)
+      const reservation = versions.reserve(model, version, owner)
       // Checked before anything is created, so the trainer learns before writing gigabytes: the quota
       // the publish's adoptShm applies, counting this model's other open regions and those being
       // handed out (checked and counted in one tick: concurrent hand-outs see each other) ...
@@ -370,13 +377,13 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
       return region
     },
-    async publish (request) {
+    async publish (request, owner) {
       const model = checkModelName(request.model)
       const metadata = request.metadata ?? {}
       const source = request.source
       if (source.kind === 'region') return await publishRegion(model, request.version, source.region, metadata)
       const version = request.version ?? versions.nextVersion(model)
-      const reservation = versions.reserve(model, version)
+      const reservation = versions.reserve(model, version, owner)
       try {
         if (source.kind === 'keys') return await publishKeys(model, version, source.prefix, metadata)
         if (source.kind === 'safetensors') return await publishSafetensors(model, version, source.path, metadata)

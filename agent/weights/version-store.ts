@@ -20,10 +20,22 @@
  * - Retention keeps the last `retainVersions` of each model; retiring removes
  *   the manifest first (new readers get ERR_WEIGHTS_RETIRED), then drops the
  *   keys the version owns (StateManager.drop waits for in-flight readers).
+ * - Ownership (agent/api/AUTHORIZATION.md "Model ownership"): a model is
+ *   owned by the uid whose reservation created its record (the first publish
+ *   or region hand-out on this agent), or by the agent itself when the first
+ *   reservation named no uid (a pull, an in-process publisher). The owner
+ *   never changes. A reservation that ends without a commit leaves a model
+ *   with no version, committed or retired, unowned again. A uid owner is
+ *   written durably (`owner.json`) before the model's first manifest, and is
+ *   kept as long as the model directory: every version retired, the name is
+ *   still its owner's. A model directory without `owner.json` (written by an
+ *   agent before owners were recorded, or owned by the agent) is the agent's.
+ *   The store records; who may publish or retire is the API's decision.
  * Manifest files: `<dir>/<model>/v<version>.json`; `<dir>/<model>/retired.json`
  * (`{ "retiredUpTo": N }`, written durably before a manifest is removed) keeps
  * versions monotonic and "retired" distinguishable from "never existed" across
- * restarts. All of it runs on the event loop.
+ * restarts; `<dir>/<model>/owner.json` (`{ "uid": N }`). All of it runs on the
+ * event loop.
  */
 import { mkdir, readdir, readFile, unlink } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -99,11 +111,19 @@ export function storedKeysOf (manifest: WeightsManifest): string[] {
 
 export type { DamagedVersion }
 
+/** A model's owner: the uid that first published it on this agent, or 'agent' (pulled, or published in-process). */
+export type ModelOwner = number | 'agent'
+
 export interface VersionStore {
   /** Reads the manifests on disk; those it cannot serve are kept and reported (damaged()). */
   load(): Promise<void>
-  /** Reserves `version` of `model` for a publish in progress; ERR_WEIGHTS_VERSION_EXISTS if not above every known one. */
-  reserve(model: string, version: number): { release(): void }
+  /**
+   * Reserves `version` of `model` for a publish in progress; ERR_WEIGHTS_VERSION_EXISTS if not above every known one.
+   * A model nobody owns is owned from now on by `owner` (a uid; undefined = the agent); an owned one keeps its owner.
+   */
+  reserve(model: string, version: number, owner?: number): { release(): void }
+  /** Who owns `model` on this agent; undefined when nobody does (no version committed, retired, damaged or reserved). */
+  ownerOf(model: string): ModelOwner | undefined
   /** The next version number a publish without one gets. */
   nextVersion(model: string): number
   /** Makes a reserved version visible (writing its manifest when durable), then applies retention. */
@@ -148,6 +168,10 @@ interface ModelVersions {
   reserved: Set<number>
   /** Highest version ever retired (versions at or below are gone). */
   retiredUpTo: number
+  /** Set by the first reservation (or load); undefined: nobody owns the model. */
+  owner: ModelOwner | undefined
+  /** The owner is on disk (owner.json, or a model directory found at start). */
+  ownerKept: boolean
 }
 
 export function createVersionStore (options: VersionStoreOptions, components: VersionStoreComponents): VersionStore {
@@ -155,8 +179,21 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
   const models = new Map<string, ModelVersions>()
   const modelOf = (model: string): ModelVersions => {
     let m = models.get(model)
-    if (m === undefined) { m = { committed: new Map(), damaged: new Map(), reserved: new Set(), retiredUpTo: -1 }; models.set(model, m) }
+    if (m === undefined) { m = { committed: new Map(), damaged: new Map(), reserved: new Set(), retiredUpTo: -1, owner: undefined, ownerKept: false }; models.set(model, m) }
     return m
+  }
+  /** A reservation ended: a model that holds nothing and whose owner is not on disk has no owner again. */
+  const forgetOwnerIfUnused = (m: ModelVersions): void => {
+    if (!m.ownerKept && m.reserved.size === 0 && m.committed.size === 0 && m.damaged.size === 0 && m.retiredUpTo < 0) m.owner = undefined
+  }
+  /** Writes a uid owner before the model's first manifest (the agent's ownership is the absence of the file). */
+  async function keepOwner (model: string, m: ModelVersions): Promise<void> {
+    if (m.ownerKept) return
+    if (typeof m.owner === 'number') {
+      await mkdirDurably(join(options.dir, model), 0o755)
+      await writeFileDurably(join(options.dir, model, 'owner.json'), JSON.stringify({ uid: m.owner }), 0o640)
+    }
+    m.ownerKept = true
   }
   const highest = (m: ModelVersions): number => Math.max(m.retiredUpTo, ...m.committed.keys(), ...m.damaged.keys(), ...m.reserved)
   const manifestFile = (model: string, version: number): string => join(options.dir, model, `v${version}.json`)
@@ -169,6 +206,7 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     m.committed.delete(version)
     m.damaged.delete(version)
     m.retiredUpTo = Math.max(m.retiredUpTo, version)
+    await keepOwner(model, m)
     await mkdirDurably(join(options.dir, model), 0o755)
     await writeFileDurably(join(options.dir, model, 'retired.json'), JSON.stringify({ retiredUpTo: m.retiredUpTo }), 0o640)
     if (damaged !== undefined || manifest!.durable) await unlink(manifestFile(model, version)).catch(() => {})
@@ -202,6 +240,8 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
         }
         const retired = await readFile(join(options.dir, model, 'retired.json'), 'utf8').then(text => (JSON.parse(text) as { retiredUpTo?: unknown }).retiredUpTo, () => undefined)
         if (Number.isSafeInteger(retired)) modelOf(model).retiredUpTo = retired as number
+        modelOf(model).owner = await readOwner(join(options.dir, model, 'owner.json'), logger)
+        modelOf(model).ownerKept = true
         for (const file of await readdir(join(options.dir, model))) {
           const match = /^v(0|[1-9]\d*)\.json$/.exec(file)
           if (match === null) continue
@@ -236,19 +276,23 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
       logger.info({ models: models.size, versions: all.reduce((a, m) => a + m.committed.size, 0), damaged: all.reduce((a, m) => a + m.damaged.size, 0) }, 'weights versions loaded')
       components.changed?.()
     },
-    reserve (model, version) {
+    reserve (model, version, owner) {
       checkModelName(model)
       if (!Number.isSafeInteger(version) || version < 0) throw new AgentError('ERR_BAD_REQUEST', `version must be a non-negative integer, got ${version}`)
       const m = modelOf(model)
       const top = highest(m)
       if (version <= top) throw new AgentError('ERR_WEIGHTS_VERSION_EXISTS', `version ${version} of ${model} is not above ${top}, the highest committed, retired or in-progress version (versions are monotonic)`)
       m.reserved.add(version)
-      return { release: () => { m.reserved.delete(version) } }
+      m.owner ??= owner ?? 'agent'
+      return { release: () => { if (m.reserved.delete(version)) forgetOwnerIfUnused(m) } }
     },
+    ownerOf: model => models.get(model)?.owner,
     nextVersion: model => highest(modelOf(checkModelName(model))) + 1,
     async commit (manifest) {
       const m = modelOf(manifest.model)
       if (!m.reserved.has(manifest.version)) throw new AgentError('ERR_INTERNAL', `version ${manifest.version} of ${manifest.model} was not reserved`)
+      // Before the manifest: a version found at start always has its owner on disk.
+      await keepOwner(manifest.model, m)
       if (manifest.durable) {
         await mkdirDurably(join(options.dir, manifest.model), 0o755)
         await writeFileDurably(manifestFile(manifest.model, manifest.version), JSON.stringify(manifest), 0o640)
@@ -278,6 +322,26 @@ export function createVersionStore (options: VersionStoreOptions, components: Ve
     damaged: () => [...models.values()].flatMap(m => [...m.damaged.values()]).map(({ model, version, file, reason }) => ({ model, version, file, reason })).sort(byModelAndVersion),
     retire,
   }
+}
+
+/**
+ * owner.json's uid; 'agent' when there is none (a model the agent owns, or one
+ * from before owners were recorded), or when it cannot be read (logged: only
+ * an admin may then publish or retire the model).
+ */
+async function readOwner (file: string, logger: Logger): Promise<ModelOwner> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') logger.warn({ file, err }, 'weights: cannot read a model\'s owner; the model is left to the agent (admins)')
+    return 'agent'
+  }
+  let uid: unknown
+  try { uid = (JSON.parse(text) as { uid?: unknown }).uid } catch {}
+  if (Number.isSafeInteger(uid) && (uid as number) >= 0) return uid as number
+  logger.warn({ file }, 'weights: a model\'s owner file does not name a uid; the model is left to the agent (admins)')
+  return 'agent'
 }
 
 const byModelAndVersion = (a: { model: string, version: number }, b: { model: string, version: number }): number =>

@@ -18,7 +18,7 @@ import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull, WeightServerCounters } from './transport.ts'
-import { createVersionStore, type DamagedVersion, type WeightsManifest } from './version-store.ts'
+import { createVersionStore, type DamagedVersion, type ModelOwner, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
 import type { PullInProgress, VersionSummary } from '../api/wire/weights.ts'
 
@@ -68,15 +68,19 @@ export interface WeightsService {
   stop(): Promise<void>
   /** host:port of the data server. */
   address(): string
-  createRegion(model: string, version: number | undefined, tensors: TensorSpec[]): Promise<WeightsRegion>
+  /** See Publisher.createRegion: the model is claimed for `owner` (a uid; undefined = the agent) if nobody owns it, in the tick this is called. */
+  createRegion(model: string, version: number | undefined, tensors: TensorSpec[], owner?: number): Promise<WeightsRegion>
   /** Removes a region handed out and never published (a trainer giving up on that version). */
   discardRegion(name: string): Promise<void>
-  publish(request: PublishRequest): Promise<WeightsManifest>
+  /** See Publisher.publish: the model is claimed for `owner` as createRegion does. */
+  publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
   /** Versions held, manifests found damaged at start, connections pulling from this agent, and pulls this agent is making. */
   list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
+  /** Who owns `model` here (version-store.ts "Ownership"): a uid, 'agent', or undefined when nobody does. */
+  modelOwner(model: string): ModelOwner | undefined
   /** This agent's `weights` section of its mesh availability record: data address and the versions it serves. */
   advert(): AvailabilitySections
   /** Totals since start and what is in flight now, without copying the version list (for the metrics endpoint). */
@@ -136,9 +140,9 @@ export function createWeightsService (options: WeightsServiceOptions, components
       await publisher.close()
     },
     address: () => server.address,
-    createRegion: (model, version, tensors) => publisher.createRegion(model, version, tensors),
+    createRegion: (model, version, tensors, owner) => publisher.createRegion(model, version, tensors, owner),
     discardRegion: name => publisher.discardRegion(name),
-    publish: request => publisher.publish(request),
+    publish: (request, owner) => publisher.publish(request, owner),
     async pull (o) {
       const chosen = o.from !== undefined ? { address: o.from, fallbacks: o.fallbacks ?? [] } : holderOf(o.model, o.version, o.layout)
       const from = chosen.address
@@ -165,7 +169,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     },
     list: () => ({
       versions: versions.list().map(m => ({
-        model: m.model, version: m.version, committedAtMs: m.committedAtMs, durable: m.durable,
+        model: m.model, version: m.version, committedAtMs: m.committedAtMs, durable: m.durable, owner: versions.ownerOf(m.model) ?? 'agent',
         tensors: m.tensors.length, bytes: m.partial !== undefined ? m.partial.slices.reduce((a, s) => a + s.bytes, 0) : m.totalBytes,
         ...(m.partial !== undefined ? { partial: { layout: m.partial.layout, tp: m.partial.tp, rank: m.partial.rank } } : {}),
       })),
@@ -175,6 +179,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),
+    modelOwner: model => versions.ownerOf(model),
     counters: () => ({
       server: server.counters(),
       pulledBytes: pullTotals.pulledBytes,

@@ -1,4 +1,4 @@
-/** agentctl weights list: versions on this agent (model, version, tensors, size), damaged manifests, who is pulling from it, and its own pulls. */
+/** agentctl weights list: versions on this agent (model, version, tensors, size, the model's owner), damaged manifests, who is pulling from it, and its own pulls. */
 import type { Command } from './command.ts'
 import { formatBytes, formatTable } from './table.ts'
 
@@ -10,7 +10,8 @@ export const weightsListCommand: Command = {
   async run ({ client, signal }) {
     const body = await client.weights({ signal })
     // HOLDS: the whole version, or only one (layout, rank)'s slices (a sliced pull, served to pullers of that layout).
-    const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.partial !== undefined ? `tp ${v.partial.tp} rank ${v.partial.rank} (${v.partial.layout})` : 'all', v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString()])
+    // OWNER last, so scripts that read the earlier columns by position keep working: the model's owner here, a uid or "agent".
+    const versions = body.versions.map(v => [v.model, String(v.version), String(v.tensors), formatBytes(v.bytes), v.partial !== undefined ? `tp ${v.partial.tp} rank ${v.partial.rank} (${v.partial.layout})` : 'all', v.durable ? 'yes' : 'no', new Date(v.committedAtMs).toISOString(), String(v.owner ?? '-')])
     const damaged = body.damaged.map(d => [d.model, String(d.version), d.reason, d.file])
     const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
     const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
@@ -18,7 +19,7 @@ export const weightsListCommand: Command = {
       json: body,
       human: [
         `data server ${body.address}`,
-        versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'HOLDS', 'DURABLE', 'COMMITTED'], versions) : 'no versions',
+        versions.length > 0 ? formatTable(['MODEL', 'VERSION', 'TENSORS', 'SIZE', 'HOLDS', 'DURABLE', 'COMMITTED', 'OWNER'], versions) : 'no versions',
         // Kept as found, not served: `agentctl weights retire` removes one.
         ...(damaged.length > 0 ? [formatTable(['DAMAGED MODEL', 'VERSION', 'WHY', 'MANIFEST'], damaged)] : []),
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',

@@ -5,7 +5,11 @@
  * handed-out region belongs to the uid it was handed to: only that uid (or an
  * admin) publishes or discards it, since region names are visible to every
  * user in /dev/shm and publishing someone else's region early would commit
- * bytes still being written.
+ * bytes still being written. A model belongs to the uid that first published
+ * it here (or asked for a region to publish it from): only that uid (or an
+ * admin) publishes, hands out regions for or retires its versions. The check
+ * and the service's claim of a model nobody owns happen in one tick
+ * (WeightsService.publish and createRegion reserve synchronously).
  */
 import { confinedPath } from './path-roots.ts'
 import type { Authorization, NamespaceGuard } from './route-guards.ts'
@@ -33,6 +37,21 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
   }
   /** The uid each region handed out (and not yet published or discarded) was handed to; none for an unidentified caller. */
   const regionUids = new Map<string, number>()
+  /**
+   * The uid a new version of `model` is published for (the owner the model gets if nobody owns it);
+   * ERR_FORBIDDEN unless the caller owns the model, nobody does (a publish claims it; a retire finds
+   * nothing: the service's 404), or the caller is an admin.
+   */
+  const checkModel = (request: FastifyRequest, weights: WeightsService, model: string, action: string): number | undefined => {
+    if (request.admin) return request.caller?.uid
+    const owner = weights.modelOwner(model)
+    if (request.caller === null) {
+      throw authorization.forbidden(request, `${action} model ${model}`, `models are owned by uid, and this caller's uid is unknown (call over the agent's unix socket with the native addon loaded), unless it is an admin: ${authorization.admins()}`, { model, needed: 'owner' })
+    }
+    if (owner === undefined || owner === request.caller.uid) return request.caller.uid
+    const whose = owner === 'agent' ? 'the agent itself (a model pulled here, or published before models had owners)' : `uid ${owner}, the uid that first published it on this agent`
+    throw authorization.forbidden(request, `${action} model ${model}`, `the model belongs to ${whose}; only that owner or an admin (${authorization.admins()}) may`, { model, owner, needed: 'owner' })
+  }
   /** ERR_FORBIDDEN unless the caller got `region` (or is an admin); a region not handed out here is left to the service (404). */
   const checkRegion = (request: FastifyRequest, region: string, action: string): void => {
     const uid = regionUids.get(region)
@@ -51,7 +70,9 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
   app.post<{ Body: RegionBody }>('/v1/weights/regions', {
     schema: { summary: 'Hand out a shared-memory region to write a version into (then publish it with source { kind: "region" })', body: RegionBodySchema, response: { 200: WeightsRegionSchema, ...errorResponses } },
   }, async (request): Promise<WeightsRegion> => {
-    const region = await service().createRegion(request.body.model, request.body.version, request.body.tensors as never)
+    const weights = service()
+    const owner = checkModel(request, weights, request.body.model, 'hand out a region to publish')
+    const region = await weights.createRegion(request.body.model, request.body.version, request.body.tensors as never, owner)
     if (request.caller !== null) regionUids.set(region.region, request.caller.uid)
     return region
   })
@@ -74,7 +95,8 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
     const weights = service()
     if (from.kind === 'keys') guard.check(request, () => guard.ofPrefixes([from.prefix]), 'read', 'publish keys')
     if (from.kind === 'region') checkRegion(request, from.region, 'publish')
-    const manifest = await weights.publish({ model, source: from, ...(version !== undefined ? { version } : {}), ...(metadata !== undefined ? { metadata } : {}) })
+    const owner = checkModel(request, weights, model, 'publish a version of')
+    const manifest = await weights.publish({ model, source: from, ...(version !== undefined ? { version } : {}), ...(metadata !== undefined ? { metadata } : {}) }, owner)
     // A committed publish consumed its region. (One that failed past validation consumed it too; its
     // record stays, harmless: the name is random and the service answers 404 for it.)
     if (from.kind === 'region') regionUids.delete(from.region)
@@ -108,5 +130,10 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
 
   app.post<{ Body: RetireBody }>('/v1/weights/retire', {
     schema: { summary: 'Retire a committed version (its keys are dropped once in-flight reads finish)', body: RetireBodySchema, response: { 200: RetiredSchema, ...errorResponses } },
-  }, async request => { await service().retire(request.body.model, request.body.version); return { retired: true as const } })
+  }, async request => {
+    const weights = service()
+    checkModel(request, weights, request.body.model, 'retire a version of')
+    await weights.retire(request.body.model, request.body.version)
+    return { retired: true as const }
+  })
 }

@@ -85,6 +85,7 @@ export const VersionSummarySchema = Type.Object({
   model: Type.String(), version: uint, tensors: uint,
   bytes: Type.Integer({ minimum: 0, description: 'bytes held: the version\'s, or its slices\' for a partial holding' }),
   committedAtMs: uint, durable: Type.Boolean(),
+  owner: Type.Union([uint, Type.Literal('agent')], { description: 'who owns the model on this agent: the uid that first published it here, or "agent" (pulled, or from before owners were recorded); only the owner or an admin publishes or retires its versions' }),
   partial: Type.Optional(Type.Object({ layout: Type.String(), tp: uint, rank: uint }, { description: 'set when this agent holds and serves only these (layout, rank) slices of the version' })),
 })
 /** A manifest file start-up found and could not make a version of. */

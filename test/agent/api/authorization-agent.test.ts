@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { spawnAgent, tempDir, type AgentProcess } from '../../helpers/agent-process.ts'
 import { makeShm, patternBytes } from '../../native/helpers.ts'
 import type { Residency } from '../../../agent/state/state-manager.ts'
+import type { NamespaceOwnersBody } from '../../../agent/api/wire/state.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 interface User { name: string, uid: number, gid: number, groups?: number[] }
@@ -79,6 +80,7 @@ function forbidden (t: Test, answer: Answer, user: User, message?: RegExp): void
 
 const residency = async (agent: AgentProcess): Promise<Residency> => await agent.client.call<Residency>('GET', '/v1/state/residency')
 const storedKeys = async (agent: AgentProcess): Promise<string[]> => (await residency(agent)).keys.map(k => k.key)
+const owners = async (agent: AgentProcess): Promise<NamespaceOwnersBody> => await agent.client.call<NamespaceOwnersBody>('GET', '/v1/state/owners')
 
 t.test('as other uids: read routes for all, admin routes for admins only, namespaces for their owners, holders and workers for their creators', async t => {
   const agent = await startAgent(t)
@@ -86,7 +88,7 @@ t.test('as other uids: read routes for all, admin routes for admins only, namesp
 
   t.test('read routes answer every uid', async t => {
     for (const user of [nobody, bob]) {
-      for (const path of ['/healthz', '/v1/status', '/v1/node', '/v1/state/residency', '/v1/locks', '/v1/leader', '/v1/jobs', '/v1/weights', '/v1/openapi.json']) {
+      for (const path of ['/healthz', '/v1/status', '/v1/node', '/v1/state/residency', '/v1/state/owners', '/v1/locks', '/v1/leader', '/v1/jobs', '/v1/weights', '/v1/openapi.json']) {
         t.equal((await callAs(agent, user, 'GET', path)).status, 200, `${user.name} GET ${path}`)
       }
     }
@@ -98,7 +100,6 @@ t.test('as other uids: read routes for all, admin routes for admins only, namesp
     for (const user of [nobody, bob]) {
       forbidden(t, await callAs(agent, user, 'POST', '/v1/leader/decisions', { kind: 'notes', payload: { by: user.name } }), user, /needs an admin caller: root, the agent's uid 0, or a member of group 4242 \(api.adminGroup\)/)
       forbidden(t, await callAs(agent, user, 'POST', '/v1/jobs', { id: 'evil', nodes: 1, gpusPerNode: 1, periodS: 60, iterations: 1, segments: [{ offsetS: 0, durationS: 1 }], maxSlowdown: 2 }), user)
-      forbidden(t, await callAs(agent, user, 'POST', '/v1/weights/retire', { model: 'm', version: 0 }), user)
       forbidden(t, await callAs(agent, user, 'POST', '/v1/reward/work/fetch', { workerId: 'x/y/0', waitMs: 0 }), user)
     }
     t.equal(await decisions(), before, 'no decision was published by a refused call')
@@ -161,6 +162,38 @@ t.test('as other uids: read routes for all, admin routes for admins only, namesp
     await agent.client.call('POST', '/v1/state/drop', { prefix: '' })
   })
 
+  t.test('models: only the uid that first published a model (or an admin) publishes, hands out regions for or retires its versions', async t => {
+    const offloadAs = async (user: User, k: string): Promise<void> => {
+      const answer = await callAs(agent, user, 'POST', '/v1/state/offload', { tensors: [{ key: k, source: { kind: 'shm', name: makeShm(t, patternBytes(bytes, user.uid)), offset: 0 } }] })
+      t.equal(answer.status, 200, `${user.name} offloads ${k}: ${JSON.stringify(answer.body)}`)
+    }
+    await offloadAs(alice, key('alice/pub', 'w'))
+    await offloadAs(bob, key('bob/pub', 'w'))
+    const publish = async (user: User, model: string, prefix: string): Promise<Answer> => await callAs(agent, user, 'POST', '/v1/weights/publish', { model, source: { kind: 'keys', prefix } })
+    const versions = async (): Promise<Array<{ model: string, version: number, owner: number | 'agent' }>> => (await agent.client.call<{ versions: Array<{ model: string, version: number, owner: number | 'agent' }> }>('GET', '/v1/weights')).versions
+
+    t.equal((await publish(alice, 'am', 'alice/pub/')).status, 200, 'alice publishes a model nobody owns (her region for it was discarded above) and owns it')
+    t.match(await versions(), [{ model: 'am', version: 0, owner: alice.uid }])
+    forbidden(t, await publish(bob, 'am', 'bob/pub/'), bob, /may not publish a version of model am: the model belongs to uid 1001, the uid that first published it/)
+    forbidden(t, await callAs(agent, bob, 'POST', '/v1/weights/regions', { model: 'am', tensors: [{ name: 'w', dtype: 'u8', shape: [16] }] }), bob, /may not hand out a region to publish model am/)
+    forbidden(t, await callAs(agent, bob, 'POST', '/v1/weights/retire', { model: 'am', version: 0 }), bob, /may not retire a version of model am/)
+    t.match(await versions(), [{ model: 'am', version: 0 }], 'bob changed nothing')
+    t.equal((await versions()).length, 1)
+
+    t.equal((await callAs(agent, bob, 'POST', '/v1/weights/publish', { model: 'ghost', source: { kind: 'keys', prefix: 'bob/none/' } })).status, 404, 'a publish that fails ...')
+    t.equal((await publish(alice, 'ghost', 'alice/pub/')).status, 200, '... leaves the model nobody\'s: alice claims it')
+    t.equal((await publish(bob, 'bm', 'bob/pub/')).status, 200, 'bob publishes a model of his own')
+    t.equal((await publish(alice, 'am', 'alice/pub/')).status, 200, 'the owner publishes v1')
+    t.equal((await callAs(agent, carol, 'POST', '/v1/weights/publish', { model: 'am', version: 5, source: { kind: 'keys', prefix: 'alice/pub/' } })).status, 200, 'an admin publishes into it')
+    t.equal((await callAs(agent, alice, 'POST', '/v1/weights/retire', { model: 'am', version: 1 })).status, 200, 'the owner retires a version')
+    t.equal((await callAs(agent, bob, 'POST', '/v1/weights/retire', { model: 'bm', version: 0 })).status, 200, 'bob retires his')
+    t.match(await versions(), [{ model: 'am', version: 5, owner: alice.uid }, { model: 'ghost', version: 0, owner: alice.uid }], 'an admin\'s publish does not change the owner')
+    forbidden(t, await publish(alice, 'bm', 'alice/pub/'), alice, /the model belongs to uid 1002/)
+    t.same((await owners(agent)).namespaces, [{ namespace: 'alice/pub', owner: alice.uid }, { namespace: 'bob/pub', owner: bob.uid }], 'GET /v1/state/owners shows each namespace\'s owner')
+    for (const [model, version] of [['am', 5], ['ghost', 0]] as const) await agent.client.call('POST', '/v1/weights/retire', { model, version })
+    await agent.client.call('POST', '/v1/state/drop', { prefix: '' })
+  })
+
   t.test('device-lock holders: a holder name belongs to the uid that created it while it holds or waits', async t => {
     const holder = spawn(process.execPath, [lockClientMain, agent.socketPath, '0', 'grp-a'], { uid: alice.uid, gid: alice.gid, stdio: ['ignore', 'pipe', 'inherit'] }) as ChildProcess & { stdout: NodeJS.ReadableStream }
     t.teardown(() => { holder.kill('SIGKILL') })
@@ -200,18 +233,25 @@ t.test('as other uids: read routes for all, admin routes for admins only, namesp
   })
 })
 
-t.test('ownership survives a restart with the durable keys', async t => {
+t.test('ownership survives a restart: namespaces with the durable keys, models with the version store', async t => {
   const dir = tempDir(t)
   const first = await startAgent(t, dir)
   const ka = key('alice/opt', 's', 3)
   const data = patternBytes(bytes, 21)
   const stored = await callAs(first, alice, 'POST', '/v1/state/offload', { tensors: [{ key: ka, source: { kind: 'shm', name: makeShm(t, data), offset: 0 } }], durability: 'nvme' })
   t.equal(stored.status, 200, JSON.stringify(stored.body))
+  const published = await callAs(first, alice, 'POST', '/v1/weights/publish', { model: 'am', source: { kind: 'keys', prefix: 'alice/opt/' } })
+  t.equal(published.status, 200, JSON.stringify(published.body))
   first.proc.kill('SIGKILL')
   await first.exited
   const second = await startAgent(t, dir)
   forbidden(t, await callAs(second, bob, 'POST', '/v1/state/drop', { keys: [ka] }), bob, /namespace alice\/opt: the namespace belongs to uid 1001/)
   t.same(await storedKeys(second), [ka])
+  await callAs(second, bob, 'POST', '/v1/state/offload', { tensors: [{ key: key('bob/opt', 's'), source: { kind: 'shm', name: makeShm(t, patternBytes(bytes, 22)), offset: 0 } }] })
+  forbidden(t, await callAs(second, bob, 'POST', '/v1/weights/publish', { model: 'am', source: { kind: 'keys', prefix: 'bob/opt/' } }), bob, /model am: the model belongs to uid 1001/)
+  forbidden(t, await callAs(second, bob, 'POST', '/v1/weights/retire', { model: 'am', version: 0 }), bob, /model am: the model belongs to uid 1001/)
+  t.match((await second.client.call<{ versions: unknown[] }>('GET', '/v1/weights')).versions, [{ model: 'am', version: 0, owner: alice.uid }])
+  t.same((await owners(second)).namespaces, [{ namespace: 'alice/opt', owner: alice.uid }, { namespace: 'bob/opt', owner: bob.uid }])
   const out = makeShm(t, bytes)
   t.equal((await callAs(second, alice, 'POST', '/v1/state/onload', { tensors: [{ key: ka, target: { kind: 'shm', name: out, offset: 0 } }] })).status, 200)
   t.ok(readFileSync(`/dev/shm/${out}`).equals(data))

@@ -8,7 +8,7 @@ import { logger, sharedKey, tensor, weightsNode, writeSafetensors } from '../wei
 import type { WeightsService } from '../../../agent/weights/weights-service.ts'
 
 async function app (weights: WeightsService | { unavailable: string }) {
-  // In process (inject() has no SO_PEERCRED): the caller is trusted as an admin (retire is an admin route).
+  // In process (inject() has no SO_PEERCRED): the caller is trusted as an admin (publish and retire check the model's owner).
   return await buildApiApp({ bodyLimitBytes: 1 << 20, version: 'test', pathRoots: [tmpdir(), '/var/tmp'], trustUnidentifiedCallers: true }, {
     logger, status: { status: () => ({}) as never }, inventory: { inventory: () => undefined }, weights: { weights: () => weights },
   })
