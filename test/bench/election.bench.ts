@@ -26,14 +26,14 @@
  * 20 randomized runs × 5 faults (seeds 100-119, 3 and 5 servers): 82 epochs,
  * 1646 decisions applied, 0 invariant violations, every run converged.
  */
-import { backendSkip, startBackendCluster, testBackends, type TestBackend } from '../helpers/test-election.ts'
+import { backendSkip, faultInjectionArgs, startBackendCluster, testBackends, type TestBackend } from '../helpers/test-election.ts'
 import { failover, liveCluster, randomFaultRun, type FailoverFault } from '../helpers/election-faults.ts'
 
 const trials = Number(process.argv[2] ?? 5)
 const randomRuns = Number(process.argv[3] ?? 20)
 const steps = Number(process.argv[4] ?? 5)
 const backends = (process.argv[5]?.split(',') ?? testBackends).filter((b): b is TestBackend => testBackends.includes(b as TestBackend))
-const faultArgs = ['--set', 'election.faultInjection=true']
+const faultArgs = [...faultInjectionArgs]
 
 /** Teardown hooks, run when one cluster is done (the test helpers' `t`). */
 function scope () {

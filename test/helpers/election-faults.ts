@@ -18,7 +18,7 @@ import { createSeededRandom } from '../../core/seeded-random.ts'
 import type { InvariantViolation } from '../../mesh/election/decision-invariants.ts'
 import type { MeshAgent } from './test-mesh.ts'
 import type { EtcdProcess } from './etcd-process.ts'
-import { decisionLoad, decisionViolations, readDecisionLogs, waitForLeader, type ElectionCluster } from './test-election.ts'
+import { decisionLoad, decisionViolations, faultInjectionArgs, readDecisionLogs, waitForLeader, type ElectionCluster } from './test-election.ts'
 
 export type FailoverFault = 'SIGKILL' | 'SIGSTOP'
 
@@ -45,7 +45,7 @@ const portOf = (a: MeshAgent): string => /\/tcp\/(\d+)/.exec(a.meshAddress)![1]!
 /** Restarts a killed agent with the same state dir, port (so seeds stay valid) and role (server or client). */
 export async function restartAgent (live: LiveCluster, agent: MeshAgent): Promise<MeshAgent> {
   const server = !live.cluster.clients.some(c => c.name === agent.name)
-  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, '--set', 'election.faultInjection=true', '--set', `election.server=${server}`] })
+  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, ...faultInjectionArgs, '--set', `election.server=${server}`] })
   live.agents[live.agents.indexOf(agent)] = again
   return again
 }

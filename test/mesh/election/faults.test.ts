@@ -1,10 +1,10 @@
 // Fenced decisions under faults, with real agents on loopback: a frozen leader (SIGSTOP/SIGCONT, on
 // the embedded backend and on etcd). Partitions: partition.test.ts.
 import t from 'tap'
-import { backendSkip, decisionViolations, readDecisionLogs, startBackendCluster, testBackends, waitForLeader } from '../../helpers/test-election.ts'
+import { backendSkip, decisionViolations, faultInjectionArgs, readDecisionLogs, startBackendCluster, testBackends, waitForLeader } from '../../helpers/test-election.ts'
 import { publishStaleUntilRejected } from '../../helpers/election-faults.ts'
 
-const faultArgs = ['--set', 'election.faultInjection=true']
+const faultArgs = [...faultInjectionArgs]
 
 for (const backend of testBackends) t.test(`${backend}: SIGSTOP of the leader: a new leader takes over; after SIGCONT the old one steps down and its decisions are rejected everywhere`, { skip: backendSkip(backend) }, async t => {
   const cluster = await startBackendCluster(t, backend, { servers: 3, args: faultArgs })

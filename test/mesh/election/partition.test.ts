@@ -4,10 +4,10 @@
 // elects a leader; healing converges on one.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { decisionLoad, decisionViolations, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
+import { decisionLoad, decisionViolations, faultInjectionArgs, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
 import { partition } from '../../helpers/election-faults.ts'
 
-const faultArgs = ['--set', 'election.faultInjection=true']
+const faultArgs = [...faultInjectionArgs]
 
 for (const { servers, minoritySize } of [{ servers: 3, minoritySize: 1 }, { servers: 5, minoritySize: 2 }]) {
   t.test(`partition ${minoritySize}|${servers - minoritySize}: the minority with the leader stops acting and elects nobody; the majority elects a leader; healing converges on one`, async t => {
