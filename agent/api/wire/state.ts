@@ -42,8 +42,15 @@ export const KeySelectorSchema = Type.Object({
   prefix: Type.Optional(Type.String({ maxLength: 1024 })),
 }, { additionalProperties: false })
 
-/** POST /v1/state/prefetch. */
-export const PrefetchBodySchema = Type.Intersect([KeySelectorSchema, Type.Object({ tier: Type.Optional(Type.Literal('host')) })])
+/**
+ * POST /v1/state/prefetch. One object, not an intersection with KeySelectorSchema: with
+ * additionalProperties false in one half, the validator stripped `tier` before the other half checked it,
+ * so any value was accepted.
+ */
+export const PrefetchBodySchema = Type.Object({
+  ...KeySelectorSchema.properties,
+  tier: Type.Optional(Type.Literal('host')),
+}, { additionalProperties: false })
 export const PrefetchResultSchema = Type.Object({ scheduled: uint })
 
 /** POST /v1/state/drop takes a KeySelector. */

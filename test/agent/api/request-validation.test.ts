@@ -18,7 +18,7 @@ async function served (t: Teardown) {
     submit: record('submit', { requestId: 'r', duplicate: false }),
   }
   const weights = { retire: record('retire', undefined) }
-  const state = { hints: record('hints', { hinted: 0 }), drop: record('drop', 0) }
+  const state = { hints: record('hints', { hinted: 0 }), drop: record('drop', 0), prefetch: (selector: unknown) => { calls.push({ route: 'prefetch', args: [selector] }); return 0 } }
   const locks = { release: (request: unknown) => { calls.push({ route: 'release', args: [request] }); return { gpu: 1, holder: 'h', depth: 0 } } }
   const api = await listenApi(t, {}, {
     reward: { reward: () => reward as never },
@@ -40,6 +40,7 @@ t.test('body fields are not coerced: null, "0", "1" or true for an integer (and 
   cases.push({ path: '/v1/reward/work/fetch', body: { workerId: 7, waitMs: 0 }, field: 'workerId' }) // a number for a string
   cases.push({ path: '/v1/reward/work/complete', body: { workerId: 'w1', leaseId: 'l1', reward: '0.5' }, field: 'reward' }) // a string for a number
   cases.push({ path: '/v1/state/drop', body: { keys: 'a/b' }, field: 'keys' }) // a scalar for an array
+  for (const wrong of [null, 'gpu', 7, true]) cases.push({ path: '/v1/state/prefetch', body: { prefix: 'a/', tier: wrong }, field: 'tier' }) // tier is a field; "host" its only value
   for (const { path, body, field } of cases) {
     await t.rejects(client.call('POST', path, body), { code: 'ERR_BAD_REQUEST', message: new RegExp(`invalid body: body/${field} `) }, `${path} ${JSON.stringify(body)}`)
   }
@@ -54,6 +55,8 @@ t.test('well-typed bodies pass unchanged', async t => {
   t.same(calls[0]?.args[0], { workerId: 'w1', waitMs: 0 })
   t.same(calls[1]?.args, ['m', 3])
   t.same(calls[2]?.args[0], { workerId: 'w1', leaseId: 'l1', reward: 0.5 })
+  t.same(await client.call('POST', '/v1/state/prefetch', { prefix: 'a/', tier: 'host' }), { scheduled: 0 })
+  t.same(calls[3]?.args[0], { prefix: 'a/', tier: 'host' })
 })
 
 t.test('path params and query strings are still coerced from text; text that is no number is a coded 400', async t => {
