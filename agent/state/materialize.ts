@@ -9,10 +9,15 @@
  * Files: `path` itself when everything fits in `maxFileBytes`, otherwise
  * `<stem>-00001-of-0000N.safetensors` … plus `<stem>.safetensors.index.json`
  * (`{ metadata: { total_size }, weight_map }`, the Hugging Face layout).
- * Each file is written to a temporary name, fsynced and renamed: a crash
- * never leaves a half-written file under the final name.
+ * Each file is written to a temporary name of its own (so concurrent
+ * materializations never write into one file), fsynced, then put under its
+ * final name: renamed when `overwrite`, else linked, which fails when the
+ * name exists by then (ERR_BAD_REQUEST; of two concurrent writers of one new
+ * name, one wins and the other is told the file exists). A crash never
+ * leaves a half-written file under the final name.
  */
-import { rename, stat, unlink } from 'node:fs/promises'
+import { randomBytes } from 'node:crypto'
+import { link, rename, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
 import { AgentError } from '../../core/errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
@@ -153,7 +158,7 @@ export async function materialize (state: StateManager, request: MaterializeRequ
       if (await stat(name).then(() => true, () => false)) throw new AgentError('ERR_BAD_REQUEST', `${name} exists; pass overwrite to replace it`)
     }
   }
-  for (let i = 0; i < shards.length; i++) await writeShard(state, names[i]!, shards[i]!, metadata)
+  for (let i = 0; i < shards.length; i++) await writeShard(state, names[i]!, shards[i]!, metadata, request.overwrite === true)
   let index: string | null = null
   if (shards.length > 1) {
     index = join(dirname(request.path), `${stem}.safetensors.index.json`)
@@ -164,8 +169,8 @@ export async function materialize (state: StateManager, request: MaterializeRequ
   return { files: names, index, tensors: tensors.length, bytes: tensors.reduce((a, t) => a + t.bytes, 0) }
 }
 
-async function writeShard (state: StateManager, path: string, tensors: PlannedTensor[], metadata: Record<string, string>): Promise<void> {
-  const tmp = `${path}.partial`
+async function writeShard (state: StateManager, path: string, tensors: PlannedTensor[], metadata: Record<string, string>, overwrite: boolean): Promise<void> {
+  const tmp = `${path}.${process.pid}-${randomBytes(4).toString('hex')}.partial`
   const header = safetensorsHeader(tensors, metadata)
   let file: DirectFile | undefined
   try {
@@ -185,7 +190,18 @@ async function writeShard (state: StateManager, path: string, tensors: PlannedTe
     await file.sync()
     file.close()
     file = undefined
-    await rename(tmp, path)
+    if (overwrite) {
+      await rename(tmp, path)
+    } else {
+      const linked = await link(tmp, path).then(() => true, (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EEXIST') throw new AgentError('ERR_BAD_REQUEST', `${path} exists; pass overwrite to replace it`)
+        // A filesystem without hard links: the check before writing is then the only guard.
+        if (err.code === 'EPERM' || err.code === 'ENOTSUP' || err.code === 'EOPNOTSUPP') return false
+        throw err
+      })
+      if (linked) await unlink(tmp)
+      else await rename(tmp, path)
+    }
     await syncDirectory(dirname(path))
   } catch (err) {
     file?.close()
