@@ -25,7 +25,12 @@ import type { Extent, HostPool } from '../../native/index.ts'
 import type { NvmeTier } from './nvme-tier.ts'
 
 export interface HostSpace {
-  allocate(bytes: number, keep: ReadonlySet<string>): Promise<Extent>
+  /**
+   * `paced` false: the allocation does not start a background spill above the
+   * high watermark (a promotion: spilling what was just read back would undo
+   * the prefetch; the next store's allocation spills).
+   */
+  allocate(bytes: number, keep: ReadonlySet<string>, paced?: boolean): Promise<Extent>
   /** Counts `bytes` of a fresh extent as busy until the returned function is called. */
   filling(bytes: number): () => void
   released(): void
@@ -63,11 +68,11 @@ export function createHostSpace (components: HostSpaceComponents): HostSpace {
   }
 
   return {
-    async allocate (bytes, keep) {
+    async allocate (bytes, keep, paced = true) {
       for (;;) {
         const extent = tryAllocate(bytes)
         if (extent !== undefined) {
-          allocated()
+          if (paced) allocated()
           return extent
         }
         const freed = await spill(bytes, keep)

@@ -22,7 +22,7 @@
  *   meanwhile keeps its copy, now also on NVMe, and is freed by a later
  *   spill without another write). A promoted copy is checksum-verified
  *   before the key uses it.
- * - Pacing: `spillIfAboveWatermark` (called after every pool allocation)
+ * - Pacing: `spillIfAboveWatermark` (called after every pool allocation but a promotion's)
  *   starts a background spill above the high watermark, at most one at a
  *   time, tracked by `track`, down to the low watermark; it starts again if
  *   allocation took the pool back above the high watermark meanwhile. An
@@ -263,7 +263,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   const promoting = new Map<StoredEntry, Promise<void>>()
 
   async function promoteOnce (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> {
-    const extent = await space.allocate(entry.key.bytes, keep)
+    const extent = await space.allocate(entry.key.bytes, keep, false)
     const range = keyRange(pool, extent, entry.key)
     const filled = space.filling(entry.key.bytes)
     try {
