@@ -171,7 +171,7 @@ t.test('abandoned regions: discarded, removed at stop, and after a crash by the 
   await t.rejects(a.weights.discardRegion(region.region), { code: 'ERR_WEIGHTS_NOT_FOUND' })
 
   const before = new Set(shmObjects())
-  const { sm, versions, dir } = await versionStoreNode(t)
+  const { sm, versions } = await versionStoreNode(t)
   const publisherOf = (owner: string): ReturnType<typeof createPublisher> => createPublisher({ chunkBytes: 65536, durable: false, owner }, { stateManager: sm, versions, logger })
   const crashed = publisherOf('agent-1') // never closed: a crash
   const other = publisherOf('agent-2')
