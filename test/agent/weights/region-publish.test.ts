@@ -20,7 +20,7 @@ const specs = (tensors: FixtureTensor[]): Array<{ name: string, dtype: FixtureTe
 /** The trainer's side: opens the region and writes every tensor at its offset; returns the still-open fd. */
 function writeRegion (region: WeightsRegion, tensors: FixtureTensor[]): number {
   const fd = openSync(`/dev/shm/${region.region}`, 'r+')
-  tensors.forEach((x, i) => writeSync(fd, x.data, 0, x.data.length, region.tensors[i]!.offset))
+  for (const [i, x] of tensors.entries()) writeSync(fd, x.data, 0, x.data.length, region.tensors[i]!.offset)
   return fd
 }
 
