@@ -25,12 +25,12 @@ const dist = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? '../dist/' 
 
 /** Every character outside ASCII as a \uXXXX escape (UTF-16 code units: astral characters as their surrogate pair). */
 function escapeNonAscii (source: string): string {
-  return source.replace(/[^\x00-\x7f]/g, c => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+  return source.replace(/[\x80-\uffff]/g, c => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 }
 
 /** A template literal with non-ASCII text would change meaning under String.raw: refuse rather than guess. */
 function checkNoRawTemplates (path: string, source: string): void {
-  const raw = /String\.raw`[^`]*[^\x00-\x7f]/.exec(source)
+  const raw = /String\.raw`[^`]*[\x80-\uffff]/.exec(source)
   if (raw !== null) throw new Error(`${path}: String.raw template with non-ASCII text at offset ${raw.index}: escaping would change it`)
 }
 

@@ -6,7 +6,7 @@
  * weights publish`), and the few lines after a usage error; and the `help`
  * command that prints them.
  */
-import { UsageError, flagValueName, type Command, type FlagSpec } from './commands/command.ts'
+import { type UsageError, flagValueName, type Command, type FlagSpec } from './commands/command.ts'
 import { commandsOf, globalFlags, groupNames, resolveTopic, versionFlag, type GlobalFlagSpec } from './dispatch.ts'
 
 const topUsage = 'usage: agentctl [--socket PATH] [--json] <command> [flags]'

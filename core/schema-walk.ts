@@ -55,7 +55,7 @@ export function leafPaths (root: TSchema, prefix: string[] = []): string[][] {
 /** What a leaf schema accepts, in words: "an integer from 1024 to 67108864". */
 export function describeExpected (s: TSchema): string {
   const n = node(s)
-  if (n.anyOf !== undefined && n.anyOf.every(a => a.const !== undefined)) {
+  if (n.anyOf?.every(a => a.const !== undefined)) {
     return `one of ${n.anyOf.map(a => JSON.stringify(a.const)).join(', ')}`
   }
   const bounds = (lo: number | undefined, hi: number | undefined, unit: string): string => {

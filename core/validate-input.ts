@@ -50,7 +50,7 @@ export function createInputValidator<S extends TSchema> (
           seen.add(path)
           // A union of literals says which values it takes, not just "Expected union value".
           const choices = (error.schema.anyOf as TSchema[] | undefined)?.map(option => option.const as unknown)
-          const expected = choices !== undefined && choices.every(c => c !== undefined) ? `Expected one of ${choices.map(c => JSON.stringify(c)).join(', ')}` : error.message
+          const expected = choices?.every(c => c !== undefined) ? `Expected one of ${choices.map(c => JSON.stringify(c)).join(', ')}` : error.message
           let message = `${expected}${error.value === undefined ? '' : `, got ${JSON.stringify(error.value)}`}`
           if (error.message === 'Unexpected property') {
             const parent = schemaAt(schema, segments.slice(0, -1))

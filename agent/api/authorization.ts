@@ -23,7 +23,7 @@
  */
 import { readFile } from 'node:fs/promises'
 import type { Socket } from 'node:net'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance } from 'fastify'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { PeerCredentials } from '../../native/index.ts'

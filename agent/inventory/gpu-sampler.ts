@@ -69,7 +69,7 @@ export function parseBusyUuids (csv: string): Set<string> {
   const busy = new Set<string>()
   for (const line of csv.split('\n')) {
     const uuid = line.split(',')[0]?.trim()
-    if (uuid !== undefined && uuid.startsWith('GPU-')) busy.add(uuid)
+    if (uuid?.startsWith('GPU-')) busy.add(uuid)
   }
   return busy
 }

@@ -441,14 +441,15 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
 
   /** Queues a put (or joins the one in flight for the key); `settled` is told its outcome, perhaps at once. */
   function enqueue ({ key, src, checksum, owner }: NvmePutItem, settled: (result: NvmeObject | Error) => void): void {
-    if (journal === undefined) return settled(new AgentError('ERR_UNAVAILABLE', 'NVMe tier is not open'))
+    if (journal === undefined) { settled(new AgentError('ERR_UNAVAILABLE', 'NVMe tier is not open')); return }
     const existing = committed.get(key)
-    if (existing !== undefined) return settled(existing)
+    if (existing !== undefined) { settled(existing); return }
     const inFlight = putting.get(key)
-    if (inFlight !== undefined) return void inFlight.settled.push(settled)
+    if (inFlight !== undefined) { inFlight.settled.push(settled); return }
     const used = committedBytes + reservedBytes + deadBytes
     if (used + src.length > options.capacityBytes) {
-      return settled(new AgentError('ERR_TIER_FULL', `NVMe tier is full: ${src.length} bytes do not fit (${used} of ${options.capacityBytes} used)`))
+      settled(new AgentError('ERR_TIER_FULL', `NVMe tier is full: ${src.length} bytes do not fit (${used} of ${options.capacityBytes} used)`))
+      return
     }
     reservedBytes += src.length
     const p: PendingPut = { key, src, checksum, owner, settled: [settled] }
@@ -602,10 +603,12 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
         const results = new Array<NvmeObject | Error>(items.length)
         let pending = items.length
         if (pending === 0) resolve(results)
-        items.forEach((item, i) => enqueue(item, result => {
-          results[i] = result
-          if (--pending === 0) resolve(results)
-        }))
+        for (const [i, item] of items.entries()) {
+          enqueue(item, result => {
+            results[i] = result
+            if (--pending === 0) resolve(results)
+          })
+        }
       })
     },
 

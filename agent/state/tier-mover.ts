@@ -120,7 +120,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   /** Keys kept by allocations waiting in makeRoom (a count per key): no spill takes them. */
   const protectedKeys = new Map<string, number>()
   /** Resolved with the bytes each spill group frees, and with 0 when the background spill ends without starting again. */
-  let groupWaiters: Array<(freed: number) => void> = []
+  const groupWaiters: Array<(freed: number) => void> = []
   const groupDone = (freed: number): void => { for (const wake of groupWaiters.splice(0)) wake(freed) }
 
   /** Pins the entry; its unpin re-queues it for spilling and wakes waiting allocations. */

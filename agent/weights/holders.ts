@@ -34,7 +34,9 @@ export function weightsAdvert (address: string, versions: ReadonlyArray<{ model:
   const byModel = new Map<string, Array<{ version: number, layout?: string }>>()
   for (const v of versions) byModel.set(v.model, [...(byModel.get(v.model) ?? []), { version: v.version, ...(v.layout !== undefined ? { layout: v.layout } : {}) }])
   const ranked: Array<{ model: string, version: number, layout?: string, rank: number }> = []
-  for (const [model, list] of byModel) list.sort((a, b) => b.version - a.version).forEach((v, rank) => ranked.push({ model, ...v, rank }))
+  for (const [model, list] of byModel) {
+    for (const [rank, v] of list.sort((a, b) => b.version - a.version).entries()) ranked.push({ model, ...v, rank })
+  }
   ranked.sort((a, b) => a.rank - b.rank || (a.model < b.model ? -1 : a.model > b.model ? 1 : 0))
   return {
     ...(address !== '' ? { weightsAddress: address } : {}),

@@ -97,6 +97,16 @@ export interface PublisherComponents {
   populate?: (range: HostRange) => Promise<boolean>
 }
 
+/**
+ * A publish's stages, in order: `reading` a safetensors file into the pool
+ * (that source only), `checksumming` every chunk, `persisting` to NVMe
+ * (durable agents only; reported when it starts and when it ends).
+ */
+export type PublishStage = 'reading' | 'checksumming' | 'persisting'
+
+/** Called on the event loop after each tensor of a stage: `doneBytes` of the version's `totalBytes` went through `stage`. */
+export type PublishProgress = (stage: PublishStage, doneBytes: number, totalBytes: number) => void
+
 export interface Publisher {
   /** Removes the regions a previous run of this agent handed out and never published (a crash skips close()). */
   start(): Promise<void>
@@ -107,8 +117,11 @@ export interface Publisher {
    * this is called, before the returned promise settles.
    */
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[], owner?: number): Promise<WeightsRegion>
-  /** Publishes a version; one from keys or a file reserves it for `owner` as createRegion does, in the tick this is called. */
-  publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
+  /**
+   * Publishes a version; one from keys or a file reserves it for `owner` as
+   * createRegion does, in the tick this is called; `onProgress` follows it.
+   */
+  publish(request: PublishRequest, options?: { owner?: number, onProgress?: PublishProgress }): Promise<WeightsManifest>
   /** Removes a region handed out and not published (its version is released); ERR_WEIGHTS_NOT_FOUND if unknown. */
   discardRegion(name: string): Promise<void>
   /** Removes regions not yet published. */
@@ -128,6 +141,11 @@ function checkTensor (t: TensorSpec, where: string): number {
   const bytes = t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[t.dtype]
   if (!Number.isSafeInteger(bytes)) throw new AgentError('ERR_BAD_REQUEST', `${where} (${t.name}): shape ${JSON.stringify(t.shape)} is larger than ${Number.MAX_SAFE_INTEGER} bytes`)
   return bytes
+}
+
+/** A tensor's bytes from its (validated) shape and dtype. */
+function tensorBytes (t: TensorSpec): number {
+  return t.shape.reduce((a, b) => a * b, 1) * dtypeBytes[t.dtype]
 }
 
 function checkUniqueNames (tensors: readonly { name: string }[]): void {
@@ -222,8 +240,10 @@ export function createPublisher (options: PublisherOptions, components: Publishe
   }
 
   /** Checksums, persistence and commit of tensors whose keys are stored. */
-  async function commitVersion (model: string, version: number, tensors: Array<TensorSpec & { key: string }>, ownsKeys: boolean, metadata: Record<string, string>): Promise<WeightsManifest> {
+  async function commitVersion (model: string, version: number, tensors: Array<TensorSpec & { key: string }>, ownsKeys: boolean, metadata: Record<string, string>, onProgress: PublishProgress): Promise<WeightsManifest> {
     const table: ManifestTensor[] = []
+    const totalBytes = tensors.reduce((a, t) => a + tensorBytes(t), 0)
+    let doneBytes = 0
     for (const t of tensors) {
       const pinned = await sm.readHost(t.key)
       try {
@@ -231,8 +251,13 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       } finally {
         pinned.release()
       }
+      onProgress('checksumming', doneBytes += pinned.range.length, totalBytes)
     }
-    if (options.durable) await sm.persist(tensors.map(t => t.key))
+    if (options.durable) {
+      onProgress('persisting', 0, totalBytes)
+      await sm.persist(tensors.map(t => t.key))
+      onProgress('persisting', totalBytes, totalBytes)
+    }
     const manifest: WeightsManifest = {
       model, version, chunkBytes: options.chunkBytes, totalBytes: table.reduce((a, t) => a + t.bytes, 0), committedAtMs: Date.now(),
       metadata, ownsKeys, durable: options.durable, tensors: table,
@@ -241,7 +266,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     return manifest
   }
 
-  async function publishKeys (model: string, version: number, prefix: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+  async function publishKeys (model: string, version: number, prefix: string, metadata: Record<string, string>, onProgress: PublishProgress): Promise<WeightsManifest> {
     if (prefix === '' || prefix.startsWith('weights/')) throw new AgentError('ERR_BAD_REQUEST', 'publish from keys needs a prefix outside weights/ (e.g. job42/actor/)')
     const keys = sm.storedKeys(prefix).filter(k => k.role === 'param')
     if (keys.length === 0) throw new AgentError('ERR_KEY_NOT_FOUND', `no param keys stored under ${prefix}`)
@@ -251,14 +276,16 @@ export function createPublisher (options: PublisherOptions, components: Publishe
     if (versionsSeen.size > 1) throw new AgentError('ERR_BAD_REQUEST', `keys under ${prefix} have several versions (${[...versionsSeen].join(', ')}); use a prefix that names one`)
     const tensors = keys.map(k => ({ name: k.fqn, dtype: k.dtype, shape: k.shape, key: k.text }))
     checkUniqueNames(tensors)
-    return await commitVersion(model, version, tensors, false, metadata)
+    return await commitVersion(model, version, tensors, false, metadata, onProgress)
   }
 
-  async function publishSafetensors (model: string, version: number, path: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+  async function publishSafetensors (model: string, version: number, path: string, metadata: Record<string, string>, onProgress: PublishProgress): Promise<WeightsManifest> {
     const header = await readSafetensorsHeader(path)
     checkUniqueNames(header.tensors)
     const created: string[] = []
     const file = openDirectFile(path)
+    const totalBytes = header.tensors.reduce((a, t) => a + t.end - t.start, 0)
+    let doneBytes = 0
     try {
       const tensors = []
       for (const t of header.tensors) {
@@ -272,8 +299,9 @@ export function createPublisher (options: PublisherOptions, components: Publishe
         }
         if (sm.adopt(key, scratch)) created.push(key)
         tensors.push({ ...t, key })
+        onProgress('reading', doneBytes += t.end - t.start, totalBytes)
       }
-      return await commitVersion(model, version, tensors, true, { ...header.metadata, ...metadata })
+      return await commitVersion(model, version, tensors, true, { ...header.metadata, ...metadata }, onProgress)
     } catch (err) {
       if (created.length > 0) await sm.drop({ keys: created })
       throw err
@@ -283,7 +311,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
   }
 
   /** Zero copy: see "Region lifecycle" above for the order of steps and what a failure leaves. */
-  async function publishRegion (model: string, requested: number | undefined, name: string, metadata: Record<string, string>): Promise<WeightsManifest> {
+  async function publishRegion (model: string, requested: number | undefined, name: string, metadata: Record<string, string>, onProgress: PublishProgress): Promise<WeightsManifest> {
     const region = regions.get(name)
     if (region === undefined) throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `no region ${name} handed out by this agent (POST /v1/weights/regions first; a region is consumed by its publish)`)
     const version = requested ?? region.version
@@ -297,7 +325,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       region.mapping = undefined // the StateManager's now
       // Unlinked before the checksums: no writer can open the region anew. The mapping keeps the bytes.
       await unlink(`${shmDir}/${name}`).catch((err: NodeJS.ErrnoException) => { if (err.code !== 'ENOENT') throw err })
-      return await commitVersion(model, version, tensors, true, metadata)
+      return await commitVersion(model, version, tensors, true, metadata, onProgress)
     } catch (err) {
       if (adopted.length > 0) await sm.drop({ keys: adopted })
       throw err
@@ -377,16 +405,16 @@ export function createPublisher (options: PublisherOptions, components: Publishe
       logger.info({ model, version, region: name, bytes: offset }, 'weights region handed out')
       return region
     },
-    async publish (request, owner) {
+    async publish (request, { owner, onProgress = () => {} } = {}) {
       const model = checkModelName(request.model)
       const metadata = request.metadata ?? {}
       const source = request.source
-      if (source.kind === 'region') return await publishRegion(model, request.version, source.region, metadata)
+      if (source.kind === 'region') return await publishRegion(model, request.version, source.region, metadata, onProgress)
       const version = request.version ?? versions.nextVersion(model)
       const reservation = versions.reserve(model, version, owner)
       try {
-        if (source.kind === 'keys') return await publishKeys(model, version, source.prefix, metadata)
-        if (source.kind === 'safetensors') return await publishSafetensors(model, version, source.path, metadata)
+        if (source.kind === 'keys') return await publishKeys(model, version, source.prefix, metadata, onProgress)
+        if (source.kind === 'safetensors') return await publishSafetensors(model, version, source.path, metadata, onProgress)
         throw new AgentError('ERR_BAD_REQUEST', `unknown publish source ${JSON.stringify((source as { kind: unknown }).kind)}`)
       } finally {
         reservation.release()

@@ -20,7 +20,7 @@ import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull, WeightServerCounters } from './transport.ts'
 import { createVersionStore, type DamagedVersion, type ModelOwner, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
-import type { PullInProgress, VersionSummary } from '../api/wire/weights.ts'
+import type { PublishInProgress, PullInProgress, VersionSummary } from '../api/wire/weights.ts'
 
 export interface WeightsServiceOptions extends WeightsConfig {
   /** Directory of the manifest files (<stateDir>/weights). */
@@ -60,7 +60,7 @@ export interface PullOptions {
   signal?: AbortSignal
 }
 
-export type { PullInProgress, VersionSummary }
+export type { PublishInProgress, PullInProgress, VersionSummary }
 
 
 export interface WeightsService {
@@ -72,11 +72,11 @@ export interface WeightsService {
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[], owner?: number): Promise<WeightsRegion>
   /** Removes a region handed out and never published (a trainer giving up on that version). */
   discardRegion(name: string): Promise<void>
-  /** See Publisher.publish: the model is claimed for `owner` as createRegion does. */
+  /** See Publisher.publish: the model is claimed for `owner` as createRegion does; list() shows it in flight. */
   publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
-  /** Versions held, manifests found damaged at start, connections pulling from this agent, and pulls this agent is making. */
-  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[] }
+  /** Versions held, manifests found damaged at start, connections pulling from this agent, and the pulls and publishes this agent is making. */
+  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[], publishing: PublishInProgress[] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
   /** Who owns `model` here (version-store.ts "Ownership"): a uid, 'agent', or undefined when nobody does. */
@@ -124,6 +124,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     idleTimeoutMs: options.idleTimeoutMs,
   }, { stateManager, versions, auth, logger })
   const pulling = new Set<PullInProgress>()
+  const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
   const puller = createPuller({ chunkBytes: options.chunkBytes }, {
     stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes },
@@ -142,7 +143,15 @@ export function createWeightsService (options: WeightsServiceOptions, components
     address: () => server.address,
     createRegion: (model, version, tensors, owner) => publisher.createRegion(model, version, tensors, owner),
     discardRegion: name => publisher.discardRegion(name),
-    publish: (request, owner) => publisher.publish(request, owner),
+    async publish (request, owner) {
+      const progress: PublishInProgress = { model: request.model, version: request.version ?? 'next', stage: request.source.kind === 'safetensors' ? 'reading' : 'checksumming', doneBytes: 0, totalBytes: 0 }
+      publishing.add(progress)
+      try {
+        return await publisher.publish(request, { owner, onProgress: (stage, done, totalBytes) => { progress.stage = stage; progress.doneBytes = done; progress.totalBytes = totalBytes } })
+      } finally {
+        publishing.delete(progress)
+      }
+    },
     async pull (o) {
       const chosen = o.from !== undefined ? { address: o.from, fallbacks: o.fallbacks ?? [] } : holderOf(o.model, o.version, o.layout)
       const from = chosen.address
@@ -176,6 +185,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
       damaged: versions.damaged(),
       pulls: server.activePulls(),
       pulling: [...pulling].map(p => ({ ...p })),
+      publishing: [...publishing].map(p => ({ ...p })),
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),

@@ -7,6 +7,7 @@
  * are generated from these same fields, so a flag is declared once.
  */
 import type { AgentClient } from '../../agent/client/client.ts'
+import type { ProgressStream } from './progress-bar.ts'
 
 export interface CommandResult {
   /** What --json prints (the API's own JSON where there is one). */
@@ -24,6 +25,8 @@ export interface CommandContext {
   positionals: string[]
   json: boolean
   signal: AbortSignal
+  /** Where progress bars draw (only when it is a terminal). Default process.stderr; tests pass a stand-in. */
+  stderr?: ProgressStream
 }
 
 /** What the shell offers for a value: file names, or one of these words. Default: nothing. */

@@ -2,18 +2,19 @@
  * agentctl weights pull: the agent pulls a version (or one tensor-parallel
  * rank's slices of it) from another agent (--from, or a holder the agent
  * finds in its mesh view) into its StateManager, where
- * rollout workers onload the keys. A progress bar on a terminal; --json prints
- * { version, bytes, seconds, tensors }.
+ * rollout workers onload the keys. A progress bar (bytes, rate, time left) on
+ * a terminal unless --quiet; --json prints { version, bytes, seconds, tensors }.
  */
 import { readFile } from 'node:fs/promises'
 import { resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
-import { UsageError, type Command, type CommandContext } from './command.ts'
+import { UsageError, type Command } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
 import { parseVersion } from './weights-publish.ts'
+import { followWeightsProgress } from './weights-progress.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {
   if (text === undefined) return undefined
@@ -23,7 +24,7 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
 
 export const weightsPullCommand: Command = {
   summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
-  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors]',
+  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors] [--quiet]',
   options: {
     from: { type: 'string', value: 'HOST:PORT', description: 'the serving agent\'s data address; default: an alive agent that advertises the version in the mesh' },
     model: { type: 'string', value: 'M', description: 'the model\'s name' },
@@ -36,13 +37,13 @@ export const weightsPullCommand: Command = {
     'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA), for fused qkv; default: from the metadata, else --heads' },
     streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
     out: { type: 'string', value: 'F.safetensors', description: 'also write the whole version to this file (not with a layout)', complete: 'file' },
+    quiet: { type: 'boolean', description: 'no progress bar (there is none either when stderr is not a terminal, or with --json)' },
   },
   examples: [
     { what: 'the latest version of a model, from whichever agent serves it', run: 'agentctl weights pull --model qwen3-8b' },
     { what: 'only rank 1 of 4\'s slices of version 7, from a named agent', run: 'agentctl weights pull --from 10.0.0.5:7070 --model qwen3-8b --version 7 --preset qwen --tp 4 --rank 1' },
   ],
-  async run (context) {
-    const { client, values, signal, json } = context
+  async run ({ client, values, signal, json, stderr }) {
     const from = values.from as string | undefined
     const model = values.model as string | undefined
     if (model === undefined) throw new UsageError('weights pull needs --model (and --from HOST:PORT unless an agent in the mesh advertises the model)')
@@ -76,12 +77,15 @@ export const weightsPullCommand: Command = {
       ...(streams !== undefined ? { streams } : {}),
       ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}) } } : {}),
     }
-    const bar = !json && process.stderr.isTTY ? showProgress(context, from, model) : undefined
+    const bar = followWeightsProgress(client, list => {
+      const mine = list.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
+      return mine !== undefined ? { doneBytes: mine.doneBytes, totalBytes: mine.totalBytes, label: `pulling ${model}` } : undefined
+    }, { label: `pulling ${model}`, quiet: json || values.quiet === true, stream: stderr })
     let result: PullResult
     try {
       result = await client.weightsPull(body, { signal })
     } finally {
-      bar?.stop()
+      bar.stop()
     }
     let written: MaterializeResult | undefined
     if (out !== undefined) {
@@ -95,24 +99,4 @@ export const weightsPullCommand: Command = {
         `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}`,
     }
   },
-}
-
-/** Redraws a bar on stderr from the agent's pull progress (GET /v1/weights) until stopped. */
-function showProgress ({ client }: CommandContext, from: string | undefined, model: string): { stop(): void } {
-  let stopped = false
-  const draw = (done: number, total: number): void => {
-    const width = 30
-    const filled = total > 0 ? Math.round(width * done / total) : 0
-    process.stderr.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${formatBytes(done)} / ${formatBytes(total)}`)
-  }
-  const loop = async (): Promise<void> => {
-    while (!stopped) {
-      const state = await client.weights().catch(() => undefined)
-      const mine = state?.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
-      if (mine !== undefined && !stopped) draw(mine.doneBytes, mine.totalBytes)
-      await new Promise(resolve => setTimeout(resolve, 200))
-    }
-  }
-  void loop()
-  return { stop: () => { stopped = true; process.stderr.write('\r\x1b[K') } }
 }

@@ -52,7 +52,7 @@ import type { ElectionStore } from './election-store.ts'
 import { createEtcdClient, type EtcdClient, type EtcdHeader, type EtcdKeyValue } from './etcd-client.ts'
 import type { LeaderElection, LeaderElectionState } from './leader-election.ts'
 import { AgentError } from '../../core/errors.ts'
-import { parseSnapshot, type LogSnapshot } from './replicated-log.ts'
+import { parseSnapshot } from './replicated-log.ts'
 
 export interface EtcdElectionComponents {
   self: string

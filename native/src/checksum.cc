@@ -18,8 +18,8 @@ constexpr size_t kMinSliceBytes = size_t(8) << 20;
 class ChecksumWorker final : public PromiseWorker {
  public:
   // `owner` keeps the bytes alive (a region); a JavaScript buffer is Retain()ed.
-  ChecksumWorker(Napi::Env env, std::shared_ptr<HostRegion> owner, const uint8_t* data,
-                 size_t length, size_t threads)
+  ChecksumWorker(Napi::Env env, std::shared_ptr<HostRegion> owner, const uint8_t* data, size_t length,
+                 size_t threads)
       : PromiseWorker(env, "agentd:checksum"),
         owner_(std::move(owner)),
         data_(data),

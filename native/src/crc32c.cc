@@ -16,9 +16,9 @@ constexpr uint32_t kPolynomial = 0x82F63B78u;
 constexpr size_t kStreamBytes = 8192;
 
 struct Tables {
-  uint32_t byte[8][256];    // slicing-by-8
-  uint32_t powers[32];      // x^(2^k) mod P, for combining
-  uint32_t shift[4][256];   // v -> v * x^(8 * kStreamBytes) mod P, byte by byte
+  uint32_t byte[8][256];   // slicing-by-8
+  uint32_t powers[32];     // x^(2^k) mod P, for combining
+  uint32_t shift[4][256];  // v -> v * x^(8 * kStreamBytes) mod P, byte by byte
 };
 
 // a(x) * b(x) mod P, both in reflected bit order.
@@ -85,8 +85,8 @@ uint32_t Crc32cTable(uint32_t crc, const uint8_t* data, size_t length) {
     std::memcpy(&word, data, 8);
     word ^= crc;
     crc = t.byte[7][word & 0xff] ^ t.byte[6][(word >> 8) & 0xff] ^ t.byte[5][(word >> 16) & 0xff] ^
-          t.byte[4][(word >> 24) & 0xff] ^ t.byte[3][(word >> 32) & 0xff] ^
-          t.byte[2][(word >> 40) & 0xff] ^ t.byte[1][(word >> 48) & 0xff] ^ t.byte[0][word >> 56];
+          t.byte[4][(word >> 24) & 0xff] ^ t.byte[3][(word >> 32) & 0xff] ^ t.byte[2][(word >> 40) & 0xff] ^
+          t.byte[1][(word >> 48) & 0xff] ^ t.byte[0][word >> 56];
     data += 8;
     length -= 8;
   }
@@ -100,8 +100,7 @@ uint32_t Crc32cTable(uint32_t crc, const uint8_t* data, size_t length) {
 // in rounds of three adjacent kStreamBytes blocks checksummed as independent
 // chains (the 2nd and 3rd from register 0), joined with the linearity of the
 // register: R(s, A|B) = R(s, A) * x^(8|B|) xor R(0, B).
-__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8_t* data,
-                                                       size_t length) {
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const uint8_t* data, size_t length) {
   uint64_t c = crc;
   if (length >= 3 * kStreamBytes) {
     const Tables& t = GetTables();

@@ -79,7 +79,8 @@ size_t AllocationBytes(void* pointer) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status;
 #if CUDART_VERSION >= 12050
-    cudaError_t err = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &status);
+    cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &status);
 #else
     cudaError_t err = cudaGetDriverEntryPoint("cuMemGetAddressRange", &fn, cudaEnableDefault, &status);
 #endif
@@ -101,7 +102,7 @@ using IpcKey = std::pair<int, std::array<uint8_t, kIpcHandleBytes>>;
 struct DeviceMapping {
   IpcKey key;
   void* base = nullptr;
-  size_t bytes = 0;               // allocation size from base; 0 = unknown
+  size_t bytes = 0;                 // allocation size from base; 0 = unknown
   std::atomic<int> openHandles{0};  // JavaScript handles not yet closed
   ~DeviceMapping();
 };
@@ -189,7 +190,8 @@ class NativeDeviceMapping : public Napi::ObjectWrap<NativeDeviceMapping> {
   static Napi::Function DefineClass(Napi::Env env) {
     return ObjectWrap<NativeDeviceMapping>::DefineClass(
         env, "NativeDeviceMapping",
-        {InstanceMethod<&NativeDeviceMapping::Info>("info"), InstanceMethod<&NativeDeviceMapping::Close>("close")});
+        {InstanceMethod<&NativeDeviceMapping::Info>("info"),
+         InstanceMethod<&NativeDeviceMapping::Close>("close")});
   }
 
   static Napi::Object Wrap(Napi::Env env, std::shared_ptr<DeviceMapping> mapping) {
@@ -199,7 +201,8 @@ class NativeDeviceMapping : public Napi::ObjectWrap<NativeDeviceMapping> {
 
   static std::shared_ptr<DeviceMapping> From(Napi::Value value) {
     Napi::Env env = value.Env();
-    if (!value.IsObject() || !value.As<Napi::Object>().InstanceOf(GetAddonData(env).deviceMappingClass.Value())) {
+    if (!value.IsObject() ||
+        !value.As<Napi::Object>().InstanceOf(GetAddonData(env).deviceMappingClass.Value())) {
       throw NativeError("ERR_ARG_INVALID", "expected a NativeDeviceMapping");
     }
     NativeDeviceMapping* wrapper = Unwrap(value.As<Napi::Object>());
@@ -319,8 +322,9 @@ Napi::Object DescribeDevice(Napi::Env env, int index) {
   CudaCheck(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
   char uuid[64];
   const unsigned char* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+                u[15]);
   char pciBusId[32] = "";
   cudaDeviceGetPCIBusId(pciBusId, sizeof pciBusId, index);
   device.Set("index", index);
@@ -338,7 +342,8 @@ Napi::Value OpenIpcHandleJs(const Napi::CallbackInfo& info) {
   return GuardedCall(env, [&]() -> Napi::Value {
     int device = info[0].As<Napi::Number>().Int32Value();
     Napi::Uint8Array handle = info[1].As<Napi::Uint8Array>();
-    if (handle.ByteLength() != kIpcHandleBytes) throw NativeError("ERR_ARG_INVALID", "IPC handle must be 64 bytes");
+    if (handle.ByteLength() != kIpcHandleBytes)
+      throw NativeError("ERR_ARG_INVALID", "IPC handle must be 64 bytes");
     std::string reason;
     if (!CudaUsable(&reason)) throw NativeError("ERR_CUDA_UNAVAILABLE", reason);
     return NativeDeviceMapping::Wrap(env, Mappings().Acquire(device, handle.Data()));

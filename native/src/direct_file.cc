@@ -40,7 +40,7 @@ struct FileHandle {
   std::string path;
   int fd = -1;
   bool direct = false;
-  std::string directReason;    // why O_DIRECT is not used; empty when it is
+  std::string directReason;                // why O_DIRECT is not used; empty when it is
   size_t alignment = kMinAlignment;        // file offsets and lengths, bytes
   size_t memoryAlignment = kMinAlignment;  // buffer addresses, bytes
   std::string alignmentSource;             // "statx" or "blockSize"
@@ -91,8 +91,9 @@ std::shared_ptr<FileHandle> OpenFile(const std::string& path, bool writable, boo
   } else if ((file->fd = open(path.c_str(), flags | O_DIRECT, 0644)) >= 0) {
     file->direct = true;
   } else if (errno == EINVAL) {
-    file->directReason = "the filesystem does not support O_DIRECT (open returned EINVAL); "
-                         "using buffered I/O with fdatasync";
+    file->directReason =
+        "the filesystem does not support O_DIRECT (open returned EINVAL); "
+        "using buffered I/O with fdatasync";
     file->fd = open(path.c_str(), flags, 0644);
   }
   if (file->fd < 0) {
@@ -144,8 +145,8 @@ struct AlignedBuffer {
 };
 
 void ThrowReadPastEnd(uint64_t end) {
-  throw NativeError("ERR_OUT_OF_RANGE", "read past the end of the file (wanted up to byte " +
-                                            std::to_string(end) + ")");
+  throw NativeError("ERR_OUT_OF_RANGE",
+                    "read past the end of the file (wanted up to byte " + std::to_string(end) + ")");
 }
 
 // Moves bytes between a region and a file in chunks of `blockBytes` (chunk
@@ -190,13 +191,14 @@ class TransferWorker final : public PromiseWorker {
       size_t chunks = (r.fileOffset + r.length - first + r.blockBytes - 1) / r.blockBytes;
       IoPool().ParallelFor(chunks, r.queueDepth, [this, first](size_t i) {
         uint64_t start = std::max<uint64_t>(request_.fileOffset, first + i * request_.blockBytes);
-        uint64_t end = std::min<uint64_t>(request_.fileOffset + request_.length,
-                                          first + (i + 1) * request_.blockBytes);
+        uint64_t end =
+            std::min<uint64_t>(request_.fileOffset + request_.length, first + (i + 1) * request_.blockBytes);
         TransferChunk(start, size_t(end - start), memory_ + (start - request_.fileOffset));
       });
       if (r.write && padded_) TrimPadding();
     }
-    if (r.sync && fdatasync(file_->fd) != 0) throw SystemError("ERR_IO", "fdatasync", errno, "fdatasync failed");
+    if (r.sync && fdatasync(file_->fd) != 0)
+      throw SystemError("ERR_IO", "fdatasync", errno, "fdatasync failed");
   }
 
   Napi::Value Result(Napi::Env env) override {
@@ -337,7 +339,8 @@ class NativeFile : public Napi::ObjectWrap<NativeFile> {
   Napi::Value Write(const Napi::CallbackInfo& info) { return Transfer(info, true); }
 
   Napi::Value Sync(const Napi::CallbackInfo& info) {
-    return GuardedCall(info.Env(), [&]() -> Napi::Value { return (new SyncWorker(info.Env(), Open()))->Start(); });
+    return GuardedCall(info.Env(),
+                       [&]() -> Napi::Value { return (new SyncWorker(info.Env(), Open()))->Start(); });
   }
 
   Napi::Value Info(const Napi::CallbackInfo& info) {
@@ -358,7 +361,8 @@ Napi::Value OpenFileJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return GuardedCall(env, [&]() -> Napi::Value {
     std::string path = info[0].As<Napi::String>().Utf8Value();
-    return NativeFile::Wrap(env, OpenFile(path, info[1].ToBoolean(), info[2].ToBoolean(), info[3].ToBoolean()));
+    return NativeFile::Wrap(env,
+                            OpenFile(path, info[1].ToBoolean(), info[2].ToBoolean(), info[3].ToBoolean()));
   });
 }
 

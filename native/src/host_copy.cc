@@ -85,20 +85,24 @@ class HostGatherWorker final : public PromiseWorker {
         runs_(runs),
         srcStride_(srcStride),
         threads_(threads) {
-    if (runs == 0 || runBytes == 0) throw NativeError("ERR_ARG_INVALID", "gather needs at least one non-empty run");
+    if (runs == 0 || runBytes == 0)
+      throw NativeError("ERR_ARG_INVALID", "gather needs at least one non-empty run");
     if (srcStride < runBytes) throw NativeError("ERR_ARG_INVALID", "srcStride is smaller than runBytes");
     size_t total = runBytes * runs;
     size_t span = srcStride * (runs - 1) + runBytes;
-    if (total / runs != runBytes || (runs > 1 && span / (runs - 1) < srcStride)) throw NativeError("ERR_OUT_OF_RANGE", "gather size overflows");
+    if (total / runs != runBytes || (runs > 1 && span / (runs - 1) < srcStride))
+      throw NativeError("ERR_OUT_OF_RANGE", "gather size overflows");
     dst_ = dstRegion_->Span(dstOffset, total);
     src_ = srcRegion_->Span(srcOffset, span);
-    if (dst_ < src_ + span && src_ < dst_ + total) throw NativeError("ERR_ARG_INVALID", "source and destination ranges overlap");
+    if (dst_ < src_ + span && src_ < dst_ + total)
+      throw NativeError("ERR_ARG_INVALID", "source and destination ranges overlap");
   }
 
  protected:
   void Run() override {
     auto copyRuns = [this](size_t first, size_t last) {
-      for (size_t r = first; r < last; r++) std::memcpy(dst_ + r * runBytes_, src_ + r * srcStride_, runBytes_);
+      for (size_t r = first; r < last; r++)
+        std::memcpy(dst_ + r * runBytes_, src_ + r * srcStride_, runBytes_);
     };
     size_t total = runBytes_ * runs_;
     if (threads_ == 1 || total < kMinSliceBytes) {

@@ -25,9 +25,7 @@ namespace {
 constexpr size_t kHugePageBytes = size_t(2) << 20;
 constexpr int kCapIpcLock = 14;
 
-size_t RoundUp(size_t value, size_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
+size_t RoundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 // CAP_IPC_LOCK in the effective set lets mlock ignore RLIMIT_MEMLOCK.
 bool HasCapIpcLock() {
@@ -46,13 +44,12 @@ void CheckMemlockLimit(size_t bytes) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return;
   if (limit.rlim_cur == RLIM_INFINITY || bytes <= limit.rlim_cur || HasCapIpcLock()) return;
-  throw NativeError(
-      "ERR_MEMLOCK_LIMIT",
-      "pinned host pool of " + std::to_string(bytes) + " bytes exceeds RLIMIT_MEMLOCK (" +
-          std::to_string(limit.rlim_cur) +
-          " bytes). Raise the limit: LimitMEMLOCK=infinity in the systemd unit, "
-          "`ulimit -l unlimited` in the shell that starts agentd, or a memlock entry in "
-          "/etc/security/limits.conf; or configure a smaller host pool");
+  throw NativeError("ERR_MEMLOCK_LIMIT",
+                    "pinned host pool of " + std::to_string(bytes) + " bytes exceeds RLIMIT_MEMLOCK (" +
+                        std::to_string(limit.rlim_cur) +
+                        " bytes). Raise the limit: LimitMEMLOCK=infinity in the systemd unit, "
+                        "`ulimit -l unlimited` in the shell that starts agentd, or a memlock entry in "
+                        "/etc/security/limits.conf; or configure a smaller host pool");
 }
 
 class PinnedHostPool final : public HostRegion {
@@ -65,8 +62,7 @@ class PinnedHostPool final : public HostRegion {
       if (mlock(data_, mappedBytes_) != 0) {
         int err = errno;
         Unmap();
-        throw SystemError(err == ENOMEM || err == EPERM ? "ERR_MEMLOCK_LIMIT" : "ERR_SYSTEM",
-                          "mlock", err,
+        throw SystemError(err == ENOMEM || err == EPERM ? "ERR_MEMLOCK_LIMIT" : "ERR_SYSTEM", "mlock", err,
                           "mlock of the pinned host pool failed; raise RLIMIT_MEMLOCK "
                           "(systemd LimitMEMLOCK=infinity, `ulimit -l unlimited`)");
       }

@@ -41,9 +41,9 @@ class HostRegion {
 // Options of the pinned host pool, validated by TypeScript.
 struct HostPoolOptions {
   size_t bytes = 0;
-  bool tryHugetlb = true;      // MAP_HUGETLB first, else transparent huge pages
-  bool lock = true;            // mlock (checked against RLIMIT_MEMLOCK first)
-  bool registerCuda = true;    // cudaHostRegister when a CUDA device is usable
+  bool tryHugetlb = true;    // MAP_HUGETLB first, else transparent huge pages
+  bool lock = true;          // mlock (checked against RLIMIT_MEMLOCK first)
+  bool registerCuda = true;  // cudaHostRegister when a CUDA device is usable
   size_t cudaChunkBytes = size_t(4) << 30;
 };
 

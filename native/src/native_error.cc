@@ -9,8 +9,8 @@ std::string ErrnoName(int err) {
   return name != nullptr ? std::string(name) : "E" + std::to_string(err);
 }
 
-NativeError SystemError(const std::string& code, const std::string& syscall,
-                        int err, const std::string& what) {
+NativeError SystemError(const std::string& code, const std::string& syscall, int err,
+                        const std::string& what) {
   NativeError error(code, what + ": " + strerror(err) + " (" + ErrnoName(err) + ")");
   error.errnoName = ErrnoName(err);
   error.syscall = syscall;

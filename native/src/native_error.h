@@ -26,8 +26,8 @@ struct NativeError : std::runtime_error {
 std::string ErrnoName(int err);
 
 // An error for a failed OS call: message "<what>: <strerror> (<ENAME>)".
-NativeError SystemError(const std::string& code, const std::string& syscall,
-                        int err, const std::string& what);
+NativeError SystemError(const std::string& code, const std::string& syscall, int err,
+                        const std::string& what);
 
 // Converts to the JavaScript error described above. Main thread only.
 Napi::Error ToJsError(Napi::Env env, const NativeError& error);

@@ -13,7 +13,7 @@ struct TaskPool::Job {
   std::atomic<size_t> next{0};
   std::mutex mutex;
   std::condition_variable done;
-  size_t finished = 0;  // tasks that returned or were skipped, under mutex
+  size_t finished = 0;         // tasks that returned or were skipped, under mutex
   std::exception_ptr failure;  // first failure, under mutex
   std::atomic<bool> failed{false};
 };
@@ -65,8 +65,7 @@ void TaskPool::HelperLoop() {
   }
 }
 
-void TaskPool::ParallelFor(size_t count, size_t parallelism,
-                           const std::function<void(size_t)>& task) {
+void TaskPool::ParallelFor(size_t count, size_t parallelism, const std::function<void(size_t)>& task) {
   if (count == 0) return;
   auto job = std::make_shared<Job>();
   job->task = &task;

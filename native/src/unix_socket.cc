@@ -26,7 +26,8 @@ Napi::Value PeerCredentialsJs(const Napi::CallbackInfo& info) {
     struct ucred cred;
     socklen_t length = sizeof cred;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
-      throw SystemError("ERR_SYSTEM", "getsockopt", errno, "cannot read SO_PEERCRED of fd " + std::to_string(fd));
+      throw SystemError("ERR_SYSTEM", "getsockopt", errno,
+                        "cannot read SO_PEERCRED of fd " + std::to_string(fd));
     }
     Napi::Object result = Napi::Object::New(env);
     result.Set("pid", Napi::Number::New(env, cred.pid));
@@ -52,8 +53,8 @@ Napi::Value SendUnixDatagramJs(const Napi::CallbackInfo& info) {
     }
     std::memcpy(address.sun_path, path.data(), path.size());
     if (path[0] == '@') address.sun_path[0] = '\0';
-    socklen_t addressLength = socklen_t(offsetof(struct sockaddr_un, sun_path) + path.size() +
-                                        (path[0] == '@' ? 0 : 1));
+    socklen_t addressLength =
+        socklen_t(offsetof(struct sockaddr_un, sun_path) + path.size() + (path[0] == '@' ? 0 : 1));
     int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw SystemError("ERR_SYSTEM", "socket", errno, "cannot create a datagram socket");
     ssize_t sent = sendto(fd, message.Data(), message.ByteLength(), MSG_NOSIGNAL,

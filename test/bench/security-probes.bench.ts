@@ -843,7 +843,8 @@ const header = ['item', 'tried', 'rejected (coded)', 'accepted', '5xx/crash/hung
 const table: string[][] = names.map((n, i) => { const r = rowOf(n); return [`${i + 1} ${n}`, String(r.tried), String(r.rejected), String(r.accepted), String(r.failed), String(r.lost)] })
 const restart = rowOf(restartRow)
 table.push([restartRow, '-', '-', '-', String(restart.failed), String(restart.lost)])
-const total = [...rows.values()].reduce((a, r) => ({ ...a, tried: a.tried + r.tried, rejected: a.rejected + r.rejected, accepted: a.accepted + r.accepted, failed: a.failed + r.failed, lost: a.lost + r.lost }), emptyRow())
+const total = emptyRow()
+for (const r of rows.values()) { total.tried += r.tried; total.rejected += r.rejected; total.accepted += r.accepted; total.failed += r.failed; total.lost += r.lost }
 table.push(['total', String(total.tried), String(total.rejected), String(total.accepted), String(total.failed), String(total.lost)])
 const widths = header.map((h, i) => Math.max(h.length, ...table.map(r => r[i]!.length)))
 const line = (cells: string[]): string => cells.map((c, i) => i === 0 ? c.padEnd(widths[0]!) : c.padStart(widths[i]!)).join('  ')

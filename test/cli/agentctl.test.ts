@@ -17,7 +17,7 @@ t.test('status, node and version against a running agent', async t => {
   const human = await runNode(agentctlMain, ['status'], { AGENTD_SOCKET: agent.socketPath })
   t.equal(human.code, 0, 'AGENTD_SOCKET selects the socket')
   t.match(human.stdout, /SUBSYSTEM\s+STATE\s+START\s+REASON\nidentity\s+ok/)
-  t.match(human.stdout, /^process  pid \d+, rss [\d.]+ MiB \(V8 heap [\d.]+ MiB of [\d.]+ MiB, external [\d.]+ [KM]iB\), cpu [\d.]+ s$/m)
+  t.match(human.stdout, /^process {2}pid \d+, rss [\d.]+ MiB \(V8 heap [\d.]+ MiB of [\d.]+ MiB, external [\d.]+ [KM]iB\), cpu [\d.]+ s$/m)
 
   const node = JSON.parse((await runNode(agentctlMain, ['--socket', agent.socketPath, '--json', 'node'])).stdout)
   t.ok(node.cpu.cores > 0)

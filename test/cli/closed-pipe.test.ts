@@ -22,6 +22,7 @@ t.test('the reader closes the pipe after 10 bytes: agentctl dies of SIGPIPE and 
 
 const bash = spawnSync('bash', ['-c', 'true']).status === 0
 t.test('in a shell pipeline the status is 141, as for git and kubectl', { skip: bash ? false : 'no bash here' }, async t => {
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: a bash script, expanded by bash
   const script = '"$0" "$1" "${@:2}" | head -c 10 >/dev/null; echo "status ${PIPESTATUS[0]}"'
   const res = spawnSync('bash', ['-c', script, process.execPath, agentctlMain, ...bigOutput], { env: withoutAgentdEnv(process.env), encoding: 'utf8' })
   t.equal(res.stdout, 'status 141\n')

@@ -85,7 +85,7 @@ t.test('usage errors: at most 5 lines naming the mistake, the right form and whe
     t.equal(res.stdout, '')
     const got = lines(res.stderr)
     t.ok(got.length <= 5, `${got.length} lines: ${res.stderr}`)
-    expected.forEach((re, i) => t.match(got[i], re, `${args.join(' ')}: line ${i + 1}`))
+    for (const [i, re] of expected.entries()) t.match(got[i], re, `${args.join(' ')}: line ${i + 1}`)
   }
   await check(['weights', 'publish', '--modle', 'qwen'], [
     /^agentctl: unknown flag --modle for "weights publish"; did you mean --model\?$/,

@@ -100,7 +100,11 @@ export async function createNetnsLab (t: Teardown, size: number): Promise<NetnsL
       // Hosts in no group each get a bridge of their own, after the groups'.
       let spare = groups.length
       const alone = new Map<number, number>()
-      await place(h => groupOf.get(h) ?? alone.get(h) ?? (alone.set(h, spare++), alone.get(h)!))
+      await place(h => {
+        let bridge = groupOf.get(h) ?? alone.get(h)
+        if (bridge === undefined) alone.set(h, bridge = spare++)
+        return bridge
+      })
     },
     heal: () => place(() => 0),
     destroy,

@@ -121,7 +121,7 @@ t.test('concurrent transfers to different files and ranges', async (t) => {
   const dir = diskDir(t)
   const pool = await poolFor(t, 48 * MiB)
   const files = [0, 1, 2].map((i) => openDirectFile(join(dir, `c${i}.bin`), { create: true }))
-  t.teardown(() => files.forEach((f) => f.close()))
+  t.teardown(() => { for (const f of files) f.close() })
   const jobs = files.flatMap((file, i) => [0, 1].map((j) => ({ file, at: j * 4 * MiB, data: patternBytes(4 * MiB - j * 3, i * 10 + j) })))
   const src = jobs.map((job) => { const e = pool.allocate(4 * MiB); job.data.copy(pool.view(e)); return e })
   await Promise.all(jobs.map((job, k) => job.file.write(pool.range(src[k]!, 0, job.data.length), job.at, { queueDepth: 8 })))

@@ -79,7 +79,7 @@ t.test('concurrent copies into disjoint extents all land', async (t) => {
   t.teardown(() => pool.close())
   const sources = Array.from({ length: 6 }, (_, i) => patternBytes(3 * MiB + i * 4099, i + 1))
   const maps = sources.map((bytes) => openSharedMemory(makeShm(t, bytes)))
-  t.teardown(() => maps.forEach((m) => m.close()))
+  t.teardown(() => { for (const m of maps) m.close() })
   const extents = sources.map((bytes) => pool.allocate(bytes.length))
   await Promise.all(maps.map((m, i) => copyHost(pool.range(extents[i]!, 0, m.sizeBytes), m.range(0, m.sizeBytes))))
   const sums = await Promise.all(extents.map((e, i) => checksum(pool.range(e, 0, sources[i]!.length))))

@@ -97,6 +97,14 @@ export const DamagedVersionSchema = Type.Object({
 /** Who is pulling from this agent (for `agentctl weights list`). */
 export const ActivePullSchema = Type.Object({ remote: Type.String(), model: Type.String(), version: uint, bytesSent: uint, connectedAtMs: uint })
 export const PullInProgressSchema = Type.Object({ from: Type.String(), model: Type.String(), version: Type.Union([uint, Type.Literal('latest')]), doneBytes: uint, totalBytes: uint })
+/** A publish this agent is making (for agentctl's progress bar): how far its current stage is. */
+export const PublishInProgressSchema = Type.Object({
+  model: Type.String(),
+  version: Type.Union([uint, Type.Literal('next')], { description: 'as requested; "next" when the agent picks it' }),
+  stage: Type.Union([Type.Literal('reading'), Type.Literal('checksumming'), Type.Literal('persisting')], { description: 'reading a safetensors file, checksumming every chunk, persisting to NVMe (durable agents)' }),
+  doneBytes: uint,
+  totalBytes: uint,
+})
 
 /** GET /v1/weights. */
 export const VersionListSchema = Type.Object({
@@ -105,6 +113,7 @@ export const VersionListSchema = Type.Object({
   damaged: Type.Array(DamagedVersionSchema, { description: 'manifests found at start that are not served (kept as found; retiring the version removes one)' }),
   pulls: Type.Array(ActivePullSchema, { description: 'connections pulling from this agent' }),
   pulling: Type.Array(PullInProgressSchema, { description: 'pulls this agent is making' }),
+  publishing: Type.Array(PublishInProgressSchema, { description: 'publishes this agent is making' }),
 })
 
 export const WeightsRegionSchema = Type.Object({
@@ -130,5 +139,6 @@ export type VersionSummary = Static<typeof VersionSummarySchema>
 export type DamagedVersion = Static<typeof DamagedVersionSchema>
 export type ActivePull = Static<typeof ActivePullSchema>
 export type PullInProgress = Static<typeof PullInProgressSchema>
+export type PublishInProgress = Static<typeof PublishInProgressSchema>
 export type VersionList = Static<typeof VersionListSchema>
 export type WeightsRegion = Static<typeof WeightsRegionSchema>

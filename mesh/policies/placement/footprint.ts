@@ -39,6 +39,7 @@ export function mergeRanges (ranges: ReadonlyArray<readonly [number, number]>): 
  * absolute range [from, to), in time order. Returns early (false) when
  * `visit` returns false.
  */
+// biome-ignore lint/suspicious/noConfusingVoidType: a visitor with no return statement is typed void, which `undefined` would not accept
 export function forEachBusyInstance (f: Footprint, from: number, to: number, visit: (a: number, b: number) => boolean | void): boolean {
   if (f.busy.length === 0 || to <= from) return true
   const maxTo = f.busy[f.busy.length - 1]![1]

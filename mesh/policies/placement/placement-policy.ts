@@ -293,7 +293,7 @@ interface ClaimedNodes { nodes: ReadonlySet<number>, fromSlot: number }
 
 /** The slot by which a placement on node `n` must end (Infinity unless claimed). */
 function endLimit (claim: ClaimedNodes | undefined, n: number): number {
-  return claim !== undefined && claim.nodes.has(n) ? claim.fromSlot : Infinity
+  return claim?.nodes.has(n) ? claim.fromSlot : Infinity
 }
 
 /** Slots the job runs alone: iterations × period. */

@@ -230,7 +230,7 @@ if (!capabilities.addon.loaded) {
     const agent = await spawnAgent(t, { stateDir: state, waitReady: false, args: ['--dev', '--state-dir', state, '--set', `metrics.listen=127.0.0.1:${port}`] })
     const exit = await agent.exited
     t.equal(exit.code, 1, 'start-up failure')
-    t.match(agent.output(), new RegExp(`"msg":"agentd failed to start"`))
+    t.match(agent.output(), /"msg":"agentd failed to start"/)
     t.match(agent.output(), new RegExp(`metrics\\.listen \\\\"127\\.0\\.0\\.1:${port}\\\\": the address is already in use`))
     t.match(agent.output(), /"subsystem":"identity","startMs"/, 'the subsystems before it started')
     t.notMatch(agent.output(), /"subsystem":"(state|mesh)","startMs"/, 'neither the host pool nor the mesh was started')

@@ -23,7 +23,7 @@ for (let n = 0, half = 0; ; n += group, half ^= 1) {
   const extent = halves[half]!
   const data = Array.from({ length: group }, (_, i) => patternBytes(keyBytes, n + i))
   const sums = await Promise.all(data.map(d => checksumBytes(d)))
-  data.forEach((d, i) => pool.view(extent).set(d, i * keyBytes))
+  for (const [i, d] of data.entries()) pool.view(extent).set(d, i * keyBytes)
   // Issued together: one group commit.
   inFlight[half] = Promise.all(data.map((_, i) =>
     tier.put(`crash/k${n + i}:param@[0]/[${keyBytes}]:u8#v1`, pool.range(extent, i * keyBytes, keyBytes), sums[i]!)

@@ -11,7 +11,7 @@ import { createNvmeTier, type NvmeCommitPoint, type NvmeTier } from '../../../ag
 import { replayJournal } from '../../../agent/state/nvme-journal.ts'
 import { capabilities, createHostPool } from '../../../native/index.ts'
 import { diskDir } from '../../native/helpers.ts'
-import { crashTierOptions, dataOf, keyOf, numberOf, ownerOf } from './nvme-tier-crash-child.ts'
+import { crashTierOptions, dataOf, numberOf, ownerOf } from './nvme-tier-crash-child.ts'
 
 interface Killed {
   dir: string

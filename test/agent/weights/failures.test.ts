@@ -2,11 +2,9 @@
 import t from 'tap'
 import { connect } from 'node:net'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { keyBytes, MiB, sharedKey, tcpProxy, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
-import type { Test } from 'tap'
 
-async function publishModel (t: Test, node: NodeFixture, version: number, tensors: FixtureTensor[]): Promise<void> {
+async function publishModel (node: NodeFixture, version: number, tensors: FixtureTensor[]): Promise<void> {
   const file = join(node.dir, `v${version}.safetensors`)
   writeSafetensors(file, tensors)
   await node.weights.publish({ model: 'm', version, source: { kind: 'safetensors', path: file } })
@@ -19,7 +17,7 @@ async function servedModel (t: Parameters<typeof weightsNode>[0], seed: number) 
   const a = await weightsNode(t, key)
   const b = await weightsNode(t, key)
   const tensors = model(seed)
-  await publishModel(t, a, 1, tensors)
+  await publishModel(a, 1, tensors)
   return { a, b, tensors }
 }
 
@@ -58,7 +56,7 @@ t.test('a corrupted chunk is detected by its checksum and refetched', async t =>
 t.test('a puller with another cluster key is refused and stores nothing', async t => {
   const a = await weightsNode(t, sharedKey())
   const stranger = await weightsNode(t, sharedKey())
-  await publishModel(t, a, 1, model(5))
+  await publishModel(a, 1, model(5))
   await t.rejects(stranger.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 }), { code: 'ERR_WEIGHTS_AUTH' })
   t.same(stranger.sm.storedKeys('weights/'), [], 'nothing stored by the refused pull')
   t.same(a.weights.list().pulls, [], 'no pull registered on the server')
@@ -92,15 +90,15 @@ t.test('concurrent pullers of v1 while v2 is published; retention retires v1 onl
   const pullers = [await weightsNode(t, key), await weightsNode(t, key), await weightsNode(t, key)]
   const v1 = model(11)
   const v2 = model(21)
-  await publishModel(t, a, 1, v1)
+  await publishModel(a, 1, v1)
   const pulls = pullers.map(p => p.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 }))
-  await publishModel(t, a, 2, v2)
+  await publishModel(a, 2, v2)
   const results = await Promise.all(pulls)
   for (const [i, r] of results.entries()) t.ok((await keyBytes(pullers[i]!.sm, r.keys[1]!)).equals(v1[1]!.data), `puller ${i} got v1 intact`)
   const latest = await pullers[0]!.weights.pull({ from: a.weights.address(), model: 'm', version: -1, streams: 2 })
   t.equal(latest.version, 2)
   t.ok((await keyBytes(pullers[0]!.sm, latest.keys[0]!)).equals(v2[0]!.data))
-  await publishModel(t, a, 3, model(31))
+  await publishModel(a, 3, model(31))
   t.same(a.weights.list().versions.map(v => v.version), [2, 3], 'keep-last-2 retired v1')
   await t.rejects(pullers[1]!.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 1 }), { code: 'ERR_WEIGHTS_RETIRED' })
   await t.rejects(a.weights.publish({ model: 'm', version: 2, source: { kind: 'keys', prefix: 'x/' } }), { code: 'ERR_WEIGHTS_VERSION_EXISTS' }, 'versions are monotonic')
@@ -111,7 +109,7 @@ t.test('the version retired mid-pull: a pull of that version fails, a pull of la
   const a = await weightsNode(t, key, { retainVersions: 1 })
   const b = await weightsNode(t, key)
   const c = await weightsNode(t, key)
-  await publishModel(t, a, 1, model(41))
+  await publishModel(a, 1, model(41))
   const v2 = model(51)
   // The first connection is cut after 1 MiB; before the puller reconnects (>= 100 ms backoff) the version is retired.
   let retiring: Promise<unknown> | undefined
@@ -120,12 +118,13 @@ t.test('the version retired mid-pull: a pull of that version fails, a pull of la
     return chunk
   })
   await t.rejects(b.weights.pull({ from: proxyB.address, model: 'm', version: 1, streams: 1 }), { code: 'ERR_WEIGHTS_RETIRED' })
+  await retiring
   t.same(b.sm.storedKeys('weights/'), [], 'a failed pull leaves no keys')
-  await publishModel(t, a, 2, model(45))
+  await publishModel(a, 2, model(45))
   let publishing: Promise<unknown> | undefined
   // Cut after 1 MiB; the reconnect reaches the server only once v3 is committed (which retires v2).
   const proxyC = await tcpProxy(t, a.weights.address(), (chunk, seen, connection) => {
-    if (connection === 0 && seen + chunk.length > MiB) { publishing ??= publishModel(t, a, 3, v2); return 'cut' }
+    if (connection === 0 && seen + chunk.length > MiB) { publishing ??= publishModel(a, 3, v2); return 'cut' }
     return chunk
   }, connection => connection > 0 ? publishing : undefined)
   const r = await c.weights.pull({ from: proxyC.address, model: 'm', version: -1, streams: 1 })

@@ -155,7 +155,7 @@ t.test('the chosen holder no longer has the version when the pull starts: the ma
 })
 
 t.test('bytes that changed on the partial holder after it recorded their checksums are never accepted', async t => {
-  const { key, a, b, held: seeded } = await partialHolder(t)
+  const { key, b, held: seeded } = await partialHolder(t)
   const pinned = await b.sm.readHost(seeded.keys[1]!) // b.weight's column slice on B
   const view = viewHostRange(pinned.range)
   view[300_000] = view[300_000]! ^ 0x01

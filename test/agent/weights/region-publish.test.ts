@@ -20,7 +20,7 @@ const specs = (tensors: FixtureTensor[]): Array<{ name: string, dtype: FixtureTe
 /** The trainer's side: opens the region and writes every tensor at its offset; returns the still-open fd. */
 function writeRegion (region: WeightsRegion, tensors: FixtureTensor[]): number {
   const fd = openSync(`/dev/shm/${region.region}`, 'r+')
-  tensors.forEach((x, i) => writeSync(fd, x.data, 0, x.data.length, region.tensors[i]!.offset))
+  for (const [i, x] of tensors.entries()) writeSync(fd, x.data, 0, x.data.length, region.tensors[i]!.offset)
   return fd
 }
 
@@ -171,7 +171,7 @@ t.test('abandoned regions: discarded, removed at stop, and after a crash by the 
   await t.rejects(a.weights.discardRegion(region.region), { code: 'ERR_WEIGHTS_NOT_FOUND' })
 
   const before = new Set(shmObjects())
-  const { sm, versions, dir } = await versionStoreNode(t)
+  const { sm, versions } = await versionStoreNode(t)
   const publisherOf = (owner: string): ReturnType<typeof createPublisher> => createPublisher({ chunkBytes: 65536, durable: false, owner }, { stateManager: sm, versions, logger })
   const crashed = publisherOf('agent-1') // never closed: a crash
   const other = publisherOf('agent-2')

@@ -129,7 +129,7 @@ t.test('a record too large even without its cuttable sections is not published, 
   const published: AvailabilityRecord[] = []
   const warnings: string[] = []
   const errors: string[] = []
-  const make = (maxBytes: number, resident: string[]) => createAvailabilityPublisher({ node: 'n1', preemptible: false, heartbeatIntervalMs: 20, publishDebounceMs: 5, maxRecordBytes: maxBytes }, {
+  const make = (maxBytes: number) => createAvailabilityPublisher({ node: 'n1', preemptible: false, heartbeatIntervalMs: 20, publishDebounceMs: 5, maxRecordBytes: maxBytes }, {
     self,
     addresses: () => maxBytes === 1024 ? addresses : [],
     incarnation: () => 1,
@@ -137,14 +137,14 @@ t.test('a record too large even without its cuttable sections is not published, 
     publish: async r => { published.push(r) },
     log: { warn: (_o, msg) => { warnings.push(msg) }, error: (_o, msg) => { errors.push(msg) } },
   })
-  const tooBig = make(1024, [])
+  const tooBig = make(1024)
   await tooBig.publishNow()
   t.equal(published.length, 0, 'nothing published')
   t.match(errors, [/not published/])
   t.equal(tooBig.current(), undefined)
 
   const controller = new AbortController()
-  const publisher = make(4096, [])
+  const publisher = make(4096)
   publisher.addContributor({ name: 'state', collect: () => ({ resident: Array.from({ length: 100 }, (_, i) => longName('job/', i, 100)) }) })
   publisher.start({ signal: controller.signal })
   await sleep(150)

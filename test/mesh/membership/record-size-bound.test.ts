@@ -9,7 +9,6 @@ const maxRecordBytes = 4096
 
 t.test('a record over the byte bound is cut, marked, and still accepted by the peers', async t => {
   const mesh = await startTestMesh(t, { nodes: 2, args: ['--set', `mesh.maxRecordBytes=${maxRecordBytes}`] })
-  const [a] = mesh.agents
   const b = await mesh.addAgent({ name: 'big-node', args: ['--set', 'state.enabled=true', '--set', `state.hostPoolBytes=${16 * MiB}`, '--set', `state.nvmeCapacityBytes=${64 * MiB}`] })
   await mesh.waitConverged()
   // 40 namespaces of ~200 characters: ~8 KB of names, twice the bound.

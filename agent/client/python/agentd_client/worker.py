@@ -107,7 +107,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 def _init_with_init_group(optimizer: torch.optim.Optimizer) -> None:
     """torch >= 2.0: the optimizer's own lazy initialisation, for parameters given a temporary zero gradient."""
-    init_group = getattr(optimizer, "_init_group")
+    init_group = optimizer._init_group  # type: ignore[attr-defined]
     # (group, params_with_grad, grads, [amsgrad,] exp_avgs, ...): lists to fill, and AdamW 2.0's amsgrad flag.
     later = list(inspect.signature(init_group).parameters)[1:]
     for group in optimizer.param_groups:

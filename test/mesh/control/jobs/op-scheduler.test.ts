@@ -7,7 +7,7 @@ import pino from 'pino'
 import { AgentError } from '../../../../core/errors.ts'
 import { createOpScheduler } from '../../../../mesh/control/jobs/op-scheduler.ts'
 import type { DispatchReply, OpDispatch } from '../../../../mesh/control/jobs/op-dispatch.ts'
-import type { DispatchAnswer, DispatchMessage } from '../../../../mesh/control/jobs/op-wire.ts'
+import type { DispatchMessage } from '../../../../mesh/control/jobs/op-wire.ts'
 import type { JobRecord, JobTable } from '../../../../mesh/control/jobs/job-table.ts'
 
 const logger = pino({ level: 'silent' })

@@ -128,7 +128,8 @@ t.test('a result is kept until the trainer fetched it (through any agent), then 
   for (const id of ['a', 'b', 'c']) proxy.submit({ task: 't', batch: 0, requestId: id, payload: { id } }, 'n1')
   for (const id of ['a', 'b', 'c']) {
     const lease = (await fetch(proxy, 'verify', `w-${id}`))!
-    const judged = (proxy.complete({ workerId: `w-${id}`, leaseId: lease.leaseId, output: 1 }), (await fetch(proxy, 'judge', `g-${id}`))!)
+    proxy.complete({ workerId: `w-${id}`, leaseId: lease.leaseId, output: 1 })
+    const judged = (await fetch(proxy, 'judge', `g-${id}`))!
     proxy.complete({ workerId: `g-${id}`, leaseId: judged.leaseId, reward: 0.5 })
   }
   // The submitting agent stored all three (it used to acknowledge them on storing, and the leader forgot them).
