@@ -16,13 +16,18 @@ export const jobsListCommand: Command = {
       json: view,
       human: [
         `${view.jobs.length} jobs (${from}; leader ${view.leaderId ?? 'unknown'}; ${view.contextSwitches} context switches)`,
-        ...(view.jobs.length > 0 ? ['', renderJobs(view.jobs, local)] : []),
+        ...(view.jobs.length > 0 ? ['', renderJobs(view.jobs, local, view.slotS)] : []),
       ].join('\n'),
     }
   },
 }
 
-export function renderJobs (jobs: readonly JobRecord[], local: ReadonlySet<string> = new Set()): string {
+/**
+ * The jobs as a table. A placement shows its mode and when its schedule
+ * starts (UTC; slots are absolute: slot s starts s·slotS seconds after the
+ * epoch) and its period in time, not slot numbers.
+ */
+export function renderJobs (jobs: readonly JobRecord[], local: ReadonlySet<string> = new Set(), slotS = 1): string {
   const rows = jobs.map(j => {
     const p = j.placement
     const waitedS = ((j.startedAtMs ?? j.completedAtMs ?? Date.now()) - j.submittedAtMs) / 1000
@@ -31,8 +36,8 @@ export function renderJobs (jobs: readonly JobRecord[], local: ReadonlySet<strin
       j.state,
       `${j.spec.nodes}x${j.spec.gpusPerNode}`,
       j.nodeNames.length > 0 ? j.nodeNames.join(',') : '-',
-      p === null ? '-' : `${p.mode} slot ${p.startSlot}`,
-      p === null ? '-' : `${p.periodSlots} slots`,
+      p === null ? '-' : `${p.mode} from ${new Date(p.startSlot * slotS * 1000).toISOString().slice(11, 19)}Z`,
+      p === null ? '-' : formatDuration(p.periodSlots * slotS),
       j.state === 'QUEUED' ? `${formatDuration(waitedS)} so far` : formatDuration(waitedS),
       j.completedBy ?? (j.requeues > 0 ? `requeued ${j.requeues}x` : '-'),
     ]

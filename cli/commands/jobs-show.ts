@@ -30,7 +30,7 @@ export const jobsShowCommand: Command = {
     const uses = m !== undefined && m.ops >= measuredOpsThreshold ? 'placement uses the measured profile' : `placement uses the submitted profile (measured is used from ${measuredOpsThreshold} operations on)`
     return {
       json: { job, profile: m !== undefined && m.ops >= measuredOpsThreshold ? 'measured' : 'submitted' },
-      human: [renderJobs([job], new Set(view.local)), '', `${job.spec.live === true ? 'live' : 'modeled'} job; ${uses}`, `  ${submitted}`, `  ${measured}`].join('\n'),
+      human: [renderJobs([job], new Set(view.local), view.slotS), '', `${job.spec.live === true ? 'live' : 'modeled'} job; ${uses}`, `  ${submitted}`, `  ${measured}`].join('\n'),
     }
   },
 }
