@@ -314,7 +314,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
         incarnation: incarnation.current,
         addresses: announced(),
         announce: { ip: announce.ip, source: announce.source },
-        listen: config.listen,
+        listen: boundListen(config.listen, announced()),
         clusterKeyFile: cluster.file,
         connections: node.getConnections().length,
         topicPeers: pubsub.getSubscribers(meshTopic).length,
@@ -375,3 +375,9 @@ function peerView (m: Member): PeerView {
 const round = (x: number): number => Math.round(x * 100) / 100
 
 export type { MembershipEvent, MembershipClaim }
+
+/** The configured listen addresses with a wildcard port (`/tcp/0`, --dev) shown as the port bound at start (the announced addresses carry it). */
+export function boundListen (listen: readonly string[], announced: readonly string[]): string[] {
+  const port = announced.map(a => /\/tcp\/(\d+)/.exec(a)?.[1]).find(p => p !== undefined && p !== '0')
+  return listen.map(a => port !== undefined && /\/tcp\/0$/.test(a) ? a.replace(/\/tcp\/0$/, `/tcp/${port}`) : a)
+}
