@@ -196,6 +196,7 @@ t.test('a switch: the onload overlaps the offload; with no room on the device it
       t.ok(at('x/0', 'onload', 'start', 1) > offloadEnd, 'and it was loaded once k was offloaded')
     }
     t.same(answer.ranks.map(r => r.result), [{ counter: 2 }, { counter: 2 }], 'x resumed from its state either way')
-    t.ok(answer.switched && answer.switchMs >= 60, 'the switch is reported with its wall time')
+    // The offload's reply is a 60 ms timer; timers may fire a fraction of a millisecond early against performance.now().
+    t.ok(answer.switched && answer.switchMs >= 55, `the switch is reported with its wall time (${answer.switchMs.toFixed(1)} ms)`)
   }
 })
