@@ -373,7 +373,10 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       pump()
       return promise
     },
-    tableChanged () { pump() },
+    tableChanged () {
+      for (const jobId of [...acks.keys()]) if (jobOf(jobId)?.state !== 'RUNNING') acks.delete(jobId)
+      pump()
+    },
     top () {
       let switches = 0; let switchMs = 0; let runMs = 0
       const jobIds = new Set([...queues.keys(), ...running.keys(), ...stats.keys()])

@@ -102,7 +102,9 @@ function cluster () {
       }, type === 'offload' ? o.offloadMs ?? 0 : 0)
     })
   }
-  return { scheduler, nodes, keys, faults, log, startWorker, events }
+  /** Submits operation `opId` (`step`) of a job to the leader's scheduler. */
+  const step = async (jobId: string, opId: string) => await scheduler.submit({ job: jobId, opId, name: 'step' })
+  return { scheduler, nodes, keys, faults, log, startWorker, events, step }
 }
 
 t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
@@ -110,7 +112,7 @@ t.test('a store that failed on one node, then a rank lost: every rank rolls back
   t.teardown(() => c.scheduler.stop())
   for (const [j, r] of [['x', 0], ['k', 0]] as const) await c.startWorker(j, r)
   await c.startWorker('x', 1, 's3')
-  const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+  const { step } = c
   t.same((await step('x', 's1')).ranks.map(r => r.result), [{ counter: 1 }, { counter: 1 }], 'x step 1 on both ranks')
   c.faults.push({ peer: 'B', kind: 'store', fail: true })
   await step('k', 'k1') // x offloaded on A under a new version; storing it on B fails
@@ -135,7 +137,7 @@ t.test('a store held back in the network: the job does not run again before it s
   t.teardown(() => c.scheduler.stop())
   for (const [j, r] of [['x', 1], ['k', 0]] as const) await c.startWorker(j, r)
   await c.startWorker('x', 0, 's3')
-  const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+  const { step } = c
   await step('x', 's1')
   c.faults.push({ peer: 'B', kind: 'store', delayMs: 80 })
   await step('k', 'k1')
@@ -180,7 +182,7 @@ t.test('a switch: the onload overlaps the offload; with no room on the device it
     await c.startWorker('x', 0, undefined, { offloadMs: 60, fullWhileOthersHold: full })
     await c.startWorker('x', 1)
     await c.startWorker('k', 0, undefined, { offloadMs: 60, fullWhileOthersHold: full })
-    const step = async (jobId: string, opId: string) => await c.scheduler.submit({ job: jobId, opId, name: 'step' })
+    const { step } = c
     await step('x', 's1')
     await step('k', 'k1') // k loaded while x is offloaded
     c.events.length = 0
