@@ -365,12 +365,17 @@ class InitOptimizerStateTest(unittest.TestCase):
 
 @unittest.skipUnless(not TORCH_MISSING and torch.cuda.is_available(), "torch sees no CUDA device")
 class CudaWorkerStateTest(unittest.TestCase):
-    def test_release_gives_device_memory_back_and_onload_trains_on_identically(self) -> None:
+    def cuda_worker(self) -> Tuple["TinyTrainer", "TinyTrainer", "Worker", FakeStates]:
+        """A CUDA trainer served by a worker (state shared, released at cleanup) and an untouched twin."""
         trainer = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
         twin = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
         worker, fake = worker_for(trainer)
         worker.state.share()
         self.addCleanup(worker.state.release)
+        return trainer, twin, worker, fake
+
+    def test_release_gives_device_memory_back_and_onload_trains_on_identically(self) -> None:
+        trainer, twin, worker, fake = self.cuda_worker()
         cuda_bytes = sum(e.key.nbytes for e in worker.state.entries if e.device.type == "cuda")
         cpu_names = {e.name for e in worker.state.entries if e.device.type == "cpu"}
         self.assertEqual({n for n in cpu_names if not n.startswith("optim.step:")}, {"buffer:step"},
@@ -391,11 +396,7 @@ class CudaWorkerStateTest(unittest.TestCase):
                              twin.train_step({"step": k}))
 
     def test_an_onload_without_room_on_the_device_is_device_full_and_allocates_nothing(self) -> None:
-        trainer = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
-        twin = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
-        worker, _ = worker_for(trainer)
-        worker.state.share()
-        self.addCleanup(worker.state.release)
+        _, twin, worker, _ = self.cuda_worker()
         ok(worker.handle_event("offload", {"requestId": "o", "version": 1, "release": True}))
         hogs = []  # another job's memory: the device is full
         for size in (1 << 30, 1 << 24, 1 << 20):
