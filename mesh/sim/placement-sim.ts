@@ -33,7 +33,7 @@ import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } fr
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
 import { claimNodes, commitPlacement, planPlacement, type NodeClaim, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
 import type { RuntimeSchedulerName, RuntimeTask } from '../policies/runtime/hrrs.ts'
-import { createTaskExecutor } from './task-executor.ts'
+import { createTaskExecutor, type TaskRun } from './task-executor.ts'
 
 export interface PlacementSimOptions {
   policy: PlacementPolicyName
@@ -94,6 +94,10 @@ export interface PlacementSimResult {
   makespanS: number
   jobs: PlacementSimJob[]
   normalizedQueueDelay: { p50: number, p90: number, p99: number, max: number }
+  /** Distribution of the jobs' slowdowns (run time over isolated run time). */
+  slowdown: { p50: number, p99: number, max: number }
+  /** Jobs whose slowdown exceeded their maxSlowdown (beyond rounding). */
+  jobsOverBound: number
   gpuBusyFraction: number
   contextSwitches: number
   /** Mean and largest wait of a GPU task from ready to start (runtime scheduling), seconds. */
@@ -252,20 +256,26 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     return run.lastEndS + (segs[run.segment]!.offsetS - prev.offsetS - prev.durationS)
   }
 
-  function scheduleNextTask (run: JobRun): void {
+  /**
+   * Queues the run's current segment. Called from the previous segment's
+   * completion (`fromCompletion`), a segment that follows within less than
+   * the job's switch cost keeps the nodes' locks through the gap (a block,
+   * task-executor.ts), as its reservation is planned.
+   */
+  function scheduleNextTask (run: JobRun, fromCompletion = false): void {
     const naturalS = Math.max(naturalReadyS(run), q.nowS)
     const readyS = Math.max(naturalS, plannedStartS(run))
     run.lostS.reservation += readyS - naturalS
     const seg = run.spec.segments[run.segment]!
     const durationS = seg.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))
-    q.at(readyS, () => {
-      const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: seg.durationS, setupS: run.switchS }
-      executor.submit(task, durationS, ({ startedS, setupS }) => {
-        run.lostS.lockWait += startedS - readyS
-        run.lostS.setup += setupS
-        complete(run)
-      })
-    })
+    const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: seg.durationS, setupS: run.switchS }
+    const onDone = ({ startedS, setupS }: TaskRun): void => {
+      run.lostS.lockWait += startedS - readyS
+      run.lostS.setup += setupS
+      complete(run)
+    }
+    if (fromCompletion && run.segment > 0 && readyS - q.nowS < run.switchS) executor.continueWith(task, durationS, onDone)
+    else q.at(readyS, () => executor.submit(task, durationS, onDone))
   }
 
   function complete (run: JobRun): void {
@@ -282,7 +292,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       return
     }
     if (run.segment === 0 && !run.job.profiled && !run.repacked && options.policy !== 'isolated') repack(run)
-    scheduleNextTask(run)
+    scheduleNextTask(run, true)
   }
 
   /** After one profiled period a cold-started job leaves its dedicated nodes for a packed placement (§4.3.2). */
@@ -317,12 +327,15 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   })
   const makespanS = Math.max(...jobs.map(j => j.endS)) - Math.min(...trace.jobs.map(j => j.submitS))
   const delays = jobs.map(j => j.waitS / (j.endS - j.startS)).sort((a, b) => a - b)
+  const slowdowns = jobs.map(j => j.slowdown).sort((a, b) => a - b)
   return {
     policy: options.policy,
     runtime,
     makespanS,
     jobs,
     normalizedQueueDelay: { p50: quantile(delays, 0.5), p90: quantile(delays, 0.9), p99: quantile(delays, 0.99), max: delays[delays.length - 1]! },
+    slowdown: { p50: quantile(slowdowns, 0.5), p99: quantile(slowdowns, 0.99), max: slowdowns[slowdowns.length - 1]! },
+    jobsOverBound: jobs.filter(j => j.slowdown > j.maxSlowdown + 1e-9).length,
     gpuBusyFraction: executor.stats.busyNodeSeconds / (trace.cluster.nodes * makespanS),
     contextSwitches: executor.stats.contextSwitches,
     taskWaitS: { mean: executor.stats.tasksStarted === 0 ? 0 : executor.stats.waitSumS / executor.stats.tasksStarted, max: executor.stats.waitMaxS },

@@ -70,14 +70,25 @@ const validator = createInputValidator(placementTraceSchema, 'ERR_TRACE_INVALID'
   })
 })
 
-/** The segments of one period are ordered, disjoint and end within it; each problem is added under `at`. */
+/**
+ * Slack, seconds, when segment ends are compared with the next offset or the
+ * period: offsets are written in decimal and an end is computed in binary
+ * floating point (172.2 + 0 reads back as 172.20000000000002 after a sum), so
+ * segments that touch must not be read as overlapping. A millionth of the
+ * time compared, at least a nanosecond: far below any real segment.
+ */
+function segmentSlackS (atS: number): number {
+  return Math.max(1e-9, Math.abs(atS) * 1e-6)
+}
+
+/** The segments of one period are ordered, disjoint (touching allowed) and end within it; each problem is added under `at`. */
 export function checkJobSegments (job: { periodS: number, segments: ReadonlyArray<{ offsetS: number, durationS: number }> }, at: string, add: (path: string, message: string) => void): void {
   const prefix = at === '' ? '' : `${at}.`
   let end = 0
   job.segments.forEach((s, i) => {
-    if (s.offsetS < end) add(`${prefix}segments[${i}].offsetS`, `starts at ${s.offsetS} s, before the previous segment ends at ${end} s (segments are ordered and disjoint)`)
+    if (s.offsetS < end - segmentSlackS(end)) add(`${prefix}segments[${i}].offsetS`, `starts at ${s.offsetS} s, before the previous segment ends at ${end} s (segments are ordered and disjoint)`)
     end = s.offsetS + s.durationS
-    if (end > job.periodS + 1e-9) add(`${prefix}segments[${i}]`, `ends at ${end} s, after the ${job.periodS} s period`)
+    if (end > job.periodS + segmentSlackS(job.periodS)) add(`${prefix}segments[${i}]`, `ends at ${end} s, after the ${job.periodS} s period`)
   })
 }
 

@@ -13,6 +13,14 @@
  * submit); the task pays only what is left of C at its start:
  *   setup = max(0, C − min over switching nodes of (start − max(released, admitted)))
  * Without `prefetch` it pays C.
+ *
+ * Blocks (the device lock held across a job's close operations, RLinf §3.3):
+ * a job whose next task follows within less than a switch cost (log-prob,
+ * update and sync back to back) keeps its nodes' locks across the gap
+ * (`continueWith`), as the placement planner reserves such segments as one
+ * block. Releasing them would hand the nodes to a waiting job for a gap that
+ * cannot even hold the switch, and the job would then wait a whole foreign
+ * task plus two switches for its next segment.
  */
 import type { EventQueue } from './event-queue.ts'
 import { nextTaskState, selectRunnable, startOperations, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask, type TaskOperation, type TaskState } from '../policies/runtime/hrrs.ts'
@@ -58,6 +66,13 @@ export interface TaskExecutor {
    * prefetched from here on. A job never admitted counts from its first submit.
    */
   admit(jobId: string): void
+  /**
+   * The next task of the job whose task just completed, called from that
+   * task's `onDone`, on the same nodes: the nodes stay locked for it through
+   * the gap and it starts at its readyS (>= now) without waiting or a switch.
+   * Throws RangeError when called anywhere else.
+   */
+  continueWith(task: RuntimeTask, durationS: number, onDone: (run: TaskRun) => void): void
 }
 
 export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor {
@@ -70,34 +85,46 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
   /** When each unfinished job was admitted, seconds (the earliest its state can be prefetched). */
   const admittedS = new Map<string, number>()
   const stats: TaskExecutorStats = { contextSwitches: 0, busyNodeSeconds: 0, tasksStarted: 0, waitSumS: 0, waitMaxS: 0 }
+  /** The task whose onDone is running (the only one a continuation may follow). */
+  let completing: RuntimeTask | undefined
 
   function dispatch (): void {
     if (pending.length === 0) return
     for (const task of selectRunnable(pending, nodes as NodeRuntimeState[], q.nowS, scheduler)) {
       pending.splice(pending.indexOf(task), 1)
-      const ops = startOperations(task, nodes as NodeRuntimeState[])
-      if (ops.some(op => op.kind === 'offload' && !isFinished(op.jobId))) stats.contextSwitches++
-      const setupS = setupPaid(task, ops)
-      // The scheduler sees the estimate (E + setup), not the jittered duration the simulation draws.
-      const expectedFreeS = q.nowS + setupS + task.execS
-      for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, residentJob: task.jobId, expectedFreeS })
-      const entry = entries.get(task.taskId)!
-      entry.state = nextTaskState(entry.state, 'start')
-      const waitS = q.nowS - task.readyS
-      stats.waitSumS += waitS
-      stats.waitMaxS = Math.max(stats.waitMaxS, waitS)
-      stats.tasksStarted++
-      stats.busyNodeSeconds += entry.durationS * task.nodes.length
-      const run: TaskRun = { startedS: q.nowS, setupS }
-      q.after(run.setupS + entry.durationS, () => {
-        entry.state = nextTaskState(entry.state, 'complete')
-        entries.delete(task.taskId)
-        for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined, releasedS: q.nowS })
-        entry.onDone(run)
-        if (isFinished(task.jobId)) admittedS.delete(task.jobId)
-        dispatch()
-      })
+      begin(task)
     }
+  }
+
+  /** Starts a task whose nodes' locks are free or already its own. */
+  function begin (task: RuntimeTask): void {
+    const ops = startOperations(task, nodes as NodeRuntimeState[])
+    if (ops.some(op => op.kind === 'offload' && !isFinished(op.jobId))) stats.contextSwitches++
+    const setupS = setupPaid(task, ops)
+    // The scheduler sees the estimate (E + setup), not the jittered duration the simulation draws.
+    const expectedFreeS = q.nowS + setupS + task.execS
+    for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, residentJob: task.jobId, expectedFreeS })
+    const entry = entries.get(task.taskId)!
+    entry.state = nextTaskState(entry.state, 'start')
+    const waitS = q.nowS - task.readyS
+    stats.waitSumS += waitS
+    stats.waitMaxS = Math.max(stats.waitMaxS, waitS)
+    stats.tasksStarted++
+    stats.busyNodeSeconds += entry.durationS * task.nodes.length
+    const run: TaskRun = { startedS: q.nowS, setupS }
+    q.after(run.setupS + entry.durationS, () => {
+      entry.state = nextTaskState(entry.state, 'complete')
+      entries.delete(task.taskId)
+      for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: undefined, expectedFreeS: undefined, releasedS: q.nowS })
+      completing = task
+      try {
+        entry.onDone(run)
+      } finally {
+        completing = undefined
+      }
+      if (isFinished(task.jobId)) admittedS.delete(task.jobId)
+      dispatch()
+    })
   }
 
   /** Setup the task pays now: C less the idle time its switching nodes had to prefetch in (see above). */
@@ -122,6 +149,17 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       pending.push(task)
       // A new task only adds claims: if it cannot start itself, nothing else can start now either.
       if (task.nodes.every(n => nodes[n]!.lockHolder === undefined)) dispatch()
+    },
+    continueWith (task, durationS, onDone) {
+      const prev = completing
+      if (prev === undefined || prev.jobId !== task.jobId) throw new RangeError(`task ${task.taskId} continues no task of job ${task.jobId} completing now`)
+      if (task.nodes.length !== prev.nodes.length || task.nodes.some((n, i) => n !== prev.nodes[i])) throw new RangeError(`task ${task.taskId} continues ${prev.taskId} on other nodes`)
+      if (task.readyS < q.nowS) throw new RangeError(`task ${task.taskId} is ready at ${task.readyS} s, before now (${q.nowS} s)`)
+      if (entries.has(task.taskId)) throw new RangeError(`task ${task.taskId} already submitted`)
+      entries.set(task.taskId, { durationS, state: 'QUEUED', onDone })
+      // Held through the gap: expected free once the continuation has run.
+      for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, expectedFreeS: task.readyS + task.execS })
+      q.at(task.readyS, () => begin(task))
     },
   }
 }

@@ -80,7 +80,8 @@ export function createJobRuntime (options: JobRuntimeOptions, components: JobRun
     return c.lastEndS + (segs[c.segment]!.offsetS - prev.offsetS - prev.durationS)
   }
 
-  const next = (c: Chain): void => {
+  /** Queues the chain's current segment; from the previous one's completion, a segment within the switch cost keeps the locks (a block, task-executor.ts). */
+  const next = (c: Chain, fromCompletion = false): void => {
     if (c.done) return
     if (c.iteration >= c.job.spec.iterations) {
       c.done = true
@@ -89,17 +90,19 @@ export function createJobRuntime (options: JobRuntimeOptions, components: JobRun
     }
     const seg = c.job.spec.segments[c.segment]!
     const readyS = Math.max(naturalReadyS(c), plannedStartS(c), q.nowS)
-    const nodes = c.job.nodes.map(indexOf)
-    q.at(readyS, () => {
-      if (c.done) return
-      const task = { taskId: `${c.job.id}#${taskSeq++}`, jobId: c.job.id, nodes, readyS, execS: seg.durationS, setupS: c.job.spec.switchS }
-      executor.submit(task, seg.durationS, () => {
-        c.lastEndS = q.nowS
-        c.segment++
-        if (c.segment === c.job.spec.segments.length) { c.segment = 0; c.iteration++ }
-        next(c)
+    const task = { taskId: `${c.job.id}#${taskSeq++}`, jobId: c.job.id, nodes: c.job.nodes.map(indexOf), readyS, execS: seg.durationS, setupS: c.job.spec.switchS }
+    const onDone = (): void => {
+      c.lastEndS = q.nowS
+      c.segment++
+      if (c.segment === c.job.spec.segments.length) { c.segment = 0; c.iteration++ }
+      next(c, true)
+    }
+    if (fromCompletion && c.segment > 0 && readyS - q.nowS < c.job.spec.switchS) executor.continueWith(task, seg.durationS, onDone)
+    else {
+      q.at(readyS, () => {
+        if (!c.done) executor.submit(task, seg.durationS, onDone)
       })
-    })
+    }
   }
 
   const start = (job: JobRecord): void => {

@@ -31,6 +31,18 @@ t.test('bad traces are rejected with ERR_TRACE_INVALID naming the field', async 
   }
 })
 
+t.test('touching segments written in decimal are accepted; a real overlap of a millisecond is not', async t => {
+  // 100.2 + 19.62 is 119.82000000000001 in binary floating point: the segments touch.
+  const touching = { ...valid().jobs[0]!, periodS: 200, segments: [{ offsetS: 100.2, durationS: 19.62 }, { offsetS: 119.82, durationS: 72.68 }, { offsetS: 192.5, durationS: 7.5 }] }
+  t.ok(100.2 + 19.62 > 119.82, 'the sum really lands past the decimal offset')
+  const trace = { cluster: valid().cluster, jobs: [touching] }
+  t.same(parsePlacementTrace(JSON.stringify(trace)), trace, 'touching segments ending exactly at the period parse')
+  const overlap = { cluster: valid().cluster, jobs: [{ ...touching, segments: [{ offsetS: 100.2, durationS: 19.62 }, { offsetS: 119.819, durationS: 20 }] }] }
+  t.throws(() => parsePlacementTrace(overlap), { code: 'ERR_TRACE_INVALID', message: /segments\[1\]\.offsetS: starts at 119\.819 s, before the previous segment ends at 119\.82/ })
+  const past = { cluster: valid().cluster, jobs: [{ ...touching, periodS: 199.999 }] }
+  t.throws(() => parsePlacementTrace(past), { code: 'ERR_TRACE_INVALID', message: /segments\[2\]: ends at 200 s, after the 199\.999 s period/ })
+})
+
 t.test('generated traces are valid, deterministic per seed and shaped like PlexRL\'s workloads', async t => {
   const a = generatePlacementTrace({ jobs: 300, nodes: 32, seed: 7 })
   t.same(a, generatePlacementTrace({ jobs: 300, nodes: 32, seed: 7 }))
