@@ -42,16 +42,18 @@ function summaryLines (result: PlacementSimResult, isolatedMakespanS: number): s
     `GPU busy fraction        ${(result.gpuBusyFraction * 100).toFixed(1)} %`,
     `context switches         ${result.contextSwitches}`,
     `jobs that shared nodes   ${result.sharedJobs}`,
+    `slowdown guard evictions ${result.guardEvictions.length}`,
   ]
 }
 
 export const simPlacementCommand: Command = {
   summary: 'simulate cluster placement of a job trace under one or more policies, against isolated (local, no agent)',
-  usage: `--trace F --policy ${placementPolicyNames.join('|')}[,...]|all [--runtime ${runtimeSchedulerNames.join('|')}] [--seed S]`,
+  usage: `--trace F --policy ${placementPolicyNames.join('|')}[,...]|all [--runtime ${runtimeSchedulerNames.join('|')}] [--guard on|off] [--seed S]`,
   options: {
     trace: { type: 'string', value: 'F', description: 'the placement trace, JSON (mesh/sim/placement-trace.ts; agentctl sim trace placement makes one)', complete: 'file' },
     policy: { type: 'string', description: 'the placement policy (PlexRL\'s spread-backfill or a baseline); several separated by commas, or all, print a comparison', complete: [...placementPolicyNames, 'all'] },
     runtime: { type: 'string', description: 'the runtime scheduler of operations on shared nodes; default hrrs', complete: runtimeSchedulerNames },
+    guard: { type: 'string', description: 'the slowdown guard: a job measured over its bound sends the latest colocation on its nodes back to the queue; default on', complete: ['on', 'off'] },
     seed: { type: 'string', value: 'S', description: 'random seed (>= 0); default 1' },
   },
   examples: [
@@ -64,17 +66,18 @@ export const simPlacementCommand: Command = {
     const policies = policiesFlag(values.policy)
     const runtime = choiceFlag(name, values.runtime, 'runtime', runtimeSchedulerNames, 'hrrs')
     const seed = integerFlag(name, values.seed, 'seed', 0, 1)
+    const guard = choiceFlag(name, values.guard, 'guard', ['on', 'off'], 'on') === 'on'
     if (path === undefined) throw new UsageError(`${name}: --trace is required`)
     const trace = parsePlacementTrace(await readInputFile(path, 'trace'), path)
-    const results = policies.map(policy => simulatePlacement(trace, { policy, runtime, seed }))
+    const results = policies.map(policy => simulatePlacement(trace, { policy, runtime, seed, guard }))
     // The baseline every makespan is compared with: each job on its own nodes, same runtime and seed.
     const isolatedMakespanS = (results.find(r => r.policy === 'isolated') ?? simulatePlacement(trace, { policy: 'isolated', runtime, seed })).makespanS
     if (results.length > 1) {
       const human = [
         `runtime ${runtime}: ${trace.jobs.length} jobs on ${trace.cluster.nodes} nodes; isolated makespan ${formatDuration(isolatedMakespanS)}`,
-        formatTable(['POLICY', 'MAKESPAN', 'VS ISOLATED', 'OVER BOUND', 'SLOWDOWN P50', 'P99', 'MAX', 'SWITCHES', 'QUEUE DELAY P50'], results.map(r => [
+        formatTable(['POLICY', 'MAKESPAN', 'VS ISOLATED', 'OVER BOUND', 'SLOWDOWN P50', 'P99', 'MAX', 'SWITCHES', 'EVICTIONS', 'QUEUE DELAY P50'], results.map(r => [
           r.policy, formatDuration(r.makespanS), (r.makespanS / isolatedMakespanS).toFixed(3), String(r.jobsOverBound),
-          r.slowdown.p50.toFixed(2), r.slowdown.p99.toFixed(2), r.slowdown.max.toFixed(2), String(r.contextSwitches), r.normalizedQueueDelay.p50.toFixed(2),
+          r.slowdown.p50.toFixed(2), r.slowdown.p99.toFixed(2), r.slowdown.max.toFixed(2), String(r.contextSwitches), String(r.guardEvictions.length), r.normalizedQueueDelay.p50.toFixed(2),
         ])),
       ].join('\n')
       return { json: { isolatedMakespanS, results }, human }

@@ -23,6 +23,17 @@
  *   its reservation is released and it is placed again as a profiled job.
  * - Admission (§7.2) sees each resident job's observed slowdown (elapsed
  *   time over the isolated time of the iterations it completed).
+ * - A job runs as it really does (`runScale`: its segments take that factor
+ *   of the traced durations, the profile placement planned with being stale
+ *   or optimistic); its isolated time, and so its slowdown, is measured
+ *   against its real period.
+ * - The slowdown guard (slowdown-guard.ts, unless `guard: false`): every
+ *   `guardWindowIterations` iterations of a job its slowdown is projected
+ *   (the time taken so far plus the remaining iterations at the pace of the
+ *   last window, over its isolated time); over its bound, the latest colocation on
+ *   its nodes goes back to the queue at its next iteration boundary (its
+ *   progress kept, its state offloaded) and is placed again from its
+ *   measured profile. Time back in the queue counts as wait, not slowdown.
  * Outputs follow `agentctl sim placement`: per-job start/end/wait/slowdown,
  * normalized queue delay (wait / own duration, PlexRL Fig. 8) percentiles,
  * GPU busy fraction (useful task seconds over node-seconds of the makespan).
@@ -34,6 +45,7 @@ import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'
 import { claimNodes, commitPlacement, planPlacement, type NodeClaim, type PlacementDecision, type PlacementJob, type PlacementPolicyName } from '../policies/placement/placement-policy.ts'
 import type { RuntimeSchedulerName, RuntimeTask } from '../policies/runtime/hrrs.ts'
 import { createTaskExecutor, type TaskRun } from './task-executor.ts'
+import { guardEviction } from '../policies/placement/slowdown-guard.ts'
 
 export interface PlacementSimOptions {
   policy: PlacementPolicyName
@@ -61,6 +73,10 @@ export interface PlacementSimOptions {
    * forever. Default true; false = every job that fits starts.
    */
   backfillReservation?: boolean
+  /** Whether the slowdown guard evicts the latest colocation of a job measured over its bound. Default true. */
+  guard?: boolean
+  /** Iterations per guard measurement window. Default 5. */
+  guardWindowIterations?: number
 }
 
 export interface PlacementSimJob {
@@ -86,6 +102,8 @@ export interface PlacementSimJob {
    * context-switch setup paid.
    */
   lostS: { reservation: number, lockWait: number, setup: number }
+  /** Times the slowdown guard sent it back to the queue. */
+  evictions: number
 }
 
 export interface PlacementSimResult {
@@ -106,10 +124,29 @@ export interface PlacementSimResult {
   sharedJobs: number
   /** Horizon slots over-committed when reservations were extended (left to the runtime scheduler). */
   overcommittedSlots: number
+  /** The slowdown guard's evictions, in order: the time and its reason. */
+  guardEvictions: Array<{ atS: number, reason: string }>
+}
+
+/** A job's period as it really runs (the trace's scaled by runScale: gaps kept, busy time scaled). */
+interface RealPeriod { periodS: number, segments: Array<{ offsetS: number, durationS: number }> }
+
+function realPeriod (spec: PlacementTraceJob): RealPeriod {
+  const scale = spec.runScale ?? 1
+  let added = 0
+  const segments = spec.segments.map(s => {
+    const out = { offsetS: s.offsetS + added, durationS: s.durationS * scale }
+    added += s.durationS * (scale - 1)
+    return out
+  })
+  return { periodS: spec.periodS + added, segments }
 }
 
 interface JobRun {
   spec: PlacementTraceJob
+  /** How it really runs. */
+  real: RealPeriod
+  /** What placement plans it with: the trace's profile, its measured one after repacking or eviction. */
   job: PlacementJob
   switchS: number
   placedNodes: number[]
@@ -127,6 +164,18 @@ interface JobRun {
   lastFailedKey: string
   lostS: { reservation: number, lockWait: number, setup: number }
   predictedSlowdown: number
+  /** Order of its latest placement (the guard undoes the latest colocation). */
+  placedSeq: number
+  /** Start of the current period when it is the first after a (re)placement. */
+  periodStartS: number | undefined
+  /** The guard's measurement window: from this time and iteration count. */
+  window: { s: number, iteration: number }
+  /** Set by the guard: back to the queue at the next iteration boundary, with this reason. */
+  evictPending: string | undefined
+  evictions: number
+  /** When it last went back to the queue, and its total time there. */
+  requeuedAtS: number
+  requeuedS: number
 }
 
 export function simulatePlacement (trace: PlacementTrace, options: PlacementSimOptions): PlacementSimResult {
@@ -146,11 +195,16 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   /** With backfill, the oldest waiting job's claim on the nodes it will get (EASY backfilling). */
   let claim: NodeClaim | undefined
   let taskSeq = 0
+  let placedSeq = 0
+  const guard = (options.guard ?? true) && options.policy !== 'isolated'
+  const guardWindow = options.guardWindowIterations ?? 5
+  const guardEvictions: Array<{ atS: number, reason: string }> = []
   const executor = createTaskExecutor({ queue: q, nodes: trace.cluster.nodes, scheduler: runtime, isFinished: id => !Number.isNaN(runs.get(id)?.endS ?? 0) })
 
   for (const spec of trace.jobs) {
     const run: JobRun = {
       spec,
+      real: realPeriod(spec),
       job: { id: spec.id, nodes: spec.nodes, periodS: spec.periodS, iterations: spec.iterations, segments: spec.segments, maxSlowdown: spec.maxSlowdown, profiled: spec.profiled ?? true, switchS: spec.switchS ?? trace.cluster.contextSwitchS ?? defaultContextSwitchS },
       switchS: spec.switchS ?? trace.cluster.contextSwitchS ?? defaultContextSwitchS,
       placedNodes: [],
@@ -166,6 +220,13 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       lastFailedKey: '',
       lostS: { reservation: 0, lockWait: 0, setup: 0 },
       predictedSlowdown: 1,
+      placedSeq: 0,
+      periodStartS: undefined,
+      window: { s: 0, iteration: 0 },
+      evictPending: undefined,
+      evictions: 0,
+      requeuedAtS: NaN,
+      requeuedS: 0,
     }
     runs.set(spec.id, run)
     q.at(spec.submitS, () => { waiting.push(run); tryPlace() })
@@ -175,7 +236,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     const out = new Map<string, number>()
     for (const run of running) {
       if (run.iteration === 0) continue
-      out.set(run.spec.id, (q.nowS - run.startS) / (run.iteration * run.spec.periodS))
+      out.set(run.spec.id, (q.nowS - run.startS - run.requeuedS) / (run.iteration * run.real.periodS))
     }
     return out
   }
@@ -228,8 +289,12 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
 
   function start (run: JobRun, decision: PlacementDecision): void {
     commit(run, decision)
-    run.startS = decision.startSlot * slotS
-    run.lastEndS = run.startS
+    const atS = decision.startSlot * slotS
+    if (run.evictions === 0) run.startS = atS
+    else run.requeuedS += atS - run.requeuedAtS
+    run.periodStartS = atS
+    run.placedSeq = ++placedSeq
+    run.window = { s: atS, iteration: run.iteration }
     executor.admit(run.spec.id)
     running.add(run)
     scheduleNextTask(run)
@@ -238,19 +303,20 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
   /** Planned start of the run's current segment (seconds), from its reservation. */
   function plannedStartS (run: JobRun): number {
     const d = run.decision!
-    const seg = run.spec.segments[run.segment]!
-    if (d.mode === 'dedicated') return d.startSlot * slotS + (run.iteration - run.planBaseIteration) * run.spec.periodS + seg.offsetS
+    const seg = run.job.segments[run.segment]!
+    if (d.mode === 'dedicated') return d.startSlot * slotS + (run.iteration - run.planBaseIteration) * run.job.periodS + seg.offsetS
     // Trace segments are validated to be in offset order, the order of shiftSlots.
     const shift = d.shiftSlots[run.segment] ?? 0
     return (d.startSlot + (run.iteration - run.planBaseIteration) * d.stretchedPeriodSlots + shift) * slotS + seg.offsetS
   }
 
+  /** When the run's current segment is ready by its real period alone (the job is serial). */
   function naturalReadyS (run: JobRun): number {
-    const segs = run.spec.segments
-    if (run.iteration === 0 && run.segment === 0) return run.startS + segs[0]!.offsetS
+    const segs = run.real.segments
+    if (run.segment === 0 && run.periodStartS !== undefined) return run.periodStartS + segs[0]!.offsetS
     if (run.segment === 0) {
       const last = segs[segs.length - 1]!
-      return run.lastEndS + (run.spec.periodS - last.offsetS - last.durationS) + segs[0]!.offsetS
+      return run.lastEndS + (run.real.periodS - last.offsetS - last.durationS) + segs[0]!.offsetS
     }
     const prev = segs[run.segment - 1]!
     return run.lastEndS + (segs[run.segment]!.offsetS - prev.offsetS - prev.durationS)
@@ -266,9 +332,10 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     const naturalS = Math.max(naturalReadyS(run), q.nowS)
     const readyS = Math.max(naturalS, plannedStartS(run))
     run.lostS.reservation += readyS - naturalS
-    const seg = run.spec.segments[run.segment]!
-    const durationS = seg.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))
-    const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: seg.durationS, setupS: run.switchS }
+    run.periodStartS = undefined
+    const durationS = run.real.segments[run.segment]!.durationS * (1 + (jitter > 0 ? rnd.uniform(-jitter, jitter) : 0))
+    // The scheduler sees the planned duration; the task takes its real one.
+    const task: RuntimeTask = { taskId: `${run.spec.id}#${taskSeq++}`, jobId: run.spec.id, nodes: run.placedNodes, readyS, execS: run.job.segments[run.segment]!.durationS, setupS: run.switchS }
     const onDone = ({ startedS, setupS }: TaskRun): void => {
       run.lostS.lockWait += startedS - readyS
       run.lostS.setup += setupS
@@ -291,8 +358,45 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       tryPlace()
       return
     }
+    if (run.segment === 0) {
+      if (run.evictPending !== undefined) return evict(run)
+      if (guard) checkSlowdown(run)
+    }
     if (run.segment === 0 && !run.job.profiled && !run.repacked && options.policy !== 'isolated') repack(run)
     scheduleNextTask(run, true)
+  }
+
+  /** The guard, at an iteration boundary of `run`: measure its last window; over its bound, undo the latest colocation. */
+  function checkSlowdown (run: JobRun): void {
+    const iterations = run.iteration - run.window.iteration
+    if (iterations < guardWindow) return
+    const P = run.real.periodS
+    const recent = (q.nowS - run.window.s) / (iterations * P)
+    run.window = { s: q.nowS, iteration: run.iteration }
+    // The bound is on the whole run: what it has taken so far plus its remaining iterations at the recent pace.
+    const slowdown = (q.nowS - run.startS - run.requeuedS + (run.spec.iterations - run.iteration) * recent * P) / (run.spec.iterations * P)
+    const others = [...running].filter(o => o !== run && o.evictPending === undefined).map(o => ({ id: o.spec.id, nodes: o.placedNodes, placedSeq: o.placedSeq }))
+    const eviction = guardEviction({ id: run.spec.id, nodes: run.placedNodes, placedSeq: run.placedSeq, slowdown, maxSlowdown: run.spec.maxSlowdown }, others)
+    if (eviction === undefined) return
+    runs.get(eviction.evict)!.evictPending = eviction.reason
+    guardEvictions.push({ atS: q.nowS, reason: eviction.reason })
+  }
+
+  /** Back to the queue (by submission order) with its progress; placed again from its measured (real) profile. */
+  function evict (run: JobRun): void {
+    run.evictPending = undefined
+    run.evictions++
+    run.requeuedAtS = q.nowS
+    running.delete(run)
+    horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
+    horizon.release(run.spec.id)
+    capacityVersion++
+    run.job = { ...run.job, periodS: run.real.periodS, segments: run.real.segments, profiled: true, iterations: run.spec.iterations - run.iteration }
+    run.repacked = true
+    run.lastFailedKey = ''
+    const at = waiting.findIndex(w => w.spec.submitS > run.spec.submitS)
+    waiting.splice(at < 0 ? waiting.length : at, 0, run)
+    tryPlace()
   }
 
   /** After one profiled period a cold-started job leaves its dedicated nodes for a packed placement (§4.3.2). */
@@ -301,7 +405,8 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
     horizon.release(run.spec.id)
     capacityVersion++
-    run.job = { ...run.job, profiled: true, iterations: run.spec.iterations - run.iteration }
+    // One period on dedicated nodes measured its real profile.
+    run.job = { ...run.job, periodS: run.real.periodS, segments: run.real.segments, profiled: true, iterations: run.spec.iterations - run.iteration }
     const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks, claim })
       ?? planPlacement(horizon, { ...run.job, profiled: false }, { policy: options.policy, nowSlot: horizon.windowStart, maxJobsPerNode })
     if (decision !== undefined) commit(run, decision)
@@ -312,21 +417,22 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
 
   const jobs: PlacementSimJob[] = trace.jobs.map(spec => {
     const run = runs.get(spec.id)!
-    const waitS = run.startS - spec.submitS
+    const waitS = run.startS - spec.submitS + run.requeuedS
     return {
       id: spec.id,
       startS: run.startS,
       endS: run.endS,
       waitS,
-      slowdown: (run.endS - run.startS) / (spec.iterations * spec.periodS),
+      slowdown: (run.endS - run.startS - run.requeuedS) / (spec.iterations * run.real.periodS),
       maxSlowdown: spec.maxSlowdown,
       predictedSlowdown: run.predictedSlowdown,
       placement: run.decision === undefined || run.decision.mode === 'dedicated' ? 'dedicated' : run.decision.strict ? 'strict' : 'conflicting',
       lostS: run.lostS,
+      evictions: run.evictions,
     }
   })
   const makespanS = Math.max(...jobs.map(j => j.endS)) - Math.min(...trace.jobs.map(j => j.submitS))
-  const delays = jobs.map(j => j.waitS / (j.endS - j.startS)).sort((a, b) => a - b)
+  const delays = jobs.map(j => j.waitS / (j.endS - j.startS - runs.get(j.id)!.requeuedS)).sort((a, b) => a - b)
   const slowdowns = jobs.map(j => j.slowdown).sort((a, b) => a - b)
   return {
     policy: options.policy,
@@ -341,6 +447,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     taskWaitS: { mean: executor.stats.tasksStarted === 0 ? 0 : executor.stats.waitSumS / executor.stats.tasksStarted, max: executor.stats.waitMaxS },
     sharedJobs: [...runs.values()].filter(r => r.shared).length,
     overcommittedSlots: horizon.overcommittedSlots,
+    guardEvictions,
   }
 }
 

@@ -42,7 +42,11 @@ export const jobFields = {
   switchS: Type.Optional(Type.Number({ minimum: 0, maximum: 3600, description: 'context switch cost, seconds (at most an hour)' })),
 }
 
-const jobSchema = Type.Object({ ...jobFields, submitS: Type.Number({ minimum: 0 }) }, { additionalProperties: false })
+const jobSchema = Type.Object({
+  ...jobFields,
+  submitS: Type.Number({ minimum: 0 }),
+  runScale: Type.Optional(Type.Number({ minimum: 0.1, maximum: 10, description: 'simulation only: the segments really take this factor of the traced durations (a stale or optimistic profile); default 1' })),
+}, { additionalProperties: false })
 
 export const placementTraceSchema = Type.Object({
   cluster: Type.Object({

@@ -21,7 +21,7 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a summary', asy
   const result = JSON.parse(json.stdout)
   for (const key of ['policy', 'makespanS', 'jobs', 'normalizedQueueDelay', 'gpuBusyFraction', 'contextSwitches']) t.ok(key in result, key)
   t.equal(result.policy, 'spread-backfill')
-  t.same(Object.keys(result.jobs[0]), ['id', 'startS', 'endS', 'waitS', 'slowdown', 'maxSlowdown', 'predictedSlowdown', 'placement', 'lostS'])
+  t.same(Object.keys(result.jobs[0]), ['id', 'startS', 'endS', 'waitS', 'slowdown', 'maxSlowdown', 'predictedSlowdown', 'placement', 'lostS', 'evictions'])
   t.same(Object.keys(result.normalizedQueueDelay), ['p50', 'p90', 'p99', 'max'])
   t.ok(result.makespanS > 0)
 
@@ -33,6 +33,10 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a summary', asy
   t.equal(result.jobsOverBound, result.jobs.filter((j: any) => j.slowdown > j.maxSlowdown + 1e-9).length)
   t.ok(result.isolatedMakespanS >= result.makespanS * 0.999, 'spread-backfill drains no slower than isolated here')
   t.same(Object.keys(result.slowdown), ['p50', 'p99', 'max'])
+  t.ok(Array.isArray(result.guardEvictions))
+  const off = await runNode(agentctlMain, ['sim', 'placement', '--trace', file, '--policy', 'pack', '--guard', 'off', '--json'])
+  t.equal(off.code, 0, off.stderr)
+  t.same(JSON.parse(off.stdout).guardEvictions, [], 'no evictions with the guard off')
 
   const all = await runNode(agentctlMain, ['sim', 'placement', '--trace', file, '--policy', 'all', '--json'])
   t.equal(all.code, 0, all.stderr)
@@ -42,7 +46,7 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a summary', asy
   t.equal(compared.results[3].makespanS, result.makespanS, 'deterministic for a seed')
   const table = await runNode(agentctlMain, ['sim', 'placement', '--trace', file, '--policy', 'spread-backfill,pack'])
   t.equal(table.code, 0, table.stderr)
-  t.match(table.stdout, /POLICY\s+MAKESPAN\s+VS ISOLATED\s+OVER BOUND\s+SLOWDOWN P50\s+P99\s+MAX\s+SWITCHES\s+QUEUE DELAY P50\nspread-backfill .*\npack /)
+  t.match(table.stdout, /POLICY\s+MAKESPAN\s+VS ISOLATED\s+OVER BOUND\s+SLOWDOWN P50\s+P99\s+MAX\s+SWITCHES\s+EVICTIONS\s+QUEUE DELAY P50\nspread-backfill .*\npack /)
 })
 
 t.test('bad usage exits 2; a bad or missing trace exits 1 with a stable code', async t => {
@@ -55,6 +59,9 @@ t.test('bad usage exits 2; a bad or missing trace exits 1 with a stable code', a
   const badList = await runNode(agentctlMain, ['sim', 'placement', '--trace', 'x.json', '--policy', 'pack,spred'])
   t.equal(badList.code, 2)
   t.match(badList.stderr, /got "spred"; did you mean "spread"/)
+  const badGuard = await runNode(agentctlMain, ['sim', 'placement', '--trace', 'x.json', '--policy', 'pack', '--guard', 'maybe'])
+  t.equal(badGuard.code, 2)
+  t.match(badGuard.stderr, /--guard must be one of on, off, got "maybe"/)
   const twice = await runNode(agentctlMain, ['sim', 'placement', '--trace', 'x.json', '--policy', 'pack,pack'])
   t.equal(twice.code, 2)
   t.match(twice.stderr, /--policy names pack twice/)

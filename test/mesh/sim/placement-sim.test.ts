@@ -114,3 +114,26 @@ t.test('touching segments run as one block: every job stays within its bound, as
     t.ok(r.makespanS < isolated.makespanS * 0.8, `${policy}: drains faster than isolated (${(r.makespanS / isolated.makespanS).toFixed(3)})`)
   }
 })
+
+t.test('the slowdown guard: a neighbour running longer than its profile is sent back to the queue', async t => {
+  // b's profile says 35 s per period; it really takes 52.5 s (period 117.5 s) and pushes a (bound 1.1) over its bound.
+  const trace = (): PlacementTrace => ({
+    cluster: { nodes: 1, gpusPerNode: 8, contextSwitchS: 2 },
+    jobs: [
+      { id: 'a', submitS: 0, nodes: 1, periodS: 100, iterations: 40, segments: [{ offsetS: 10, durationS: 40 }], maxSlowdown: 1.1 },
+      { id: 'b', submitS: 5, nodes: 1, periodS: 100, iterations: 40, segments: [{ offsetS: 10, durationS: 35 }], maxSlowdown: 1.5, runScale: 1.5 },
+    ],
+  })
+  const unguarded = simulatePlacement(trace(), { policy: 'pack', jitter: 0, guard: false })
+  t.ok(unguarded.jobs[0]!.slowdown > 1.1, `without the guard a ends over its bound (${unguarded.jobs[0]!.slowdown.toFixed(3)})`)
+  t.equal(unguarded.jobsOverBound, 1)
+  const guarded = simulatePlacement(trace(), { policy: 'pack', jitter: 0 })
+  t.equal(guarded.jobsOverBound, 0, `with it every job ends within its bound (a ${guarded.jobs[0]!.slowdown.toFixed(3)})`)
+  t.equal(guarded.guardEvictions.length, 1)
+  t.match(guarded.guardEvictions[0]!.reason, /job a: measured slowdown 1\.\d+ over its bound 1\.1; the latest colocation on its nodes, b, back to the queue/)
+  t.same(guarded.jobs.map(j => j.evictions), [0, 1])
+  const b = guarded.jobs[1]!
+  t.ok(b.slowdown < 1.5, `b's time back in the queue is wait, not slowdown (${b.slowdown.toFixed(3)})`)
+  t.ok(b.waitS > unguarded.jobs[1]!.waitS, 'b waited longer')
+  t.ok(Math.abs(b.slowdown * 40 * 117.5 + b.waitS - (b.endS - 5)) < 1e-6, 'wait + run = end - submit, run measured against b\'s real period (117.5 s)')
+})
