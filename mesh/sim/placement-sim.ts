@@ -359,7 +359,10 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       return
     }
     if (run.segment === 0) {
-      if (run.evictPending !== undefined) return evict(run)
+      if (run.evictPending !== undefined) {
+        evict(run)
+        return
+      }
       if (guard) checkSlowdown(run)
     }
     if (run.segment === 0 && !run.job.profiled && !run.repacked && options.policy !== 'isolated') repack(run)
