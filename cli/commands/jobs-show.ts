@@ -5,6 +5,7 @@
  */
 import { AgentError } from '../../core/errors.ts'
 import { measuredOpsThreshold } from '../../mesh/control/jobs/job-spec.ts'
+import type { JobRecord } from '../../mesh/control/jobs/job-table.ts'
 import { UsageError, type Command } from './command.ts'
 import { renderJobs } from './jobs-list.ts'
 
@@ -30,7 +31,23 @@ export const jobsShowCommand: Command = {
     const uses = m !== undefined && m.ops >= measuredOpsThreshold ? 'placement uses the measured profile' : `placement uses the submitted profile (measured is used from ${measuredOpsThreshold} operations on)`
     return {
       json: { job, profile: m !== undefined && m.ops >= measuredOpsThreshold ? 'measured' : 'submitted' },
-      human: [renderJobs([job], new Set(view.local), view.slotS), '', `${job.spec.live === true ? 'live' : 'modeled'} job; ${uses}`, `  ${submitted}`, `  ${measured}`].join('\n'),
+      human: [
+        renderJobs([job], new Set(view.local), view.slotS),
+        '',
+        `${job.spec.live === true ? 'live' : 'modeled'} job; ${uses}`,
+        `  ${submitted}`,
+        `  ${measured}`,
+        `  slowdown bound ${spec.maxSlowdown}: ${boundState(job)}`,
+        ...(job.events === undefined || job.events.length === 0 ? [] : ['events:', ...job.events.map(e => `  ${new Date(e.atMs).toISOString()}  ${e.message}`)]),
+      ].join('\n'),
     }
   },
+}
+
+/** Whether the job is within its slowdown bound, as measured, and what the guard did about it. */
+function boundState (job: JobRecord): string {
+  const m = job.measured
+  const evicted = (job.evictions ?? 0) > 0 ? `; evicted ${job.evictions} time(s) by the slowdown guard` : ''
+  if (m === undefined) return `not measured yet${evicted}`
+  return `${m.slowdown > job.spec.maxSlowdown + 1e-9 ? 'over it' : 'within it'} (measured ${m.slowdown.toFixed(3)} over ${m.ops} operations)${evicted}`
 }

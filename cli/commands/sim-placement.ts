@@ -48,10 +48,10 @@ function summaryLines (result: PlacementSimResult, isolatedMakespanS: number): s
 
 export const simPlacementCommand: Command = {
   summary: 'simulate cluster placement of a job trace under one or more policies, against isolated (local, no agent)',
-  usage: `--trace F --policy ${placementPolicyNames.join('|')}[,...]|all [--runtime ${runtimeSchedulerNames.join('|')}] [--guard on|off] [--seed S]`,
+  usage: `--trace F --policy ${placementPolicyNames.join('|')}|all [--runtime ${runtimeSchedulerNames.join('|')}] [--guard on|off] [--seed S]`,
   options: {
     trace: { type: 'string', value: 'F', description: 'the placement trace, JSON (mesh/sim/placement-trace.ts; agentctl sim trace placement makes one)', complete: 'file' },
-    policy: { type: 'string', description: 'the placement policy (PlexRL\'s spread-backfill or a baseline); several separated by commas, or all, print a comparison', complete: [...placementPolicyNames, 'all'] },
+    policy: { type: 'string', description: 'the placement policy (PlexRL\'s spread-backfill or a baseline); several separated by commas (pack,spread-backfill), or all, print a comparison', complete: [...placementPolicyNames, 'all'] },
     runtime: { type: 'string', description: 'the runtime scheduler of operations on shared nodes; default hrrs', complete: runtimeSchedulerNames },
     guard: { type: 'string', description: 'the slowdown guard: a job measured over its bound sends the latest colocation on its nodes back to the queue; default on', complete: ['on', 'off'] },
     seed: { type: 'string', value: 'S', description: 'random seed (>= 0); default 1' },

@@ -43,7 +43,7 @@ t.test('the script completes commands, subcommands, flags and their values', { s
   t.same(complete('agentctl weights publish --mo'), ['--model'])
   t.same(complete('agentctl weights publish --from-'), ['--from-keys', '--from-region', '--from-safetensors'])
   t.ok(complete('agentctl weights publish --').includes('--json'), 'global flags too')
-  t.same(complete('agentctl sim placement --trace x.json --policy '), ['isolated', 'pack', 'spread', 'spread-backfill'])
+  t.same(complete('agentctl sim placement --trace x.json --policy '), ['all', 'isolated', 'pack', 'spread', 'spread-backfill'])
   t.same(complete('agentctl sim placement --trace tr'), ['trace.json'], 'file values complete file names')
   t.same(complete('agentctl weights publish --model '), [], 'a free value: nothing offered')
   t.same(complete('agentctl jobs submit tr'), ['trace.json'], 'a file argument')

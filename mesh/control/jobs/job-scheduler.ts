@@ -18,7 +18,9 @@
  * membership change and completion.
  *
  * A RUNNING job any of whose nodes is gone goes back to QUEUED (restarting
- * its iterations; the job's own checkpointing is outside this table).
+ * its iterations; the job's own checkpointing is outside this table), and so
+ * does the latest colocation beside a job measured over its slowdown bound
+ * (guardSlowdowns).
  */
 import { AgentError } from '../../../core/errors.ts'
 import { ClusterHorizon } from '../../policies/placement/cluster-horizon.ts'
@@ -26,7 +28,8 @@ import { footprintEnd } from '../../policies/placement/footprint.ts'
 import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../../policies/placement/placement-policy.ts'
 import { durationSlots } from '../../policies/placement/ring-horizon.ts'
 import { measuredOpsThreshold, normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
-import type { JobRecord, JobTable } from './job-table.ts'
+import { maxJobEvents, type JobRecord, type JobTable } from './job-table.ts'
+import { guardEviction, type GuardEviction } from '../../policies/placement/slowdown-guard.ts'
 
 /** A node the leader may place on: alive, with its advertised GPU count. */
 export interface LiveNode {
@@ -105,14 +108,68 @@ export function completeJob (table: JobTable, id: string, nowMs: number, by: 'el
 }
 
 /** Puts RUNNING jobs with a node that is gone back in the queue. */
-export function requeueLost (table: JobTable, gone: (peerId: string) => boolean): { table: JobTable, requeued: string[] } {
+export function requeueLost (table: JobTable, gone: (peerId: string) => boolean, nowMs: number): { table: JobTable, requeued: string[] } {
   const requeued = table.jobs.filter(j => j.state === 'RUNNING' && j.nodes.some(gone)).map(j => j.id)
   if (requeued.length === 0) return { table, requeued }
   const ids = new Set(requeued)
   return {
-    table: { ...table, revision: table.revision + 1, jobs: table.jobs.map(j => ids.has(j.id) ? { ...j, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, startedAtMs: null, requeues: j.requeues + 1 } : j) },
+    table: {
+      ...table,
+      revision: table.revision + 1,
+      jobs: table.jobs.map(j => {
+        if (!ids.has(j.id)) return j
+        const lost = j.nodes.filter(gone).map(p => j.nodeNames[j.nodes.indexOf(p)] ?? p)
+        return withEvent({ ...j, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, startedAtMs: null, requeues: j.requeues + 1 }, nowMs, `requeued: node ${lost.join(', ')} of its group is gone`)
+      }),
+    },
     requeued,
   }
+}
+
+/** The job with `message` appended to its events (the oldest dropped beyond maxJobEvents). */
+function withEvent (job: JobRecord, atMs: number, message: string): JobRecord {
+  const events = [...(job.events ?? []), { atMs: Math.floor(atMs), message: message.slice(0, 400) }]
+  return { ...job, events: events.slice(-maxJobEvents) }
+}
+
+/**
+ * The slowdown guard, live (mesh/policies/placement/slowdown-guard.ts): a
+ * RUNNING job measured (over at least measuredOpsThreshold operations since
+ * the guard last acted for it) beyond its maxSlowdown sends the latest
+ * colocation on its nodes back to the queue, its measured profile kept for
+ * its next placement. Jobs in order of their excess over the bound; each job
+ * is evicted at most once a round. Both jobs get the reason in their events.
+ * The evicted job's queued operations fail (ERR_JOB_NOT_RUNNING) and its
+ * workers must register again wherever it is placed next; the slowed job's
+ * nodes take no new colocation while it stays over its bound (placeOne).
+ */
+export function guardSlowdowns (table: JobTable, nowMs: number): { table: JobTable, evicted: GuardEviction[] } {
+  const slowed = table.jobs
+    .filter(j => j.state === 'RUNNING' && j.measured !== undefined && j.measured.ops - (j.guardedAtOps ?? 0) >= measuredOpsThreshold && j.measured.slowdown > j.spec.maxSlowdown + 1e-9)
+    .sort((a, b) => b.measured!.slowdown / b.spec.maxSlowdown - a.measured!.slowdown / a.spec.maxSlowdown)
+  if (slowed.length === 0) return { table, evicted: [] }
+  const evicted: GuardEviction[] = []
+  const gone = new Set<string>()
+  let jobs = table.jobs
+  const placedSeq = (j: JobRecord): number => j.startedAtMs ?? 0
+  for (const s of slowed) {
+    if (gone.has(s.id)) continue
+    const others = jobs.filter(j => j.state === 'RUNNING' && !gone.has(j.id)).map(j => ({ id: j.id, nodes: j.nodes, placedSeq: placedSeq(j) }))
+    const e = guardEviction({ id: s.id, nodes: s.nodes, placedSeq: placedSeq(s), slowdown: s.measured!.slowdown, maxSlowdown: s.spec.maxSlowdown }, others)
+    if (e === undefined) continue
+    evicted.push(e)
+    gone.add(e.evict)
+    jobs = jobs.map(j => {
+      if (j.id === e.evict) {
+        const back: JobRecord = { ...j, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, startedAtMs: null, evictions: (j.evictions ?? 0) + 1, guardedAtOps: j.measured?.ops ?? j.guardedAtOps }
+        return withEvent(back, nowMs, `evicted by the slowdown guard: ${e.reason}`)
+      }
+      if (j.id === s.id) return withEvent({ ...j, guardedAtOps: s.measured!.ops }, nowMs, `slowdown guard: ${e.reason}`)
+      return j
+    })
+  }
+  if (evicted.length === 0) return { table, evicted }
+  return { table: { ...table, revision: table.revision + 1, jobs }, evicted }
 }
 
 /** Places what fits of the QUEUED jobs on `nodes` at `nowMs`; returns the ids placed, in order. */

@@ -24,11 +24,20 @@ export const MeasuredProfileSchema = Type.Object({
   switches: Type.Integer({ minimum: 0 }),
   switchS: Type.Number({ minimum: 0, description: 'mean measured context switch (offload + onload), seconds' }),
   queuedS: Type.Number({ minimum: 0, description: 'time its operations waited for admission' }),
-  slowdown: Type.Number({ minimum: 1, description: '(run + switch + queued) / run: what sharing its nodes cost it' }),
+  slowdown: Type.Number({ minimum: 1, description: 'wall / (wall − switch − queued), wall since its first operation: what sharing its nodes cost it (1 alone)' }),
   busyFraction: Type.Number({ minimum: 0, maximum: 1, description: 'run time over wall time since its first measured operation' }),
   updatedAtMs: Type.Integer({ minimum: 0 }),
 }, { additionalProperties: false })
 export type MeasuredProfile = Static<typeof MeasuredProfileSchema>
+
+/** Events kept per job (the table travels in one mesh message). */
+export const maxJobEvents = 4
+
+export const JobEventSchema = Type.Object({
+  atMs: Type.Integer({ minimum: 0 }),
+  message: Type.String({ maxLength: 400 }),
+}, { additionalProperties: false })
+export type JobEvent = Static<typeof JobEventSchema>
 
 export const jobStates = ['QUEUED', 'RUNNING', 'COMPLETED'] as const
 export type JobState = typeof jobStates[number]
@@ -59,6 +68,9 @@ export const JobRecordSchema = Type.Object({
   completedBy: Type.Union([Type.Literal('elapsed'), Type.Literal('reported'), Type.Null()], { description: 'elapsed: its iterations ran out in the leader\'s runtime schedule; reported: POST /v1/jobs/:id/complete' }),
   requeues: Type.Integer({ minimum: 0, description: 'times it went back to QUEUED because a node of its group died' }),
   measured: Type.Optional(MeasuredProfileSchema),
+  evictions: Type.Optional(Type.Integer({ minimum: 0, description: 'times the slowdown guard sent it back to the queue' })),
+  guardedAtOps: Type.Optional(Type.Integer({ minimum: 0, description: 'its measured operations when the guard last acted for it (the guard waits for as many again)' })),
+  events: Type.Optional(Type.Array(JobEventSchema, { maxItems: maxJobEvents, description: 'the latest things the leader did to it and why, oldest first' })),
 }, { additionalProperties: false })
 
 export const JobTableSchema = Type.Object({

@@ -43,6 +43,14 @@ export const PlacementSection = Type.Object({
     maximum: 600_000,
     description: 'The leader re-checks membership (jobs on dead nodes, queued jobs that now fit) at least this often, besides on every membership change and completion, in milliseconds. Default: 1000.',
   }),
+  measuredPublishMs: Type.Integer({
+    minimum: 100,
+    maximum: 600_000,
+    description: 'The leader writes the live jobs\' measured profiles (operations, run, switch and queued time, slowdown) into the job table this often, in milliseconds; the slowdown guard acts on them then. Default: 5000.',
+  }),
+  slowdownGuard: Type.Boolean({
+    description: 'A live job measured (over at least 3 operations) beyond its maxSlowdown sends the latest colocation on its nodes back to the queue, with the reason in both jobs\' events (PlexRL §4.3, mesh/policies/placement/slowdown-guard.ts). The evicted job\'s queued operations fail with ERR_JOB_NOT_RUNNING and its workers register again where it is placed next. false: the bound is enforced at admission only. Default: true.',
+  }),
 }, { additionalProperties: false })
 
 export type PlacementConfig = Static<typeof PlacementSection>
@@ -57,4 +65,6 @@ export const defaultPlacementConfig: PlacementConfig = {
   completedJobsRetained: 16,
   overlapSwitches: true,
   rescheduleIntervalMs: 1000,
+  measuredPublishMs: 5000,
+  slowdownGuard: true,
 }

@@ -28,17 +28,20 @@
  *     jobs.op  OpRequest → OpAnswer, or { pending: true } after a long-poll
  *              round of opLongPollMs (the caller asks again, same opId)
  *     jobs.top {}        → JobsTop
- *   Every measuredPublishMs the figures it measured are written into the
- *   live jobs' records (`measured`), so placement after a requeue, the
- *   admission bound and `agentctl jobs show` use measured figures. The
- *   modeled runtime schedule (job-runtime.ts) tracks the other jobs only.
+ *   Every placement.measuredPublishMs the figures it measured are written
+ *   into the live jobs' records (`measured`), so placement after a requeue,
+ *   the admission bound and `agentctl jobs show` use measured figures; then
+ *   the slowdown guard (job-scheduler.ts guardSlowdowns) evicts the latest
+ *   colocation beside a job measured over its bound, and what fits is
+ *   placed. The modeled runtime schedule (job-runtime.ts) tracks the other
+ *   jobs only.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../../core/errors.ts'
 import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts'
 import type { Mesh } from '../../membership/mesh-service.ts'
 import { parseJobSpec } from './job-spec.ts'
-import { completeJob, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
+import { completeJob, guardSlowdowns, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
 import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTable } from './job-table.ts'
 import type { JobCompleteAnswer as CompleteAnswer, JobSubmitAnswer as SubmitAnswer } from './job-table.ts'
 import { createJobRuntime } from './job-runtime.ts'
@@ -57,8 +60,6 @@ export interface JobsLeaderTaskOptions {
   unknownNodeGraceMs?: number
   /** How long one jobs.op call waits before answering { pending: true }, ms (under the leader call's 30 s). Default 20000. */
   opLongPollMs?: number
-  /** How often measured profiles are written into the job table, ms. Default 5000. */
-  measuredPublishMs?: number
 }
 
 export interface JobsLeaderTaskComponents {
@@ -136,7 +137,7 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
 
       const reschedule = (why: string): void => {
         void change(t => {
-          const lost = requeueLost(t, gone())
+          const lost = requeueLost(t, gone(), clockMs())
           if (lost.requeued.length > 0) log.info({ jobs: lost.requeued, why }, 'jobs: requeued (a node of their group is gone)')
           const round = placeQueued(lost.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode })
           if (round.placed.length > 0) log.info({ jobs: round.placed, why }, 'jobs: placed')
@@ -189,10 +190,16 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
       })
       const publishMeasured = (): void => {
         if (ops === undefined || ops.measured().size === 0) return
-        void change(t => withMeasured(t, ops.measured(), firstOpMs, clockMs()))
-          .catch(err => log.warn({ err: (err as Error).message }, 'jobs: measured profiles not published'))
+        void change(t => {
+          const measured = withMeasured(t, ops.measured(), firstOpMs, clockMs())
+          if (!config.slowdownGuard) return measured
+          const guarded = guardSlowdowns(measured, clockMs())
+          if (guarded.evicted.length === 0) return measured
+          for (const e of guarded.evicted) log.warn({ job: e.evict, reason: e.reason }, 'jobs: evicted by the slowdown guard')
+          return placeQueued(guarded.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode }).table
+        }).catch(err => log.warn({ err: (err as Error).message }, 'jobs: measured profiles not published'))
       }
-      const measuredTimer = setInterval(publishMeasured, options.measuredPublishMs ?? 5000)
+      const measuredTimer = setInterval(publishMeasured, config.measuredPublishMs)
       measuredTimer.unref()
 
       const unsubscribe = components.mesh.subscribe(e => reschedule(`member ${e.node || e.peerId} ${e.to}`))
@@ -227,7 +234,9 @@ export function withMeasured (table: JobTable, measured: ReadonlyMap<string, Mea
     const m = measured.get(j.id)
     if (m === undefined || m.ops === 0 || j.state !== 'RUNNING') return j
     const runS = m.runMs / 1000
-    const wallS = Math.max((nowMs - (firstOpMs.get(j.id) ?? nowMs)) / 1000, runS, 1e-9)
+    const lostS = (m.switchMs + m.queuedMs) / 1000
+    // Wall time since its first operation: its controller's own work between operations included.
+    const wallS = Math.max((nowMs - (firstOpMs.get(j.id) ?? nowMs)) / 1000, runS + lostS, 1e-9)
     const round = (x: number): number => Math.round(x * 1e6) / 1e6
     const profile = {
       ops: m.ops,
@@ -235,7 +244,8 @@ export function withMeasured (table: JobTable, measured: ReadonlyMap<string, Mea
       switches: m.switches,
       switchS: round(m.switches > 0 ? m.switchMs / m.switches / 1000 : 0),
       queuedS: round(m.queuedMs / 1000),
-      slowdown: round(m.runMs > 0 ? Math.max(1, (m.runMs + m.switchMs + m.queuedMs) / m.runMs) : 1),
+      // The job is serial: every second lost to sharing lengthens its run by a second (PlexRL's slowdown).
+      slowdown: round(m.runMs > 0 ? Math.max(1, wallS / Math.max(wallS - lostS, runS, 1e-9)) : 1),
       busyFraction: round(Math.min(1, runS / wallS)),
     }
     if (j.measured !== undefined && j.measured.ops === profile.ops && j.measured.switches === profile.switches) return j

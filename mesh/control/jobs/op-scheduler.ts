@@ -176,7 +176,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       if (job === undefined || job.state !== 'RUNNING') {
         failQueued(jobId, job === undefined
           ? new AgentError('ERR_JOB_NOT_FOUND', `job ${jobId} is no longer in the job table`)
-          : new AgentError('ERR_JOB_NOT_RUNNING', `job ${jobId} is ${job.state} (requeued: a node of its group is gone); resubmit once it runs again`))
+          : new AgentError('ERR_JOB_NOT_RUNNING', `job ${jobId} is ${job.state} (${whyNotRunning(job)}); resubmit once it runs again`))
         continue
       }
       candidates.push({ op: queue[0]!, job })
@@ -359,7 +359,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       }
       const job = jobOf(request.job)
       if (job === undefined) return Promise.reject(new AgentError('ERR_JOB_NOT_FOUND', `no job ${request.job}`))
-      if (job.state !== 'RUNNING') return Promise.reject(new AgentError('ERR_JOB_NOT_RUNNING', `job ${request.job} is ${job.state}: operations run only while it is placed`))
+      if (job.state !== 'RUNNING') return Promise.reject(new AgentError('ERR_JOB_NOT_RUNNING', `job ${request.job} is ${job.state} (${whyNotRunning(job)}): operations run only while it is placed`))
       const queue = queues.get(request.job) ?? []
       if (queue.length >= maxPending) return Promise.reject(new AgentError('ERR_JOBS_FULL', `job ${request.job} already has ${queue.length} operations queued`))
       const nowMs = clockMs()
@@ -415,3 +415,8 @@ function asAgentError (err: unknown): AgentError {
   return err instanceof AgentError ? err : new AgentError('ERR_INTERNAL', (err as Error)?.message ?? String(err))
 }
 
+/** Why a job is not RUNNING, for its controller: the leader's latest event about it, else its state's usual cause. */
+function whyNotRunning (job: JobRecord): string {
+  if (job.state === 'COMPLETED') return 'completed'
+  return job.events?.[job.events.length - 1]?.message ?? (job.requeues > 0 ? 'requeued: a node of its group is gone' : 'not placed yet')
+}
