@@ -44,6 +44,8 @@ export interface PlacementRoundOptions {
   maxJobsPerNode: number
   /** Horizon window, slots. Default 28,800. */
   horizonSlots?: number
+  /** With backfill, queued jobs tried that do not fit before the round stops. Default defaultBackfillDepth. */
+  backfillDepth?: number
 }
 
 export interface SubmitOptions {
@@ -172,41 +174,64 @@ export function guardSlowdowns (table: JobTable, nowMs: number): { table: JobTab
   return { table: { ...table, revision: table.revision + 1, jobs }, evicted }
 }
 
-/** Places what fits of the QUEUED jobs on `nodes` at `nowMs`; returns the ids placed, in order. */
+/** Queued jobs a backfill round tries beyond those it places (the simulator's bound too): later ones wait for a later round. */
+export const defaultBackfillDepth = 32
+
+/**
+ * Places what fits of the QUEUED jobs on `nodes` at `nowMs`; returns the ids
+ * placed, in order. One placement view is built per GPU-count class of the
+ * queued jobs and kept current as jobs are placed, so a round costs one view
+ * build plus one planPlacement per job tried; with backfill, at most
+ * `backfillDepth` jobs that do not fit are tried.
+ */
 export function placeQueued (table: JobTable, nodes: readonly LiveNode[], nowMs: number, options: PlacementRoundOptions): { table: JobTable, placed: string[] } {
   const backfill = options.policy === 'spread-backfill'
+  const depth = options.backfillDepth ?? defaultBackfillDepth
   const nowSlot = Math.ceil(nowMs / 1000 / table.slotS - 1e-9)
   const byPeer = [...nodes].sort((a, b) => a.peerId < b.peerId ? -1 : a.peerId > b.peerId ? 1 : 0)
+  // The admission bound, live (PlexRL §4.3): no new colocation beside a job whose measured slowdown already exceeds its bound.
+  const overloaded = new Set(table.jobs.filter(j => j.state === 'RUNNING' && j.measured !== undefined && j.measured.ops >= measuredOpsThreshold && j.measured.slowdown > j.spec.maxSlowdown).flatMap(j => j.nodes))
+  const views = new Map<number, PlacementView>()
+  const viewFor = (gpusPerNode: number): PlacementView => {
+    let view = views.get(gpusPerNode)
+    if (view === undefined) {
+      const eligible = byPeer.filter(n => n.gpus >= gpusPerNode && !overloaded.has(n.peerId))
+      view = { eligible, index: new Map(eligible.map((n, i) => [n.peerId, i])), horizon: eligible.length === 0 ? undefined : horizonOf(table, eligible, nowSlot, options) }
+      views.set(gpusPerNode, view)
+    }
+    return view
+  }
   let current = table
   const placed: string[] = []
+  let misses = 0
   /** The first job that did not fit: its claim on nodes (by peer id) that backfilled jobs must leave by `fromSlot`. */
   let claim: PeerClaim | undefined
   for (const queued of table.jobs.filter(j => j.state === 'QUEUED')) {
-    const outcome = placeOne(current, queued, byPeer, nowSlot, nowMs, options, claim, backfill && claim === undefined)
+    const outcome = placeOne(viewFor(queued.spec.gpusPerNode), queued, nowSlot, nowMs, options, claim, backfill && claim === undefined)
     if (outcome.job === undefined) {
-      if (!backfill) break
+      if (!backfill || ++misses >= depth) break
       claim ??= outcome.claim
       continue
     }
     current = replaceJob(current, outcome.job)
     placed.push(outcome.job.id)
+    for (const view of views.values()) if (view.horizon !== undefined) reserveRecord(view.horizon, view.index, outcome.job, table.slotS, nowSlot)
   }
   return { table: current, placed }
 }
 
 interface PeerClaim { jobId: string, peerIds: readonly string[], fromSlot: number }
 
+/** A round's view of the nodes one class of jobs may use (node i = eligible[i]; no horizon without nodes). */
+interface PlacementView { eligible: readonly LiveNode[], index: ReadonlyMap<string, number>, horizon: ClusterHorizon | undefined }
+
 /**
- * Places `queued` if it fits. When it does not and `wantClaim` is set, also
- * returns its claim over the nodes it could run on, from the same view.
+ * Places `queued` if it fits in `view`. When it does not and `wantClaim` is
+ * set, also returns its claim over the nodes it could run on, from the same view.
  */
-function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[], nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim: PeerClaim | undefined, wantClaim: boolean): { job: JobRecord } | { job: undefined, claim: PeerClaim | undefined } {
-  // The admission bound, live (PlexRL §4.3): no new colocation beside a job whose measured slowdown already exceeds its bound.
-  const overloaded = new Set(table.jobs.filter(j => j.state === 'RUNNING' && j.measured !== undefined && j.measured.ops >= measuredOpsThreshold && j.measured.slowdown > j.spec.maxSlowdown).flatMap(j => j.nodes))
-  const eligible = nodes.filter(n => n.gpus >= queued.spec.gpusPerNode && !overloaded.has(n.peerId))
-  if (eligible.length < queued.spec.nodes) return { job: undefined, claim: undefined }
-  const horizon = horizonOf(table, eligible, nowSlot, options)
-  const index = new Map(eligible.map((n, i) => [n.peerId, i]))
+function placeOne (view: PlacementView, queued: JobRecord, nowSlot: number, nowMs: number, options: PlacementRoundOptions, peerClaim: PeerClaim | undefined, wantClaim: boolean): { job: JobRecord } | { job: undefined, claim: PeerClaim | undefined } {
+  const { eligible, index, horizon } = view
+  if (horizon === undefined || eligible.length < queued.spec.nodes) return { job: undefined, claim: undefined }
   const claim: NodeClaim | undefined = peerClaim === undefined
     ? undefined
     : { jobId: peerClaim.jobId, fromSlot: peerClaim.fromSlot, nodes: peerClaim.peerIds.map(p => index.get(p)).filter((i): i is number => i !== undefined).sort((a, b) => a - b) }
@@ -238,17 +263,20 @@ function placeOne (table: JobTable, queued: JobRecord, nodes: readonly LiveNode[
 export function horizonOf (table: JobTable, eligible: readonly LiveNode[], nowSlot: number, options: Pick<PlacementRoundOptions, 'horizonSlots'> = {}): ClusterHorizon {
   const index = new Map(eligible.map((n, i) => [n.peerId, i]))
   const horizon = new ClusterHorizon({ nodes: eligible.length, slotS: table.slotS, startSlot: nowSlot, ...(options.horizonSlots !== undefined ? { slots: options.horizonSlots } : {}) })
-  for (const r of table.jobs) {
-    if (r.state !== 'RUNNING' || r.placement === null) continue
-    const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
-    const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
-    if (on.length === 0 || footprintEnd(footprint) <= nowSlot) continue
-    const basePeriodSlots = Math.max(1, durationSlots(r.spec.periodS, table.slotS))
-    const dedicated = r.placement.mode === 'dedicated'
-    // Conflict costs between running jobs are not in the job table: a resident's prediction is its plan's stretch.
-    horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots, dedicated, maxSlowdown: r.spec.maxSlowdown, planSlowdown: dedicated ? 1 : r.placement.periodSlots / basePeriodSlots }, { allowConflicts: true })
-  }
+  for (const r of table.jobs) reserveRecord(horizon, index, r, table.slotS, nowSlot)
   return horizon
+}
+
+/** Reserves a RUNNING job's footprint on those of its nodes in `index` (nothing for other jobs or a footprint already over). */
+function reserveRecord (horizon: ClusterHorizon, index: ReadonlyMap<string, number>, r: JobRecord, slotS: number, nowSlot: number): void {
+  if (r.state !== 'RUNNING' || r.placement === null) return
+  const on = r.nodes.map(p => index.get(p)).filter((i): i is number => i !== undefined)
+  const footprint = { startSlot: r.placement.startSlot, periodSlots: r.placement.periodSlots, periods: r.placement.periods, busy: r.placement.busy }
+  if (on.length === 0 || footprintEnd(footprint) <= nowSlot) return
+  const basePeriodSlots = Math.max(1, durationSlots(r.spec.periodS, slotS))
+  const dedicated = r.placement.mode === 'dedicated'
+  // Conflict costs between running jobs are not in the job table: a resident's prediction is its plan's stretch.
+  horizon.reserve({ jobId: r.id, nodes: on, footprint, basePeriodSlots, dedicated, maxSlowdown: r.spec.maxSlowdown, planSlowdown: dedicated ? 1 : r.placement.periodSlots / basePeriodSlots }, { allowConflicts: true })
 }
 
 function replaceJob (table: JobTable, job: JobRecord): JobTable {

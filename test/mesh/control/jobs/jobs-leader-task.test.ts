@@ -220,3 +220,19 @@ t.test('numbers that reach the horizon and the schedulers are bounded: a period 
   t.throws(() => parseJobSpec(spec('switch', { switchS: 1e9 })), { code: 'ERR_JOB_INVALID', message: /switchS/ })
   t.ok(parseJobSpec(spec('week', { periodS: 7 * 24 * 3600, segments: [{ offsetS: 0, durationS: 10 }] })), 'a week-long period is fine')
 })
+
+t.test('a backfill round tries at most backfillDepth jobs that do not fit; a round shares one view per GPU class', async t => {
+  const nodes = [{ peerId: 'p1', name: 'n1', gpus: 8 }, { peerId: 'p2', name: 'n2', gpus: 1 }]
+  const options = { contextSwitchS: 10, maxActiveJobs: 64, maxTableBytes: 1 << 20, completedRetained: 4 }
+  let table: JobTable = emptyJobTable(1)
+  for (const [id, over] of [['wide-1', { nodes: 3 }], ['wide-2', { nodes: 3 }], ['a', {}], ['b', { gpusPerNode: 1 }], ['c', {}]] as const) {
+    table = submitJob(table, parseJobSpec(spec(id, over)), 0, options).table
+  }
+  const round = (backfillDepth: number) => placeQueued(table, nodes, 0, { policy: 'spread-backfill', maxJobsPerNode: 2, backfillDepth })
+  t.same(round(2).placed, [], 'two misses (the wide jobs) end the round before a')
+  const three = round(3)
+  t.same(three.placed.slice(0, 2), ['a', 'b'], 'from depth 3 on, a and b are placed')
+  const perNode = (peer: string) => three.table.jobs.filter(j => j.state === 'RUNNING' && j.nodes.includes(peer)).length
+  t.same([perNode('p1'), three.table.jobs.find(j => j.id === 'b')!.nodes], [2, ['p1']], 'a and b on the 8-GPU node')
+  t.equal(three.table.jobs.find(j => j.id === 'c')!.state, 'QUEUED', 'c (8 GPUs) is not placed: the shared view already counts a and b on the only node it fits (maxJobsPerNode 2)')
+})
