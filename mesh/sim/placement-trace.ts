@@ -115,6 +115,17 @@ export interface PlacementTraceOptions {
   load?: number
   /** Share of jobs without a profiled trace (cold start). Default 0.2. */
   coldStartShare?: number
+  /** Every job's maxSlowdown. Default: drawn from U(1.2, 1.5) per job. */
+  maxSlowdown?: number
+  /**
+   * `gap` (default): log-prob, a 1–5 s reward/advantage gap, then update +
+   * sync as one segment. `back-to-back`: log-prob, update and sync as three
+   * segments that touch, offsets written in decimal (as PlexRL's cycle table
+   * gives them).
+   */
+  segments?: 'gap' | 'back-to-back'
+  /** Gang sizes: each family's own (default), or drawn uniformly from [min, max] nodes (capped at the cluster). */
+  gangs?: { min: number, max: number }
 }
 
 /**
@@ -139,9 +150,13 @@ export function generatePlacementTrace (options: PlacementTraceOptions): Placeme
   const { jobs: count, nodes, seed } = options
   if (!Number.isInteger(count) || count < 1) throw new RangeError(`jobs must be a positive integer, got ${count}`)
   if (!Number.isInteger(nodes) || nodes < 1) throw new RangeError(`nodes must be a positive integer, got ${nodes}`)
+  const { gangs } = options
+  if (gangs !== undefined && (!Number.isInteger(gangs.min) || !Number.isInteger(gangs.max) || gangs.min < 1 || gangs.max < gangs.min)) throw new RangeError(`gangs must be integers 1 <= min <= max, got ${gangs.min}-${gangs.max}`)
+  if (options.maxSlowdown !== undefined && !(options.maxSlowdown >= 1 && options.maxSlowdown <= 1000)) throw new RangeError(`maxSlowdown must be in [1, 1000], got ${options.maxSlowdown}`)
   const rnd = createSeededRandom(seed)
   const load = options.load ?? 3
   const coldShare = options.coldStartShare ?? 0.2
+  const backToBack = options.segments === 'back-to-back'
   const drafts = Array.from({ length: count }, (_, j) => {
     const family = families[rnd.weightedIndex(families.map(f => f.weight))]!
     const scale = rnd.uniform(0.9, 1.1)
@@ -150,20 +165,26 @@ export function generatePlacementTrace (options: PlacementTraceOptions): Placeme
     const logProbS = round(family.logProbS * scale)
     const updateS = round(family.updateS * scale)
     const syncS = round(family.syncS * scale)
-    const busyEnd = logProbS + gapS + updateS + syncS
-    const rolloutS = round(periodS - busyEnd - 0.05)
     const iterations = rnd.int(30, 120)
+    const gang = gangs === undefined ? rnd.pick(family.gangs) : rnd.int(gangs.min, gangs.max)
+    let segments: Array<{ offsetS: number, durationS: number }>
+    if (backToBack) {
+      const logProbAt = round(periodS - logProbS - updateS - syncS)
+      const updateAt = round(logProbAt + logProbS)
+      segments = [{ offsetS: logProbAt, durationS: logProbS }, { offsetS: updateAt, durationS: updateS }, { offsetS: round(updateAt + updateS), durationS: syncS }]
+    } else {
+      const rolloutS = round(periodS - (logProbS + gapS + updateS + syncS) - 0.05)
+      segments = [{ offsetS: rolloutS, durationS: logProbS }, { offsetS: round(rolloutS + logProbS + gapS), durationS: round(updateS + syncS) }]
+    }
+    const maxSlowdown = round(rnd.uniform(1.2, 1.5))
     return {
       id: `${family.name}-${String(j).padStart(4, '0')}`,
       submitS: 0,
-      nodes: Math.min(nodes, rnd.pick(family.gangs)),
+      nodes: Math.min(nodes, gang),
       periodS,
       iterations,
-      segments: [
-        { offsetS: rolloutS, durationS: logProbS },
-        { offsetS: round(rolloutS + logProbS + gapS), durationS: round(updateS + syncS) },
-      ],
-      maxSlowdown: round(rnd.uniform(1.2, 1.5)),
+      segments,
+      maxSlowdown: options.maxSlowdown ?? maxSlowdown,
       profiled: rnd.next() >= coldShare,
       switchS: family.switchS,
     }

@@ -2,7 +2,6 @@ import t from 'tap'
 import { simulatePlacement } from '../../../mesh/sim/placement-sim.ts'
 import { generatePlacementTrace, type PlacementTrace } from '../../../mesh/sim/placement-trace.ts'
 import { placementPolicyNames } from '../../../mesh/policies/placement/placement-policy.ts'
-import { createSeededRandom } from '../../../core/seeded-random.ts'
 
 const twoJobs = (): PlacementTrace => ({
   cluster: { nodes: 1, gpusPerNode: 8, contextSwitchS: 0 },
@@ -78,37 +77,13 @@ t.test('every policy drains a generated trace; sharing beats isolated and the ru
   t.ok(fcfs.jobs.every(j => Number.isFinite(j.endS)))
 })
 
-/**
- * A trace shaped independently of generatePlacementTrace, as a user writes
- * one: log-prob, update and sync back to back (touching, offsets in decimal),
- * gangs of 1-8 nodes, the same bound of 1.25 for every job.
- */
-function touchingSegmentsTrace (jobs: number, nodes: number, seed: number): PlacementTrace {
-  const rnd = createSeededRandom(seed)
-  const round = (x: number) => Math.round(x * 100) / 100
-  const families = [[289.03, 9.66, 38.08, 9.76, 8], [284.8, 19.62, 56.35, 7.57, 19], [589.71, 20.11, 82.39, 8.89, 30]] as const
-  const out: PlacementTrace['jobs'] = []
-  let submitS = 0
-  for (let j = 0; j < jobs; j++) {
-    const [cycle, logProb, update, sync, switchS] = rnd.pick(families)
-    const scale = rnd.uniform(0.9, 1.1)
-    const [periodS, l, u, s] = [cycle, logProb, update, sync].map(x => round(x * scale)) as [number, number, number, number]
-    const o1 = round(periodS - l - u - s)
-    const o2 = round(o1 + l)
-    const o3 = round(o2 + u)
-    const gang = rnd.int(1, 8)
-    out.push({ id: `j${j}`, submitS: round(submitS), nodes: gang, periodS, iterations: rnd.int(30, 120), segments: [{ offsetS: o1, durationS: l }, { offsetS: o2, durationS: u }, { offsetS: o3, durationS: s }], maxSlowdown: 1.25, switchS })
-    submitS += rnd.exponential(periodS * 75 * gang / nodes / 3)
-  }
-  return { cluster: { nodes, gpusPerNode: 8 }, jobs: out }
-}
-
-t.test('touching segments run as one block: every job stays within its bound, as admitted', async t => {
-  const trace = touchingSegmentsTrace(80, 16, 3)
+t.test('touching segments run as one block: every job stays within its bound, as admitted (no guard needed)', async t => {
+  // As users write traces: log-prob, update and sync back to back, gangs of 1-8 nodes, one bound for every job.
+  const trace = generatePlacementTrace({ jobs: 80, nodes: 16, seed: 3, maxSlowdown: 1.25, segments: 'back-to-back', gangs: { min: 1, max: 8 } })
   t.ok(trace.jobs.some(j => j.segments[0]!.offsetS + j.segments[0]!.durationS > j.segments[1]!.offsetS), 'some segments touch with floating-point error')
   const isolated = simulatePlacement(trace, { policy: 'isolated' })
   for (const policy of ['pack', 'spread', 'spread-backfill'] as const) {
-    const r = simulatePlacement(trace, { policy })
+    const r = simulatePlacement(trace, { policy, guard: false })
     t.equal(r.jobsOverBound, 0, `${policy}: no job over its bound (slowdown p99 ${r.slowdown.p99.toFixed(3)}, max ${r.slowdown.max.toFixed(3)})`)
     t.ok(r.sharedJobs > 40, `${policy}: jobs share nodes (${r.sharedJobs})`)
     t.ok(r.makespanS < isolated.makespanS * 0.8, `${policy}: drains faster than isolated (${(r.makespanS / isolated.makespanS).toFixed(3)})`)

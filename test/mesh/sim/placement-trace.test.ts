@@ -57,3 +57,15 @@ t.test('generated traces are valid, deterministic per seed and shaped like PlexR
   t.ok(generatePlacementTrace({ jobs: 20, nodes: 2, seed: 1 }).jobs.every(j => j.nodes <= 2), 'gangs fit a small cluster')
   t.throws(() => generatePlacementTrace({ jobs: 0, nodes: 2, seed: 1 }), RangeError)
 })
+
+t.test('generator options: one bound for every job, log-prob/update/sync back to back, uniform gangs', async t => {
+  const trace = generatePlacementTrace({ jobs: 200, nodes: 6, seed: 4, maxSlowdown: 1.25, segments: 'back-to-back', gangs: { min: 1, max: 8 } })
+  t.same(parsePlacementTrace(JSON.stringify(trace)), trace, 'valid, touching segments included')
+  t.ok(trace.jobs.every(j => j.maxSlowdown === 1.25), 'one bound')
+  t.ok(trace.jobs.every(j => j.segments.length === 3 && j.segments.every((s, i) => i === 0 || Math.abs(j.segments[i - 1]!.offsetS + j.segments[i - 1]!.durationS - s.offsetS) < 0.011)), 'three segments, each starting where the previous ends')
+  t.ok(trace.jobs.every(j => Math.abs(j.segments[2]!.offsetS + j.segments[2]!.durationS - j.periodS) < 0.011), 'sync ends the period')
+  t.same([...new Set(trace.jobs.map(j => j.nodes))].sort(), [1, 2, 3, 4, 5, 6], 'gangs 1-8 capped at the 6-node cluster')
+  t.same(generatePlacementTrace({ jobs: 50, nodes: 32, seed: 4 }).jobs.map(j => j.submitS), generatePlacementTrace({ jobs: 50, nodes: 32, seed: 4, maxSlowdown: 2 }).jobs.map(j => j.submitS), 'a fixed bound draws the same jobs')
+  t.throws(() => generatePlacementTrace({ jobs: 1, nodes: 1, seed: 1, gangs: { min: 3, max: 2 } }), RangeError)
+  t.throws(() => generatePlacementTrace({ jobs: 1, nodes: 1, seed: 1, maxSlowdown: 0.9 }), RangeError)
+})
