@@ -27,10 +27,10 @@
  *   of the traced durations, the profile placement planned with being stale
  *   or optimistic); its isolated time, and so its slowdown, is measured
  *   against its real period.
- * - The slowdown guard (slowdown-guard.ts, unless `guard: false`): every
- *   `guardWindowIterations` iterations of a job its slowdown is projected
- *   (the time taken so far plus the remaining iterations at the pace of the
- *   last window, over its isolated time); over its bound, the latest colocation on
+ * - The slowdown guard (slowdown-guard.ts, unless `guard: false`): at every
+ *   iteration boundary of a job its slowdown is projected (the time taken so
+ *   far plus the remaining iterations at the pace of its last
+ *   `guardWindowIterations`, over its isolated time); over its bound, the latest colocation on
  *   its nodes goes back to the queue at its next iteration boundary (its
  *   progress kept, its state offloaded) and is placed again from its
  *   measured profile. Time back in the queue counts as wait, not slowdown.
@@ -168,8 +168,8 @@ interface JobRun {
   placedSeq: number
   /** Start of the current period when it is the first after a (re)placement. */
   periodStartS: number | undefined
-  /** The guard's measurement window: from this time and iteration count. */
-  window: { s: number, iteration: number }
+  /** The guard's sliding window: when the last iterations (at most guardWindowIterations + 1) ended, since its placement. */
+  iterationEnds: number[]
   /** Set by the guard: back to the queue at the next iteration boundary, with this reason. */
   evictPending: string | undefined
   evictions: number
@@ -222,7 +222,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
       predictedSlowdown: 1,
       placedSeq: 0,
       periodStartS: undefined,
-      window: { s: 0, iteration: 0 },
+      iterationEnds: [],
       evictPending: undefined,
       evictions: 0,
       requeuedAtS: NaN,
@@ -294,7 +294,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     else run.requeuedS += atS - run.requeuedAtS
     run.periodStartS = atS
     run.placedSeq = ++placedSeq
-    run.window = { s: atS, iteration: run.iteration }
+    run.iterationEnds = [atS]
     executor.admit(run.spec.id)
     running.add(run)
     scheduleNextTask(run)
@@ -371,18 +371,27 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
 
   /** The guard, at an iteration boundary of `run`: measure its last window; over its bound, undo the latest colocation. */
   function checkSlowdown (run: JobRun): void {
-    const iterations = run.iteration - run.window.iteration
-    if (iterations < guardWindow) return
+    run.iterationEnds.push(q.nowS)
+    if (run.iterationEnds.length <= guardWindow) return
+    if (run.iterationEnds.length > guardWindow + 1) run.iterationEnds.shift()
     const P = run.real.periodS
-    const recent = (q.nowS - run.window.s) / (iterations * P)
-    run.window = { s: q.nowS, iteration: run.iteration }
+    const recent = (q.nowS - run.iterationEnds[0]!) / (guardWindow * P)
     // The bound is on the whole run: what it has taken so far plus its remaining iterations at the recent pace.
     const slowdown = (q.nowS - run.startS - run.requeuedS + (run.spec.iterations - run.iteration) * recent * P) / (run.spec.iterations * P)
-    const others = [...running].filter(o => o !== run && o.evictPending === undefined).map(o => ({ id: o.spec.id, nodes: o.placedNodes, placedSeq: o.placedSeq }))
+    const others = [...running].filter(o => o !== run && o.evictPending === undefined).map(o => ({ id: o.spec.id, nodes: o.placedNodes, placedSeq: o.placedSeq, overrun: overrunOf(o) }))
     const eviction = guardEviction({ id: run.spec.id, nodes: run.placedNodes, placedSeq: run.placedSeq, slowdown, maxSlowdown: run.spec.maxSlowdown }, others)
     if (eviction === undefined) return
+    // The next verdict on this job waits for a whole window measured after this one.
+    run.iterationEnds = [q.nowS]
     runs.get(eviction.evict)!.evictPending = eviction.reason
     guardEvictions.push({ atS: q.nowS, reason: eviction.reason })
+  }
+
+  /** Real over planned busy time per period, once it ran an iteration under its placement (undefined before). */
+  function overrunOf (run: JobRun): number | undefined {
+    if (run.iteration <= run.planBaseIteration) return undefined
+    const busy = (segments: ReadonlyArray<{ durationS: number }>): number => segments.reduce((n, s) => n + s.durationS, 0)
+    return busy(run.real.segments) / busy(run.job.segments)
   }
 
   /** Back to the queue (by submission order) with its progress; placed again from its measured (real) profile. */
