@@ -69,8 +69,10 @@ export interface TaskExecutor {
   /**
    * The next task of the job whose task just completed, called from that
    * task's `onDone`, on the same nodes: the nodes stay locked for it through
-   * the gap and it starts at its readyS (>= now) without waiting or a switch.
-   * Throws RangeError when called anywhere else.
+   * the gap and it starts at its readyS without waiting or a switch (at once
+   * when readyS has passed: on the wall clock, now moves between the
+   * caller's reading and this call). Throws RangeError when called anywhere
+   * else or for other nodes.
    */
   continueWith(task: RuntimeTask, durationS: number, onDone: (run: TaskRun) => void): void
 }
@@ -154,12 +156,11 @@ export function createTaskExecutor (options: TaskExecutorOptions): TaskExecutor 
       const prev = completing
       if (prev === undefined || prev.jobId !== task.jobId) throw new RangeError(`task ${task.taskId} continues no task of job ${task.jobId} completing now`)
       if (task.nodes.length !== prev.nodes.length || task.nodes.some((n, i) => n !== prev.nodes[i])) throw new RangeError(`task ${task.taskId} continues ${prev.taskId} on other nodes`)
-      if (task.readyS < q.nowS) throw new RangeError(`task ${task.taskId} is ready at ${task.readyS} s, before now (${q.nowS} s)`)
       if (entries.has(task.taskId)) throw new RangeError(`task ${task.taskId} already submitted`)
       entries.set(task.taskId, { durationS, state: 'QUEUED', onDone })
       // Held through the gap: expected free once the continuation has run.
       for (const n of task.nodes) Object.assign(nodes[n]!, { lockHolder: task.taskId, expectedFreeS: task.readyS + task.execS })
-      q.at(task.readyS, () => begin(task))
+      q.at(Math.max(task.readyS, q.nowS), () => begin(task))
     },
   }
 }

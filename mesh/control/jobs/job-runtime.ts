@@ -44,7 +44,15 @@ export interface JobRuntime {
 /** Node slots of the executor (peer ids are mapped to indices on first use). */
 const maxNodes = 4096
 
-interface Chain { job: JobRecord, iteration: number, segment: number, lastEndS: number, done: boolean }
+interface Chain {
+  job: JobRecord
+  iteration: number
+  segment: number
+  lastEndS: number
+  done: boolean
+  /** Nodes of its last task (a continuation keeps them; a re-placed job's next task queues anew). */
+  lastNodes: readonly number[]
+}
 
 export function createJobRuntime (options: JobRuntimeOptions, components: JobRuntimeComponents): JobRuntime {
   const q = createWallClockQueue(components.clockMs)
@@ -90,14 +98,17 @@ export function createJobRuntime (options: JobRuntimeOptions, components: JobRun
     }
     const seg = c.job.spec.segments[c.segment]!
     const readyS = Math.max(naturalReadyS(c), plannedStartS(c), q.nowS)
-    const task = { taskId: `${c.job.id}#${taskSeq++}`, jobId: c.job.id, nodes: c.job.nodes.map(indexOf), readyS, execS: seg.durationS, setupS: c.job.spec.switchS }
+    const nodes = c.job.nodes.map(indexOf)
+    const sameNodes = nodes.length === c.lastNodes.length && nodes.every((n, i) => n === c.lastNodes[i])
+    c.lastNodes = nodes
+    const task = { taskId: `${c.job.id}#${taskSeq++}`, jobId: c.job.id, nodes, readyS, execS: seg.durationS, setupS: c.job.spec.switchS }
     const onDone = (): void => {
       c.lastEndS = q.nowS
       c.segment++
       if (c.segment === c.job.spec.segments.length) { c.segment = 0; c.iteration++ }
       next(c, true)
     }
-    if (fromCompletion && c.segment > 0 && readyS - q.nowS < c.job.spec.switchS) executor.continueWith(task, seg.durationS, onDone)
+    if (fromCompletion && sameNodes && c.segment > 0 && readyS - q.nowS < c.job.spec.switchS) executor.continueWith(task, seg.durationS, onDone)
     else {
       q.at(readyS, () => {
         if (!c.done) executor.submit(task, seg.durationS, onDone)
@@ -108,7 +119,7 @@ export function createJobRuntime (options: JobRuntimeOptions, components: JobRun
   const start = (job: JobRecord): void => {
     const p = job.placement
     if (p === null) return
-    const c: Chain = { job, iteration: 0, segment: 0, lastEndS: -Infinity, done: false }
+    const c: Chain = { job, iteration: 0, segment: 0, lastEndS: -Infinity, done: false, lastNodes: [] }
     // Iterations whose planned start has passed (a predecessor leader's schedule) count as done.
     const periodS = p.mode === 'dedicated' ? job.spec.periodS : p.periodSlots * options.slotS
     const firstS = p.startSlot * options.slotS
