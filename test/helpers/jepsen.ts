@@ -138,7 +138,7 @@ export async function runJepsen (lab: NetnsLab, cluster: ElectionCluster, option
       const views = await Promise.all(agents.map(a => a.client.leader({ signal: AbortSignal.timeout(500) }).catch(() => undefined)))
       const i = views.findIndex(v => v?.acting === true)
       if (i >= 0) return agents[i]!
-      if (performance.now() > until) throw new Error('no agent acts as leader after 30 s')
+      if (performance.now() > until) throw new Error(`no agent acts as leader after 30 s\n${agents.map(a => `--- ${a.name}:\n${a.output().slice(-3000)}`).join('\n')}`)
       await sleep(50)
     }
   }
@@ -153,7 +153,11 @@ export async function runJepsen (lab: NetnsLab, cluster: ElectionCluster, option
       if (target === undefined && acting !== undefined) target = acting.commitSeq ?? undefined
       const ok = (v: LeaderViewBody | undefined): boolean => v !== undefined && acting !== undefined && v.leaderId === acting.leaderId && v.epoch === acting.epoch && target !== undefined && v.applied.seq >= target
       if (views.every(ok)) { result.convergenceMs.push(performance.now() - began); return }
-      if (performance.now() - began > 30_000) throw new Error(`no convergence 30 s after a heal: ${views.map(v => v === undefined ? 'no answer' : `${v.self} ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.seq}`).join('; ')}`)
+      if (performance.now() - began > 30_000) {
+        // An agent that does not answer: whether it still runs, and the end of its log.
+        const silent = agents.filter((_, i) => views[i] === undefined).map(a => `--- ${a.name} (${a.proc.exitCode === null && a.proc.signalCode === null ? 'running' : `exited ${a.proc.exitCode ?? a.proc.signalCode}`}):\n${a.output().slice(-3000)}`)
+        throw new Error(`no convergence 30 s after a heal: ${views.map(v => v === undefined ? 'no answer' : `${v.self} ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.seq}`).join('; ')}\n${silent.join('\n')}`)
+      }
       await sleep(25)
     }
   }
