@@ -377,6 +377,8 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     const P = run.real.periodS
     const recent = (q.nowS - run.iterationEnds[0]!) / (guardWindow * P)
     // The bound is on the whole run: what it has taken so far plus its remaining iterations at the recent pace.
+    // A job whose recent pace is within its bound is recovering: nothing to undo.
+    if (recent <= run.spec.maxSlowdown) return
     const slowdown = (q.nowS - run.startS - run.requeuedS + (run.spec.iterations - run.iteration) * recent * P) / (run.spec.iterations * P)
     const others = [...running].filter(o => o !== run && o.evictPending === undefined).map(o => ({ id: o.spec.id, nodes: o.placedNodes, placedSeq: o.placedSeq, overrun: overrunOf(o) }))
     const eviction = guardEviction({ id: run.spec.id, nodes: run.placedNodes, placedSeq: run.placedSeq, slowdown, maxSlowdown: run.spec.maxSlowdown }, others)
