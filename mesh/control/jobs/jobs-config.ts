@@ -5,7 +5,7 @@ import { runtimeSchedulerNames } from '../../policies/runtime/hrrs.ts'
 
 export const PlacementSection = Type.Object({
   policy: Type.Union(placementPolicyNames.map(p => Type.Literal(p)), {
-    description: `Placement policy the leader runs over the live nodes (PlexRL §4.3): ${placementPolicyNames.join(', ')}. spread-backfill lets later jobs start while an earlier one does not fit, EASY style (the first job that does not fit claims the nodes whose residents end soonest; later jobs use them only if they end before then); the others keep the queue FIFO. Default: "spread-backfill".`,
+    description: `Placement policy the leader runs over the live nodes (PlexRL §4.3): ${placementPolicyNames.join(', ')}. spread-backfill lets later jobs start while an earlier one does not fit, EASY style (the first job that does not fit claims the nodes whose residents end soonest; later jobs use them only if they end before then; a round tries at most 32 jobs that do not fit); the others keep the queue FIFO. Default: "spread-backfill".`,
   }),
   runtime: Type.Union(runtimeSchedulerNames.map(p => Type.Literal(p)), {
     description: `Runtime scheduler of the jobs' GPU segments on shared node groups (PlexRL §4.4): ${runtimeSchedulerNames.join(', ')}. Default: "hrrs".`,
