@@ -402,11 +402,7 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
     run.evictions++
     run.requeuedAtS = q.nowS
     running.delete(run)
-    horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
-    horizon.release(run.spec.id)
-    capacityVersion++
-    run.job = { ...run.job, periodS: run.real.periodS, segments: run.real.segments, profiled: true, iterations: run.spec.iterations - run.iteration }
-    run.repacked = true
+    releaseForMeasuredPlan(run)
     run.lastFailedKey = ''
     const at = waiting.findIndex(w => w.spec.submitS > run.spec.submitS)
     waiting.splice(at < 0 ? waiting.length : at, 0, run)
@@ -415,16 +411,21 @@ export function simulatePlacement (trace: PlacementTrace, options: PlacementSimO
 
   /** After one profiled period a cold-started job leaves its dedicated nodes for a packed placement (§4.3.2). */
   function repack (run: JobRun): void {
-    run.repacked = true
-    horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
-    horizon.release(run.spec.id)
-    capacityVersion++
     // One period on dedicated nodes measured its real profile.
-    run.job = { ...run.job, periodS: run.real.periodS, segments: run.real.segments, profiled: true, iterations: run.spec.iterations - run.iteration }
+    releaseForMeasuredPlan(run)
     const decision = planPlacement(horizon, run.job, { policy: options.policy, nowSlot: horizon.windowStart, observedSlowdown: observedSlowdown(), maxJobsPerNode, conflictCostBlocks: options.conflictCostBlocks, claim })
       ?? planPlacement(horizon, { ...run.job, profiled: false }, { policy: options.policy, nowSlot: horizon.windowStart, maxJobsPerNode })
     if (decision !== undefined) commit(run, decision)
     tryPlace()
+  }
+
+  /** Releases the run's reservation; what is left of it is planned from now on with its measured (real) profile. */
+  function releaseForMeasuredPlan (run: JobRun): void {
+    run.repacked = true
+    horizon.advanceTo(Math.ceil(q.nowS / slotS - 1e-9))
+    horizon.release(run.spec.id)
+    capacityVersion++
+    run.job = { ...run.job, periodS: run.real.periodS, segments: run.real.segments, profiled: true, iterations: run.spec.iterations - run.iteration }
   }
 
   q.runUntil()

@@ -161,6 +161,7 @@ export function generatePlacementTrace (options: PlacementTraceOptions): Placeme
     const family = families[rnd.weightedIndex(families.map(f => f.weight))]!
     const scale = rnd.uniform(0.9, 1.1)
     const periodS = round(family.cycleS * scale)
+    // Every draw is made whatever the options, so that a seed gives the same jobs with or without them.
     const gapS = round(rnd.uniform(1, 5))
     const logProbS = round(family.logProbS * scale)
     const updateS = round(family.updateS * scale)

@@ -60,12 +60,11 @@ const quantile = (xs: readonly number[], p: number): number => { const s = [...x
 interface Row { ratio: number, overShare: number, worst: number, nqdP50: number, nqdP90: number, nqdP99: number, nqdMax: number, coldWaitH: number, errP50: number, errP90: number }
 
 function row (r: PlacementSimResult, isolated: PlacementSimResult, cold: ReadonlySet<string>): Row {
-  const over = r.jobs.filter(j => j.slowdown > j.maxSlowdown + 1e-9).length
   const err = r.jobs.map(j => j.slowdown - j.predictedSlowdown)
   return {
     ratio: r.makespanS / isolated.makespanS,
-    overShare: over / r.jobs.length,
-    worst: Math.max(...r.jobs.map(j => j.slowdown)),
+    overShare: r.jobsOverBound / r.jobs.length,
+    worst: r.slowdown.max,
     nqdP50: r.normalizedQueueDelay.p50,
     nqdP90: r.normalizedQueueDelay.p90,
     nqdP99: r.normalizedQueueDelay.p99,

@@ -120,7 +120,7 @@ export function requeueLost (table: JobTable, gone: (peerId: string) => boolean,
       revision: table.revision + 1,
       jobs: table.jobs.map(j => {
         if (!ids.has(j.id)) return j
-        const lost = j.nodes.filter(gone).map(p => j.nodeNames[j.nodes.indexOf(p)] ?? p)
+        const lost = j.nodes.flatMap((p, i) => gone(p) ? [j.nodeNames[i] ?? p] : [])
         return withEvent({ ...j, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, startedAtMs: null, requeues: j.requeues + 1 }, nowMs, `requeued: node ${lost.join(', ')} of its group is gone`)
       }),
     },
@@ -143,7 +143,7 @@ function withEvent (job: JobRecord, atMs: number, message: string): JobRecord {
  * is evicted at most once a round. Both jobs get the reason in their events.
  * The evicted job's queued operations fail (ERR_JOB_NOT_RUNNING) and its
  * workers must register again wherever it is placed next; the slowed job's
- * nodes take no new colocation while it stays over its bound (placeOne).
+ * nodes take no new colocation while it stays over its bound (placeQueued).
  */
 export function guardSlowdowns (table: JobTable, nowMs: number): { table: JobTable, evicted: GuardEviction[] } {
   const slowed = table.jobs
