@@ -42,6 +42,7 @@ import type { LeaderContext, LeaderTask } from '../../election/leader-service.ts
 import type { Mesh } from '../../membership/mesh-service.ts'
 import { parseJobSpec } from './job-spec.ts'
 import { completeJob, guardSlowdowns, placeQueued, requeueLost, submitJob, type LiveNode } from './job-scheduler.ts'
+import type { GuardEviction } from '../../policies/placement/slowdown-guard.ts'
 import { emptyJobTable, jobTableOf, jobTableProblem, type JobRecord, type JobTable } from './job-table.ts'
 import type { JobCompleteAnswer as CompleteAnswer, JobSubmitAnswer as SubmitAnswer } from './job-table.ts'
 import { createJobRuntime } from './job-runtime.ts'
@@ -191,12 +192,10 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
       const publishMeasured = (): void => {
         if (ops === undefined || ops.measured().size === 0) return
         void change(t => {
-          const measured = withMeasured(t, ops.measured(), firstOpMs, clockMs())
-          if (!config.slowdownGuard) return measured
-          const guarded = guardSlowdowns(measured, clockMs())
-          if (guarded.evicted.length === 0) return measured
-          for (const e of guarded.evicted) log.warn({ job: e.evict, reason: e.reason }, 'jobs: evicted by the slowdown guard')
-          return placeQueued(guarded.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode }).table
+          const round = measuredRound(t, ops.measured(), firstOpMs, clockMs(), config.slowdownGuard)
+          if (round.evicted.length === 0) return round.table
+          for (const e of round.evicted) log.warn({ job: e.evict, reason: e.reason }, 'jobs: evicted by the slowdown guard')
+          return placeQueued(round.table, liveNodes(), clockMs(), { policy: config.policy, maxJobsPerNode: config.maxJobsPerNode }).table
         }).catch(err => log.warn({ err: (err as Error).message }, 'jobs: measured profiles not published'))
       }
       const measuredTimer = setInterval(publishMeasured, config.measuredPublishMs)
@@ -222,6 +221,16 @@ export function createJobsLeaderTask (options: JobsLeaderTaskOptions, components
 /** RUNNING jobs the modeled runtime schedule replays: those without live workers. */
 function modeledRunning (table: JobTable): JobRecord[] {
   return table.jobs.filter(j => j.state === 'RUNNING' && j.spec.live !== true)
+}
+
+/**
+ * One publication of measured profiles: the table with them (withMeasured),
+ * then, with `slowdownGuard`, the guard's evictions (job-scheduler.ts
+ * guardSlowdowns). The caller places what fits after an eviction.
+ */
+export function measuredRound (table: JobTable, measured: ReadonlyMap<string, MeasuredJob>, firstOpMs: ReadonlyMap<string, number>, nowMs: number, slowdownGuard: boolean): { table: JobTable, evicted: GuardEviction[] } {
+  const next = withMeasured(table, measured, firstOpMs, nowMs)
+  return slowdownGuard ? guardSlowdowns(next, nowMs) : { table: next, evicted: [] }
 }
 
 /**

@@ -3,7 +3,7 @@
 // the submitted ones once there are enough operations, and enforce the admission bound live — no new
 // job is colocated beside one whose measured slowdown already exceeds its bound.
 import t from 'tap'
-import { withMeasured } from '../../../../mesh/control/jobs/jobs-leader-task.ts'
+import { measuredRound, withMeasured } from '../../../../mesh/control/jobs/jobs-leader-task.ts'
 import { measuredOpsThreshold, normalizedSpec, parseJobSpec, placementJobOf } from '../../../../mesh/control/jobs/job-spec.ts'
 import { guardSlowdowns, placeQueued, requeueLost, submitJob } from '../../../../mesh/control/jobs/job-scheduler.ts'
 import { emptyJobTable, jobTableOf, maxJobEvents, type JobTable } from '../../../../mesh/control/jobs/job-table.ts'
@@ -97,4 +97,20 @@ t.test('a job requeued because a node is gone says so in its events', async t =>
   const lost = requeueLost(table, p => p === 'p1', 3_000)
   t.same(lost.requeued, ['a'])
   t.match(lost.table.jobs[0], { state: 'QUEUED', requeues: 1, events: [{ atMs: 3_000, message: 'requeued: node n1 of its group is gone' }] })
+})
+
+t.test('one publication of measured profiles: the guard evicts only when placement.slowdownGuard is on', async t => {
+  let table: JobTable = submitJob(emptyJobTable(1), spec('a'), 0, submit).table
+  table = placeQueued(table, [nodes[0]!], 1_000, { policy: 'spread', maxJobsPerNode: 4 }).table
+  table = submitJob(table, spec('b'), 2_000, submit).table
+  table = placeQueued(table, [nodes[0]!], 2_000, { policy: 'spread', maxJobsPerNode: 4 }).table
+  // a: 10 operations, 20 s run, 2 s switching and 30 s queued in 52 s of wall time since its first: slowdown 52 / 20 = 2.6 > 1.5.
+  const figures = new Map([['a', measured({ queuedMs: 30_000 })]])
+  const on = measuredRound(table, figures, new Map([['a', 0]]), 52_000, true)
+  t.same(on.evicted.map(e => e.evict), ['b'], 'on: b, the latest colocation, goes back to the queue')
+  t.equal(on.table.jobs[1]!.state, 'QUEUED')
+  const off = measuredRound(table, figures, new Map([['a', 0]]), 52_000, false)
+  t.same(off.evicted, [], 'off: nothing evicted')
+  t.same(off.table.jobs.map(j => j.state), ['RUNNING', 'RUNNING'])
+  t.equal(off.table.jobs[0]!.measured!.slowdown, 2.6, 'the figures are published either way')
 })
