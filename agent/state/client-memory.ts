@@ -116,3 +116,26 @@ export function createClientMemoryScope (mappings: ShmMappingCache): ClientMemor
     },
   }
 }
+
+/**
+ * Keeps the CUDA IPC handles named in `specs` open until the returned
+ * function is called, so the copies of later requests on the same memory
+ * (a live worker's state, offloaded and onloaded at every context switch)
+ * reuse one mapping instead of opening the handle each time. Shared memory
+ * needs none (the mapping cache keeps it). Close before the client frees
+ * the memory: CUDA leaves freeing mapped memory undefined.
+ */
+export function pinClientMemory (specs: readonly MemorySpec[]): () => void {
+  if (!capabilities.cuda.available) return () => {}
+  const open = new Map<string, DeviceMemory>()
+  try {
+    for (const spec of specs) {
+      if (spec.kind !== 'cuda-ipc' || open.has(`${spec.device}:${spec.handle}`)) continue
+      open.set(`${spec.device}:${spec.handle}`, openDeviceMemory({ device: spec.device, handle: Buffer.from(spec.handle, 'base64') }))
+    }
+  } catch (err) {
+    for (const mem of open.values()) mem.close()
+    throw new AgentError('ERR_SOURCE_NOT_FOUND', `cannot open the worker's CUDA IPC memory: ${(err as Error).message}`, { cause: err })
+  }
+  return () => { for (const mem of open.values()) mem.close(); open.clear() }
+}

@@ -12,9 +12,11 @@
  *               (stored under the dispatch's version, released) and onload
  *               this job's workers that are not current (from their latest
  *               stored version) — at once where the device has room for both
- *               (a worker without room answers ERR_DEVICE_FULL and is loaded
- *               after the offload) —, then run the operation on every local
- *               rank.
+ *               (a worker without room answers ERR_DEVICE_FULL to `allocate`
+ *               and is loaded after the offload) —, then run the operation
+ *               on every local rank. The agent copies every state itself,
+ *               out of and into the memory each worker names (registration,
+ *               `allocate`); a worker only allocates and frees.
  *   store:      offload the job's current local state under the version
  *               without releasing it (its other nodes offloaded it); ranks
  *               whose memory is not current record the version as another
@@ -87,6 +89,7 @@ export interface NodeExecutor {
 }
 
 type Run = Promise<DispatchAnswer>
+type WorkerAsk = 'allocate' | 'release' | 'run'
 
 export function createNodeExecutor (options: NodeExecutorOptions, components: NodeExecutorComponents): NodeExecutor {
   const { registry, logger: log } = components
@@ -115,15 +118,38 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
   }
 
   /** The coded error of a worker's failed reply to `type`. */
-  const replyError = (w: WorkerRecord, type: 'offload' | 'onload' | 'release' | 'run', reply: WorkerReply, data: Record<string, unknown>): AgentError => {
-    const code = type === 'run' ? 'ERR_OPERATION_FAILED' : (reply.error?.code === 'ERR_TIER_FULL' || reply.error?.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : 'ERR_OPERATION_FAILED')
-    return new AgentError(code, `rank ${w.rank} of job ${w.job} failed its ${type}${type === 'run' ? ` of ${String(data.name)}` : ''}: ${reply.error?.code ?? ''} ${reply.error?.message ?? 'no message'}`.replace(/ {2}/, ' '), { details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: reply.error?.code } })
-  }
+  const replyError = (w: WorkerRecord, type: WorkerAsk, reply: WorkerReply, data: Record<string, unknown>): AgentError =>
+    new AgentError('ERR_OPERATION_FAILED', `rank ${w.rank} of job ${w.job} failed its ${type}${type === 'run' ? ` of ${String(data.name)}` : ''}: ${reply.error?.code ?? ''} ${reply.error?.message ?? 'no message'}`.replace(/ {2}/, ' '), { details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: reply.error?.code } })
 
-  const ask = async (w: WorkerRecord, type: 'offload' | 'onload' | 'release' | 'run', data: Record<string, unknown>): Promise<WorkerReply> => {
+  const ask = async (w: WorkerRecord, type: WorkerAsk, data: Record<string, unknown>): Promise<WorkerReply> => {
     const reply = await registry.request(w, type, data)
     if (!reply.ok) throw replyError(w, type, reply, data)
     return reply
+  }
+
+  /** The worker frees its state's memory (the agent lets go of it first). */
+  const releaseMemory = async (w: WorkerRecord): Promise<void> => {
+    registry.forgetMemory(w)
+    w.holds = false
+    w.current = false
+    await ask(w, 'release', {})
+  }
+
+  /**
+   * The worker holds memory for its state, allocated if it had none: true, or
+   * false when `mayBeFull` and its device has no room yet (ERR_DEVICE_FULL:
+   * the worker allocated nothing).
+   */
+  const allocate = async (w: WorkerRecord, mayBeFull: boolean): Promise<boolean> => {
+    if (w.holds && w.memory !== null) return true
+    const reply = await registry.request(w, 'allocate', {})
+    if (!reply.ok) {
+      if (mayBeFull && reply.error?.code === 'ERR_DEVICE_FULL') return false
+      throw replyError(w, 'allocate', reply, {})
+    }
+    w.holds = true
+    registry.adoptMemory(w, reply.result)
+    return true
   }
 
   /**
@@ -138,16 +164,15 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     const workers = registry.liveWorkers().filter(w => w.job === jobId)
     await Promise.all(workers.map(async w => {
       if (!w.current) {
-        if (release(w) && w.holds) { await ask(w, 'release', {}); w.holds = false }
+        if (release(w) && w.holds) await releaseMemory(w)
         await registry.recordAlias(w.job, w.rank, version)
         return
       }
-      const r = release(w)
-      await ask(w, 'offload', { version, release: r })
+      await registry.copyOut(w, version)
       await registry.recordStored(w, version)
       unsaved.delete(w)
       bytes += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
-      if (r) { w.holds = false; w.current = false }
+      if (release(w)) await releaseMemory(w)
     }))
     const lost = lostRanks.get(jobId)
     if (lost !== undefined && lost.size > 0) {
@@ -218,18 +243,14 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
       const onloading = Promise.all(stale.map(async w => {
         const version = registry.storedVersions(w.job, w.rank).at(-1)
         if (version === undefined) throw new AgentError('ERR_STATE_MISMATCH', `rank ${w.rank} of job ${m.job} has no stored state to load`)
-        const data = { version: registry.keyVersion(w.job, w.rank, version) }
-        let loaded = false
-        if (others.length > 0 && options.overlapSwitches !== false) {
-          const first = await registry.request(w, 'onload', data)
-          if (!first.ok && first.error?.code !== 'ERR_DEVICE_FULL') throw replyError(w, 'onload', first, data)
-          loaded = first.ok
-        }
-        if (!loaded) {
+        const keyVersion = registry.keyVersion(w.job, w.rank, version)
+        let room = false
+        if (others.length > 0 && options.overlapSwitches !== false) room = await allocate(w, true)
+        if (!room) {
           try { await offloading } catch { return } // the run fails with the offload's error
-          await ask(w, 'onload', data)
+          await allocate(w, false)
         }
-        w.holds = true
+        await registry.copyIn(w, keyVersion)
         w.current = true
         bytesMoved += w.tensors.reduce((n, t) => n + t.key.bytes, 0)
       })).then(() => { onloadMs = stale.length > 0 ? clockMs() - t0 : 0 })
@@ -255,11 +276,9 @@ export function createNodeExecutor (options: NodeExecutorOptions, components: No
     const workers = registry.liveWorkers().filter(w => w.job === job)
     await locks.withLocks([...new Set(workers.map(devices))], async () => {
       await Promise.all(workers.map(async w => {
-        const holds = w.holds
         unsaved.delete(w) // discarded on purpose: the caller was told (a run failed) or asked for it
         w.current = false
-        w.holds = false
-        if (holds) await ask(w, 'release', {}).catch(err => log.warn({ job, rank: w.rank, err: (err as Error).message }, 'workers: release for a rollback failed'))
+        if (w.holds) await releaseMemory(w).catch(err => log.warn({ job, rank: w.rank, err: (err as Error).message }, 'workers: release for a rollback failed'))
       }))
       if (version === undefined) return
       await registry.rollBackTo(job, version)

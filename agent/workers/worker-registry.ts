@@ -15,6 +15,12 @@
  *   ERR_WORKER_LOST naming the rank and is reported to onWorkerLost.
  * - request() sends one event and resolves with the worker's reply; replies
  *   must name a pending requestId (ERR_NOT_FOUND otherwise).
+ * - Memory: the agent is the copy endpoint of every context switch (PlexRL
+ *   §5.3). It knows where each state tensor of a worker lives (registered,
+ *   then from each `allocate` reply: adoptMemory) and copies the state out
+ *   (copyOut) and in (copyIn) itself; the worker only allocates and frees.
+ *   CUDA IPC handles stay open while the worker holds the memory;
+ *   forgetMemory() closes them, and must come before the worker frees it.
  * - Stored versions: the registry remembers, per (job, rank), the versions
  *   stored (ascending). A version is either stored bytes (`#v<version>`
  *   keys) or another name of the rank's previous version (an alias: the rank
@@ -33,11 +39,20 @@ import { AgentError } from '../../core/errors.ts'
 import { createInputValidator } from '../../core/validate-input.ts'
 import { formatKey, parseKey, type StateKey } from '../state/keys.ts'
 import type { MemorySpec, StateManager } from '../state/state-manager.ts'
+import { pinClientMemory } from '../state/client-memory.ts'
 import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
 import { maxOpJsonBytes, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
-import { WorkerRegistrationSchema } from '../api/wire/workers.ts'
+import { WorkerAllocationSchema, WorkerRegistrationSchema } from '../api/wire/workers.ts'
 
 const validator = createInputValidator(WorkerRegistrationSchema, 'ERR_BAD_REQUEST', 'worker registration', (r, add) => {
+  const names = new Set<string>()
+  r.tensors.forEach((t, i) => {
+    if (names.has(t.name)) add(`tensors[${i}].name`, `${JSON.stringify(t.name)} appears twice`)
+    names.add(t.name)
+  })
+})
+
+const allocationValidator = createInputValidator(WorkerAllocationSchema, 'ERR_BAD_REQUEST', 'allocate reply', (r, add) => {
   const names = new Set<string>()
   r.tensors.forEach((t, i) => {
     if (names.has(t.name)) add(`tensors[${i}].name`, `${JSON.stringify(t.name)} appears twice`)
@@ -59,6 +74,8 @@ export interface WorkerRecord {
   holds: boolean
   /** That memory holds the job's latest state (false: stale or released; an onload comes first). */
   current: boolean
+  /** Where each of `tensors` lives while the worker holds its memory (same order); null when unknown or released. */
+  memory: readonly MemorySpec[] | null
   attached: boolean
 }
 
@@ -69,7 +86,7 @@ export interface WorkerView {
   onDevice: boolean, storedVersions: number[], tensors: number, stateBytes: number, ops: string[]
 }
 
-export type WorkerEvent = 'offload' | 'onload' | 'release' | 'run' | 'stop'
+export type WorkerEvent = 'allocate' | 'release' | 'run' | 'stop'
 
 export interface WorkerReply { requestId: string, ok: boolean, result?: unknown, startedAtMs?: number, durationMs?: number, error?: { code: string, message: string } }
 
@@ -83,7 +100,7 @@ export interface WorkerRegistryOptions {
 
 export interface WorkerRegistryComponents {
   logger: Logger
-  stateManager: Pick<StateManager, 'offload' | 'drop'>
+  stateManager: Pick<StateManager, 'offload' | 'onload' | 'drop'>
   /** The job table this agent applied. */
   jobs(): JobsView
   /** A live worker's stream closed or it was dropped while attached (its job's other workers here roll back). */
@@ -122,6 +139,14 @@ export interface WorkerRegistry {
   rollBackTo(job: string, version: number): Promise<void>
   /** Keys of a state tensor at key version `version` (see keyVersion). */
   keyAt(tensor: StateTensor, version: number): string
+  /** Takes the worker's `allocate` reply as where its state lives now; ERR_OPERATION_FAILED (nothing adopted) when it does not name every state tensor once. */
+  adoptMemory(worker: WorkerRecord, reply: unknown): void
+  /** Closes what the agent holds open on the worker's memory; call before the worker frees it (`release`). */
+  forgetMemory(worker: WorkerRecord): void
+  /** Copies the worker's state from its memory into the StateManager under `version`. */
+  copyOut(worker: WorkerRecord, version: number): Promise<void>
+  /** Copies the stored state at key version `keyVersion` (see keyVersion) into the worker's memory. */
+  copyIn(worker: WorkerRecord, keyVersion: number): Promise<void>
   /** Forgets (and drops the stored state of) jobs no longer RUNNING on this node; stops their workers. */
   sweep(): Promise<void>
   list(): WorkerView[]
@@ -136,6 +161,8 @@ interface Live extends WorkerRecord {
   pending: Map<string, { resolve(r: WorkerReply): void, reject(e: AgentError): void }>
   attachTimer: NodeJS.Timeout | undefined
   gone: boolean
+  /** Closes the CUDA IPC handles of `memory` the agent keeps open. */
+  unpin: () => void
 }
 
 /** One stored version of a rank: `keys` is the version whose `#v` keys hold its bytes (itself unless an alias). */
@@ -190,8 +217,23 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     w.pending.clear()
     w.holds = false
     w.current = false
+    w.unpin()
+    w.memory = null
     log.info({ job: w.job, rank: w.rank, worker: w.id, why }, 'workers: worker gone')
     if (lost) components.onWorkerLost(w, why)
+  }
+
+  const memoryOf = (w: Live, what: string): readonly MemorySpec[] => {
+    if (w.gone) throw new AgentError('ERR_WORKER_LOST', `rank ${w.rank} of job ${w.job} has no live worker here`, { details: { job: w.job, rank: w.rank, node: options.selfPeerId } })
+    if (w.memory === null) throw new AgentError('ERR_STATE_MISMATCH', `rank ${w.rank} of job ${w.job} holds no memory to ${what} (it was released)`, { details: { job: w.job, rank: w.rank } })
+    return w.memory
+  }
+
+  /** A copy's StateManager error, naming the rank; a full pool is a full tier to the caller. */
+  const copyError = (w: Live, what: string, err: unknown): AgentError => {
+    const e = err instanceof AgentError ? err : new AgentError('ERR_INTERNAL', String((err as Error)?.message ?? err))
+    const code = e.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : e.code
+    return new AgentError(code, `rank ${w.rank} of job ${w.job}: the ${what} of its state failed: ${e.message}`, { cause: e, details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: e.code } })
   }
 
   const localRanks = (job: string): { ranks: number[], gpusPerNode: number } => {
@@ -227,21 +269,26 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
         const same = previous.tensors.length === tensors.length && previous.tensors.every((p, i) => p.name === tensors[i]!.name && keyAt(p, 0) === tensors[i]!.key.text)
         if (!same) throw new AgentError('ERR_STATE_MISMATCH', `rank ${r.rank} of job ${r.job} has stored state (version ${previous.versions.at(-1)?.version}) with other tensors than this registration names; register the same tensors (names, shapes, dtypes) to be loaded from it`)
       }
+      const memory = r.tensors.map(t => t.memory as MemorySpec)
       registering.add(s)
+      const unpin = pinClientMemory(memory)
       try {
         if (previous === undefined) {
-          if (r.tensors.length > 0) await components.stateManager.offload(r.tensors.map(t => ({ key: t.key, source: t.memory as MemorySpec })))
+          if (r.tensors.length > 0) await components.stateManager.offload(r.tensors.map((t, i) => ({ key: t.key, source: memory[i]! })))
           stored.set(s, { versions: [{ version: 0, keys: 0 }], tensors })
         }
+        if (!localRanks(r.job).ranks.includes(r.rank)) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
+      } catch (err) {
+        unpin()
+        throw err
       } finally {
         registering.delete(s)
       }
-      if (!localRanks(r.job).ranks.includes(r.rank)) throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${r.job} left this node while rank ${r.rank} registered`)
       let settle!: () => void
       const attachedOrGone = new Promise<void>(resolve => { settle = resolve })
       const w: Live = {
         id: `w-${randomUUID()}`, job: r.job, rank: r.rank, gpu: r.gpu, pid, ops: new Set(r.ops), tensors: stored.get(s)!.tensors,
-        holds: true, current: previous === undefined, attached: false, send: null, pending: new Map(), attachTimer: undefined, gone: false, attachedOrGone, settle,
+        holds: true, current: previous === undefined, memory, attached: false, send: null, pending: new Map(), attachTimer: undefined, gone: false, attachedOrGone, settle, unpin,
       }
       w.attachTimer = setTimeout(() => remove(w, `its event stream did not open within ${attachTimeoutMs} ms of registering`, false), attachTimeoutMs)
       w.attachTimer.unref()
@@ -357,6 +404,50 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     },
 
     keyAt,
+
+    adoptMemory (worker, reply) {
+      const w = worker as Live
+      let parsed
+      try {
+        parsed = allocationValidator.parse(reply, `rank ${w.rank}'s allocate reply`)
+      } catch (err) {
+        throw new AgentError('ERR_OPERATION_FAILED', `rank ${w.rank} of job ${w.job} answered allocate with ${(err as Error).message}`, { details: { job: w.job, rank: w.rank } })
+      }
+      const byName = new Map(parsed.tensors.map(t => [t.name, t.memory as MemorySpec]))
+      const missing = w.tensors.filter(t => !byName.has(t.name)).map(t => t.name)
+      if (missing.length > 0 || byName.size !== w.tensors.length) {
+        const extra = [...byName.keys()].filter(n => !w.tensors.some(t => t.name === n))
+        throw new AgentError('ERR_OPERATION_FAILED', `rank ${w.rank} of job ${w.job} answered allocate without ${missing.slice(0, 3).join(', ') || 'nothing'}${extra.length > 0 ? ` and with unregistered ${extra.slice(0, 3).join(', ')}` : ''}: it must name every registered state tensor once`, { details: { job: w.job, rank: w.rank } })
+      }
+      const memory = w.tensors.map(t => byName.get(t.name)!)
+      const unpin = pinClientMemory(memory)
+      w.unpin()
+      w.unpin = unpin
+      w.memory = memory
+    },
+
+    forgetMemory (worker) {
+      const w = worker as Live
+      w.unpin()
+      w.unpin = () => {}
+      w.memory = null
+    },
+
+    async copyOut (worker, version) {
+      const w = worker as Live
+      const memory = memoryOf(w, 'offload')
+      if (w.tensors.length === 0) return
+      await components.stateManager.offload(w.tensors.map((t, i) => ({ key: keyAt(t, version), source: memory[i]! })))
+        .catch(err => { throw copyError(w, 'offload', err) })
+    },
+
+    async copyIn (worker, keyVersion) {
+      const w = worker as Live
+      const memory = memoryOf(w, 'onload')
+      if (w.tensors.length === 0) return
+      await components.stateManager.onload(w.tensors.map((t, i) => ({ key: keyAt(t, keyVersion), target: memory[i]! })))
+        .catch(err => { throw copyError(w, 'onload', err) })
+    },
 
     async sweep () {
       const view = components.jobs()

@@ -23,7 +23,7 @@ export interface WorkersServiceOptions {
 
 export interface WorkersServiceComponents {
   logger: Logger
-  stateManager: Pick<StateManager, 'offload' | 'drop' | 'prefetch'>
+  stateManager: Pick<StateManager, 'offload' | 'onload' | 'drop' | 'prefetch'>
   jobs(): JobsView
   /** The mesh's libp2p node, where dispatches arrive (undefined: in-process only, tests). */
   node: MeshLibp2p | undefined

@@ -26,6 +26,15 @@ export const WorkerRegistrationSchema = Type.Object({
 }, { additionalProperties: false })
 export type WorkerRegistration = Static<typeof WorkerRegistrationSchema>
 
+/** A worker's reply to `allocate`: where each state tensor lives now (every registered name once). */
+export const WorkerAllocationSchema = Type.Object({
+  tensors: Type.Array(Type.Object({
+    name: Type.String({ minLength: 1, maxLength: 512 }),
+    memory: MemorySpecSchema,
+  }, { additionalProperties: false }), { maxItems: maxStateTensors }),
+}, { additionalProperties: false })
+export type WorkerAllocation = Static<typeof WorkerAllocationSchema>
+
 export const RegisterAnswerSchema = Type.Object({
   workerId: Type.String(),
   job: Type.String(),

@@ -2,7 +2,8 @@
 // agent/workers/node-executor.ts): the leader's real scheduler drives two nodes' real executors and
 // worker registries; the workers and the StateManager are small doubles that keep each rank's state as
 // a step counter under its stored keys (a dropped key is gone), the workers answering as the Python
-// worker does (an onload with no room on the device is ERR_DEVICE_FULL).
+// worker does (an allocate with no room on the device is ERR_DEVICE_FULL); the agent copies the state
+// out of and into the memory a worker names.
 // 1. A job's stored versions agree across its nodes ("Versions"). The faults are the ones that made the
 //    ranks of a job spanning nodes restore different points of its history: a `store` that fails on one
 //    node, a `store` that arrives after the job's next run, then a rank lost mid-run.
@@ -35,13 +36,42 @@ function cluster () {
   const view = (): JobsView => ({ decision: null, leaderId: 'A', ...table, local: [] })
   /** The StateManager double: stored key → the step counter it holds. */
   const keys = new Map<string, number>()
+  /** The workers' memory: a shared-memory name → the step counter it holds, its owner, how long copying it out takes. */
+  const memory = new Map<string, { counter: number, worker: string, offloadMs: number }>()
+  /** What the agent copied (out of / into a worker's memory), when. */
+  const events: Array<{ worker: string, type: string, phase: 'start' | 'end' }> = []
+  const cellOf = (spec: { kind: string, name?: string }): { counter: number, worker: string, offloadMs: number } => {
+    const cell = spec.kind === 'shm' ? memory.get(spec.name!) : undefined
+    if (cell === undefined) throw new AgentError('ERR_SOURCE_NOT_FOUND', `no memory ${JSON.stringify(spec)}`)
+    return cell
+  }
   const nodes = new Map<string, { registry: WorkerRegistry, executor: NodeExecutor }>()
   for (const peer of ['A', 'B']) {
     let executor!: NodeExecutor
     const registry = createWorkerRegistry({ selfPeerId: peer }, {
       logger,
       stateManager: {
-        offload: async items => { for (const i of items) keys.set(i.key, 0); return { results: [] } as never },
+        offload: async items => {
+          for (const i of items) {
+            const cell = cellOf(i.source)
+            events.push({ worker: cell.worker, type: 'offload', phase: 'start' })
+            await sleep(cell.offloadMs)
+            keys.set(i.key, cell.counter)
+            events.push({ worker: cell.worker, type: 'offload', phase: 'end' })
+          }
+          return { results: [] } as never
+        },
+        onload: async items => {
+          for (const i of items) {
+            const cell = cellOf(i.target)
+            events.push({ worker: cell.worker, type: 'onload', phase: 'start' })
+            const stored = keys.get(i.key)
+            if (stored === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `no ${i.key}`)
+            cell.counter = stored
+            events.push({ worker: cell.worker, type: 'onload', phase: 'end' })
+          }
+          return { results: [] } as never
+        },
         drop: async ({ keys: dropped = [] }) => { for (const k of dropped) keys.delete(k); return { dropped: dropped.length } as never },
       },
       jobs: view,
@@ -66,40 +96,42 @@ function cluster () {
   }
   const scheduler = createOpScheduler({ scheduler: 'fcfs', epoch: 1 }, { logger, dispatch, table: () => table })
 
-  /** A worker double: its state is a step counter; offload/onload write/read it under its stored keys. */
-  /** `dieOn`: the worker's process dies when it receives this operation (its stream closes, no reply). */
-  const events: Array<{ worker: string, type: string, phase: 'start' | 'end' }> = []
-  /** A worker's behaviour: `dieOn` an operation, its offloads taking `offloadMs`, a device with no room for its onload while another job holds it. */
+  /**
+   * A worker double: its state is a step counter in its memory (a `memory` cell; a new one at each
+   * allocate, freed at release), which the agent's copies read and write. `dieOn`: the worker's process
+   * dies when it receives this operation (its stream closes, no reply); `offloadMs`: copying its state
+   * out takes that long; `fullWhileOthersHold`: its device has no room while another job holds it.
+   */
   const startWorker = async (jobId: string, rank: number, dieOn?: string, o: { offloadMs?: number, fullWhileOthersHold?: boolean } = {}): Promise<void> => {
     const peer = table.jobs.find(j => j.id === jobId)!.nodes[rank === 0 ? 0 : 1]!
     const { registry } = nodes.get(peer)!
+    const name = `${jobId}/${rank}`
+    let generation = 0
+    const allocateCell = (): string => {
+      const shm = `agentd-test-${jobId}-${rank}-${generation++}`
+      memory.set(shm, { counter: 0, worker: name, offloadMs: o.offloadMs ?? 0 })
+      return shm
+    }
+    let cell = allocateCell()
     const key = `${jobId}/r${rank}/w:param@[0]/[1]:f32#v0`
-    const answer = await registry.register({ job: jobId, rank, gpu: 0, ops: ['step'], tensors: [{ name: 'w', key, memory: { kind: 'shm', name: `agentd-test-${jobId}-${rank}`, offset: 0 } }] }, 1000 + rank)
-    const at = (version: number): string => formatKey({ ...parseKey(key), version })
-    const state = { counter: 0 }
+    const answer = await registry.register({ job: jobId, rank, gpu: 0, ops: ['step'], tensors: [{ name: 'w', key, memory: { kind: 'shm', name: cell, offset: 0 } }] }, 1000 + rank)
     const detach = registry.attach(answer.workerId, (type, data) => {
-      const d = data as { requestId: string, version?: number, opId?: string }
-      const name = `${jobId}/${rank}`
-      events.push({ worker: name, type, phase: 'start' })
+      const d = data as { requestId: string, opId?: string }
       setTimeout(() => {
         if (type === 'run' && d.opId === dieOn) { detach(); return }
-        let result: unknown
-        if (type === 'offload') keys.set(at(d.version!), state.counter)
-        if (type === 'onload' && o.fullWhileOthersHold === true && registry.liveWorkers().some(w => w.job !== jobId && w.holds && w.gpu === 0)) {
-          events.push({ worker: name, type, phase: 'end' })
-          registry.reply(answer.workerId, { requestId: d.requestId, ok: false, error: { code: 'ERR_DEVICE_FULL', message: 'no room on the device for the state' } })
+        if (type === 'stop') return
+        const reply = (body: Record<string, unknown>): void => registry.reply(answer.workerId, { requestId: d.requestId, ...body })
+        events.push({ worker: name, type, phase: 'start' })
+        if (type === 'allocate' && o.fullWhileOthersHold === true && registry.liveWorkers().some(w => w.job !== jobId && w.holds && w.gpu === 0)) {
+          reply({ ok: false, error: { code: 'ERR_DEVICE_FULL', message: 'no room on the device for the state' } })
           return
         }
-        if (type === 'onload') {
-          const stored = keys.get(at(d.version!))
-          if (stored === undefined) { registry.reply(answer.workerId, { requestId: d.requestId, ok: false, error: { code: 'ERR_KEY_NOT_FOUND', message: `no ${at(d.version!)}` } }); return }
-          state.counter = stored
-        }
-        if (type === 'run') { state.counter++; result = { counter: state.counter } }
-        if (type === 'stop') return
-        events.push({ worker: name, type, phase: 'end' })
-        registry.reply(answer.workerId, { requestId: d.requestId, ok: true, result })
-      }, type === 'offload' ? o.offloadMs ?? 0 : 0)
+        let result: unknown
+        if (type === 'allocate') { cell = allocateCell(); result = { tensors: [{ name: 'w', memory: { kind: 'shm', name: cell, offset: 0 } }] } }
+        if (type === 'release') memory.delete(cell)
+        if (type === 'run') { const c = memory.get(cell)!; c.counter++; result = { counter: c.counter } }
+        reply({ ok: true, result })
+      }, 0)
     })
   }
   /** Submits operation `opId` (`step`) of a job to the leader's scheduler. */
@@ -194,11 +226,42 @@ t.test('a switch: the onload overlaps the offload; with no room on the device it
       t.ok(at('x/0', 'onload', 'start') < offloadEnd && at('x/0', 'onload', 'end') < offloadEnd, 'with room, x was loaded while k was being offloaded')
       t.ok(answer.switchMs < answer.offloadMs + answer.onloadMs, `the switch took the longer phase, not their sum (${answer.switchMs.toFixed(1)} ms; offload ${answer.offloadMs.toFixed(1)}, onload ${answer.onloadMs.toFixed(1)} from the switch's start)`)
     } else {
-      t.ok(at('x/0', 'onload', 'end', 0) < offloadEnd, 'without room, x\'s first onload was refused while k held the device')
-      t.ok(at('x/0', 'onload', 'start', 1) > offloadEnd, 'and it was loaded once k was offloaded')
+      t.ok(at('x/0', 'allocate', 'start', 0) >= 0 && at('x/0', 'allocate', 'start', 0) < offloadEnd, 'without room, x\'s first allocate was refused while k held the device')
+      t.ok(at('x/0', 'allocate', 'start', 1) > at('k/0', 'release', 'start'), 'x allocated again once k released its memory')
+      t.ok(at('x/0', 'onload', 'start') > offloadEnd, 'and was loaded after k was offloaded')
     }
     t.same(answer.ranks.map(r => r.result), [{ counter: 2 }, { counter: 2 }], 'x resumed from its state either way')
     // The offload's reply is a 60 ms timer; timers may fire a fraction of a millisecond early against performance.now().
     t.ok(answer.switched && answer.switchMs >= 55, `the switch is reported with its wall time (${answer.switchMs.toFixed(1)} ms)`)
   }
+})
+
+t.test('an allocate reply that does not name every state tensor once is refused and adopts nothing', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  await c.startWorker('k', 0)
+  const registry = c.nodes.get('A')!.registry
+  const w = registry.live('k', 0)!
+  const before = w.memory
+  const shm = (name: string): unknown => ({ kind: 'shm', name, offset: 0 })
+  const bad: Array<[string, unknown]> = [
+    ['no result', undefined],
+    ['not an object', 'memory'],
+    ['no tensors', { tensors: [] }],
+    ['a name twice', { tensors: [{ name: 'w', memory: shm('a') }, { name: 'w', memory: shm('b') }] }],
+    ['an unregistered name', { tensors: [{ name: 'w', memory: shm('a') }, { name: 'v', memory: shm('b') }] }],
+    ['another name', { tensors: [{ name: 'v', memory: shm('a') }] }],
+    ['memory that is not a spec', { tensors: [{ name: 'w', memory: { kind: 'file', path: '/etc/passwd' } }] }],
+    ['a negative offset', { tensors: [{ name: 'w', memory: { kind: 'shm', name: 'a', offset: -1 } }] }],
+    ['an unknown field', { tensors: [{ name: 'w', memory: shm('a') }], extra: 1 }],
+  ]
+  for (const [what, reply] of bad) {
+    t.throws(() => registry.adoptMemory(w, reply), { code: 'ERR_OPERATION_FAILED', message: /rank 0 of job k/ }, what)
+    t.same(w.memory, before, `${what}: the memory the agent knew is kept`)
+  }
+  registry.adoptMemory(w, { tensors: [{ name: 'w', memory: shm('agentd-test-k-0-new') }] })
+  t.same(w.memory, [shm('agentd-test-k-0-new')], 'a reply naming every tensor once is adopted')
+  registry.forgetMemory(w)
+  t.equal(w.memory, null, 'forgotten before the worker frees it')
+  await t.rejects(registry.copyOut(w, 9), { code: 'ERR_STATE_MISMATCH', message: /holds no memory/ }, 'nothing is copied out of memory the agent let go of')
 })

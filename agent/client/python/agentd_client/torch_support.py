@@ -298,11 +298,13 @@ class _Placement:
             yield
         except AgentError as err:
             if err.status is not None:
-                self._release()
+                self.release_ipc_counters()
             raise
-        self._release()
+        self.release_ipc_counters()
 
-    def _release(self) -> None:
+    def release_ipc_counters(self) -> None:
+        """Gives back every counter taken (once the agent no longer copies from or into the memory)."""
+
         for handle, offset in self.ipc_counters:
             torch.UntypedStorage._release_ipc_counter(handle, offset)
         self.ipc_counters.clear()

@@ -17,8 +17,9 @@
 
 Contracts:
 
-* **State is what the agent moves.** Every registered tensor is saved on an
-  ``offload`` event and restored on an ``onload``; anything else (Python
+* **State is what the agent moves.** The agent copies every registered tensor
+  out of the worker's memory before it sends ``release`` and into it after an
+  ``allocate``; the worker never copies state itself. Anything else (Python
   counters, gradients, an LR scheduler's position) is not, so keep what must
   survive a context switch or a rollback in a registered tensor. Gradients are
   not freed on release either: zero them with ``set_to_none=True`` at the end
@@ -27,17 +28,17 @@ Contracts:
   rebinding its ``.data`` (a parameter stays the same ``Parameter``, an
   optimizer state entry the same tensor); update state in place, never by
   replacing it (``optimizer.load_state_dict`` replaces: register afterwards).
-  A replaced tensor is reported as ``ERR_STATE_MISMATCH`` on the next switch.
+  A replaced tensor fails the operation that replaced it (``ERR_STATE_MISMATCH``).
 * **Memory the agent reaches.** CPU state lives in one
   :class:`~agentd_client.torch_support.SharedTensorArena` (the agent copies it
   in place); CUDA state goes by CUDA IPC. On release CPU state gives its
   shared memory back, CUDA state its device memory (``torch.cuda.empty_cache()``);
-  until the next ``onload`` every state tensor has no elements.
+  until the next ``allocate`` every state tensor has no elements.
 * **State exists at registration.** Optimizers that create state lazily must
   have it first: :func:`init_optimizer_state` for Adam/AdamW;
   :meth:`Worker.register_module` refuses Adam, AdamW and momentum SGD without it.
 * **Operations run one at a time**, on the thread that called :meth:`Worker.serve`,
-  in the order the agent sends them, with the state onloaded.
+  in the order the agent sends them, with the state in their memory.
 """
 import gc
 import inspect
@@ -56,7 +57,7 @@ import torch
 from .client import AgentClient
 from .errors import AgentError
 from .keys import StateKey
-from .torch_support import SHM_ALIGNMENT, SharedTensorArena, TorchStateClient, tensor_key
+from .torch_support import SHM_ALIGNMENT, SharedTensorArena, TorchStateClient, _Placement, tensor_key
 
 log = logging.getLogger("agentd_client.worker")
 
@@ -157,7 +158,7 @@ class WorkerState:
     Tensors are added with :meth:`add`; :meth:`share` moves every CPU tensor
     into one new shared-memory arena; :meth:`release` frees every tensor's
     memory (each becomes empty); :meth:`reallocate` gives each its memory back
-    (contents undefined until an onload; each device's CUDA tensors share one
+    (contents undefined until the agent copies the state in; each device's CUDA tensors share one
     allocation, CPU tensors one arena). Each move rebinds the tensor's
     ``.data``, so the registered objects stay the ones the model and the
     optimizer use.
@@ -384,6 +385,8 @@ class Worker:
         self.registration: Optional[Dict[str, Any]] = None
         self._ops: Dict[str, OpHandler] = {}
         self._states = TorchStateClient(agent, device_map=device_map)
+        #: The memory specs the agent holds now, and the CUDA IPC counters taken for them (kept until release).
+        self._shared: Optional[_Placement] = None
         self._serving = False
 
     @property
@@ -477,6 +480,7 @@ class Worker:
                 raise
         finally:
             self.state.unlink()
+            self._unshare_memory()
             self._states.close()
             self._serving = False
 
@@ -491,38 +495,29 @@ class Worker:
         request_id = data["requestId"]
         if event == "run":
             return {"requestId": request_id, **self._run(data)}
-        handler = {"offload": self._offload, "onload": self._onload, "release": self._release,
-                   "stop": lambda _: None}.get(event)
+        handler = {"allocate": self._allocate, "release": self._release, "stop": lambda _: None}.get(event)
         try:
             if handler is None:
                 raise AgentError("ERR_BAD_REQUEST", f"unknown event {event!r}")
-            handler(data)
+            result = handler(data)
         except AgentError as err:
             log.error("%s %s failed: %s", event, request_id, err)
             return {"requestId": request_id, **_failure(err.code, err.message)}
         except Exception as err:  # noqa: BLE001 - every failure is a reply; the worker keeps serving
             log.exception("%s %s failed", event, request_id)
             return {"requestId": request_id, **_failure("ERR_INTERNAL", f"{type(err).__name__}: {err}")}
-        return {"requestId": request_id, "ok": True}
+        return {"requestId": request_id, "ok": True, **({"result": result} if result is not None else {})}
 
     # Events.
 
-    def _offload(self, data: Mapping[str, Any]) -> None:
-        version = _version(data)
-        if self.state.released:
-            raise AgentError("ERR_BAD_REQUEST", f"rank {self.rank}'s state is released: there is nothing to offload")
-        self.state.check_bound()
-        self._transfer("offload", version)
-        if data.get("release"):
-            self.state.release()
-
-    def _onload(self, data: Mapping[str, Any]) -> None:
-        version = _version(data)
-        self.state.check_bound()
+    def _allocate(self, data: Mapping[str, Any]) -> Dict[str, Any]:
+        """Gives the released state memory again (contents undefined: the agent copies the state in) and says where."""
         self.state.reallocate()
-        self._transfer("onload", version)
+        return {"tensors": self._share_memory()}
 
     def _release(self, data: Mapping[str, Any]) -> None:
+        """Frees the state's memory: the agent has copied it out (or drops it) and let go of it."""
+        self._unshare_memory()
         self.state.release()
 
     def _run(self, data: Mapping[str, Any]) -> Dict[str, Any]:
@@ -536,7 +531,8 @@ class Worker:
         t0 = time.perf_counter()
         try:
             result = handler(data.get("args"))
-            self.state.synchronize()
+            self.state.synchronize()  # the agent may copy the state out as soon as it has the reply
+            self.state.check_bound()
             size = len(_result_json(name, result))
             if size > MAX_RESULT_BYTES:
                 raise ValueError(f"the result of {name} is {size} bytes of JSON, at most {MAX_RESULT_BYTES}")
@@ -563,25 +559,34 @@ class Worker:
                 return str(data.get("reason", "stopped")) if isinstance(data, Mapping) else "stopped"
 
     def _register(self) -> Dict[str, Any]:
-        keys = self.state.keys(0)
+        tensors = [{"name": t["name"], "key": e.key.text, "memory": t["memory"]}
+                   for e, t in zip(self.state.entries, self._share_memory())]
+        try:
+            return self.agent.register_worker(self.job, self.rank, self.gpu, list(self._ops), tensors)
+        except AgentError as err:
+            if err.status is not None:  # the agent answered: it copies nothing more (without an answer, keep the memory)
+                self._unshare_memory()
+            raise
+
+    def _share_memory(self) -> List[Dict[str, Any]]:
+        """Where each state tensor lives, for the agent (which copies from and into it until the next release).
+
+        CUDA state: the IPC reference counters ``_share_cuda_()`` takes are kept
+        until :meth:`_unshare_memory`, so memory the agent may still copy is
+        never handed to another allocation in the meantime.
+        """
+        self._unshare_memory()
         self._states.arenas = [self.state.arena] if self.state.arena is not None else []
-        placement = self._states._place(keys)  # same package: the memory specs TorchStateClient would send
+        placement = self._states._place(self.state.keys(0))  # same package: the specs TorchStateClient sends
         if placement.staged:
             raise RuntimeError("a CPU state tensor is outside the shared-memory arena")
-        tensors = [{"name": e.name, "key": key, "memory": spec.to_json()}
-                   for e, (key, spec) in zip(self.state.entries, placement.specs)]
-        with placement.ipc_lease():  # the agent copies CUDA state during the request
-            return self.agent.register_worker(self.job, self.rank, self.gpu, list(self._ops), tensors)
+        self._shared = placement
+        return [{"name": e.name, "memory": spec.to_json()} for e, (_, spec) in zip(self.state.entries, placement.specs)]
 
-    def _transfer(self, direction: str, version: int) -> None:
-        keys = self.state.keys(version)
-        if not keys:
-            return
-        self._states.arenas = [self.state.arena] if self.state.arena is not None else []
-        if direction == "offload":
-            self._states.offload(keys)
-        else:
-            self._states.onload(keys)
+    def _unshare_memory(self) -> None:
+        if self._shared is not None:
+            self._shared.release_ipc_counters()
+            self._shared = None
 
     def _post_reply(self, reply: Dict[str, Any]) -> None:
         assert self.worker_id is not None
@@ -619,13 +624,6 @@ def _read_events(events: Iterator[Tuple[str, Any]], inbox: "queue.Queue[Any]") -
         inbox.put(_StreamEnd(err))
     else:
         inbox.put(_StreamEnd())
-
-
-def _version(data: Mapping[str, Any]) -> int:
-    version = data.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise AgentError("ERR_BAD_REQUEST", f"event version must be a non-negative integer, got {version!r}")
-    return version
 
 
 def _failure(code: str, message: str) -> Dict[str, Any]:

@@ -1,6 +1,6 @@
 """The worker library (agentd_client.worker) and the tiny trainer, without a real agent.
 
-State moves go to an in-process store (FakeStates) or to a fake agent that
+State moves go to an in-process agent double (AgentCopies) or to a fake agent that
 speaks just enough of the worker protocol over a unix socket (FakeAgent), so
 these tests check the Python side of agent/workers/PROTOCOL.md on their own:
 state in shared memory, release and reallocation, bit-identical training
@@ -48,46 +48,64 @@ def setUpModule() -> None:
     logging.getLogger("agentd_client.worker").setLevel(logging.CRITICAL)
 
 
-class FakeStates:
-    """Stands in for TorchStateClient: offload copies each tensor's bytes into a dict, onload copies them back."""
+class AgentCopies:
+    """Plays the agent's part of a context switch for a worker served by no agent.
 
-    def __init__(self) -> None:
-        self.arenas: List[Any] = []
+    The agent copies state out of the memory the worker named (registration,
+    ``allocate`` replies) and into it; this double does the same: shared
+    memory through ``/dev/shm``, CUDA memory through the registered tensor
+    itself (a process cannot open its own CUDA IPC handle).
+    """
+
+    def __init__(self, worker: "Worker") -> None:
+        self.worker = worker
         self.store: Dict[str, bytes] = {}
-        self.outside_arena: List[str] = []
+        self.memory: Dict[str, Dict[str, Any]] = {}
 
-    def offload(self, tensors: Mapping[Any, "torch.Tensor"]) -> None:
-        for key, t in tensors.items():
-            self._note_placement(key, t)
-            self.store[str(key)] = t.detach().cpu().contiguous().numpy().tobytes()
+    def registered(self) -> None:
+        """The worker registers: the agent learns where its state lives."""
+        self.memory = {t["name"]: t["memory"] for t in self.worker._share_memory()}
 
-    def onload(self, tensors: Mapping[Any, "torch.Tensor"]) -> None:
-        missing = [str(k) for k in tensors if str(k) not in self.store]
-        if missing:
-            raise AgentError("ERR_KEY_NOT_FOUND", f"not stored: {missing}", 404)
-        for key, t in tensors.items():
-            self._note_placement(key, t)
-            stored = torch.frombuffer(bytearray(self.store[str(key)]), dtype=t.dtype).view(t.shape)
-            with torch.no_grad():
-                t.copy_(stored)
+    def offload(self, version: int, release: bool = True) -> None:
+        for e in self.worker.state.entries:
+            self.store[e.key.with_version(version).text] = self._read(e)
+        if release:
+            ok(self.worker.handle_event("release", {"requestId": f"release-{version}"}))
 
-    def close(self) -> None:
-        pass
+    def onload(self, version: int) -> Dict[str, Any]:
+        """Allocate, then copy the stored version in; the allocate reply."""
+        reply = ok(self.worker.handle_event("allocate", {"requestId": f"allocate-{version}"}))
+        self.memory = {t["name"]: t["memory"] for t in reply["result"]["tensors"]}
+        for e in self.worker.state.entries:
+            self._write(e, self.store[e.key.with_version(version).text])
+        return reply
 
-    def _note_placement(self, key: Any, t: "torch.Tensor") -> None:
-        if t.device.type == "cpu" and not any(a.locate(t) is not None for a in self.arenas):
-            self.outside_arena.append(str(key))
+    def _read(self, e: Any) -> bytes:
+        spec = self.memory[e.name]
+        if spec["kind"] == "shm":
+            return _shm_read(spec, e.key.nbytes)
+        return e.tensor.detach().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
+
+    def _write(self, e: Any, data: bytes) -> None:
+        spec = self.memory[e.name]
+        if spec["kind"] == "shm":
+            _shm_write(spec, data)
+            return
+        with torch.no_grad():
+            e.tensor.reshape(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
 
-def worker_for(trainer: "TinyTrainer", job: str = "job-a", rank: int = 0) -> Tuple["Worker", FakeStates]:
+def worker_for(trainer: "TinyTrainer", job: str = "job-a", rank: int = 0) -> Tuple["Worker", AgentCopies]:
+    """A worker of ``trainer`` with its state shared and its memory known to the returned agent double."""
     worker = Worker(job, rank, None, AgentClient("/nonexistent/agentd.sock"))
     worker.register_module(trainer.model, trainer.optimizer)
     worker.register_tensors({"step": trainer.step}, role="buffer")
     for name, handler in trainer.ops().items():
         worker.op(name)(handler)
-    fake = FakeStates()
-    worker._states = fake  # type: ignore[assignment]
-    return worker, fake
+    worker.state.share()
+    agent = AgentCopies(worker)
+    agent.registered()
+    return worker, agent
 
 
 def ok(reply: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -98,8 +116,7 @@ def ok(reply: Optional[Dict[str, Any]]) -> Dict[str, Any]:
 class WorkerStateTest(unittest.TestCase):
     def setUp(self) -> None:
         self.trainer = TinyTrainer(rank=0, seed=7, hidden=HIDDEN)
-        self.worker, self.fake = worker_for(self.trainer)
-        self.worker.state.share()
+        self.worker, self.agent = worker_for(self.trainer)
         self.addCleanup(self.worker.state.release)
 
     def test_registration_names_keys_and_shared_memory(self) -> None:
@@ -129,16 +146,20 @@ class WorkerStateTest(unittest.TestCase):
             self.assertEqual(ok(self.worker.handle_event("run", {"requestId": f"r{k}", "opId": f"o{k}", "name": "train_step",
                                                                    "args": {"step": k}}))["result"], twin.train_step({"step": k}))
         before = {n: t.detach().clone() for n, t in self.trainer.state_tensors().items()}
-        ok(self.worker.handle_event("offload", {"requestId": "1", "version": 3, "release": True}))
+        first_arena = self.worker.state.arena.name  # type: ignore[union-attr]
+        self.agent.offload(3)
         self.assertTrue(self.worker.state.released)
         self.assertIsNone(self.worker.state.arena)
+        self.assertFalse(os.path.exists(f"/dev/shm/{first_arena}"), "the released arena is unlinked")
         self.assertTrue(all(t.numel() == 0 for t in self.trainer.state_tensors().values()))
-        self.assertEqual(len(self.fake.store), len(before))
-        self.assertTrue(all(k.endswith("#v3") for k in self.fake.store))
+        self.assertEqual(len(self.agent.store), len(before))
 
-        ok(self.worker.handle_event("onload", {"requestId": "2", "version": 3}))
+        reply = self.agent.onload(3)
         self.assertFalse(self.worker.state.released)
-        self.assertEqual(self.fake.outside_arena, [])
+        self.assertEqual([t["name"] for t in reply["result"]["tensors"]], [e.name for e in self.worker.state.entries],
+                         "the allocate reply names every state tensor, in order")
+        self.assertEqual({t["memory"]["name"] for t in reply["result"]["tensors"]}, {self.worker.state.arena.name},  # type: ignore[union-attr]
+                         "all of it in the new arena")
         for name, t in self.trainer.state_tensors().items():
             self.assertTrue(torch.equal(t, before[name]), name)
             self.assertIsNotNone(self.worker.state.arena.locate(t), name)  # type: ignore[union-attr]
@@ -148,41 +169,43 @@ class WorkerStateTest(unittest.TestCase):
 
     def test_release_and_onload_of_an_older_version_rolls_back(self) -> None:
         self.trainer.train_step({"step": 0})
-        ok(self.worker.handle_event("offload", {"requestId": "1", "version": 1, "release": False}))
+        self.agent.offload(1, release=False)
         self.assertFalse(self.worker.state.released)
         first = self.trainer.train_step({"step": 1})
         ok(self.worker.handle_event("release", {"requestId": "2"}))
         self.assertTrue(all(t.numel() == 0 for t in self.trainer.state_tensors().values()))
         ok(self.worker.handle_event("release", {"requestId": "3"}))  # idempotent
-        ok(self.worker.handle_event("onload", {"requestId": "4", "version": 1}))
+        self.agent.onload(1)
         self.assertEqual(self.trainer.status(None), {"step": 1})
         self.assertEqual(self.trainer.train_step({"step": 1}), first)
-        # Onload in place (not released) restores too.
-        ok(self.worker.handle_event("onload", {"requestId": "5", "version": 1}))
+        # Allocate while holding memory names the same memory: the agent copies into it in place.
+        held = {t["name"]: t["memory"] for t in self.worker._share_memory()}
+        self.assertEqual({t["name"]: t["memory"] for t in self.agent.onload(1)["result"]["tensors"]}, held)
         self.assertEqual(self.trainer.train_step({"step": 1}), first)
 
     def test_event_failures_are_replies(self) -> None:
-        reply = self.worker.handle_event("onload", {"requestId": "x", "version": 9})
-        self.assertEqual(reply, {"requestId": "x", "ok": False,
-                                 "error": {"code": "ERR_KEY_NOT_FOUND", "message": reply["error"]["message"]}})  # type: ignore[index]
-        self.assertEqual(self.worker.handle_event("offload", {"requestId": "y", "version": -1})["error"]["code"],  # type: ignore[index]
-                         "ERR_BAD_REQUEST")
         self.assertEqual(self.worker.handle_event("teleport", {"requestId": "z"})["error"]["code"], "ERR_BAD_REQUEST")  # type: ignore[index]
-        self.assertIsNone(self.worker.handle_event("offload", {"version": 1}))
+        for old in ("offload", "onload"):  # the agent copies; these events are gone from the protocol
+            self.assertEqual(self.worker.handle_event(old, {"requestId": old, "version": 1})["error"]["code"], "ERR_BAD_REQUEST")  # type: ignore[index]
+        self.assertIsNone(self.worker.handle_event("allocate", {}))
         ok(self.worker.handle_event("release", {"requestId": "r"}))
-        self.assertEqual(self.worker.handle_event("offload", {"requestId": "o", "version": 1, "release": True})["error"]["code"],  # type: ignore[index]
-                         "ERR_BAD_REQUEST")
         run = self.worker.handle_event("run", {"requestId": "n", "name": "noop", "args": None})
         self.assertEqual(run["error"]["code"], "ERR_OPERATION_FAILED")  # type: ignore[index]
         self.assertIn("released", run["error"]["message"])  # type: ignore[index]
 
-    def test_a_replaced_state_tensor_is_a_state_mismatch(self) -> None:
+    def test_a_replaced_state_tensor_fails_the_operation_that_replaced_it(self) -> None:
+        w = self.worker
         p = self.trainer.model[0].weight
-        self.trainer.optimizer.state[p]["exp_avg"] = torch.zeros_like(p)
-        reply = self.worker.handle_event("offload", {"requestId": "1", "version": 1, "release": True})
-        self.assertEqual(reply["error"]["code"], "ERR_STATE_MISMATCH")  # type: ignore[index]
+
+        @w.op("replace")
+        def replace(args: Any) -> Any:
+            self.trainer.optimizer.state[p]["exp_avg"] = torch.zeros_like(p)
+            return {}
+
+        reply = w.handle_event("run", {"requestId": "1", "name": "replace"})
+        self.assertEqual(reply["error"]["code"], "ERR_OPERATION_FAILED")  # type: ignore[index]
         self.assertIn("optim.exp_avg:0.weight", reply["error"]["message"])  # type: ignore[index]
-        self.assertFalse(self.worker.state.released)
+        self.assertIn("ERR_STATE_MISMATCH", reply["error"]["message"])  # type: ignore[index]
 
     def test_run_replies(self) -> None:
         w = self.worker
@@ -365,17 +388,16 @@ class InitOptimizerStateTest(unittest.TestCase):
 
 @unittest.skipUnless(not TORCH_MISSING and torch.cuda.is_available(), "torch sees no CUDA device")
 class CudaWorkerStateTest(unittest.TestCase):
-    def cuda_worker(self) -> Tuple["TinyTrainer", "TinyTrainer", "Worker", FakeStates]:
+    def cuda_worker(self) -> Tuple["TinyTrainer", "TinyTrainer", "Worker", AgentCopies]:
         """A CUDA trainer served by a worker (state shared, released at cleanup) and an untouched twin."""
         trainer = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
         twin = TinyTrainer(rank=0, seed=9, hidden=512, device="cuda")
-        worker, fake = worker_for(trainer)
-        worker.state.share()
+        worker, agent = worker_for(trainer)
         self.addCleanup(worker.state.release)
-        return trainer, twin, worker, fake
+        return trainer, twin, worker, agent
 
     def test_release_gives_device_memory_back_and_onload_trains_on_identically(self) -> None:
-        trainer, twin, worker, fake = self.cuda_worker()
+        trainer, twin, worker, agent = self.cuda_worker()
         cuda_bytes = sum(e.key.nbytes for e in worker.state.entries if e.device.type == "cuda")
         cpu_names = {e.name for e in worker.state.entries if e.device.type == "cpu"}
         self.assertEqual({n for n in cpu_names if not n.startswith("optim.step:")}, {"buffer:step"},
@@ -384,20 +406,23 @@ class CudaWorkerStateTest(unittest.TestCase):
             self.assertEqual(ok(worker.handle_event("run", {"requestId": str(k), "name": "train_step", "args": {"step": k}}))["result"],
                              twin.train_step({"step": k}))
         before = torch.cuda.memory_allocated()
-        ok(worker.handle_event("offload", {"requestId": "o", "version": 1, "release": True}))
+        agent.offload(1)
         self.assertLessEqual(torch.cuda.memory_allocated(), before - cuda_bytes)
         self.assertTrue(all(t.numel() == 0 and t.device == trainer.state_tensors()[n].device
                             for n, t in trainer.state_tensors().items()))
-        ok(worker.handle_event("onload", {"requestId": "i", "version": 1}))
-        self.assertEqual(fake.outside_arena, [])
+        reply = agent.onload(1)
+        kinds = {t["name"]: t["memory"]["kind"] for t in reply["result"]["tensors"]}
+        self.assertEqual({n for n, k in kinds.items() if k == "shm"}, cpu_names, "CPU state in shared memory")
+        self.assertEqual(len({t["memory"]["handle"] for t in reply["result"]["tensors"] if t["memory"]["kind"] == "cuda-ipc"}), 1,
+                         "the CUDA state is one allocation: one IPC handle")
         self.assertTrue(all(t.is_cuda for n, t in trainer.state_tensors().items() if n not in cpu_names))
         for k in range(2, 7):
             self.assertEqual(ok(worker.handle_event("run", {"requestId": str(k), "name": "train_step", "args": {"step": k}}))["result"],
                              twin.train_step({"step": k}))
 
-    def test_an_onload_without_room_on_the_device_is_device_full_and_allocates_nothing(self) -> None:
-        _, twin, worker, _ = self.cuda_worker()
-        ok(worker.handle_event("offload", {"requestId": "o", "version": 1, "release": True}))
+    def test_an_allocate_without_room_on_the_device_is_device_full_and_allocates_nothing(self) -> None:
+        _, twin, worker, agent = self.cuda_worker()
+        agent.offload(1)
         hogs = []  # another job's memory: the device is full
         for size in (1 << 30, 1 << 24, 1 << 20):
             while True:
@@ -406,13 +431,13 @@ class CudaWorkerStateTest(unittest.TestCase):
                 except torch.cuda.OutOfMemoryError:
                     break
         allocated = torch.cuda.memory_allocated()
-        reply = worker.handle_event("onload", {"requestId": "i", "version": 1})
+        reply = worker.handle_event("allocate", {"requestId": "i"})
         self.assertEqual(reply["error"]["code"], "ERR_DEVICE_FULL")  # type: ignore[index]
-        self.assertTrue(worker.state.released, "still released: the onload comes again once there is room")
+        self.assertTrue(worker.state.released, "still released: the allocate comes again once there is room")
         self.assertEqual(torch.cuda.memory_allocated(), allocated, "nothing of the state was allocated")
         hogs.clear()
         torch.cuda.empty_cache()
-        ok(worker.handle_event("onload", {"requestId": "j", "version": 1}))
+        agent.onload(1)
         self.assertEqual(ok(worker.handle_event("run", {"requestId": "r", "name": "train_step", "args": {"step": 0}}))["result"],
                          twin.train_step({"step": 0}))
 
@@ -460,6 +485,9 @@ class FakeAgent:
         self.path = os.path.join(directory, "agent.sock")
         self.store: Dict[str, bytes] = {}
         self.registrations: List[Dict[str, Any]] = []
+        #: Each state tensor's key and where it lives (registration, then each allocate reply).
+        self.keys: Dict[str, Any] = {}
+        self.memory: Dict[str, Dict[str, Any]] = {}
         self.requests: List[str] = []
         self.events: "queue.Queue[Optional[Tuple[str, Dict[str, Any]]]]" = queue.Queue()
         self.replies: "queue.Queue[Dict[str, Any]]" = queue.Queue()
@@ -493,6 +521,22 @@ class FakeAgent:
         assert reply["requestId"] == data["requestId"], (reply, data)
         return reply
 
+    def offload(self, version: int, request_id: str) -> Dict[str, Any]:
+        """As the agent switches a worker out: copy its state out of the memory it named, then ``release``."""
+        for name, spec in self.memory.items():
+            key = self.keys[name]
+            self.store[key.with_version(version).text] = _shm_read(spec, key.nbytes)
+        return self.send("release", {"requestId": request_id})
+
+    def onload(self, version: int, request_id: str) -> Dict[str, Any]:
+        """As the agent switches a worker in: ``allocate``, then copy the stored version into the memory named."""
+        reply = self.send("allocate", {"requestId": request_id})
+        if reply["ok"]:
+            self.memory = {t["name"]: t["memory"] for t in reply["result"]["tensors"]}
+            for name, spec in self.memory.items():
+                _shm_write(spec, self.store[self.keys[name].with_version(version).text])
+        return reply
+
     def _route(self, h: BaseHTTPRequestHandler, method: str) -> None:
         self.requests.append(f"{method} {h.path}")
         length = int(h.headers.get("content-length") or 0)
@@ -503,6 +547,8 @@ class FakeAgent:
                 key = parse_key(t["key"])
                 assert key.version == 0 and t["memory"]["kind"] == "shm", t
                 self.store[key.text] = _shm_read(t["memory"], key.nbytes)
+                self.keys[t["name"]] = key
+                self.memory[t["name"]] = t["memory"]
             self.registrations.append(body)
             self._answer(h, 200, {"workerId": self.WORKER_ID, "job": body["job"], "rank": body["rank"], "gpu": body["gpu"],
                                   "node": "fake-node", "stored": None})
@@ -524,20 +570,6 @@ class FakeAgent:
         elif (method, h.path) == ("DELETE", w):
             self.events.put(None)  # the agent closes the stream of a deregistered worker
             self._answer(h, 200, {})
-        elif (method, h.path) == ("POST", "/v1/state/offload"):
-            results = []
-            for t in body["tensors"]:
-                key = parse_key(t["key"])
-                self.store[key.text] = _shm_read(t["source"], key.nbytes)
-                results.append({"key": key.text, "tier": "host", "deduplicated": False, "durable": False})
-            self._answer(h, 200, {"results": results})
-        elif (method, h.path) == ("POST", "/v1/state/onload"):
-            for t in body["tensors"]:
-                if t["key"] not in self.store:
-                    return self._answer(h, 404, {"error": {"code": "ERR_KEY_NOT_FOUND", "message": t["key"]}})
-            for t in body["tensors"]:
-                _shm_write(t["target"], self.store[t["key"]])
-            self._answer(h, 200, {"results": [{"key": t["key"], "fromTier": "host"} for t in body["tensors"]]})
         else:
             self._answer(h, 404, {"error": {"code": "ERR_NOT_FOUND", "message": f"{method} {h.path}"}})
 
@@ -599,16 +631,17 @@ class ServeTest(unittest.TestCase):
         reply = self.agent.send("run", {"requestId": "q1", "opId": "s0", "name": "train_step", "args": {"step": 0}})
         self.assertEqual((reply["ok"], reply["result"]), (True, expected[0]))
         self.assertEqual(set(reply), {"requestId", "ok", "result", "startedAtMs", "durationMs"})
-        self.assertEqual(self.agent.send("offload", {"requestId": "q2", "version": 1, "release": True}), {"requestId": "q2", "ok": True})
+        self.assertEqual(self.agent.offload(1, "q2"), {"requestId": "q2", "ok": True})
         self.assertTrue(all(t.numel() == 0 for t in trainer.state_tensors().values()))
         self.assertFalse(os.path.exists(f"/dev/shm/{shm_names.pop()}"), "the released arena is unlinked")
-        self.assertEqual(self.agent.send("onload", {"requestId": "q3", "version": 1}), {"requestId": "q3", "ok": True})
+        reply = self.agent.onload(1, "q3")
+        self.assertEqual((reply["requestId"], reply["ok"], set(reply["result"])), ("q3", True, {"tensors"}))
         for k in (1, 2):
             reply = self.agent.send("run", {"requestId": f"s{k}", "name": "train_step", "args": {"step": k}})
             self.assertEqual(reply["result"], expected[k])
         # A rollback to version 0 (the registration) and on again from there.
         self.agent.send("release", {"requestId": "q4"})
-        self.assertEqual(self.agent.send("onload", {"requestId": "q5", "version": 0})["ok"], True)
+        self.assertEqual(self.agent.onload(0, "q5")["ok"], True)
         self.assertEqual(self.agent.send("run", {"requestId": "q6", "name": "status"})["result"], {"step": 0})
         for k in range(4):
             reply = self.agent.send("run", {"requestId": f"t{k}", "name": "train_step", "args": {"step": k}})
