@@ -581,7 +581,9 @@ class Worker:
         if placement.staged:
             raise RuntimeError("a CPU state tensor is outside the shared-memory arena")
         self._shared = placement
-        return [{"name": e.name, "memory": spec.to_json()} for e, (_, spec) in zip(self.state.entries, placement.specs)]
+        # No IPC event: the worker answers only once its devices finished the work queued on the state.
+        return [{"name": e.name, "memory": {k: v for k, v in spec.to_json().items() if k != "event"}}
+                for e, (_, spec) in zip(self.state.entries, placement.specs)]
 
     def _unshare_memory(self) -> None:
         if self._shared is not None:
