@@ -158,7 +158,7 @@ interface Live extends WorkerRecord {
   /** Resolved when it attaches or is removed. */
   attachedOrGone: Promise<void>
   settle(): void
-  pending: Map<string, { resolve(r: WorkerReply): void, reject(e: AgentError): void }>
+  pending: Map<string, { type: WorkerEvent, resolve(r: WorkerReply): void, reject(e: AgentError): void }>
   attachTimer: NodeJS.Timeout | undefined
   gone: boolean
   /** Closes the CUDA IPC handles of `memory` the agent keeps open. */
@@ -316,7 +316,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       if (b === null || typeof b !== 'object' || typeof b.requestId !== 'string' || typeof b.ok !== 'boolean') throw new AgentError('ERR_BAD_REQUEST', 'a reply is { requestId, ok, result? | error? }')
       const p = w.pending.get(b.requestId)
       if (p === undefined) throw new AgentError('ERR_NOT_FOUND', `worker ${id} has no pending request ${b.requestId}`)
-      if (b.ok) {
+      if (b.ok && p.type === 'run') { // an operation's result is small JSON; an allocate reply is bounded by its schema
         const bytes = b.result === undefined ? 0 : Buffer.byteLength(JSON.stringify(b.result) ?? '')
         if (bytes > maxOpJsonBytes) {
           w.pending.delete(b.requestId)
@@ -333,7 +333,7 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       if (w.gone || w.send === null) return Promise.reject(new AgentError('ERR_WORKER_LOST', `rank ${w.rank} of job ${w.job} has no live worker here`, { details: { job: w.job, rank: w.rank, node: options.selfPeerId } }))
       const requestId = randomUUID()
       return new Promise<WorkerReply>((resolve, reject) => {
-        w.pending.set(requestId, { resolve, reject })
+        w.pending.set(requestId, { type, resolve, reject })
         w.send!(type, { requestId, ...data })
       })
     },

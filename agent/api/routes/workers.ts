@@ -73,7 +73,7 @@ export function registerWorkersRoutes (app: FastifyInstance, source: WorkersSour
 
   app.get<{ Params: { id: string } }>('/v1/workers/:id/events', {
     schema: {
-      summary: 'The worker\'s events (offload, onload, release, run, stop) as server-sent events; closing the stream is the worker\'s death',
+      summary: 'The worker\'s events (allocate, release, run, stop) as server-sent events; closing the stream is the worker\'s death',
       params: IdParams,
       response: { 200: { description: 'text/event-stream', content: { 'text/event-stream': { schema: Type.Unknown() } } }, ...errorResponses },
     },

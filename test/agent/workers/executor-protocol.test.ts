@@ -136,7 +136,7 @@ function cluster () {
   }
   /** Submits operation `opId` (`step`) of a job to the leader's scheduler. */
   const step = async (jobId: string, opId: string) => await scheduler.submit({ job: jobId, opId, name: 'step' })
-  return { scheduler, nodes, keys, faults, log, startWorker, events, step }
+  return { scheduler, nodes, keys, memory, faults, log, startWorker, events, step }
 }
 
 t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
@@ -264,4 +264,24 @@ t.test('an allocate reply that does not name every state tensor once is refused 
   registry.forgetMemory(w)
   t.equal(w.memory, null, 'forgotten before the worker frees it')
   await t.rejects(registry.copyOut(w, 9), { code: 'ERR_STATE_MISMATCH', message: /holds no memory/ }, 'nothing is copied out of memory the agent let go of')
+})
+
+t.test('an allocate reply for a large state is not held to the 64 KiB of an operation result', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  const registry = c.nodes.get('A')!.registry
+  // A 70B model's rank: ~800 tensors, each with two optimizer states.
+  const names = Array.from({ length: 2400 }, (_, i) => `optim.exp_avg_sq:model.layers.${i}.mlp.down_proj.weight`)
+  const shm = (i: number): unknown => ({ kind: 'shm', name: `agentd-test-big-${i}`, offset: 0 })
+  for (let i = 0; i < names.length; i++) c.memory.set(`agentd-test-big-${i}`, { counter: 0, worker: 'k/0', offloadMs: 0 })
+  const answer = await registry.register({ job: 'k', rank: 0, gpu: 0, ops: ['step'], tensors: names.map((name, i) => ({ name, key: `k/r0/t${i}:param@[0]/[1]:f32#v0`, memory: shm(i) })) }, 7)
+  c.nodes.get('A')!.registry.attach(answer.workerId, (type, data) => {
+    const { requestId } = data as { requestId: string }
+    registry.reply(answer.workerId, { requestId, ok: true, result: { tensors: names.map((name, i) => ({ name, memory: shm(i + 10_000) })) } })
+  })
+  const w = registry.live('k', 0)!
+  const reply = await registry.request(w, 'allocate', {})
+  t.ok(Buffer.byteLength(JSON.stringify(reply.result)) > 64 * 1024, 'the reply is larger than an operation result may be')
+  registry.adoptMemory(w, reply.result)
+  t.same(w.memory![2399], shm(12_399), 'and adopted whole')
 })
