@@ -13,7 +13,6 @@ import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pino from 'pino'
 import { AgentError } from '../../../core/errors.ts'
-import { formatKey, parseKey } from '../../../agent/state/keys.ts'
 import { createWorkerRegistry, type WorkerRegistry } from '../../../agent/workers/worker-registry.ts'
 import { createNodeExecutor, type NodeExecutor } from '../../../agent/workers/node-executor.ts'
 import { createOpScheduler } from '../../../mesh/control/jobs/op-scheduler.ts'
@@ -275,7 +274,7 @@ t.test('an allocate reply for a large state is not held to the 64 KiB of an oper
   const shm = (i: number): unknown => ({ kind: 'shm', name: `agentd-test-big-${i}`, offset: 0 })
   for (let i = 0; i < names.length; i++) c.memory.set(`agentd-test-big-${i}`, { counter: 0, worker: 'k/0', offloadMs: 0 })
   const answer = await registry.register({ job: 'k', rank: 0, gpu: 0, ops: ['step'], tensors: names.map((name, i) => ({ name, key: `k/r0/t${i}:param@[0]/[1]:f32#v0`, memory: shm(i) })) }, 7)
-  c.nodes.get('A')!.registry.attach(answer.workerId, (type, data) => {
+  registry.attach(answer.workerId, (_type, data) => {
     const { requestId } = data as { requestId: string }
     registry.reply(answer.workerId, { requestId, ok: true, result: { tensors: names.map((name, i) => ({ name, memory: shm(i + 10_000) })) } })
   })
