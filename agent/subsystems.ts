@@ -169,8 +169,10 @@ export function createSubsystemRunner<H> (specs: ReadonlyArray<SubsystemSpec<H>>
     stopping ??= (async () => {
       for (const { id, subsystem } of started.reverse()) {
         published.delete(id)
+        const t0 = performance.now()
         try {
           await subsystem.stop()
+          logger.debug({ subsystem: id, stopMs: Math.round(performance.now() - t0) }, 'subsystem stopped')
         } catch (err) {
           logger.error({ subsystem: id, err }, 'subsystem stop failed')
         }

@@ -95,7 +95,27 @@ export function loadConfig (layers: ConfigLayers): LoadedConfig {
   validateWeightsConfig((config as AgentConfig).weights)
   validateMetricsConfig((config as AgentConfig).metrics)
   checkFaultInjectionAllowed(config as AgentConfig, dev, origins)
+  checkShutdownGrace(config as AgentConfig, origins)
   return { config: config as AgentConfig, dev, configFile, origins }
+}
+
+/** What a graceful stop needs besides waiting for the reward workers to exit (closing the API, the mesh, the state). */
+export const shutdownMarginMs = 2000
+
+/**
+ * A graceful stop waits for the reward workers' exits, and a worker asked to
+ * stop may take reward.workerStopGraceMs before it is killed: a shutdown
+ * grace no longer than that forced every stop with live workers to exit
+ * with "graceful stop took too long".
+ */
+export function checkShutdownGrace (config: AgentConfig, origins: Map<string, string>): void {
+  const need = config.reward.workerStopGraceMs + shutdownMarginMs
+  if (config.shutdown.graceMs >= need) return
+  throw configError([{
+    key: 'shutdown.graceMs',
+    origin: originOf(origins, ['shutdown', 'graceMs']),
+    message: `${config.shutdown.graceMs} ms is too short: a graceful stop waits up to reward.workerStopGraceMs (${config.reward.workerStopGraceMs} ms, ${originOf(origins, ['reward', 'workerStopGraceMs'])}) for the reward workers to exit, so it needs at least ${need} ms`,
+  }])
 }
 
 /**

@@ -86,7 +86,7 @@ export const ShutdownSection = Type.Object({
   graceMs: Type.Integer({
     minimum: 100,
     maximum: 600_000,
-    description: 'How long a graceful stop (SIGTERM/SIGINT) may take before the agent forces exit, in milliseconds. Default: 10000.',
+    description: 'How long a graceful stop (SIGTERM/SIGINT) may take before the agent forces exit, in milliseconds; at least reward.workerStopGraceMs + 2000 (the stop waits for the reward workers). Default: 10000.',
   }),
 }, { additionalProperties: false })
 
@@ -143,6 +143,5 @@ export function devConfig (hostname: string, stateDir: string): AgentConfig {
     election: { ...devElectionConfig },
     state: devStateConfig(stateDir),
     weights: { ...devWeightsConfig },
-    shutdown: { graceMs: 5_000 },
   }
 }

@@ -115,6 +115,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
   const unfetchedResultRetentionMs = options.unfetchedResultRetentionMs ?? 3_600_000
   let leaderChanged = false
   let signal: AbortSignal = AbortSignal.abort()
+  let stopCollecting = (): void => {}
   let loop: Promise<void> | undefined
   let wakeLoop: (() => void) | undefined
   const awaitWaitMs = options.awaitWaitMs ?? 1000
@@ -262,10 +263,16 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
   return {
     start (o) {
-      signal = o.signal
+      // stop() ends the collector at once, also while the agent's own signal is not aborted yet: a
+      // long poll of the leader (which may be stopping too) would otherwise hold the agent's stop.
+      const collecting = new AbortController()
+      stopCollecting = () => collecting.abort()
+      o.signal.addEventListener('abort', stopCollecting, { once: true })
+      signal = collecting.signal
       loop = collect().catch(err => log.error({ err }, 'reward result collector stopped'))
     },
     async stop () {
+      stopCollecting()
       wakeLoop?.()
       await loop
     },

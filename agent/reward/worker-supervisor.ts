@@ -115,7 +115,8 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
   }
 
   const reportLost = (slot: Slot, why: string): void => {
-    components.callLeader('reward.worker-lost', { node: components.selfId, workerId: slot.workerId, why }, { timeoutMs: 10_000 })
+    // While the agent stops, one short try: a leader that is stopping too (or gone) must not hold the exit.
+    components.callLeader('reward.worker-lost', { node: components.selfId, workerId: slot.workerId, why }, { timeoutMs: stopping ? 1000 : 10_000 })
       .catch(err => log.warn({ err: (err as Error).message, workerId: slot.workerId }, 'could not report a lost worker (the lease check will)'))
   }
 

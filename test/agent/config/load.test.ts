@@ -149,3 +149,13 @@ t.test('fault injection: only on a --dev agent whose socket no other uid reaches
   writeFileSync(file, '[election]\nfaultInjection = true\n')
   t.match(refused({ ...base, configFile: file }), new RegExp(`^file ${file}: .*here the agent is not a --dev agent, and api\\.socketMode 0660 \\(defaults\\) lets the socket's group call the agent$`))
 })
+
+t.test('the shutdown grace outlasts the reward workers\' stop grace (issue 27, item 8)', async t => {
+  for (const devStateDir of [undefined, '/tmp/x']) {
+    const { config } = loadConfig({ ...base, ...(devStateDir !== undefined ? { devStateDir } : {}) })
+    t.ok(config.shutdown.graceMs >= config.reward.workerStopGraceMs + 2000, `${devStateDir !== undefined ? 'dev' : 'default'}: ${config.shutdown.graceMs} ms against ${config.reward.workerStopGraceMs} ms`)
+  }
+  const [issue] = issuesOf(() => loadConfig({ ...base, flags: [setFlagAssignment('reward.workerStopGraceMs=30000')] }))
+  t.match(issue, { key: 'shutdown.graceMs', origin: 'default', message: /10000 ms is too short: .*reward\.workerStopGraceMs \(30000 ms, flag --set reward\.workerStopGraceMs\).* at least 32000 ms/ })
+  t.doesNotThrow(() => loadConfig({ ...base, flags: [setFlagAssignment('reward.workerStopGraceMs=30000'), setFlagAssignment('shutdown.graceMs=32000')] }))
+})
