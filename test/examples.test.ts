@@ -61,3 +61,21 @@ t.test('examples/live-job.json with examples/worker.py on a dev agent', { skip }
   t.equal(top.code, 0, top.stderr)
   t.match(top.stdout, /demo/)
 })
+
+t.test('examples/reward_trainer.py against a dev agent whose stage runs the example reward worker (README "Reward service")', async t => {
+  const stages = [{ name: 'verify', resource: 'cpu', command: [python, join(repoRoot, 'agent/reward/examples/reward-worker.py')], coresPerWorker: 1, timeoutMs: 30_000 }]
+  const agent = await spawnAgent(t, { env: { AGENTD_REWARD_STAGES: JSON.stringify(stages), AGENTD_REWARD_CPU_CORES: '2' } })
+  const run = spawn(python, [example('reward_trainer.py'), '--socket', agent.socketPath, '--batches', '2', '--size', '8', '--stage-ms', '300', '--cancel-last'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  t.teardown(() => { if (run.exitCode === null) run.kill('SIGKILL') })
+  let out = ''; let err = ''
+  run.stdout!.on('data', (c: Buffer) => { out += c.toString() })
+  run.stderr!.on('data', (c: Buffer) => { err += c.toString() })
+  const code = await new Promise<number | null>(resolve => run.once('exit', resolve))
+  t.equal(code, 0, err)
+  t.match(out, /^batch 0: 8 results \(ok 8\), mean reward of the ok ones 0\.41, in [\d.]+ s$/m, 'a batch: every result, the rewards the payloads asked for')
+  const cancelled = /^batch 1: cancelled after \d+ results: (\d+) requests cancelled, (\d+) had finished$/m.exec(out)
+  t.ok(cancelled !== null && Number(cancelled[1]) >= 1 && Number(cancelled[1]) + Number(cancelled[2]) === 8, `the last batch given up: ${cancelled?.[0]}`)
+  t.match(out, /^batch 1: 8 results \(cancelled \d+, ok \d+\)/m, 'each of its requests ended, cancelled or ok')
+  const status = await agent.client.rewardStatus()
+  t.match(status.tasks, [{ task: 'math', activeBatches: 0, completedBatches: 2, historyRequests: 8 }], 'both batches ended; the cancelled one is not the planner\'s history')
+})

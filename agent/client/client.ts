@@ -14,7 +14,7 @@ import type { AcquireGpuResult, GpuLockStreamEvent, LocksBody, ReleaseGpuResult 
 import type { PublishBody, PullBody, PullResult, RegionBody, RetireBody, VersionList, WeightsManifest, WeightsRegion } from '../api/wire/weights.ts'
 import type { JobCompleteAnswer, JobSubmitAnswer, JobsView } from '../api/wire/jobs.ts'
 import type { JobsTop, OpAnswer, WorkersList } from '../api/wire/workers.ts'
-import type { BatchStartRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
+import type { BatchStartRequest, CancelAnswer, CancelRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
 
 export type { GpuLockStreamEvent }
 
@@ -104,6 +104,8 @@ export interface AgentClient {
   rewardSubmit(body: SubmitRequest, options?: RequestOptions): Promise<RewardSubmitAnswer>
   /** A request's result, long-polling up to waitMs (GET /v1/reward/requests/:id). */
   rewardResult(requestId: string, waitMs?: number, options?: RequestOptions): Promise<RewardResultAnswer>
+  /** Cancels a batch, or some of its requests (POST /v1/reward/cancel). */
+  rewardCancel(body: CancelRequest, options?: RequestOptions): Promise<CancelAnswer>
   /** The reward service from the leader, plus this agent's workers (GET /v1/reward/status). */
   rewardStatus(options?: RequestOptions): Promise<RewardStatusBody>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
@@ -238,6 +240,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     rewardBatchStart: (body, o) => call('POST', '/v1/reward/batches', body, o),
     rewardSubmit: (body, o) => call('POST', '/v1/reward/requests', body, o),
     rewardResult: (id, waitMs = 0, o = {}) => call('GET', `/v1/reward/requests/${encodeURIComponent(id)}?waitMs=${waitMs}`, undefined, { idleTimeoutMs: waitMs + timeoutMs, ...o }),
+    rewardCancel: (body, o) => call('POST', '/v1/reward/cancel', body, o),
     rewardStatus: o => call('GET', '/v1/reward/status', undefined, o),
   }
 }

@@ -11,7 +11,7 @@ import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { validateRewardConfig, type RewardConfig } from '../../mesh/control/reward/reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
 import { createWorkerSupervisor, type WorkerInfo, type WorkerSupervisor } from './worker-supervisor.ts'
-import type { RewardLease, RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
+import type { CancelAnswer, RewardLease, RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
 
 export interface RewardServiceOptions {
   config: RewardConfig
@@ -39,6 +39,8 @@ export interface RewardService {
   stop(): Promise<void>
   batchStart(body: unknown): Promise<unknown>
   submit(body: unknown): Promise<SubmitAnswer>
+  /** The trainer cancels a batch or some of its requests (reward-submitter.ts). */
+  cancel(body: unknown): Promise<CancelAnswer>
   result(requestId: string, waitMs: number, signal?: AbortSignal): Promise<ResultAnswer>
   /** The leader's view of the reward service (asked of the acting leader; `options.timeoutMs` bounds the wait) and this agent's. */
   status(options?: LeaderCallOptions): Promise<RewardStatus & { local: RewardLocalView }>
@@ -56,6 +58,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
     maxPendingRequests: config.maxPendingRequests,
     resultRetentionMs: config.resultRetentionMs,
     unfetchedResultRetentionMs: config.unfetchedResultRetentionMs,
+    abandonedBatchMs: config.abandonedBatchMs,
     timeoutReward: config.timeoutReward,
   }, { logger: components.logger, callLeader: (m, b, o) => leader.callLeader(m, b, o) })
   const supervisor: WorkerSupervisor = createWorkerSupervisor({
@@ -116,6 +119,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
     },
     batchStart: body => submitter.batchStart(body),
     submit: body => submitter.submit(body),
+    cancel: body => submitter.cancel(body),
     result: (id, waitMs, signal) => submitter.result(id, waitMs, signal),
     async status (callOptions) {
       const cluster = await leader.callLeader('reward.status', {}, callOptions) as RewardStatus

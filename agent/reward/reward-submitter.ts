@@ -33,12 +33,21 @@
  * `results`, at the first decision of every new epoch: leaderChanged()).
  * Only the death of both before the trainer fetched loses a result (the
  * trainer's resubmission then runs the request again).
+ *
+ * Cancellation and abandonment: cancel() cancels a batch or some of its
+ * requests at the leader and ends them here as `cancelled` at once (so no
+ * later leader is sent them again). A batch whose trainer has not touched it
+ * through this agent (a hint, a submit, a result fetch of one of its
+ * requests) for abandonedBatchMs is abandoned: its requests still pending
+ * here are cancelled the same way, with a message saying so.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
-import { BatchStartBody, SubmitBody, requestDigest, validatorOf, type LeaderSubmitRequest, type RewardResult, type SubmitRequest } from '../../mesh/control/reward/reward-messages.ts'
+import {
+  BatchStartBody, CancelBody, SubmitBody, requestDigest, validatorOf, type CancelAnswer, type CancelRequest, type LeaderSubmitRequest, type RewardResult, type SubmitRequest,
+} from '../../mesh/control/reward/reward-messages.ts'
 import type { RewardResultAnswer as ResultAnswer, RewardSubmitAnswer as SubmitAnswer } from '../api/wire/reward.ts'
 
 export interface RewardSubmitterOptions {
@@ -52,6 +61,8 @@ export interface RewardSubmitterOptions {
   timeoutReward: number
   /** Long-poll of one collector round, ms. Default 1000. */
   awaitWaitMs?: number
+  /** A batch untouched by its trainer this long has its pending requests cancelled, ms. Default 3600000. */
+  abandonedBatchMs?: number
 }
 
 export interface RewardSubmitterComponents {
@@ -75,6 +86,8 @@ export interface RewardSubmitter {
   leaderChanged(): void
   /** Requests held here: pending (no result yet) and done. */
   counts(): { pending: number, done: number }
+  /** Cancels a batch or some of its requests (CancelBody) at the leader and here. */
+  cancel(body: unknown): Promise<CancelAnswer>
 }
 
 interface Entry {
@@ -99,6 +112,7 @@ interface ResyncBatch { task: string, batch: number, size: number, doneIds: stri
 
 const validateSubmit = validatorOf(SubmitBody, 'reward request')
 const validateBatchStart = validatorOf(BatchStartBody, 'batch-start hint')
+const validateCancel = validatorOf(CancelBody, 'cancellation')
 const maxIdsPerAwait = 10_000
 const retryDelayMs = 200
 
@@ -119,7 +133,41 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
   let loop: Promise<void> | undefined
   let wakeLoop: (() => void) | undefined
   const awaitWaitMs = options.awaitWaitMs ?? 1000
+  const abandonedBatchMs = options.abandonedBatchMs ?? 3_600_000
   const key = (task: string, batch: number): string => `${task}#${batch}`
+  /** When the trainer last touched each batch through this agent (hint, submit, result fetch), performance.now(). */
+  const batchTouched = new Map<string, number>()
+  const touch = (task: string, batch: number): void => { batchTouched.set(key(task, batch), performance.now()) }
+
+  /** Ends the batch's requests pending here (those in `ids`, or all) as cancelled; their ids. */
+  const cancelHere = (b: CancelRequest, why: string): string[] => {
+    const listed = b.requestIds !== undefined ? new Set(b.requestIds) : undefined
+    const ended: string[] = []
+    for (const [id, e] of entries) {
+      if (e.result !== undefined || e.body.task !== b.task || e.body.batch !== b.batch || (listed !== undefined && !listed.has(id))) continue
+      store({ requestId: id, task: b.task, batch: b.batch, status: 'cancelled', reward: options.timeoutReward, message: why, stageS: [] }, true)
+      ended.push(id)
+    }
+    return ended
+  }
+
+  /** Batches untouched for abandonedBatchMs with requests still pending here: cancelled at the leader (best effort) and here. */
+  const abandon = async (): Promise<void> => {
+    const now = performance.now()
+    const stale = new Map<string, CancelRequest>()
+    for (const [id, e] of entries) {
+      const k = key(e.body.task, e.body.batch)
+      if (e.result !== undefined || now - (batchTouched.get(k) ?? e.submittedMs) <= abandonedBatchMs) continue
+      const b = stale.get(k) ?? { task: e.body.task, batch: e.body.batch, requestIds: [] }
+      if (b.requestIds!.length < maxIdsPerAwait) b.requestIds!.push(id)
+      stale.set(k, b)
+    }
+    for (const b of stale.values()) {
+      await components.callLeader('reward.cancel', b).catch(err => log.warn({ task: b.task, batch: b.batch, err: (err as Error).message }, 'cancelling an abandoned reward batch at the leader failed (its requests end here anyway)'))
+      const ended = cancelHere(b, `abandoned: its trainer did not touch batch ${b.batch} of task ${b.task} through this agent for ${Math.round(abandonedBatchMs / 1000)} s (reward.abandonedBatchMs)`)
+      log.warn({ task: b.task, batch: b.batch, requests: ended.length }, 'abandoned reward requests cancelled')
+    }
+  }
 
   const pendingIds = (): string[] => {
     const ids: string[] = []
@@ -221,6 +269,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       const ack: string[] = []
       for (const [id, e] of entries) if (e.unacked && ack.length < maxIdsPerAwait) ack.push(id)
       forget()
+      await abandon()
       const undeposited = [...entries.values()].some(e => e.result !== undefined && e.fetchedMs === undefined && !e.deposited)
       if (undeposited) {
         try {
@@ -259,6 +308,16 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       if (e.fetchedMs !== undefined ? !e.unacked && now - e.fetchedMs > options.resultRetentionMs : now - e.storedMs > unfetchedResultRetentionMs) entries.delete(id)
     }
     for (const [id, f] of fetchedElsewhere) if (now - f.fetchedMs > options.resultRetentionMs) fetchedElsewhere.delete(id)
+    // A batch's size, start and last touch are needed while it has requests here, or may get some.
+    const held = new Set<string>()
+    for (const e of entries.values()) held.add(key(e.body.task, e.body.batch))
+    const idleMs = Math.max(abandonedBatchMs, unfetchedResultRetentionMs)
+    for (const k of new Set([...batchSizes.keys(), ...batchStarts.keys(), ...batchTouched.keys()])) {
+      if (held.has(k) || now - (batchTouched.get(k) ?? batchStarts.get(k) ?? 0) <= idleMs) continue
+      batchSizes.delete(k)
+      batchStarts.delete(k)
+      batchTouched.delete(k)
+    }
   }
 
   return {
@@ -284,6 +343,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
     async batchStart (body) {
       const b = validateBatchStart.parse(body)
+      touch(b.task, b.batch)
       const sentMs = performance.now()
       const answer = await components.callLeader('reward.batch-start', b)
       noteBatch(b.task, b.batch, b.size, sentMs)
@@ -292,6 +352,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
     async submit (body) {
       const b = validateSubmit.parse(body)
+      touch(b.task, b.batch)
       const digest = requestDigest(b)
       const known = entries.get(b.requestId)
       if (known !== undefined) {
@@ -311,6 +372,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
 
     async result (requestId, waitMs, callerSignal) {
       const e = entries.get(requestId)
+      if (e !== undefined) touch(e.body.task, e.body.batch)
       if (e === undefined) {
         const fetched = fetchedElsewhere.get(requestId)
         if (fetched !== undefined) return { requestId, state: 'done', result: fetched.result }
@@ -336,6 +398,24 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
         wakeLoop?.()
       }
       return { requestId, state: 'done', result: e.result }
+    },
+
+    async cancel (body) {
+      const b = validateCancel.parse(body)
+      touch(b.task, b.batch)
+      let answer: CancelAnswer
+      try {
+        answer = await components.callLeader('reward.cancel', b) as CancelAnswer
+      } catch (err) {
+        // A batch the leader does not know may still be pending here (a leader change): end it here.
+        if (!(err instanceof AgentError && err.code === 'ERR_NOT_FOUND')) throw err
+        const ended = cancelHere(b, 'cancelled by the trainer')
+        if (ended.length === 0) throw err
+        return { cancelled: ended, finished: [], unknown: (b.requestIds ?? []).filter(id => !ended.includes(id)) }
+      }
+      cancelHere(b, 'cancelled by the trainer')
+      wakeLoop?.()
+      return answer
     },
 
     counts () {

@@ -17,6 +17,7 @@ import { locksCommand } from './locks.ts'
 import { meshCommand } from './mesh.ts'
 import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
+import { rewardCancelCommand } from './reward-cancel.ts'
 import { rewardStatusCommand } from './reward-status.ts'
 import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
@@ -57,4 +58,5 @@ export const commands: Record<string, Command> = {
   'jobs op': jobsOpCommand,
   'jobs top': jobsTopCommand,
   'reward status': rewardStatusCommand,
+  'reward cancel': rewardCancelCommand,
 }

@@ -5,6 +5,7 @@
  *   POST /v1/reward/requests            submit { task, batch, requestId, payload, batchSize? }; answers once the leader holds it
  *                                       (with `result` when the request is already done: a resubmission, through any agent)
  *   GET  /v1/reward/requests/:id        the result (?waitMs= long-polls up to 20 s); state pending or done; through any agent
+ *   POST /v1/reward/cancel              cancel { task, batch, requestIds? }: the batch, or those requests, end as cancelled
  *   GET  /v1/reward/status              tasks, batches in flight, queues per stage, workers per stage per node
  *   POST /v1/reward/work/fetch          a supervised worker takes a request of its stage (long-poll)
  *   POST /v1/reward/work/complete       ... and posts its reward, output or error
@@ -13,7 +14,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { RewardService } from '../../reward/reward-service.ts'
-import { BatchStartBody, CompleteBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
+import { BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
 import { errorResponses } from '../wire/errors.ts'
 
 export interface RewardSource {
@@ -55,6 +56,14 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
       response: errorResponses,
     },
   }, async (request, reply) => await service().result(request.params.id, request.query.waitMs ?? 0, hangUp(reply)))
+
+  app.post<{ Body: Static<typeof CancelBody> }>('/v1/reward/cancel', {
+    schema: {
+      summary: 'Cancel a batch (every request of it not done yet; the batch ends) or some of its requests: they end with status cancelled',
+      body: CancelBody,
+      response: { 200: CancelAnswerSchema, ...errorResponses, ...conflict },
+    },
+  }, async request => await service().cancel(request.body))
 
   app.get('/v1/reward/status', {
     schema: { summary: 'The reward service: tasks, batches in flight, queue lengths per stage, workers per stage per node', response: errorResponses },

@@ -8,8 +8,8 @@ import { Type, type Static } from '@sinclair/typebox'
 import { RewardResultBody, WorkerId, type RewardResult, type RewardStatus } from '../../../mesh/control/reward/reward-messages.ts'
 
 export {
-  BatchStartBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId,
-  type BatchStartRequest, type CompleteRequest, type RewardLease, type RewardResult, type RewardStatus, type SubmitRequest,
+  BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId,
+  type BatchStartRequest, type CancelAnswer, type CancelRequest, type CompleteRequest, type RewardLease, type RewardResult, type RewardStatus, type SubmitRequest,
 } from '../../../mesh/control/reward/reward-messages.ts'
 
 /** How long a long-poll waits at most, ms. */

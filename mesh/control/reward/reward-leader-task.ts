@@ -194,6 +194,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
       context.handleCalls('reward.submit', async (body, caller) => proxy.submit(body, caller.peerId))
       context.handleCalls('reward.fetch', async body => await proxy.fetch(body, context.signal))
       context.handleCalls('reward.complete', async body => proxy.complete(body))
+      context.handleCalls('reward.cancel', async body => proxy.cancel(body))
       context.handleCalls('reward.heartbeat', async body => {
         const answer = proxy.heartbeat(body)
         const node = (body as { node: string }).node

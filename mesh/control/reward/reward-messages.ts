@@ -62,6 +62,25 @@ export const CompleteBody = Type.Object({
   error: Type.Optional(Type.String({ maxLength: 4096, description: 'the reward function failed on this request: it ends as failed' })),
 }, { additionalProperties: false })
 
+/**
+ * A trainer cancels a batch (no requestIds: every request of it not done yet,
+ * and the batch ends: nothing more of it is expected) or some of its requests.
+ * A cancelled request ends with status `cancelled` and the timeout reward; one
+ * a worker is running is abandoned (the worker's completion is refused).
+ */
+export const CancelBody = Type.Object({
+  task: TaskName,
+  batch: BatchIndex,
+  requestIds: Type.Optional(Type.Array(RequestId, { minItems: 1, maxItems: 10_000, uniqueItems: true, description: 'only these requests (default: the whole batch)' })),
+}, { additionalProperties: false })
+
+export const CancelAnswerSchema = Type.Object({
+  cancelled: Type.Array(Type.String(), { description: 'requests that were pending and are cancelled now' }),
+  finished: Type.Array(Type.String(), { description: 'requests that had a result already (kept: fetch it)' }),
+  unknown: Type.Array(Type.String(), { description: 'requests of the list that the service does not know in this batch' }),
+}, { additionalProperties: false })
+export type CancelAnswer = Static<typeof CancelAnswerSchema>
+
 export const WorkerReport = Type.Object({ workerId: WorkerId, stage: Type.String({ minLength: 1, maxLength: 32 }), pid: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })
 
 export const HeartbeatBody = Type.Object({
@@ -87,7 +106,7 @@ export const RewardResultBody = Type.Object({
   requestId: RequestId,
   task: TaskName,
   batch: BatchIndex,
-  status: Type.Union([Type.Literal('ok'), Type.Literal('timeout'), Type.Literal('failed')]),
+  status: Type.Union([Type.Literal('ok'), Type.Literal('timeout'), Type.Literal('failed'), Type.Literal('cancelled')]),
   reward: Type.Number(),
   output: Type.Optional(Type.Unknown()),
   stage: Type.Optional(Type.String({ maxLength: 32 })),
@@ -127,13 +146,14 @@ export type WorkerLostRequest = Static<typeof WorkerLostBody>
 export type AwaitRequest = Static<typeof AwaitBody>
 export type ResyncRequest = Static<typeof ResyncBody>
 export type ResultRequest = Static<typeof ResultBody>
+export type CancelRequest = Static<typeof CancelBody>
 
-/** How a request ended. `reward` is the timeout reward for timeout and failed. */
+/** How a request ended. `reward` is the timeout reward for timeout, failed and cancelled. */
 export interface RewardResult {
   requestId: string
   task: string
   batch: number
-  status: 'ok' | 'timeout' | 'failed'
+  status: 'ok' | 'timeout' | 'failed' | 'cancelled'
   reward: number
   /** The output the last stage's worker posted with its reward (ok only). */
   output?: unknown

@@ -76,8 +76,8 @@ import type { PlacementNode } from '../../policies/reward-scaling/worker-placeme
 import type { RewardStageSpec } from './reward-config.ts'
 import { stageCost } from './reward-config.ts'
 import {
-  AwaitBody, BatchStartBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResultBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
-  type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
+  AwaitBody, BatchStartBody, CancelBody, CompleteBody, FetchBody, HeartbeatBody, LeaderSubmitBody, ResultBody, ResyncBody, WorkerLostBody, requestDigest, validatorOf,
+  type CancelAnswer, type RewardLease, type RewardResult, type RewardStatus, type RewardWorkersPayload,
 } from './reward-messages.ts'
 
 export interface RewardProxyOptions {
@@ -144,6 +144,13 @@ export interface RewardProxy {
   /** Long-poll: a lease of the worker's stage, or null after waitMs. */
   fetch(body: unknown, signal: AbortSignal): Promise<{ lease: RewardLease | null }>
   complete(body: unknown): { accepted: true }
+  /**
+   * The trainer cancels a batch or some of its requests (CancelBody): those
+   * not done end as `cancelled` (a running one's lease ends; its worker's
+   * completion is refused) and do not count in the planner's history; a whole
+   * batch completes. ERR_NOT_FOUND for a batch this leader does not know.
+   */
+  cancel(body: unknown): CancelAnswer
   heartbeat(body: unknown): { ok: true }
   workerLost(body: unknown): { ok: true }
   /**
@@ -194,6 +201,8 @@ interface Batch {
   completed: boolean
   /** A request of it was submitted to this proxy (its first arrival was a decision point). */
   arrived: boolean
+  /** The trainer cancelled the whole batch: what finished of it is not its task's history. */
+  cancelled: boolean
   lastActivityMs: number
 }
 
@@ -240,6 +249,7 @@ const validators = {
   await: validatorOf(AwaitBody, 'result wait'),
   resync: validatorOf(ResyncBody, 'resync'),
   result: validatorOf(ResultBody, 'result fetch'),
+  cancel: validatorOf(CancelBody, 'cancellation'),
 }
 
 const batchKey = (task: string, batch: number): string => `${task}#${batch}`
@@ -283,7 +293,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     if (completedBatches.has(key)) throw new AgentError('ERR_BAD_REQUEST', `batch ${index} of task ${task} has already completed`)
     const startMs = now()
     const priorityS = priorityOf(task, startMs)
-    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: new Map(), ranHere: false, completed: false, arrived: false, lastActivityMs: startMs }
+    const batch: Batch = { task, index, key, startMs, size, priorityS, requests: new Set(), doneIds: new Set(), known: new Set(), finished: new Map(), ranHere: false, completed: false, arrived: false, cancelled: false, lastActivityMs: startMs }
     batches.set(key, batch)
     log.info({ task, batch: index, size }, 'reward batch started')
     components.onBatchBoundary('batch-start', task, index)
@@ -410,7 +420,8 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     r.lease = undefined
   }
 
-  const finish = (r: ProxyRequest, result: Omit<RewardResult, 'requestId' | 'task' | 'batch' | 'stageS'>): void => {
+  /** Ends a request with `result`; `history`: its timings are the planner's history of its batch (not for a cancelled one). */
+  const finish = (r: ProxyRequest, result: Omit<RewardResult, 'requestId' | 'task' | 'batch' | 'stageS'>, history = true): void => {
     if (r.state === 'queued' && r.queueEntry !== undefined) { queued[r.stage]!--; r.queueEntry = undefined }
     endLease(r)
     r.state = 'done'
@@ -418,7 +429,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     r.result = { requestId: r.id, task: r.batch.task, batch: r.batch.index, ...result, stageS: r.stageMs.map(secondsOf) }
     const batch = r.batch
     batch.doneIds.add(r.id)
-    batch.finished.set(r.id, { arrivedMs: r.arrivedMs, stageS: r.stageMs.map(secondsOf) })
+    if (history) batch.finished.set(r.id, { arrivedMs: r.arrivedMs, stageS: r.stageMs.map(secondsOf) })
     batch.ranHere = true
     batch.lastActivityMs = r.finishedMs
     for (const wake of resultWaiters) wake()
@@ -430,7 +441,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     batches.delete(batch.key)
     completedBatches.set(batch.key, now())
     const previous = history.get(batch.task)
-    if (batch.finished.size > 0 && (batch.ranHere || previous === undefined || batch.index > previous.batch)) {
+    if (!batch.cancelled && batch.finished.size > 0 && (batch.ranHere || previous === undefined || batch.index > previous.batch)) {
       const requests = [...batch.finished.values()].map(f => ({ offsetS: Math.max(0, secondsOf(f.arrivedMs - batch.startMs)), stageS: f.stageS }))
       history.delete(batch.task)
       history.set(batch.task, { batch: batch.index, requests })
@@ -449,7 +460,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     const key = batchKey(result.task, result.batch)
     const batch: Batch = batches.get(key) ?? {
       task: result.task, index: result.batch, key, startMs: now(), size: 1, priorityS: 0, requests: new Set(), doneIds: new Set(), known: new Set(),
-      finished: new Map(), ranHere: false, completed: true, arrived: true, lastActivityMs: now(),
+      finished: new Map(), ranHere: false, completed: true, arrived: true, cancelled: false, lastActivityMs: now(),
     }
     const r: ProxyRequest = {
       id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
@@ -590,7 +601,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const b = validators.complete.parse(body)
       const r = leases.get(b.leaseId)
       if (r === undefined || r.lease?.workerId !== b.workerId) {
-        throw new AgentError('ERR_REWARD_LEASE_LOST', `lease ${b.leaseId} is not held by ${b.workerId} (it timed out, was lost, or belongs to an earlier leader)`)
+        throw new AgentError('ERR_REWARD_LEASE_LOST', `lease ${b.leaseId} is not held by ${b.workerId} (it timed out, was lost, its request was cancelled, or it belongs to an earlier leader)`)
       }
       const stage = stages[r.stage]!
       const last = r.stage === stages.length - 1
@@ -610,6 +621,32 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       r.excludeWorker = undefined
       enqueue(r)
       return { accepted: true }
+    },
+
+    cancel (body) {
+      const b = validators.cancel.parse(body)
+      const key = batchKey(b.task, b.batch)
+      const batch = batches.get(key)
+      const answer: CancelAnswer = { cancelled: [], finished: [], unknown: [] }
+      if (batch === undefined) {
+        if (!completedBatches.has(key)) throw new AgentError('ERR_NOT_FOUND', `no batch ${b.batch} of task ${b.task} here (never started, or forgotten: it completed more than reward.unfetchedResultRetentionMs ago)`)
+        // Completed: whatever it held has a result.
+        const ids = b.requestIds ?? [...requests.values()].filter(r => r.batch.key === key).map(r => r.id)
+        for (const id of ids) (requests.get(id)?.batch.key === key ? answer.finished : answer.unknown).push(id)
+        return answer
+      }
+      if (b.requestIds === undefined) batch.cancelled = true
+      const targets = b.requestIds ?? [...batch.requests].map(r => r.id)
+      for (const id of targets) {
+        const r = requests.get(id)
+        if (r === undefined || r.batch !== batch) { answer.unknown.push(id); continue }
+        if (r.state === 'done') { answer.finished.push(id); continue }
+        finish(r, { status: 'cancelled', reward: options.timeoutReward, stage: stages[r.stage]!.name, message: `cancelled by the trainer at stage ${stages[r.stage]!.name}` }, false)
+        answer.cancelled.push(id)
+      }
+      if (b.requestIds === undefined && !batch.completed) completeBatch(batch) // nothing more of it is expected
+      if (answer.cancelled.length > 0) log.info({ task: b.task, batch: b.batch, cancelled: answer.cancelled.length, whole: b.requestIds === undefined }, 'reward requests cancelled')
+      return answer
     },
 
     heartbeat (body) {

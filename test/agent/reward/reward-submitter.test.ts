@@ -8,6 +8,7 @@
 import t from 'tap'
 import pino from 'pino'
 import { createRewardSubmitter } from '../../../agent/reward/reward-submitter.ts'
+import { AgentError } from '../../../core/errors.ts'
 
 t.test('the retry count of a request survives a leader change', async t => {
   const calls: Array<{ method: string, body: any }> = []
@@ -84,6 +85,50 @@ t.test('results the trainer has not fetched are handed to a new leader; fetches 
   t.match(await submitter.result('elsewhere', 0), { state: 'done', result: { requestId: 'elsewhere' } }, 'a request submitted through another agent: asked of the leader')
   t.match(await submitter.result('elsewhere', 0), { state: 'done' }, 'and kept for a repeated fetch')
   t.equal(calls.filter(c => c.method === 'reward.result').length, 1)
+  controller.abort()
+  await submitter.stop()
+})
+
+t.test('cancel ends pending requests here at once (no later leader gets them again); an abandoned batch is cancelled', async t => {
+  const calls: Array<{ method: string, body: any }> = []
+  let leaderKnowsBatch = true
+  const submitter = createRewardSubmitter({ maxPendingRequests: 10, resultRetentionMs: 60_000, timeoutReward: -1, awaitWaitMs: 10, abandonedBatchMs: 300 }, {
+    logger: pino({ level: 'silent' }),
+    async callLeader (method, body: any) {
+      calls.push({ method, body })
+      if (method === 'reward.await') { await new Promise(resolve => setTimeout(resolve, 5)); return { results: [], unknown: [] } }
+      if (method === 'reward.cancel') {
+        if (!leaderKnowsBatch) throw new AgentError('ERR_NOT_FOUND', 'no batch')
+        return { cancelled: body.requestIds ?? ['a', 'b'], finished: [], unknown: [] }
+      }
+      return { duplicate: false }
+    },
+  })
+  const controller = new AbortController()
+  submitter.start({ signal: controller.signal })
+  await submitter.batchStart({ task: 't', batch: 0, size: 3 })
+  for (const id of ['a', 'b', 'c']) await submitter.submit({ task: 't', batch: 0, requestId: id, payload: 1 })
+  await t.rejects(submitter.cancel({ task: 't', batch: 0, requestIds: [] }), { code: 'ERR_BAD_REQUEST' }, 'an empty list is refused')
+  t.same(calls.filter(c => c.method === 'reward.cancel'), [], 'and not sent')
+  t.same(await submitter.cancel({ task: 't', batch: 0, requestIds: ['a'] }), { cancelled: ['a'], finished: [], unknown: [] })
+  t.match(await submitter.result('a', 0), { state: 'done', result: { status: 'cancelled', reward: -1 } }, 'a ends here at once')
+  t.match(await submitter.result('b', 0), { state: 'pending' }, 'b is not touched')
+  leaderKnowsBatch = false // a new leader that has not heard of the batch yet
+  t.same(await submitter.cancel({ task: 't', batch: 0 }), { cancelled: ['b', 'c'], finished: [], unknown: [] }, 'cancelled here though the leader did not know the batch')
+  t.same(submitter.counts(), { pending: 0, done: 3 })
+
+  // Batch 1 is abandoned: nobody touches it for abandonedBatchMs.
+  leaderKnowsBatch = true
+  await submitter.batchStart({ task: 't', batch: 1, size: 1 })
+  await submitter.submit({ task: 't', batch: 1, requestId: 'd', payload: 1 })
+  const t0 = performance.now()
+  while (calls.filter(c => c.method === 'reward.cancel').length < 3) {
+    if (performance.now() - t0 > 5000) throw new Error('the abandoned batch was not cancelled')
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+  t.ok(performance.now() - t0 >= 250, 'not before abandonedBatchMs')
+  t.same(calls.filter(c => c.method === 'reward.cancel').at(-1)!.body, { task: 't', batch: 1, requestIds: ['d'] }, 'the leader is told')
+  t.match(await submitter.result('d', 0), { state: 'done', result: { status: 'cancelled', message: /abandoned/ } })
   controller.abort()
   await submitter.stop()
 })

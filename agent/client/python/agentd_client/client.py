@@ -224,6 +224,18 @@ class AgentClient:
         return self._transport.request("GET", f"/v1/reward/requests/{quote(request_id, safe='')}?waitMs={int(wait_ms)}",
                                        timeout_s=None if wait_ms <= 0 else wait_ms / 1000 + 30)
 
+    def reward_cancel(self, task: str, batch: int, request_ids: Optional[List[str]] = None) -> Dict[str, Any]:
+        """Cancels batch ``batch`` of ``task`` (every request not done yet; the batch ends) or only ``request_ids``.
+
+        Cancelled requests end with ``status: "cancelled"`` and the timeout
+        reward. Returns ``{cancelled, finished, unknown}`` (ids): finished ones
+        had a result already and keep it.
+        """
+        body: Dict[str, Any] = {"task": task, "batch": batch}
+        if request_ids is not None:
+            body["requestIds"] = list(request_ids)
+        return self.call("POST", "/v1/reward/cancel", body)
+
     def reward_status(self) -> Dict[str, Any]:
         """Tasks, batches in flight, queue lengths per stage, workers per stage per node (from the leader)."""
         return self.call("GET", "/v1/reward/status")

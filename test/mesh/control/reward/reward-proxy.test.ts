@@ -365,3 +365,49 @@ t.test('a request queued at a stage the plan gives no worker asks for a plan, an
   t.same((await proxy.awaitResults({ ids: ['s'], ack: [], waitMs: 0 }, never)).results, [], 'queued past the timeout at a stage with a planned worker: still queued')
   proxy.stop()
 })
+
+t.test('cancel: queued and running requests end as cancelled, a whole batch ends, bad input changes nothing', async t => {
+  let clock = 0
+  const { proxy, boundaries } = proxyWith({ now: () => clock })
+  proxy.batchStart({ task: 'c', batch: 0, size: 4 })
+  for (const id of ['c0', 'c1', 'c2']) proxy.submit({ task: 'c', batch: 0, requestId: id, payload: {} }, 'agent')
+  const lease = (await fetch(proxy, 'verify'))! // c0 runs
+  clock += 50
+  const second = (await fetch(proxy, 'verify', 'n1/w/1'))! // c1 runs and finishes
+  proxy.complete({ workerId: 'n1/w/1', leaseId: second.leaseId, output: 'x' })
+  const judged = (await fetch(proxy, 'judge', 'n1/g/0'))!
+  proxy.complete({ workerId: 'n1/g/0', leaseId: judged.leaseId, reward: 0.5 })
+
+  // Bad input: nothing cancelled.
+  for (const bad of [{ task: 'c' }, { task: 'c', batch: 0, requestIds: [] }, { task: 'c', batch: 0, requestIds: ['c0', 'c0'] }, { task: 'c', batch: 0, extra: 1 }, { task: 'c', batch: '0' }]) {
+    t.throws(() => proxy.cancel(bad), { code: 'ERR_BAD_REQUEST' }, JSON.stringify(bad))
+  }
+  t.throws(() => proxy.cancel({ task: 'c', batch: 7 }), { code: 'ERR_NOT_FOUND', message: /no batch 7 of task c/ })
+  t.equal(proxy.status().requests.held, 3, 'nothing changed by the refusals')
+
+  t.same(proxy.cancel({ task: 'c', batch: 0, requestIds: ['c0', 'c1', 'zz'] }), { cancelled: ['c0'], finished: ['c1'], unknown: ['zz'] })
+  t.throws(() => proxy.complete({ workerId: 'n1/w/0', leaseId: lease.leaseId, reward: 1 }), { code: 'ERR_REWARD_LEASE_LOST', message: /cancelled/ }, 'the cancelled request\'s worker is refused')
+  const c0 = await proxy.result({ requestId: 'c0', waitMs: 0 }, never)
+  t.match(c0, { state: 'done', result: { status: 'cancelled', reward: -1, stage: 'verify', message: /cancelled by the trainer/ } })
+  t.match(await proxy.result({ requestId: 'c1', waitMs: 0 }, never), { state: 'done', result: { status: 'ok', reward: 0.5 } }, 'a finished request keeps its result')
+
+  // The whole batch: c2 (queued) is cancelled, and the batch ends though its 4th request never came.
+  t.same(proxy.cancel({ task: 'c', batch: 0 }), { cancelled: ['c2'], finished: ['c0', 'c1'], unknown: [] })
+  t.ok(boundaries.includes('batch-complete c#0'), 'the batch completed')
+  t.equal(await fetch(proxy, 'verify', 'n1/w/2'), null, 'nothing of it is queued')
+  t.same(proxy.history().filter(h => h.task === 'c'), [], 'a cancelled batch is not the task\'s history')
+  t.throws(() => proxy.submit({ task: 'c', batch: 0, requestId: 'c3', payload: {} }, 'agent'), { message: /has already completed/ }, 'nothing more is taken for it')
+  t.same(proxy.cancel({ task: 'c', batch: 0, requestIds: ['c2', 'c9'] }), { cancelled: [], finished: ['c2'], unknown: ['c9'] }, 'cancelling again changes nothing')
+  t.same(proxy.cancel({ task: 'c', batch: 0 }), { cancelled: [], finished: ['c0', 'c1', 'c2'], unknown: [] }, 'the whole batch again: every request has its result')
+
+  // A batch whose every request was submitted: cancelling the rest completes it, and still not into the history.
+  proxy.batchStart({ task: 'd', batch: 0, size: 2 })
+  for (const id of ['d0', 'd1']) proxy.submit({ task: 'd', batch: 0, requestId: id, payload: {} }, 'agent')
+  const d0 = (await fetch(proxy, 'verify', 'n1/w/3'))!
+  proxy.complete({ workerId: 'n1/w/3', leaseId: d0.leaseId, output: 'x' })
+  const d0judged = (await fetch(proxy, 'judge', 'n1/g/1'))!
+  proxy.complete({ workerId: 'n1/g/1', leaseId: d0judged.leaseId, reward: 1 })
+  t.same(proxy.cancel({ task: 'd', batch: 0 }), { cancelled: ['d1'], finished: ['d0'], unknown: [] })
+  t.same(proxy.history().filter(h => h.task === 'd'), [], 'its one finished request is not the task\'s history')
+  proxy.stop()
+})
