@@ -70,6 +70,8 @@ export function createRewardService (options: RewardServiceOptions, components: 
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     workerRestartBackoffMs: config.workerRestartBackoffMs,
     workerStopGraceMs: config.workerStopGraceMs,
+    workerStartConcurrency: config.workerStartConcurrency,
+    workerKeepWarmMs: config.workerKeepWarmMs,
   }, { logger: components.logger, selfId, callLeader: (m, b, o) => leader.callLeader(m, b, o), desiredState: () => leader.desiredState(), onApplied: l => leader.onApplied(l) })
   // Per worker: the lease it runs, and the timer that terminates it once the
   // lease's stage timeout (plus a grace for the leader's clock being ahead of
@@ -129,6 +131,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
     async fetchWork (body, signal) {
       const stage = supervisor.stageOf(body.workerId)
       const pid = supervisor.pidOf(body.workerId)
+      supervisor.workerUp(body.workerId)
       // The leader waits up to waitMs; the call itself may also span a failover (and may reach the leader twice: the
       // leader hands the same lease again to the same worker process).
       // A worker fetches when it is done with its earlier lease.

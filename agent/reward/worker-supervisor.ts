@@ -19,6 +19,15 @@
  * 10 s resets the count. A worker asked to stop gets SIGTERM (finish the
  * current request, then exit) and SIGKILL after workerStopGraceMs. stop()
  * stops them all and waits for their exits.
+ *
+ * Start-up is paced: at most workerStartConcurrency workers are starting at
+ * once (spawned, and neither fetched work yet nor ran startGraceMs), one
+ * spawn per event-loop turn, so a cold start of dozens of workers neither
+ * stalls this agent's event loop (each spawn forks the agent) nor starves it
+ * of CPU all at once. Workers the plan no longer wants here stay warm for
+ * workerKeepWarmMs (they keep serving their stage), so consecutive batches of
+ * a task reuse them instead of stopping and starting them again; a warm
+ * worker is stopped earlier when a wanted one needs its cores or its GPU.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import type { Logger } from 'pino'
@@ -41,6 +50,12 @@ export interface WorkerSupervisorOptions {
   heartbeatIntervalMs: number
   workerRestartBackoffMs: number
   workerStopGraceMs: number
+  /** Workers starting at once, at most. */
+  workerStartConcurrency: number
+  /** A worker the plan no longer wants here keeps running this long, ms (0: stopped at once). */
+  workerKeepWarmMs: number
+  /** A started worker counts as up once it fetched work, or after this long, ms. Default 2000. */
+  startGraceMs?: number
 }
 
 export interface WorkerSupervisorComponents {
@@ -61,6 +76,8 @@ export interface WorkerSupervisor {
   stageOf(workerId: string): string
   /** The process id of a live worker of this agent, or undefined. */
   pidOf(workerId: string): number | undefined
+  /** The worker fetched work: it has started (pacing lets the next one start). */
+  workerUp(workerId: string): void
   /**
    * Kills a running worker (SIGKILL) that overran its lease's stage timeout
    * (DistRS §3.1: the service terminates a computation past its timeout); it
@@ -80,7 +97,11 @@ interface Slot {
   index: number
   proc: ChildProcess | undefined
   gpu: number | undefined
-  state: 'running' | 'stopping' | 'restarting'
+  /** queued: wanted, waiting for its turn to start; warm: no longer wanted here, still serving until warmUntilMs. */
+  state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting'
+  warmUntilMs: number
+  /** Spawned and not up yet (no fetch, startGraceMs not over): counts against workerStartConcurrency. */
+  starting: boolean
   crashes: number
   startedMs: number
   restartTimer: NodeJS.Timeout | undefined
@@ -133,6 +154,8 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     slot.proc = proc
     slot.state = 'running'
     slot.startedMs = performance.now()
+    slot.starting = true
+    setTimeout(() => markUp(slot, proc), options.startGraceMs ?? 2000).unref()
     slot.stderrTail = ''
     proc.stderr!.on('data', (chunk: Buffer) => { slot.stderrTail = (slot.stderrTail + chunk.toString()).slice(-stderrTailBytes) })
     slot.exited = new Promise(resolve => {
@@ -142,12 +165,35 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     log.info({ workerId: slot.workerId, pid: proc.pid, gpu: slot.gpu }, 'reward worker started')
   }
 
+  /** The slot's process `proc` is up (fetched work, or its start grace ran out): the next queued worker may start. */
+  const markUp = (slot: Slot, proc: ChildProcess): void => {
+    if (slot.proc !== proc || !slot.starting) return
+    slot.starting = false
+    pump()
+  }
+
+  /** Starts queued workers, one per event-loop turn, while fewer than workerStartConcurrency are starting. */
+  let pumping = false
+  const pump = (): void => {
+    if (pumping || stopping) return
+    const starting = [...slots.values()].filter(s => s.starting).length
+    const next = [...slots.values()].find(s => s.state === 'queued')
+    if (next === undefined || starting >= options.workerStartConcurrency) return
+    pumping = true
+    setImmediate(() => {
+      pumping = false
+      if (next.state === 'queued' && !stopping) launch(next)
+      pump()
+    })
+  }
+
   const onExit = (slot: Slot, proc: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void => {
     if (slot.proc !== proc) return
     clearTimeout(slot.killTimer)
     slot.proc = undefined
+    if (slot.starting) { slot.starting = false; pump() }
     const how = signal !== null ? `signal ${signal}` : `exit code ${code}`
-    if (slot.state === 'stopping' || stopping) {
+    if (slot.state === 'stopping' || slot.state === 'warm' || stopping) {
       slots.delete(slot.workerId)
       log.info({ workerId: slot.workerId, how }, 'reward worker stopped')
       reportLost(slot, `stopped (${how})`)
@@ -176,6 +222,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     if (slot.state === 'stopping') return
     slot.state = 'stopping'
     clearTimeout(slot.restartTimer)
+    if (slot.starting) { slot.starting = false; pump() }
     const proc = slot.proc
     if (proc === undefined || proc.exitCode !== null || proc.signalCode !== null) {
       slots.delete(slot.workerId)
@@ -186,27 +233,62 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     slot.killTimer.unref()
   }
 
-  /** Starts and stops workers to match `desired` (workers per stage on this agent). */
+  /** Cores the workers of `slots` account for (cpu stages: coresPerWorker each). */
+  const coresOf = (list: Iterable<Slot>): number => {
+    let n = 0
+    for (const s of list) if (s.stage.resource === 'cpu') n += s.stage.coresPerWorker
+    return n
+  }
+
+  /**
+   * Stops warm workers while `need()` says their resources are wanted: the
+   * longest warm first, and of those the highest slot first (a plan wants
+   * slots 0..n-1, so low ones are the likelier to serve again).
+   */
+  const evictWarm = (need: (warm: Slot) => boolean): void => {
+    const warm = [...slots.values()].filter(s => s.state === 'warm').sort((a, b) => a.warmUntilMs - b.warmUntilMs || b.index - a.index)
+    for (const slot of warm) if (need(slot)) stopSlot(slot)
+  }
+
+  /**
+   * Starts, keeps warm and stops workers to match `desired` (workers per stage
+   * on this agent): a wanted slot that is warm serves again at once; one that
+   * is not there is queued for start-up (pump); slots beyond the wanted count
+   * turn warm; warm ones past workerKeepWarmMs, or whose cores or GPU a wanted
+   * one needs, are stopped.
+   */
   const reconcile = (): void => {
     if (stopping) return
+    const now = performance.now()
     for (const stage of options.stages) {
       const want = desired[stage.name] ?? 0
-      for (const slot of slots.values()) if (slot.stage === stage && slot.index >= want) stopSlot(slot)
+      for (const slot of slots.values()) {
+        if (slot.stage !== stage || slot.index < want) continue
+        if (slot.state === 'queued') { slots.delete(slot.workerId); continue }
+        if (slot.state === 'running' || slot.state === 'restarting') {
+          if (options.workerKeepWarmMs > 0 && slot.state === 'running') { slot.state = 'warm'; slot.warmUntilMs = now + options.workerKeepWarmMs } else stopSlot(slot)
+        }
+      }
       for (let i = 0; i < want; i++) {
         const workerId = idOf(stage.name, i)
         const existing = slots.get(workerId)
-        if (existing !== undefined && existing.state !== 'stopping') continue
-        if (existing !== undefined) continue // still stopping: started again by the next reconcile after it exits
+        if (existing?.state === 'warm') { existing.state = 'running'; continue }
+        if (existing !== undefined) continue // running, queued, restarting; or still stopping: started again by a later reconcile
+        if (stage.resource === 'gpu' && freeGpu() === undefined) evictWarm(w => w.gpu !== undefined && freeGpu() === undefined)
         const gpu = stage.resource === 'gpu' ? freeGpu() : undefined
         if (stage.resource === 'gpu' && gpu === undefined) {
-          log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here')
+          log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here (yet: a stopping worker may still hold one)')
           break
         }
-        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'running', crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
+        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'queued', warmUntilMs: 0, starting: false, crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
         slots.set(workerId, slot)
-        launch(slot)
       }
     }
+    // Warm workers give way: past their time, or to the cores of the wanted ones.
+    evictWarm(w => w.warmUntilMs <= now)
+    const wanted = (): number => coresOf([...slots.values()].filter(s => s.state !== 'warm' && s.state !== 'stopping'))
+    evictWarm(() => wanted() + coresOf([...slots.values()].filter(s => s.state === 'warm')) > options.cpuCores)
+    pump()
   }
 
   const applyPayload = (payload: unknown): void => {
@@ -264,17 +346,21 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
 
     stageOf (workerId) {
       const slot = slots.get(workerId)
-      if (slot === undefined || slot.state === 'restarting') throw new AgentError('ERR_BAD_REQUEST', `${JSON.stringify(workerId)} is not a live reward worker of this agent (workers are started by its supervisor, with AGENTD_REWARD_WORKER_ID)`)
+      if (slot === undefined || slot.state === 'restarting' || slot.state === 'queued') throw new AgentError('ERR_BAD_REQUEST', `${JSON.stringify(workerId)} is not a live reward worker of this agent (workers are started by its supervisor, with AGENTD_REWARD_WORKER_ID)`)
       return slot.stage.name
     },
 
     reportSeq: () => reportSeq,
 
     pidOf: workerId => slots.get(workerId)?.proc?.pid,
+    workerUp (workerId) {
+      const slot = slots.get(workerId)
+      if (slot?.proc !== undefined) markUp(slot, slot.proc)
+    },
     terminate (workerId, why) {
       const slot = slots.get(workerId)
       const proc = slot?.proc
-      if (slot === undefined || slot.state !== 'running' || proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return
+      if (slot === undefined || (slot.state !== 'running' && slot.state !== 'warm') || proc === undefined || proc.exitCode !== null || proc.signalCode !== null) return
       slot.terminated = why
       proc.kill('SIGKILL')
     },

@@ -25,7 +25,7 @@ export const builtAgentctl = join(repoRoot, 'dist/bundle/agentctl.js')
 export const unbundledAgentMain = join(repoRoot, 'dist/agent/main.js')
 export const agentctlMain = join(repoRoot, 'cli/agentctl.ts')
 
-interface Teardown { teardown(fn: () => unknown): void }
+export interface Teardown { teardown(fn: () => unknown): void }
 
 /**
  * Every child this module started and that is still running. tap kills a test

@@ -26,8 +26,8 @@ export interface RewardSubmitAnswer { requestId: string, duplicate: boolean, res
 /** GET /v1/reward/requests/:id. */
 export type RewardResultAnswer = { requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }
 
-/** A reward worker this agent supervises. */
-export interface RewardWorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'running' | 'stopping' | 'restarting', crashes: number }
+/** A reward worker this agent supervises: queued (waiting for its turn to start), warm (the plan no longer wants it here; it serves until it is stopped). */
+export interface RewardWorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting', crashes: number }
 
 /** GET /v1/reward/status: the reward service from the leader, plus this agent's workers. */
 export type RewardStatusBody = RewardStatus & { local: { node: string, pending: number, done: number, workers: RewardWorkerInfo[] } }

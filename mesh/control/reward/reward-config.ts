@@ -43,6 +43,8 @@ export const RewardSection = Type.Object({
   leaseTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A request handed to a worker whose agent has not reported for this long is lost and retried once on another worker (once in all, across leader changes; a request whose stage timeout ran out first ends with the timeout result instead), in milliseconds. Default: 3000.' }),
   workerRestartBackoffMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'First delay before a crashed worker is restarted; doubles per crash in a row, up to 64 times this, in milliseconds. Default: 500.' }),
   workerStopGraceMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'A worker asked to stop (SIGTERM) is killed after this long, in milliseconds. Default: 5000.' }),
+  workerStartConcurrency: Type.Integer({ minimum: 1, maximum: 1024, description: 'Workers an agent starts at once, at most: the next starts when one has fetched work or has run 2 s (a cold start of dozens of workers neither stalls the agent nor starves it of CPU at once). Default: 4.' }),
+  workerKeepWarmMs: Type.Integer({ minimum: 0, maximum: 3_600_000, description: 'A worker the plan no longer wants on its agent keeps running (and serving its stage) this long, so the next batch of a task reuses it instead of starting a new one; it is stopped earlier when a wanted worker needs its cores or GPU. 0 = stop at once. In milliseconds. Default: 60000.' }),
 }, { additionalProperties: false })
 
 export type RewardConfig = Static<typeof RewardSection>
@@ -64,6 +66,8 @@ export const defaultRewardConfig: RewardConfig = {
   leaseTimeoutMs: 3000,
   workerRestartBackoffMs: 500,
   workerStopGraceMs: 5000,
+  workerStartConcurrency: 4,
+  workerKeepWarmMs: 60_000,
 }
 
 /** Cross-field rules; ERR_CONFIG_INVALID listing every problem. */

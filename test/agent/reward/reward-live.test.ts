@@ -46,6 +46,7 @@ t.test('live reward service: two trainers, scaling up and down, leader SIGKILL l
       '--set', `inventory.gpus=${JSON.stringify(gpus)}`,
       '--set', 'reward.workerRestartBackoffMs=100',
       '--set', 'reward.workerStopGraceMs=1000',
+      '--set', 'reward.workerKeepWarmMs=1000', // scaled down to none soon after the last batch
       ...electionTimingForLoadedHost,
     ],
     // The trainers' agents: one verify worker each, no GPU.
