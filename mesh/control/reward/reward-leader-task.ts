@@ -129,6 +129,7 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
         setImmediate(() => {
           planPending = false
           if (context.signal.aborted) return
+          const planStartMs = performance.now()
           const snapshot = proxy.plannerSnapshot((Math.imul(context.epoch, 0x9e3779b1) + planCalls++) >>> 0)
           const decision = policy.decide(snapshot)
           const inGrace = !graceOver && inherited !== null
@@ -153,9 +154,11 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
               waiting: fit.waiting.map(j => config.stages[j]!.name),
             },
           }
+          const planMs = Math.round(performance.now() - planStartMs)
+          if (planMs >= 50) log.warn({ why, planMs, batches: snapshot.batches.length }, 'reward planning held the event loop')
           if (plan !== null && JSON.stringify(plan) === JSON.stringify(next)) return
           plan = next
-          log.info({ why, wanted: next.wanted, unplaced: next.unplaced, workers: next.workers, capacity: next.capacity, predictedCompletionS: fit.predictedCompletionS, batches: snapshot.batches.length }, 'reward workers planned')
+          log.info({ why, planMs, wanted: next.wanted, unplaced: next.unplaced, workers: next.workers, capacity: next.capacity, predictedCompletionS: fit.predictedCompletionS, batches: snapshot.batches.length }, 'reward workers planned')
           context.decide(rewardWorkersKind, next).catch(err => log.warn({ err: (err as Error).message }, 'reward-workers decision not published'))
         })
       }
