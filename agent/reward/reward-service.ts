@@ -7,6 +7,7 @@
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderService } from '../../mesh/election/leader-service.ts'
+import { createProcfsProcessTable, type ProcessTable } from '../../core/process-table.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { validateRewardConfig, type RewardConfig } from '../../mesh/control/reward/reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
@@ -25,6 +26,8 @@ export interface RewardServiceOptions {
 export interface RewardServiceComponents {
   logger: Logger
   selfId: string
+  /** Tells a worker's own process (or its child) from any other caller. Default: this machine's procfs. */
+  processes?: Pick<ProcessTable, 'descendsFrom'>
   leader: Pick<LeaderService, 'callLeader' | 'desiredState' | 'onApplied'>
 }
 
@@ -46,8 +49,14 @@ export interface RewardService {
   status(options?: LeaderCallOptions): Promise<RewardStatus & { local: RewardLocalView }>
   /** This agent's part of status() without asking the leader: requests submitted here and their results held, and the workers supervised here. */
   local(): RewardLocalView
-  fetchWork(body: WorkFetch, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
-  completeWork(body: WorkComplete): Promise<{ accepted: true }>
+  /**
+   * A supervised worker takes its next request (long-poll). `caller`: the
+   * calling process (SO_PEERCRED); ERR_FORBIDDEN unless it is the worker's
+   * own process or one it started (null: the agent cannot tell).
+   */
+  fetchWork(body: WorkFetch, caller: { pid: number } | null, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
+  /** ... and posts its reward, output or error; the same check of `caller`. */
+  completeWork(body: WorkComplete, caller: { pid: number } | null): Promise<{ accepted: true }>
 }
 
 export function createRewardService (options: RewardServiceOptions, components: RewardServiceComponents): RewardService {
@@ -99,6 +108,21 @@ export function createRewardService (options: RewardServiceOptions, components: 
     leaseWatch.set(workerId, { leaseId: lease.leaseId, timer })
   }
 
+  const processes = components.processes ?? createProcfsProcessTable()
+  /**
+   * Work of a supervised worker is fetched and completed by that worker: its
+   * own process or one it started (a wrapper that runs the real worker). Any
+   * other process on the socket, even one of the agent's uid, is refused, so
+   * nothing but the worker can take its requests or post its results.
+   */
+  const checkCaller = (workerId: string, caller: { pid: number } | null, action: string): void => {
+    const pid = supervisor.pidOf(workerId)
+    if (caller === null) throw new AgentError('ERR_FORBIDDEN', `cannot tell which process asks to ${action} for reward worker ${workerId} (no peer credentials): only that worker's process may`)
+    if (pid === undefined || !processes.descendsFrom(caller.pid, pid)) {
+      throw new AgentError('ERR_FORBIDDEN', `process ${caller.pid} may not ${action} for reward worker ${workerId}: only the worker's own process (${pid === undefined ? 'none runs now' : `pid ${pid}`}) or one it started may`, { details: { worker: workerId, caller: caller.pid } })
+    }
+  }
+
   // A new epoch's first decision: its leader gets the results held here that the trainer has not fetched.
   let appliedEpoch = -1
   let unsubscribeEpochs: (() => void) | undefined
@@ -128,8 +152,9 @@ export function createRewardService (options: RewardServiceOptions, components: 
       return { ...cluster, local: local() }
     },
     local,
-    async fetchWork (body, signal) {
+    async fetchWork (body, caller, signal) {
       const stage = supervisor.stageOf(body.workerId)
+      checkCaller(body.workerId, caller, 'fetch work')
       const pid = supervisor.pidOf(body.workerId)
       supervisor.workerUp(body.workerId)
       // The leader waits up to waitMs; the call itself may also span a failover (and may reach the leader twice: the
@@ -141,8 +166,9 @@ export function createRewardService (options: RewardServiceOptions, components: 
       if (answer.lease !== null) watch(body.workerId, answer.lease)
       return answer
     },
-    async completeWork (body) {
+    async completeWork (body, caller) {
       supervisor.stageOf(body.workerId)
+      checkCaller(body.workerId, caller, 'complete work')
       if (body.reward !== undefined && !Number.isFinite(body.reward)) throw new AgentError('ERR_BAD_REQUEST', 'reward must be a finite number')
       if (leaseWatch.get(body.workerId)?.leaseId === body.leaseId) unwatch(body.workerId)
       return await leader.callLeader('reward.complete', body) as { accepted: true }

@@ -29,7 +29,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import type { ProcessIdentity, ProcessTable } from './device-lock-process.ts'
+import type { ProcessIdentity, ProcessTable } from '../../core/process-table.ts'
 import { holderNamePattern, maxLockTimeoutMs, type AcquireGpuResult, type DeviceLockEvent, type GpuLockState, type ReleaseGpuResult, type ReleaseReason } from './device-lock-schema.ts'
 
 export type { AcquireGpuResult, DeviceLockEvent, GpuLockState, GpuLockWaiter, ReleaseGpuResult, ReleaseReason } from './device-lock-schema.ts'

@@ -29,6 +29,8 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     if ('unavailable' in s) throw new AgentError('ERR_UNAVAILABLE', `the reward service is not running: ${s.unavailable}`)
     return s
   }
+  /** The calling process (SO_PEERCRED), or null when the agent cannot tell. */
+  const callerOf = (request: { caller?: { pid: number } | null }): { pid: number } | null => request.caller != null ? { pid: request.caller.pid } : null
   /** An abort signal that fires when the caller hangs up (long-polls stop waiting). */
   const hangUp = (reply: { raw: NodeJS.EventEmitter & { writableFinished: boolean } }): AbortSignal => {
     const abort = new AbortController()
@@ -71,9 +73,9 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
 
   app.post<{ Body: FetchWorkBody }>('/v1/reward/work/fetch', {
     schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBodySchema, response: { ...errorResponses, ...conflict } },
-  }, async (request, reply) => await service().fetchWork(request.body, hangUp(reply)))
+  }, async (request, reply) => await service().fetchWork(request.body, callerOf(request), hangUp(reply)))
 
   app.post<{ Body: Static<typeof CompleteBody> }>('/v1/reward/work/complete', {
     schema: { summary: 'A worker posts the reward (ends the request), the output for the next stage, or an error', body: CompleteBody, response: { ...errorResponses, ...conflict } },
-  }, async request => await service().completeWork(request.body))
+  }, async request => await service().completeWork(request.body, callerOf(request)))
 }

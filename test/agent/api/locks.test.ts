@@ -9,7 +9,7 @@ import { pino } from 'pino'
 import { buildApiApp } from '../../../agent/api/server.ts'
 import { createAgentClient, type AgentClient, type GpuLockStreamEvent } from '../../../agent/client/client.ts'
 import { createDeviceLock, type DeviceLockService } from '../../../agent/state/device-lock.ts'
-import { createProcfsProcessTable } from '../../../agent/state/device-lock-process.ts'
+import { createProcfsProcessTable } from '../../../core/process-table.ts'
 import type { StatusBody } from '../../../agent/api/wire/status.ts'
 import { tempDir } from '../../helpers/agent-process.ts'
 

@@ -38,12 +38,20 @@ t.test('a worker past its lease\'s stage timeout is terminated and restarted', a
   for (const deadline = performance.now() + 5000; (await local())?.pid === 0 || (await local()) === undefined;) { if (performance.now() > deadline) break; await sleep(50) }
   const pidBefore = (await local())!.pid
   // A lease completed in time: nothing happens.
-  const first = (await service.fetchWork({ workerId, waitMs: 0 })).lease!
-  await service.completeWork({ workerId, leaseId: first.leaseId, reward: 1 })
+  const worker = async (): Promise<{ pid: number }> => ({ pid: (await local())!.pid })
+  // Issue 27, item 6: only the worker's own process (or one it started) fetches or completes its work.
+  const fetched = { n: 0 }
+  for (const caller of [{ pid: process.pid }, { pid: 1 }, null]) {
+    await t.rejects(service.fetchWork({ workerId, waitMs: 0 }, caller), { code: 'ERR_FORBIDDEN', message: /only the worker's own process|cannot tell which process/ }, `fetch by ${caller === null ? 'an unknown process' : `pid ${caller.pid}`} refused`)
+    await t.rejects(service.completeWork({ workerId, leaseId: 'L0', reward: 0.5 }, caller), { code: 'ERR_FORBIDDEN' }, 'and its completion')
+  }
+  t.equal(leaseN, fetched.n, 'nothing reached the leader')
+  const first = (await service.fetchWork({ workerId, waitMs: 0 }, await worker())).lease!
+  await service.completeWork({ workerId, leaseId: first.leaseId, reward: 1 }, await worker())
   await sleep(1500)
   t.same(lost, [], 'a worker that completed its lease in time keeps running')
   // A lease never completed: the worker is killed once 200 ms + the 1 s grace have passed, then restarted.
-  await service.fetchWork({ workerId, waitMs: 0 })
+  await service.fetchWork({ workerId, waitMs: 0 }, await worker())
   for (const deadline = performance.now() + 5000; lost.length === 0 && performance.now() < deadline;) await sleep(50)
   t.match(lost, [/signal SIGKILL/], 'terminated (reported lost; the leader already timed its request out)')
   for (const deadline = performance.now() + 5000; (await local())?.state !== 'running' || (await local())?.pid === pidBefore;) { if (performance.now() > deadline) break; await sleep(50) }
@@ -51,7 +59,7 @@ t.test('a worker past its lease\'s stage timeout is terminated and restarted', a
   t.not((await local())!.pid, pidBefore, 'a new process')
 
   // A worker that crashes on a lease and is restarted: the lease's timer must not kill the new process.
-  await service.fetchWork({ workerId, waitMs: 0 })
+  await service.fetchWork({ workerId, waitMs: 0 }, await worker())
   const crashed = (await local())!.pid
   process.kill(crashed, 'SIGKILL')
   for (const deadline = performance.now() + 5000; (await local())?.state !== 'running' || (await local())?.pid === crashed;) { if (performance.now() > deadline) break; await sleep(50) }

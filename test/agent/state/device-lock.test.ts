@@ -3,12 +3,13 @@
 // timeouts and every error.
 import t from 'tap'
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { pino } from 'pino'
 import { createDeviceLock, type DeviceLockEvent, type DeviceLockService } from '../../../agent/state/device-lock.ts'
-import { createProcfsProcessTable, parseProcStat } from '../../../agent/state/device-lock-process.ts'
+import { createProcfsProcessTable, parseProcStat } from '../../../core/process-table.ts'
 import { tempDir } from '../../helpers/agent-process.ts'
 
 const logger = pino({ level: 'silent' })
@@ -253,7 +254,7 @@ t.test('a reused pid is not taken for the exited holder it replaces, even before
 })
 
 t.test('process identity: pid plus start time; reused pids and zombies are not the holder', async t => {
-  t.same(parseProcStat('42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10'), { state: 'S', startTicks: '777' }, 'parentheses in the command name')
+  t.same(parseProcStat('42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10'), { state: 'S', parent: 1, startTicks: '777' }, 'parentheses in the command name')
   t.equal(parseProcStat('garbage'), null)
   const root = tempDir(t, 'agentd-proc-')
   const stat = (state: string, start: number): string => `123 (worker) ${state} 1 123 123 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 ${start} 1 1\n`
@@ -272,4 +273,21 @@ t.test('process identity: pid plus start time; reused pids and zombies are not t
   t.equal(table.identify(-1), null)
   const real = createProcfsProcessTable()
   t.equal(await real.isRunning(real.identify(self)!), true, 'this process runs')
+})
+
+t.test('descendsFrom: a process, its child and grandchild descend from it; not the other way round', async t => {
+  const table = createProcfsProcessTable()
+  const shell = spawn('sh', ['-c', 'sleep 30 & wait'], { stdio: 'ignore' })
+  t.teardown(() => { shell.kill('SIGKILL') })
+  let grandchild: number | undefined
+  for (const deadline = performance.now() + 5000; grandchild === undefined && performance.now() < deadline; await sleep(20)) {
+    grandchild = Number(readdirSync('/proc').find(d => /^\d+$/.test(d) && readFileSync(`/proc/${d}/stat`, 'utf8').includes(`) S ${shell.pid} `)) ?? NaN) || undefined
+  }
+  t.ok(grandchild !== undefined, 'the shell started sleep')
+  t.ok(table.descendsFrom(shell.pid!, self), 'the child descends from this process')
+  t.ok(table.descendsFrom(grandchild!, self), 'and the grandchild')
+  t.ok(table.descendsFrom(self, self), 'a process counts as its own')
+  t.notOk(table.descendsFrom(self, shell.pid!), 'a parent does not descend from its child')
+  t.notOk(table.descendsFrom(999_999_999, self), 'nor does a process that does not exist')
+  process.kill(grandchild!, 'SIGKILL')
 })
