@@ -88,6 +88,8 @@ export const routeAccess: Readonly<Record<string, RouteAccess>> = {
   'POST /v1/reward/requests': 'workload',
   'GET /v1/reward/requests/:id': 'workload', // marks the result fetched
   'POST /v1/reward/cancel': 'workload', // as submitting: a trainer ends its own batches
+  'POST /v1/reward/workers': 'admin', // an external worker serves every trainer's requests: an admin process
+  'POST /v1/reward/workers/leave': 'admin',
   'POST /v1/reward/work/fetch': 'admin', // the agent's supervised workers run as its uid
   'POST /v1/reward/work/complete': 'admin',
 

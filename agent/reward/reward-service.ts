@@ -12,7 +12,9 @@ import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
 import { validateRewardConfig, type RewardConfig } from '../../mesh/control/reward/reward-config.ts'
 import { createRewardSubmitter, type RewardSubmitter, type ResultAnswer, type SubmitAnswer } from './reward-submitter.ts'
 import { createWorkerSupervisor, type WorkerInfo, type WorkerSupervisor } from './worker-supervisor.ts'
-import type { CancelAnswer, RewardLease, RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
+import { ExternalWorkerBody, validatorOf, type CancelAnswer, type RewardLease, type RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
+
+const validateExternalWorker = validatorOf(ExternalWorkerBody, 'external worker registration')
 
 export interface RewardServiceOptions {
   config: RewardConfig
@@ -57,6 +59,10 @@ export interface RewardService {
   fetchWork(body: WorkFetch, caller: { pid: number } | null, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
   /** ... and posts its reward, output or error; the same check of `caller`. */
   completeWork(body: WorkComplete, caller: { pid: number } | null): Promise<{ accepted: true }>
+  /** The calling process registers as an external worker of a stage (ExternalWorkerBody): its worker ids. */
+  registerWorker(body: unknown, caller: { pid: number } | null): { stage: string, workerIds: string[] }
+  /** The calling process's external workers leave: their ids. */
+  leave(caller: { pid: number } | null): { workerIds: string[] }
 }
 
 export function createRewardService (options: RewardServiceOptions, components: RewardServiceComponents): RewardService {
@@ -165,6 +171,15 @@ export function createRewardService (options: RewardServiceOptions, components: 
         { timeoutMs: body.waitMs + 10_000, ...(signal !== undefined ? { signal } : {}) }) as { lease: RewardLease | null }
       if (answer.lease !== null) watch(body.workerId, answer.lease)
       return answer
+    },
+    registerWorker (body, caller) {
+      const b = validateExternalWorker.parse(body)
+      if (caller === null) throw new AgentError('ERR_FORBIDDEN', 'cannot tell which process registers (no peer credentials): an external worker is known by its process')
+      return { stage: b.stage, workerIds: supervisor.registerExternal(b.stage, b.slots ?? 1, caller.pid) }
+    },
+    leave (caller) {
+      if (caller === null) throw new AgentError('ERR_FORBIDDEN', 'cannot tell which process leaves (no peer credentials)')
+      return { workerIds: supervisor.leaveExternal(caller.pid) }
     },
     async completeWork (body, caller) {
       supervisor.stageOf(body.workerId)

@@ -28,6 +28,15 @@
  * workerKeepWarmMs (they keep serving their stage), so consecutive batches of
  * a task reuse them instead of stopping and starting them again; a warm
  * worker is stopped earlier when a wanted one needs its cores or its GPU.
+ *
+ * External workers: a process started outside the supervisor (a fleet of
+ * reward-model servers, a worker under another process manager) registers
+ * for a stage with a number of slots (registerExternal); each slot is a
+ * worker id it fetches and completes with, reported to the leader as an
+ * external worker of the stage (planned as one of the stage's workers, on no
+ * node's capacity). It is known by (pid, start time): when that process is
+ * gone, or leaves, its slots are removed and reported lost. It is never
+ * signalled by the agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import type { Logger } from 'pino'
@@ -37,6 +46,7 @@ import type { AppliedDecision } from '../../mesh/election/decision-log.ts'
 import type { RewardStageSpec } from '../../mesh/control/reward/reward-config.ts'
 import { rewardWorkersKind, type RewardWorkersPayload } from '../../mesh/control/reward/reward-messages.ts'
 import type { RewardWorkerInfo as WorkerInfo } from '../api/wire/reward.ts'
+import { createProcfsProcessTable, type ProcessIdentity, type ProcessTable } from '../../core/process-table.ts'
 
 export interface WorkerSupervisorOptions {
   stages: readonly RewardStageSpec[]
@@ -60,6 +70,8 @@ export interface WorkerSupervisorOptions {
 
 export interface WorkerSupervisorComponents {
   logger: Logger
+  /** Identifies external workers' processes and tells when they are gone. Default: this machine's procfs. */
+  processes?: Pick<ProcessTable, 'identify' | 'isRunning'>
   /** This agent's mesh peer id (the decision's key for it). */
   selfId: string
   callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
@@ -79,6 +91,15 @@ export interface WorkerSupervisor {
   /** The worker fetched work: it has started (pacing lets the next one start). */
   workerUp(workerId: string): void
   /**
+   * Registers process `pid` (started outside the supervisor) as `slots`
+   * external workers of `stage`; their worker ids. The same process and
+   * stage again answers the same ids; ERR_BAD_REQUEST for an unknown stage, a
+   * process that is not running, or one registered otherwise already.
+   */
+  registerExternal(stage: string, slots: number, pid: number): string[]
+  /** Removes the external workers of process `pid` (reported lost); their ids. */
+  leaveExternal(pid: number): string[]
+  /**
    * Kills a running worker (SIGKILL) that overran its lease's stage timeout
    * (DistRS §3.1: the service terminates a computation past its timeout); it
    * is restarted after workerRestartBackoffMs, and its crash count is not
@@ -97,8 +118,10 @@ interface Slot {
   index: number
   proc: ChildProcess | undefined
   gpu: number | undefined
-  /** queued: wanted, waiting for its turn to start; warm: no longer wanted here, still serving until warmUntilMs. */
-  state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting'
+  /** queued: wanted, waiting for its turn to start; warm: no longer wanted here, still serving until warmUntilMs; external: a registered process's slot. */
+  state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting' | 'external'
+  /** The registered process of an external slot. */
+  external: ProcessIdentity | undefined
   warmUntilMs: number
   /** Spawned and not up yet (no fetch, startGraceMs not over): counts against workerStartConcurrency. */
   starting: boolean
@@ -117,6 +140,7 @@ const stderrTailBytes = 2048
 
 export function createWorkerSupervisor (options: WorkerSupervisorOptions, components: WorkerSupervisorComponents): WorkerSupervisor {
   const log = components.logger
+  const processes = components.processes ?? createProcfsProcessTable()
   const slots = new Map<string, Slot>()
   let desired: Record<string, number> = {}
   let stopping = false
@@ -236,8 +260,26 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
   /** Cores the workers of `slots` account for (cpu stages: coresPerWorker each). */
   const coresOf = (list: Iterable<Slot>): number => {
     let n = 0
-    for (const s of list) if (s.stage.resource === 'cpu') n += s.stage.coresPerWorker
+    for (const s of list) if (s.stage.resource === 'cpu' && s.external === undefined) n += s.stage.coresPerWorker
     return n
+  }
+
+  /** External slots whose process is gone: removed and reported lost. */
+  let checkingExternal = false
+  const checkExternal = async (): Promise<void> => {
+    if (checkingExternal) return
+    checkingExternal = true
+    try {
+      for (const slot of [...slots.values()]) {
+        if (slot.external === undefined || await processes.isRunning(slot.external)) continue
+        if (slots.get(slot.workerId) !== slot) continue
+        slots.delete(slot.workerId)
+        log.info({ workerId: slot.workerId, pid: slot.external.pid }, 'external reward worker gone')
+        reportLost(slot, `external worker process ${slot.external.pid} is gone`)
+      }
+    } finally {
+      checkingExternal = false
+    }
   }
 
   /**
@@ -280,7 +322,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
           log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here (yet: a stopping worker may still hold one)')
           break
         }
-        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'queued', warmUntilMs: 0, starting: false, crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
+        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'queued', external: undefined, warmUntilMs: 0, starting: false, crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
         slots.set(workerId, slot)
       }
     }
@@ -310,7 +352,8 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     if (reporting) return
     reporting = true
     // A stopping worker is still finishing its request: it stays in the report until it has exited.
-    const workers = [...slots.values()].filter(s => s.state !== 'restarting' && s.proc?.pid !== undefined).map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc!.pid! }))
+    const workers = [...slots.values()].filter(s => s.state !== 'restarting' && (s.proc?.pid ?? s.external?.pid) !== undefined)
+      .map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: (s.proc?.pid ?? s.external?.pid)!, ...(s.external !== undefined ? { external: true } : {}) }))
     reportSeq = Math.max(reportSeq + 1, Date.now())
     components.callLeader('reward.heartbeat', {
       node: components.selfId, nodeName: options.nodeName, cpuCores: options.cpuCores, gpus: options.gpus,
@@ -328,7 +371,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       // every agent of a cluster reporting twice a second to the leader was most of an idle leader's traffic.
       if (options.stages.length > 0) {
         // A worker that stopped while others were still stopping may be wanted again.
-        heartbeat = setInterval(() => { reconcile(); sendHeartbeat() }, options.heartbeatIntervalMs)
+        heartbeat = setInterval(() => { reconcile(); void checkExternal().finally(sendHeartbeat) }, options.heartbeatIntervalMs)
         heartbeat.unref()
         sendHeartbeat()
       }
@@ -339,7 +382,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       stopping = true
       unsubscribe?.()
       clearInterval(heartbeat)
-      const all = [...slots.values()]
+      const all = [...slots.values()].filter(s => s.external === undefined) // external processes are not ours to stop
       for (const slot of all) stopSlot(slot)
       await Promise.all(all.map(s => s.exited))
     },
@@ -352,7 +395,38 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
 
     reportSeq: () => reportSeq,
 
-    pidOf: workerId => slots.get(workerId)?.proc?.pid,
+    pidOf: workerId => { const slot = slots.get(workerId); return slot?.proc?.pid ?? slot?.external?.pid },
+
+    registerExternal (stageName, count, pid) {
+      const stage = options.stages.find(st => st.name === stageName)
+      if (stage === undefined) throw new AgentError('ERR_BAD_REQUEST', `unknown stage ${JSON.stringify(stageName)}; the stages are ${options.stages.map(st => st.name).join(', ') || 'none (reward.stages)'}`)
+      const identity = processes.identify(pid)
+      if (identity === null) throw new AgentError('ERR_BAD_REQUEST', `process ${pid} is not running`)
+      const mine = [...slots.values()].filter(sl => sl.external?.pid === pid && sl.external.startTicks === identity.startTicks)
+      if (mine.length > 0) {
+        if (mine.length === count && mine.every(sl => sl.stage === stage)) return mine.map(sl => sl.workerId)
+        throw new AgentError('ERR_BAD_REQUEST', `process ${pid} is registered already (${mine.length} slot${mine.length > 1 ? 's' : ''} of stage ${mine[0]!.stage.name}); leave first (POST /v1/reward/workers/leave)`)
+      }
+      const ids: string[] = []
+      for (let k = 0; k < count; k++) {
+        const workerId = `${options.nodeName}/${stage.name}/ext-${pid}-${k}`
+        slots.set(workerId, { workerId, stage, index: -1, proc: undefined, gpu: undefined, state: 'external', external: identity, warmUntilMs: 0, starting: false, crashes: 0, startedMs: performance.now(), restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' })
+        ids.push(workerId)
+      }
+      log.info({ stage: stage.name, pid, slots: count }, 'external reward worker registered')
+      sendHeartbeat()
+      return ids
+    },
+
+    leaveExternal (pid) {
+      const gone = [...slots.values()].filter(sl => sl.external?.pid === pid)
+      for (const slot of gone) {
+        slots.delete(slot.workerId)
+        reportLost(slot, `external worker process ${pid} left`)
+      }
+      if (gone.length > 0) log.info({ pid, slots: gone.length }, 'external reward worker left')
+      return gone.map(sl => sl.workerId)
+    },
     workerUp (workerId) {
       const slot = slots.get(workerId)
       if (slot?.proc !== undefined) markUp(slot, slot.proc)
@@ -366,7 +440,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     },
 
     workers () {
-      return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))
+      return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? s.external?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))
     },
   }
 }

@@ -7,6 +7,8 @@
  *   GET  /v1/reward/requests/:id        the result (?waitMs= long-polls up to 20 s); state pending or done; through any agent
  *   POST /v1/reward/cancel              cancel { task, batch, requestIds? }: the batch, or those requests, end as cancelled
  *   GET  /v1/reward/status              tasks, batches in flight, queues per stage, workers per stage per node
+ *   POST /v1/reward/workers             a process started outside the supervisor registers as a worker of a stage { stage, slots? }
+ *   POST /v1/reward/workers/leave       ... and leaves (its process exiting does too)
  *   POST /v1/reward/work/fetch          a supervised worker takes a request of its stage (long-poll)
  *   POST /v1/reward/work/complete       ... and posts its reward, output or error
  */
@@ -14,7 +16,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { RewardService } from '../../reward/reward-service.ts'
-import { BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
+import { BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, ExternalWorkerBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
 import { errorResponses } from '../wire/errors.ts'
 
 export interface RewardSource {
@@ -70,6 +72,18 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
   app.get('/v1/reward/status', {
     schema: { summary: 'The reward service: tasks, batches in flight, queue lengths per stage, workers per stage per node', response: errorResponses },
   }, async () => await service().status())
+
+  app.post<{ Body: Static<typeof ExternalWorkerBody> }>('/v1/reward/workers', {
+    schema: {
+      summary: 'A process started outside the agent registers as an external worker of a stage, with `slots` requests at once: one worker id each, to fetch and complete with; planned as the stage\'s workers',
+      body: ExternalWorkerBody,
+      response: { 200: Type.Object({ stage: Type.String(), workerIds: Type.Array(Type.String()) }), ...errorResponses },
+    },
+  }, async request => service().registerWorker(request.body, callerOf(request)))
+
+  app.post('/v1/reward/workers/leave', {
+    schema: { summary: 'The calling process\'s external workers leave (so does a process that exits)', response: { 200: Type.Object({ workerIds: Type.Array(Type.String()) }), ...errorResponses } },
+  }, async request => service().leave(callerOf(request)))
 
   app.post<{ Body: FetchWorkBody }>('/v1/reward/work/fetch', {
     schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBodySchema, response: { ...errorResponses, ...conflict } },

@@ -8,8 +8,8 @@ import { Type, type Static } from '@sinclair/typebox'
 import { RewardResultBody, WorkerId, type RewardResult, type RewardStatus } from '../../../mesh/control/reward/reward-messages.ts'
 
 export {
-  BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, RequestId, RewardResultBody, SubmitBody, WorkerId,
-  type BatchStartRequest, type CancelAnswer, type CancelRequest, type CompleteRequest, type RewardLease, type RewardResult, type RewardStatus, type SubmitRequest,
+  BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, ExternalWorkerBody, RequestId, RewardResultBody, SubmitBody, WorkerId,
+  type BatchStartRequest, type CancelAnswer, type CancelRequest, type CompleteRequest, type ExternalWorkerRequest, type RewardLease, type RewardResult, type RewardStatus, type SubmitRequest,
 } from '../../../mesh/control/reward/reward-messages.ts'
 
 /** How long a long-poll waits at most, ms. */
@@ -26,8 +26,8 @@ export interface RewardSubmitAnswer { requestId: string, duplicate: boolean, res
 /** GET /v1/reward/requests/:id. */
 export type RewardResultAnswer = { requestId: string, state: 'pending' } | { requestId: string, state: 'done', result: RewardResult }
 
-/** A reward worker this agent supervises: queued (waiting for its turn to start), warm (the plan no longer wants it here; it serves until it is stopped). */
-export interface RewardWorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting', crashes: number }
+/** A reward worker of this agent: queued (waiting for its turn to start), warm (the plan no longer wants it here; it serves until it is stopped), external (a registered process's slot). */
+export interface RewardWorkerInfo { workerId: string, stage: string, pid: number, gpu?: number, state: 'queued' | 'running' | 'warm' | 'stopping' | 'restarting' | 'external', crashes: number }
 
 /** GET /v1/reward/status: the reward service from the leader, plus this agent's workers. */
 export type RewardStatusBody = RewardStatus & { local: { node: string, pending: number, done: number, workers: RewardWorkerInfo[] } }

@@ -16,6 +16,10 @@ timing and failures:
 SIGTERM: finish the current request, then exit 0. It exits when its agent
 (parent) dies or has not answered for AGENT_GONE_S, so a killed agent leaves
 no workers behind.
+
+``--external STAGE``: started by hand (or by another process manager) instead
+of by the agent: it registers with the agent at AGENTD_SOCKET as an external
+worker of STAGE (one slot), serves it the same way, and leaves on SIGTERM.
 """
 import os
 import signal
@@ -45,13 +49,30 @@ def compute(lease):
 
 
 def main():
-    worker_id = os.environ["AGENTD_REWARD_WORKER_ID"]
     agent = AgentClient(timeout_s=30)
+    external = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--external" else None
+    if external is not None:
+        [worker_id] = agent.reward_register_worker(external)["workerIds"]
+        os.environ["AGENTD_REWARD_WORKER_ID"] = worker_id
+        print(f"registered as {worker_id}", flush=True)
+    else:
+        worker_id = os.environ["AGENTD_REWARD_WORKER_ID"]
     parent = os.getppid()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    try:
+        return serve(agent, worker_id, stop, lambda: external is not None or os.getppid() == parent)
+    finally:
+        if external is not None:
+            try:
+                agent.reward_leave()
+            except AgentError as err:
+                print(f"leaving failed: {err}", file=sys.stderr, flush=True)
+
+
+def serve(agent, worker_id, stop, parent_alive):
     unreachable_since = None
-    while not stop and os.getppid() == parent:
+    while not stop and parent_alive():
         try:
             lease = agent.reward_fetch(worker_id, wait_ms=1000)
             unreachable_since = None

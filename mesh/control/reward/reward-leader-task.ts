@@ -138,7 +138,9 @@ export function createRewardLeaderTask (options: RewardLeaderTaskOptions, compon
             inGrace ? inherited.wanted[s.name] ?? 0 : 0))
           const nodes = inGrace ? withUnreported(proxy.nodes(), inherited, placementStages) : proxy.nodes()
           const capacity = clusterCapacity(nodes, placementStages)
-          const fit = fitWorkersToCapacity(snapshot, wanted, capacity)
+          // External workers (registered processes) serve their stage like supervised ones: only the rest is placed.
+          const external = proxy.externalWorkers()
+          const fit = fitWorkersToCapacity(snapshot, wanted.map((n, j) => Math.max(0, n - (external[j] ?? 0))), capacity)
           const placed = placeRewardWorkers(placementStages, fit.workers, nodes, plan?.workers ?? {} as WorkerAssignment)
           const byStage = (counts: readonly number[]): Record<string, number> => Object.fromEntries(config.stages.map((s, j) => [s.name, counts[j]!]))
           const next: RewardWorkersPayload = {

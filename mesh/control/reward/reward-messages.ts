@@ -81,7 +81,19 @@ export const CancelAnswerSchema = Type.Object({
 }, { additionalProperties: false })
 export type CancelAnswer = Static<typeof CancelAnswerSchema>
 
-export const WorkerReport = Type.Object({ workerId: WorkerId, stage: Type.String({ minLength: 1, maxLength: 32 }), pid: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })
+export const WorkerReport = Type.Object({
+  workerId: WorkerId,
+  stage: Type.String({ minLength: 1, maxLength: 32 }),
+  pid: Type.Integer({ minimum: 0 }),
+  external: Type.Optional(Type.Boolean({ description: 'a process started outside the agent that registered for the stage: planned as one of its workers, placed on no node\'s capacity' })),
+}, { additionalProperties: false })
+
+/** POST /v1/reward/workers: a process started outside the agent's supervisor registers to serve a stage with `slots` requests at once. */
+export const ExternalWorkerBody = Type.Object({
+  stage: Type.String({ minLength: 1, maxLength: 32 }),
+  slots: Type.Optional(Type.Integer({ minimum: 1, maximum: 64, description: 'requests it serves at once: one worker id each (default 1)' })),
+}, { additionalProperties: false })
+export type ExternalWorkerRequest = Static<typeof ExternalWorkerBody>
 
 export const HeartbeatBody = Type.Object({
   node: PeerId,

@@ -171,6 +171,8 @@ export interface RewardProxy {
   adoptHistory(history: ReadonlyMap<string, TaskHistory>): void
   /** Agents that reported within leaseTimeoutMs, with their capacity. */
   nodes(): PlacementNode[]
+  /** Per stage: live external workers (registered processes, not started by a supervisor) by the reports within leaseTimeoutMs. */
+  externalWorkers(): number[]
   stop(): void
 }
 
@@ -235,7 +237,7 @@ interface ProxyRequest {
 
 interface QueueEntry extends QueueKey { request: ProxyRequest }
 
-interface NodeReport { node: string, nodeName: string, cpuCores: number, gpus: number, stages: string[], workers: Map<string, string>, seq: number, atMs: number }
+interface NodeReport { node: string, nodeName: string, cpuCores: number, gpus: number, stages: string[], workers: Map<string, string>, external: Set<string>, seq: number, atMs: number }
 
 interface FetchWaiter { workerId: string, node: string, pid: number | undefined, reportSeq: number, resolve(lease: RewardLease | null): void }
 
@@ -656,7 +658,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       // Overtaken by a later report of the same agent (delivered out of order): nothing in it is news.
       if (previous !== undefined && b.seq !== undefined && b.seq <= previous.seq) return { ok: true }
       const workers = new Map(b.workers.map(w => [w.workerId, w.stage]))
-      reports.set(b.node, { node: b.node, nodeName: b.nodeName, cpuCores: b.cpuCores, gpus: b.gpus, stages: b.stages, workers, seq: b.seq ?? -1, atMs: now() })
+      reports.set(b.node, { node: b.node, nodeName: b.nodeName, cpuCores: b.cpuCores, gpus: b.gpus, stages: b.stages, workers, external: new Set(b.workers.filter(w => w.external === true).map(w => w.workerId)), seq: b.seq ?? -1, atMs: now() })
       loseLeasesWhere(l => l.node === b.node && seq > l.reportSeq && !workers.has(l.workerId), l => `worker ${l.workerId} is no longer running on its agent`)
       for (let k = 0; k < stages.length; k++) dispatch(k)
       return { ok: true }
@@ -829,6 +831,19 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
     nodes () {
       const t = now()
       return [...reports.values()].filter(r => t - r.atMs <= options.leaseTimeoutMs).map(r => ({ id: r.node, cpuCores: r.cpuCores, gpus: r.gpus, stages: r.stages }))
+    },
+
+    externalWorkers () {
+      const t = now()
+      const counts = stages.map(() => 0)
+      for (const r of reports.values()) {
+        if (t - r.atMs > options.leaseTimeoutMs) continue
+        for (const id of r.external) {
+          const k = stageIndex.get(r.workers.get(id) ?? '')
+          if (k !== undefined) counts[k]!++
+        }
+      }
+      return counts
     },
 
     stop () {

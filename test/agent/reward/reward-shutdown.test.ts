@@ -8,13 +8,17 @@
  */
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import { tempDir } from '../../helpers/agent-process.ts'
 import { startTestMesh } from '../../helpers/test-mesh.ts'
 
-// A worker that ignores SIGTERM (a reward model still finishing a long request): it is killed after the grace.
-const stubborn = ['python3', '-c', 'import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)']
-const stages = [{ name: 'judge', resource: 'cpu', command: stubborn, coresPerWorker: 1, timeoutMs: 60_000 }]
-
 t.test('SIGTERM with a worker that ignores it: the worker is killed after its grace and the agent exits cleanly', async t => {
+  // A worker that ignores SIGTERM (a reward model still finishing a long request): it is killed after the grace.
+  // It writes `ready` once it ignores SIGTERM (a SIGTERM before that, while Python starts, would simply end it).
+  const ready = join(tempDir(t), 'ready')
+  const stubborn = ['python3', '-c', `import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen(${JSON.stringify(ready)}, "w").close()\nwhile True: time.sleep(1)`]
+  const stages = [{ name: 'judge', resource: 'cpu', command: stubborn, coresPerWorker: 1, timeoutMs: 60_000 }]
   const mesh = await startTestMesh(t, { nodes: 1, args: ['--set', `reward.stages=${JSON.stringify(stages)}`, '--set', 'reward.cpuCores=1'] })
   const agent = mesh.agents[0]!
   for (const deadline = performance.now() + 60_000; !(await agent.client.leader().catch(() => undefined))?.acting; await sleep(100)) {
@@ -22,10 +26,8 @@ t.test('SIGTERM with a worker that ignores it: the worker is killed after its gr
   }
   await agent.client.rewardBatchStart({ task: 't', batch: 0, size: 1 })
   await agent.client.rewardSubmit({ task: 't', batch: 0, requestId: 't-0-0', payload: {} })
-  let running = 0
-  for (const deadline = performance.now() + 30_000; running === 0; await sleep(100)) {
+  for (const deadline = performance.now() + 30_000; !existsSync(ready); await sleep(100)) {
     if (performance.now() > deadline) throw new Error(`no reward worker started:\n${agent.output()}`)
-    running = (await agent.client.rewardStatus()).local.workers.filter(w => w.state === 'running' && w.pid > 0).length
   }
   const t0 = performance.now()
   agent.proc.kill('SIGTERM')

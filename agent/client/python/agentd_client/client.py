@@ -240,6 +240,20 @@ class AgentClient:
         """Tasks, batches in flight, queue lengths per stage, workers per stage per node (from the leader)."""
         return self.call("GET", "/v1/reward/status")
 
+    def reward_register_worker(self, stage: str, *, slots: int = 1) -> Dict[str, Any]:
+        """Registers this process (started outside the agent's supervisor) as an external worker of ``stage``.
+
+        Returns ``{stage, workerIds}``: one id per slot, each to fetch and
+        complete with like a supervised worker's. The agent knows the process
+        by its pid: when it exits (or calls :meth:`reward_leave`) its workers
+        are gone and their requests retried elsewhere. Needs an admin caller.
+        """
+        return self.call("POST", "/v1/reward/workers", {"stage": stage, "slots": int(slots)})
+
+    def reward_leave(self) -> Dict[str, Any]:
+        """This process's external workers leave; ``{workerIds}``."""
+        return self.call("POST", "/v1/reward/workers/leave", {})
+
     def reward_fetch(self, worker_id: str, *, wait_ms: int = 1000) -> Optional[Dict[str, Any]]:
         """A supervised worker's next request of its stage (a lease), or ``None`` after ``wait_ms``."""
         body = self._transport.request("POST", "/v1/reward/work/fetch", {"workerId": worker_id, "waitMs": int(wait_ms)},

@@ -411,3 +411,21 @@ t.test('cancel: queued and running requests end as cancelled, a whole batch ends
   t.same(proxy.history().filter(h => h.task === 'd'), [], 'its one finished request is not the task\'s history')
   proxy.stop()
 })
+
+t.test('external workers: counted per stage from fresh reports, planned as the stage\'s workers', async t => {
+  let clock = 0
+  const { proxy } = proxyWith({ now: () => clock })
+  proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify', 'judge'], seq: 1, workers: [
+    { workerId: 'a/verify/0', stage: 'verify', pid: 10 },
+    { workerId: 'a/verify/ext-77-0', stage: 'verify', pid: 77, external: true },
+    { workerId: 'a/verify/ext-77-1', stage: 'verify', pid: 77, external: true },
+  ] })
+  proxy.heartbeat({ node: 'n2', nodeName: 'b', cpuCores: 4, gpus: 1, stages: ['verify', 'judge'], seq: 1, workers: [{ workerId: 'b/judge/ext-5-0', stage: 'judge', pid: 5, external: true }] })
+  t.same(proxy.externalWorkers(), [2, 1], 'two external verify slots, one judge')
+  t.equal(proxy.status().stages[0]!.workers, 3, 'and they are live workers of their stage')
+  t.throws(() => proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: [], seq: 2, workers: [{ workerId: 'x', stage: 'verify', pid: 1, external: 'yes' }] }), { code: 'ERR_BAD_REQUEST' })
+  clock += 1500 // past leaseTimeoutMs: n2's report is stale
+  proxy.heartbeat({ node: 'n1', nodeName: 'a', cpuCores: 4, gpus: 0, stages: ['verify', 'judge'], seq: 3, workers: [{ workerId: 'a/verify/ext-77-0', stage: 'verify', pid: 77, external: true }] })
+  t.same(proxy.externalWorkers(), [1, 0], 'a slot left; a silent agent\'s externals do not count')
+  proxy.stop()
+})
