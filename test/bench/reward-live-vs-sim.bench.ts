@@ -1,0 +1,114 @@
+/**
+ * The live reward service against its simulator (issue 27): the same request
+ * trace replayed through `agentctl sim reward` (simulateRewardService, DistRS
+ * policy) and live, on one dev agent whose stages run the example worker
+ * (agent/reward/examples/reward-worker.py sleeps each request's recorded
+ * stage time), with capacity enough that neither is capacity-bound (the
+ * simulator has no capacity limit: the agent offers --cores cores and as
+ * many stand-in GPUs), and by default without keeping workers warm
+ * (--keep-warm-ms 0: the simulator scales exactly as planned; the agent's
+ * default keeps them 60 s, which buys delay with worker-seconds).
+ *
+ * The trace is `agentctl sim trace reward` (--tasks, --batch, --iterations,
+ * --seed) with every time divided by --scale (so a run takes about a minute)
+ * and D = --d-s. Live, the trainer sends each batch's hint at its start and
+ * each request at its arrival, on one clock from the replay's start, and waits
+ * for every result; a batch's extra delay is its completion minus T =
+ * max_i(arrival_i + sum_j s_ij) (DistRS Eq. 1-2), as the simulator computes it.
+ * The first batch of each task is the planner's history (not compared, as in
+ * the simulator, but run live so the live planner has it too).
+ *
+ * Reported: mean and max extra delay per replayed batch, live and simulated,
+ * and the live extra delay over the simulator's prediction (goal: within 20 %).
+ *
+ *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 2] [--batch 16] [--iterations 3] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 0]
+ */
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { repoRoot } from '../helpers/agent-process.ts'
+import { startTestMesh } from '../helpers/test-mesh.ts'
+import { python } from '../helpers/python.ts'
+import { generateRewardTrace } from '../../mesh/sim/reward-trace-generator.ts'
+import { simulateRewardService } from '../../mesh/sim/reward-sim.ts'
+import { createRewardScalingPolicy } from '../../mesh/policies/reward-scaling/policies.ts'
+import type { RewardTrace } from '../../mesh/sim/reward-trace.ts'
+
+const { values } = parseArgs({
+  options: {
+    tasks: { type: 'string', default: '2' },
+    batch: { type: 'string', default: '16' },
+    iterations: { type: 'string', default: '3' },
+    seed: { type: 'string', default: '1' },
+    scale: { type: 'string', default: '100' },
+    'd-s': { type: 'string', default: '1' },
+    cores: { type: 'string', default: '64' },
+    'keep-warm-ms': { type: 'string', default: '0' },
+  },
+})
+const scale = Number(values.scale)
+const cores = Number(values.cores)
+
+/** The generated trace with every time divided by `scale` and D set. */
+function scaledTrace (): RewardTrace {
+  const raw = generateRewardTrace({ tasks: Number(values.tasks), batchSize: Number(values.batch), iterations: Number(values.iterations), seed: Number(values.seed) })
+  const r3 = (x: number): number => Math.round(x / scale * 1000) / 1000
+  return {
+    stages: raw.stages.map(s => ({ ...s, timeoutS: r3(s.timeoutS) })),
+    maxExtraDelayS: Number(values['d-s']),
+    tasks: raw.tasks.map(task => ({
+      id: task.id,
+      batches: task.batches.map(b => ({ startS: r3(b.startS), requests: b.requests.map(q => ({ arrivalS: Math.max(r3(b.startS), r3(q.arrivalS)), stageS: q.stageS.map(r3) })) })),
+    })),
+  }
+}
+
+const trace = scaledTrace()
+const sim = simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: 1 })
+const simDelay = new Map(sim.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
+
+const gpus = Array.from({ length: cores }, (_, i) => ({ model: 'stand-in', memoryBytes: 2 ** 30, uuid: `GPU-${i}`, pciBus: `0000:${(i + 1).toString(16).padStart(2, '0')}:00.0` }))
+const stages = trace.stages.map(s => ({ name: s.name, resource: s.resource, command: [python, join(repoRoot, 'agent/reward/examples/reward-worker.py')], coresPerWorker: 1, timeoutMs: Math.round(s.timeoutS * 1000), cost: s.cost }))
+const teardowns: Array<() => unknown> = []
+try {
+  const mesh = await startTestMesh({ teardown: fn => { teardowns.push(fn) } }, {
+    nodes: 1,
+    args: ['--set', `reward.stages=${JSON.stringify(stages)}`, '--set', `reward.cpuCores=${cores}`, '--set', `inventory.gpus=${JSON.stringify(gpus)}`, '--set', `reward.maxExtraDelayMs=${Math.round(trace.maxExtraDelayS * 1000)}`, '--set', `reward.workerKeepWarmMs=${values['keep-warm-ms']}`],
+  })
+  const agent = mesh.agents[0]!
+  for (const deadline = performance.now() + 60_000; !(await agent.client.leader().catch(() => undefined))?.acting; await sleep(100)) {
+    if (performance.now() > deadline) throw new Error('the dev agent does not lead')
+  }
+  const t0 = performance.now() + 500
+  const clock = (): number => (performance.now() - t0) / 1000
+  const at = async (s: number): Promise<void> => { const wait = t0 + s * 1000 - performance.now(); if (wait > 0) await sleep(wait) }
+  const live = new Map<string, number>()
+  await Promise.all(trace.tasks.flatMap(task => task.batches.map(async (batch, index) => {
+    await at(batch.startS)
+    await agent.client.rewardBatchStart({ task: task.id, batch: index, size: batch.requests.length })
+    const done = await Promise.all(batch.requests.map(async (q, i) => {
+      await at(q.arrivalS)
+      const reached = q.stageS.map((s, j) => ({ s, j })).filter(x => x.s > 0)
+      const endAt = reached.length > 0 ? trace.stages[reached.at(-1)!.j]!.name : trace.stages[0]!.name
+      const payload = { stageMs: Object.fromEntries(trace.stages.map((st, j) => [st.name, Math.round(q.stageS[j]! * 1000)])), endAt, reward: 1 }
+      const id = `${task.id}-${index}-${i}`
+      await agent.client.rewardSubmit({ task: task.id, batch: index, requestId: id, payload })
+      for (;;) {
+        const r = await agent.client.rewardResult(id, 20_000)
+        if (r.state === 'done') return clock()
+      }
+    }))
+    const T = Math.max(...batch.requests.map(q => q.arrivalS + q.stageS.reduce((a, b) => a + b, 0)))
+    live.set(`${task.id}#${index}`, Math.max(...done) - T)
+  })))
+  const compared = [...simDelay.keys()].filter(k => live.has(k))
+  const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length)
+  const liveDelays = compared.map(k => live.get(k)!)
+  const simDelays = compared.map(k => simDelay.get(k)!)
+  for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, simulated ${simDelay.get(k)!.toFixed(3)} s`)
+  const extra = mean(liveDelays) - mean(simDelays)
+  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s; ${compared.length} batches compared`)
+  console.log(`extra delay: live mean ${mean(liveDelays).toFixed(3)} s (max ${Math.max(...liveDelays).toFixed(3)}), simulated mean ${mean(simDelays).toFixed(3)} s (max ${Math.max(...simDelays).toFixed(3)}); live over sim ${extra.toFixed(3)} s = ${(100 * extra / Math.max(1e-9, mean(simDelays))).toFixed(0)} % of the prediction (goal within 20 %), ${(100 * extra / trace.maxExtraDelayS).toFixed(0)} % of D`)
+} finally {
+  for (const fn of teardowns.reverse()) await fn()
+}
