@@ -98,21 +98,28 @@ t.test('a stale socket from a killed agent is replaced; a non-socket file is nev
 
 t.test('bad configuration exits 78 and names the key', async t => {
   const dir = tempDir(t)
-  const res = await runNode(agentMain, ['--dev', '--state-dir', dir], { AGENTD_API_BODY_LIMIT_BYTES: 'big' })
+  const [res, flag] = await Promise.all([
+    runNode(agentMain, ['--dev', '--state-dir', dir], { AGENTD_API_BODY_LIMIT_BYTES: 'big' }),
+    runNode(agentMain, ['--dev', '--state-dir', dir, '--bogus']),
+  ])
   t.equal(res.code, 78)
   t.match(res.stderr, /api\.bodyLimitBytes \(env AGENTD_API_BODY_LIMIT_BYTES\): expected an integer/)
-  const flag = await runNode(agentMain, ['--dev', '--state-dir', dir, '--bogus'])
   t.equal(flag.code, 78)
   t.match(flag.stderr, /unknown flag --bogus/)
   t.notOk(existsSync(join(dir, 'agentd.sock')), 'nothing was started')
 })
 
 t.test('--print-config shows the merged configuration; --version and --help exit 0', async t => {
-  const res = await runNode(agentMain, ['--dev', '--state-dir', '/srv/x', '--print-config', '--log-level', 'warn'])
+  // Three processes at once: each spends seconds loading the sources.
+  const [res, version, help] = await Promise.all([
+    runNode(agentMain, ['--dev', '--state-dir', '/srv/x', '--print-config', '--log-level', 'warn']),
+    runNode(agentMain, ['--version']),
+    runNode(agentMain, ['--help']),
+  ])
   t.equal(res.code, 0)
   const config = JSON.parse(res.stdout)
   t.equal(config.api.socketPath, '/srv/x/agentd.sock')
   t.equal(config.log.level, 'warn')
-  t.match((await runNode(agentMain, ['--version'])).stdout, /^agentd \d+\.\d+\.\d+/)
-  t.match((await runNode(agentMain, ['--help'])).stdout, /usage: agentd/)
+  t.match(version.stdout, /^agentd \d+\.\d+\.\d+/)
+  t.match(help.stdout, /usage: agentd/)
 })
