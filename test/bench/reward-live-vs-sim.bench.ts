@@ -5,9 +5,10 @@
  * (agent/reward/examples/reward-worker.py sleeps each request's recorded
  * stage time), with capacity enough that neither is capacity-bound (the
  * simulator has no capacity limit: the agent offers --cores cores and as
- * many stand-in GPUs), and by default without keeping workers warm
- * (--keep-warm-ms 0: the simulator scales exactly as planned; the agent's
- * default keeps them 60 s, which buys delay with worker-seconds).
+ * many stand-in GPUs). Workers are kept warm for the agent's default 60 s
+ * divided by --scale, like every other time of the trace (--keep-warm-ms to
+ * change it; 0 scales exactly as planned, as the simulator does, which has no
+ * start-up time either).
  *
  * The trace is `agentctl sim trace reward` (--tasks, --batch, --iterations,
  * --seed) with every time divided by --scale (so a run takes about a minute)
@@ -19,9 +20,12 @@
  * the simulator, but run live so the live planner has it too).
  *
  * Reported: mean and max extra delay per replayed batch, live and simulated,
- * and the live extra delay over the simulator's prediction (goal: within 20 %).
+ * the live extra delay over the simulator's prediction (goal: within 20 %),
+ * and the worker-seconds each held per resource (live: the agent's live
+ * workers sampled every 100 ms from the first replayed batch's start, which
+ * includes workers still held for the history batches then).
  *
- *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 2] [--batch 16] [--iterations 3] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 0]
+ *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 2] [--batch 16] [--iterations 3] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 60000/scale]
  */
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -43,11 +47,13 @@ const { values } = parseArgs({
     scale: { type: 'string', default: '100' },
     'd-s': { type: 'string', default: '1' },
     cores: { type: 'string', default: '64' },
-    'keep-warm-ms': { type: 'string', default: '0' },
+    'keep-warm-ms': { type: 'string' },
   },
 })
 const scale = Number(values.scale)
 const cores = Number(values.cores)
+/** The agent's default keep-warm (60 s) on the trace's compressed clock, unless given. */
+const keepWarmMs = values['keep-warm-ms'] !== undefined ? Number(values['keep-warm-ms']) : Math.round(60_000 / scale)
 
 /** The generated trace with every time divided by `scale` and D set. */
 function scaledTrace (): RewardTrace {
@@ -73,7 +79,7 @@ const teardowns: Array<() => unknown> = []
 try {
   const mesh = await startTestMesh({ teardown: fn => { teardowns.push(fn) } }, {
     nodes: 1,
-    args: ['--set', `reward.stages=${JSON.stringify(stages)}`, '--set', `reward.cpuCores=${cores}`, '--set', `inventory.gpus=${JSON.stringify(gpus)}`, '--set', `reward.maxExtraDelayMs=${Math.round(trace.maxExtraDelayS * 1000)}`, '--set', `reward.workerKeepWarmMs=${values['keep-warm-ms']}`],
+    args: ['--set', `reward.stages=${JSON.stringify(stages)}`, '--set', `reward.cpuCores=${cores}`, '--set', `inventory.gpus=${JSON.stringify(gpus)}`, '--set', `reward.maxExtraDelayMs=${Math.round(trace.maxExtraDelayS * 1000)}`, '--set', `reward.workerKeepWarmMs=${keepWarmMs}`],
   })
   const agent = mesh.agents[0]!
   for (const deadline = performance.now() + 60_000; !(await agent.client.leader().catch(() => undefined))?.acting; await sleep(100)) {
@@ -83,6 +89,19 @@ try {
   const clock = (): number => (performance.now() - t0) / 1000
   const at = async (s: number): Promise<void> => { const wait = t0 + s * 1000 - performance.now(); if (wait > 0) await sleep(wait) }
   const live = new Map<string, number>()
+  // Worker-seconds held live, per resource: the agent's live workers per stage, sampled every 100 ms from
+  // the first replayed batch's start (the simulator's window; the history batches run live before it).
+  const replayFromS = Math.min(...trace.tasks.map(task => task.batches[1]!.startS))
+  const held = { cpu: 0, gpu: 0 }
+  let sampling = true
+  const sampler = (async () => {
+    for (let last = performance.now(); sampling; await sleep(100)) {
+      const status = await agent.client.rewardStatus().catch(() => undefined)
+      const nowMs = performance.now()
+      if (status !== undefined && clock() >= replayFromS) for (const st of status.stages) held[st.resource as 'cpu' | 'gpu'] += st.workers * (nowMs - last) / 1000
+      last = nowMs
+    }
+  })()
   await Promise.all(trace.tasks.flatMap(task => task.batches.map(async (batch, index) => {
     await at(batch.startS)
     await agent.client.rewardBatchStart({ task: task.id, batch: index, size: batch.requests.length })
@@ -101,13 +120,16 @@ try {
     const T = Math.max(...batch.requests.map(q => q.arrivalS + q.stageS.reduce((a, b) => a + b, 0)))
     live.set(`${task.id}#${index}`, Math.max(...done) - T)
   })))
+  sampling = false
+  await sampler
   const compared = [...simDelay.keys()].filter(k => live.has(k))
   const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length)
   const liveDelays = compared.map(k => live.get(k)!)
   const simDelays = compared.map(k => simDelay.get(k)!)
   for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, simulated ${simDelay.get(k)!.toFixed(3)} s`)
   const extra = mean(liveDelays) - mean(simDelays)
-  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s; ${compared.length} batches compared`)
+  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms; ${compared.length} batches compared`)
+  console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); simulated cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)} (the replayed batches)`)
   console.log(`extra delay: live mean ${mean(liveDelays).toFixed(3)} s (max ${Math.max(...liveDelays).toFixed(3)}), simulated mean ${mean(simDelays).toFixed(3)} s (max ${Math.max(...simDelays).toFixed(3)}); live over sim ${extra.toFixed(3)} s = ${(100 * extra / Math.max(1e-9, mean(simDelays))).toFixed(0)} % of the prediction (goal within 20 %), ${(100 * extra / trace.maxExtraDelayS).toFixed(0)} % of D`)
 } finally {
   for (const fn of teardowns.reverse()) await fn()
