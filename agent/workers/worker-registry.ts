@@ -44,21 +44,16 @@ import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
 import { maxOpJsonBytes, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
 import { WorkerAllocationSchema, WorkerRegistrationSchema } from '../api/wire/workers.ts'
 
-const validator = createInputValidator(WorkerRegistrationSchema, 'ERR_BAD_REQUEST', 'worker registration', (r, add) => {
+/** A registration and an allocate reply name each state tensor once. */
+const eachNameOnce = (r: { tensors: ReadonlyArray<{ name: string }> }, add: (path: string, message: string) => void): void => {
   const names = new Set<string>()
   r.tensors.forEach((t, i) => {
     if (names.has(t.name)) add(`tensors[${i}].name`, `${JSON.stringify(t.name)} appears twice`)
     names.add(t.name)
   })
-})
-
-const allocationValidator = createInputValidator(WorkerAllocationSchema, 'ERR_BAD_REQUEST', 'allocate reply', (r, add) => {
-  const names = new Set<string>()
-  r.tensors.forEach((t, i) => {
-    if (names.has(t.name)) add(`tensors[${i}].name`, `${JSON.stringify(t.name)} appears twice`)
-    names.add(t.name)
-  })
-})
+}
+const validator = createInputValidator(WorkerRegistrationSchema, 'ERR_BAD_REQUEST', 'worker registration', eachNameOnce)
+const allocationValidator = createInputValidator(WorkerAllocationSchema, 'ERR_BAD_REQUEST', 'allocate reply', eachNameOnce)
 
 export interface StateTensor { name: string, key: StateKey }
 
@@ -217,10 +212,16 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     w.pending.clear()
     w.holds = false
     w.current = false
-    w.unpin()
-    w.memory = null
+    letGoOf(w)
     log.info({ job: w.job, rank: w.rank, worker: w.id, why }, 'workers: worker gone')
     if (lost) components.onWorkerLost(w, why)
+  }
+
+  /** Closes what the agent holds open on the worker's memory and forgets where it was. */
+  const letGoOf = (w: Live): void => {
+    w.unpin()
+    w.unpin = () => {}
+    w.memory = null
   }
 
   const memoryOf = (w: Live, what: string): readonly MemorySpec[] => {
@@ -229,11 +230,21 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     return w.memory
   }
 
-  /** A copy's StateManager error, naming the rank; a full pool is a full tier to the caller. */
-  const copyError = (w: Live, what: string, err: unknown): AgentError => {
-    const e = err instanceof AgentError ? err : new AgentError('ERR_INTERNAL', String((err as Error)?.message ?? err))
-    const code = e.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : e.code
-    return new AgentError(code, `rank ${w.rank} of job ${w.job}: the ${what} of its state failed: ${e.message}`, { cause: e, details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: e.code } })
+  /**
+   * Runs one copy of the worker's whole state (`what`) between its memory and
+   * the StateManager; its error names the rank, and a full pool is a full
+   * tier to the caller.
+   */
+  const copyState = async (w: Live, what: 'offload' | 'onload', copy: (memory: readonly MemorySpec[]) => Promise<unknown>): Promise<void> => {
+    const memory = memoryOf(w, what)
+    if (w.tensors.length === 0) return
+    try {
+      await copy(memory)
+    } catch (err) {
+      const e = err instanceof AgentError ? err : new AgentError('ERR_INTERNAL', String((err as Error)?.message ?? err))
+      const code = e.code === 'ERR_POOL_FULL' ? 'ERR_TIER_FULL' : e.code
+      throw new AgentError(code, `rank ${w.rank} of job ${w.job}: the ${what} of its state failed: ${e.message}`, { cause: e, details: { job: w.job, rank: w.rank, node: options.selfPeerId, cause: e.code } })
+    }
   }
 
   const localRanks = (job: string): { ranks: number[], gpusPerNode: number } => {
@@ -416,7 +427,8 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       const byName = new Map(parsed.tensors.map(t => [t.name, t.memory as MemorySpec]))
       const missing = w.tensors.filter(t => !byName.has(t.name)).map(t => t.name)
       if (missing.length > 0 || byName.size !== w.tensors.length) {
-        const extra = [...byName.keys()].filter(n => !w.tensors.some(t => t.name === n))
+        const registered = new Set(w.tensors.map(t => t.name))
+        const extra = [...byName.keys()].filter(n => !registered.has(n))
         throw new AgentError('ERR_OPERATION_FAILED', `rank ${w.rank} of job ${w.job} answered allocate without ${missing.slice(0, 3).join(', ') || 'nothing'}${extra.length > 0 ? ` and with unregistered ${extra.slice(0, 3).join(', ')}` : ''}: it must name every registered state tensor once`, { details: { job: w.job, rank: w.rank } })
       }
       const memory = w.tensors.map(t => byName.get(t.name)!)
@@ -426,28 +438,13 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
       w.memory = memory
     },
 
-    forgetMemory (worker) {
-      const w = worker as Live
-      w.unpin()
-      w.unpin = () => {}
-      w.memory = null
-    },
+    forgetMemory: worker => letGoOf(worker as Live),
 
-    async copyOut (worker, version) {
-      const w = worker as Live
-      const memory = memoryOf(w, 'offload')
-      if (w.tensors.length === 0) return
-      await components.stateManager.offload(w.tensors.map((t, i) => ({ key: keyAt(t, version), source: memory[i]! })))
-        .catch(err => { throw copyError(w, 'offload', err) })
-    },
+    copyOut: async (worker, version) => await copyState(worker as Live, 'offload', memory =>
+      components.stateManager.offload(worker.tensors.map((t, i) => ({ key: keyAt(t, version), source: memory[i]! })))),
 
-    async copyIn (worker, keyVersion) {
-      const w = worker as Live
-      const memory = memoryOf(w, 'onload')
-      if (w.tensors.length === 0) return
-      await components.stateManager.onload(w.tensors.map((t, i) => ({ key: keyAt(t, keyVersion), target: memory[i]! })))
-        .catch(err => { throw copyError(w, 'onload', err) })
-    },
+    copyIn: async (worker, keyVersion) => await copyState(worker as Live, 'onload', memory =>
+      components.stateManager.onload(worker.tensors.map((t, i) => ({ key: keyAt(t, keyVersion), target: memory[i]! })))),
 
     async sweep () {
       const view = components.jobs()
