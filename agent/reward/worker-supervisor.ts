@@ -135,6 +135,15 @@ interface Slot {
   stderrTail: string
 }
 
+/** A slot in its first state: nothing spawned, nothing counted. */
+const newSlot = (o: Pick<Slot, 'workerId' | 'stage' | 'index' | 'gpu' | 'state' | 'external'>): Slot => ({
+  ...o, proc: undefined, warmUntilMs: 0, starting: false, crashes: 0, startedMs: performance.now(),
+  restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '',
+})
+
+/** The process serving a slot: the supervisor's child, or the registered external process. */
+const pidOfSlot = (slot: Slot): number | undefined => slot.proc?.pid ?? slot.external?.pid
+
 const stableRunMs = 10_000
 const stderrTailBytes = 2048
 
@@ -322,7 +331,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
           log.warn({ stage: stage.name, gpus: options.gpus }, 'no free GPU for a gpu-stage worker placed here (yet: a stopping worker may still hold one)')
           break
         }
-        const slot: Slot = { workerId, stage, index: i, proc: undefined, gpu, state: 'queued', external: undefined, warmUntilMs: 0, starting: false, crashes: 0, startedMs: 0, restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' }
+        const slot = newSlot({ workerId, stage, index: i, gpu, state: 'queued', external: undefined })
         slots.set(workerId, slot)
       }
     }
@@ -352,8 +361,8 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     if (reporting) return
     reporting = true
     // A stopping worker is still finishing its request: it stays in the report until it has exited.
-    const workers = [...slots.values()].filter(s => s.state !== 'restarting' && (s.proc?.pid ?? s.external?.pid) !== undefined)
-      .map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: (s.proc?.pid ?? s.external?.pid)!, ...(s.external !== undefined ? { external: true } : {}) }))
+    const workers = [...slots.values()].filter(s => s.state !== 'restarting' && pidOfSlot(s) !== undefined)
+      .map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: pidOfSlot(s)!, ...(s.external !== undefined ? { external: true } : {}) }))
     reportSeq = Math.max(reportSeq + 1, Date.now())
     components.callLeader('reward.heartbeat', {
       node: components.selfId, nodeName: options.nodeName, cpuCores: options.cpuCores, gpus: options.gpus,
@@ -395,7 +404,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
 
     reportSeq: () => reportSeq,
 
-    pidOf: workerId => { const slot = slots.get(workerId); return slot?.proc?.pid ?? slot?.external?.pid },
+    pidOf: workerId => { const slot = slots.get(workerId); return slot === undefined ? undefined : pidOfSlot(slot) },
 
     registerExternal (stageName, count, pid) {
       const stage = options.stages.find(st => st.name === stageName)
@@ -410,7 +419,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       const ids: string[] = []
       for (let k = 0; k < count; k++) {
         const workerId = `${options.nodeName}/${stage.name}/ext-${pid}-${k}`
-        slots.set(workerId, { workerId, stage, index: -1, proc: undefined, gpu: undefined, state: 'external', external: identity, warmUntilMs: 0, starting: false, crashes: 0, startedMs: performance.now(), restartTimer: undefined, killTimer: undefined, terminated: undefined, exited: Promise.resolve(), stderrTail: '' })
+        slots.set(workerId, newSlot({ workerId, stage, index: -1, gpu: undefined, state: 'external', external: identity }))
         ids.push(workerId)
       }
       log.info({ stage: stage.name, pid, slots: count }, 'external reward worker registered')
@@ -440,7 +449,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
     },
 
     workers () {
-      return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: s.proc?.pid ?? s.external?.pid ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))
+      return [...slots.values()].map(s => ({ workerId: s.workerId, stage: s.stage.name, pid: pidOfSlot(s) ?? 0, ...(s.gpu !== undefined ? { gpu: s.gpu } : {}), state: s.state, crashes: s.crashes }))
     },
   }
 }
