@@ -16,6 +16,12 @@ import { ExternalWorkerBody, validatorOf, type CancelAnswer, type RewardLease, t
 
 const validateExternalWorker = validatorOf(ExternalWorkerBody, 'external worker registration')
 
+/** The caller's pid; ERR_FORBIDDEN when the agent cannot tell (reward workers are known by their process). */
+function pidOf (caller: Caller, action: string): number {
+  if (caller === null) throw new AgentError('ERR_FORBIDDEN', `cannot tell which process asks to ${action} (no peer credentials): reward workers are known by their process`)
+  return caller.pid
+}
+
 export interface RewardServiceOptions {
   config: RewardConfig
   socketPath: string
@@ -32,6 +38,9 @@ export interface RewardServiceComponents {
   processes?: Pick<ProcessTable, 'descendsFrom'>
   leader: Pick<LeaderService, 'callLeader' | 'desiredState' | 'onApplied'>
 }
+
+/** The process calling the API (SO_PEERCRED), or null when the agent cannot tell. */
+export type Caller = { pid: number } | null
 
 export interface WorkFetch { workerId: string, waitMs: number }
 export interface WorkComplete { workerId: string, leaseId: string, reward?: number, output?: unknown, error?: string }
@@ -56,13 +65,13 @@ export interface RewardService {
    * calling process (SO_PEERCRED); ERR_FORBIDDEN unless it is the worker's
    * own process or one it started (null: the agent cannot tell).
    */
-  fetchWork(body: WorkFetch, caller: { pid: number } | null, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
+  fetchWork(body: WorkFetch, caller: Caller, signal?: AbortSignal): Promise<{ lease: RewardLease | null }>
   /** ... and posts its reward, output or error; the same check of `caller`. */
-  completeWork(body: WorkComplete, caller: { pid: number } | null): Promise<{ accepted: true }>
+  completeWork(body: WorkComplete, caller: Caller): Promise<{ accepted: true }>
   /** The calling process registers as an external worker of a stage (ExternalWorkerBody): its worker ids. */
-  registerWorker(body: unknown, caller: { pid: number } | null): { stage: string, workerIds: string[] }
+  registerWorker(body: unknown, caller: Caller): { stage: string, workerIds: string[] }
   /** The calling process's external workers leave: their ids. */
-  leave(caller: { pid: number } | null): { workerIds: string[] }
+  leave(caller: Caller): { workerIds: string[] }
 }
 
 export function createRewardService (options: RewardServiceOptions, components: RewardServiceComponents): RewardService {
@@ -121,11 +130,11 @@ export function createRewardService (options: RewardServiceOptions, components: 
    * other process on the socket, even one of the agent's uid, is refused, so
    * nothing but the worker can take its requests or post its results.
    */
-  const checkCaller = (workerId: string, caller: { pid: number } | null, action: string): void => {
+  const checkCaller = (workerId: string, caller: Caller, action: string): void => {
+    const callerPid = pidOf(caller, `${action} for reward worker ${workerId}`)
     const pid = supervisor.pidOf(workerId)
-    if (caller === null) throw new AgentError('ERR_FORBIDDEN', `cannot tell which process asks to ${action} for reward worker ${workerId} (no peer credentials): only that worker's process may`)
-    if (pid === undefined || !processes.descendsFrom(caller.pid, pid)) {
-      throw new AgentError('ERR_FORBIDDEN', `process ${caller.pid} may not ${action} for reward worker ${workerId}: only the worker's own process (${pid === undefined ? 'none runs now' : `pid ${pid}`}) or one it started may`, { details: { worker: workerId, caller: caller.pid } })
+    if (pid === undefined || !processes.descendsFrom(callerPid, pid)) {
+      throw new AgentError('ERR_FORBIDDEN', `process ${callerPid} may not ${action} for reward worker ${workerId}: only the worker's own process (${pid === undefined ? 'none runs now' : `pid ${pid}`}) or one it started may`, { details: { worker: workerId, caller: callerPid } })
     }
   }
 
@@ -174,13 +183,9 @@ export function createRewardService (options: RewardServiceOptions, components: 
     },
     registerWorker (body, caller) {
       const b = validateExternalWorker.parse(body)
-      if (caller === null) throw new AgentError('ERR_FORBIDDEN', 'cannot tell which process registers (no peer credentials): an external worker is known by its process')
-      return { stage: b.stage, workerIds: supervisor.registerExternal(b.stage, b.slots ?? 1, caller.pid) }
+      return { stage: b.stage, workerIds: supervisor.registerExternal(b.stage, b.slots ?? 1, pidOf(caller, 'register as an external worker')) }
     },
-    leave (caller) {
-      if (caller === null) throw new AgentError('ERR_FORBIDDEN', 'cannot tell which process leaves (no peer credentials)')
-      return { workerIds: supervisor.leaveExternal(caller.pid) }
-    },
+    leave: caller => ({ workerIds: supervisor.leaveExternal(pidOf(caller, 'leave')) }),
     async completeWork (body, caller) {
       supervisor.stageOf(body.workerId)
       checkCaller(body.workerId, caller, 'complete work')

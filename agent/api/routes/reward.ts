@@ -15,7 +15,7 @@
 import type { FastifyInstance } from 'fastify'
 import { Type, type Static } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
-import type { RewardService } from '../../reward/reward-service.ts'
+import type { Caller, RewardService } from '../../reward/reward-service.ts'
 import { BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, ExternalWorkerBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
 import { errorResponses } from '../wire/errors.ts'
 
@@ -32,7 +32,7 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
     return s
   }
   /** The calling process (SO_PEERCRED), or null when the agent cannot tell. */
-  const callerOf = (request: { caller?: { pid: number } | null }): { pid: number } | null => request.caller != null ? { pid: request.caller.pid } : null
+  const callerOf = (request: { caller?: { pid: number } | null }): Caller => request.caller != null ? { pid: request.caller.pid } : null
   /** An abort signal that fires when the caller hangs up (long-polls stop waiting). */
   const hangUp = (reply: { raw: NodeJS.EventEmitter & { writableFinished: boolean } }): AbortSignal => {
     const abort = new AbortController()
