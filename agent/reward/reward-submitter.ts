@@ -139,13 +139,17 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
   const batchTouched = new Map<string, number>()
   const touch = (task: string, batch: number): void => { batchTouched.set(key(task, batch), performance.now()) }
 
-  /** Ends the batch's requests pending here (those in `ids`, or all) as cancelled; their ids. */
-  const cancelHere = (b: CancelRequest, why: string): string[] => {
+  /**
+   * Ends the batch's requests pending here (those in `ids`, or all) as
+   * cancelled; their ids. `atLeader`: the leader cancelled them too (else a
+   * new leader is handed these results like any other unfetched ones).
+   */
+  const cancelHere = (b: CancelRequest, why: string, atLeader: boolean): string[] => {
     const listed = b.requestIds !== undefined ? new Set(b.requestIds) : undefined
     const ended: string[] = []
     for (const [id, e] of entries) {
       if (e.result !== undefined || e.body.task !== b.task || e.body.batch !== b.batch || (listed !== undefined && !listed.has(id))) continue
-      store({ requestId: id, task: b.task, batch: b.batch, status: 'cancelled', reward: options.timeoutReward, message: why, stageS: [] }, true)
+      store({ requestId: id, task: b.task, batch: b.batch, status: 'cancelled', reward: options.timeoutReward, message: why, stageS: [] }, atLeader)
       ended.push(id)
     }
     return ended
@@ -163,8 +167,11 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       stale.set(k, b)
     }
     for (const b of stale.values()) {
-      await components.callLeader('reward.cancel', b).catch(err => log.warn({ task: b.task, batch: b.batch, err: (err as Error).message }, 'cancelling an abandoned reward batch at the leader failed (its requests end here anyway)'))
-      const ended = cancelHere(b, `abandoned: its trainer did not touch batch ${b.batch} of task ${b.task} through this agent for ${Math.round(abandonedBatchMs / 1000)} s (reward.abandonedBatchMs)`)
+      const atLeader = await components.callLeader('reward.cancel', b).then(() => true, err => {
+        log.warn({ task: b.task, batch: b.batch, err: (err as Error).message }, 'cancelling an abandoned reward batch at the leader failed (its requests end here anyway)')
+        return false
+      })
+      const ended = cancelHere(b, `abandoned: its trainer did not touch batch ${b.batch} of task ${b.task} through this agent for ${Math.round(abandonedBatchMs / 1000)} s (reward.abandonedBatchMs)`, atLeader)
       log.warn({ task: b.task, batch: b.batch, requests: ended.length }, 'abandoned reward requests cancelled')
     }
   }
@@ -409,11 +416,12 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       } catch (err) {
         // A batch the leader does not know may still be pending here (a leader change): end it here.
         if (!(err instanceof AgentError && err.code === 'ERR_NOT_FOUND')) throw err
-        const ended = cancelHere(b, 'cancelled by the trainer')
+        const ended = cancelHere(b, 'cancelled by the trainer', false)
         if (ended.length === 0) throw err
-        return { cancelled: ended, finished: [], unknown: (b.requestIds ?? []).filter(id => !ended.includes(id)) }
+        const endedHere = new Set(ended)
+        return { cancelled: ended, finished: [], unknown: (b.requestIds ?? []).filter(id => !endedHere.has(id)) }
       }
-      cancelHere(b, 'cancelled by the trainer')
+      cancelHere(b, 'cancelled by the trainer', true)
       wakeLoop?.()
       return answer
     },

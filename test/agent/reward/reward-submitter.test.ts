@@ -116,6 +116,9 @@ t.test('cancel ends pending requests here at once (no later leader gets them aga
   leaderKnowsBatch = false // a new leader that has not heard of the batch yet
   t.same(await submitter.cancel({ task: 't', batch: 0 }), { cancelled: ['b', 'c'], finished: [], unknown: [] }, 'cancelled here though the leader did not know the batch')
   t.same(submitter.counts(), { pending: 0, done: 3 })
+  const handedOver = (): string[] => calls.filter(c => c.method === 'reward.resync').flatMap(c => (c.body.results ?? []).map((r: { result: { requestId: string } }) => r.result.requestId))
+  for (const deadline = performance.now() + 5000; !handedOver().includes('c') && performance.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 20))
+  t.same(handedOver().sort(), ['b', 'c'], 'a leader that did not cancel them is handed those results (a fetch through another agent finds them); not a, which it cancelled')
 
   // Batch 1 is abandoned: nobody touches it for abandonedBatchMs.
   leaderKnowsBatch = true
