@@ -27,6 +27,14 @@ t.test('an external worker registers, serves its stage, is known by its process,
     await t.rejects(agent.client.call('POST', '/v1/reward/workers', body), { code: 'ERR_BAD_REQUEST', message }, JSON.stringify(body))
   }
 
+  // This test process registers itself: twice the same answers the same ids, other slots are refused, leave ends it.
+  const mine = await agent.client.call<{ stage: string, workerIds: string[] }>('POST', '/v1/reward/workers', { stage: 'verify', slots: 2 })
+  t.same(mine.workerIds, [0, 1].map(k => `${mine.workerIds[0]!.replace(/-0$/, '')}-${k}`), 'one id per slot')
+  t.same(await agent.client.call('POST', '/v1/reward/workers', { stage: 'verify', slots: 2 }), mine, 'registering again answers the same ids')
+  await t.rejects(agent.client.call('POST', '/v1/reward/workers', { stage: 'verify', slots: 3 }), { code: 'ERR_BAD_REQUEST', message: /registered already.*leave first/ })
+  t.same(await agent.client.call('POST', '/v1/reward/workers/leave', {}), { workerIds: mine.workerIds }, 'leave ends its slots')
+  t.notOk((await agent.client.rewardStatus()).local.workers.some(w => mine.workerIds.includes(w.workerId)), 'gone from the agent\'s workers')
+
   const external = spawn(python, [worker, '--external', 'verify'], { env: { ...process.env, AGENTD_SOCKET: agent.socketPath }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => { if (external.exitCode === null) external.kill('SIGKILL') })
   let stderr = ''
