@@ -16,12 +16,16 @@
  *   trainer's batch-start hint (`startS`) anchors the batch (AT of Alg. 2, the
  *   EBF priority) and lets the service warm workers up during the rollout's
  *   first part (§4): the live proxy makes one more decision at the hint for
- *   that, because its worker processes take time to start; here workers start
- *   at once when a decision is applied, so that decision would only hold idle
- *   workers (and charge them) until the first arrival, and is not made. A
- *   batch joins the planner's snapshot when it arrives. Workers are whole, one request at a time, and never
- *   preempted: a stage scaled below its busy workers keeps them until their
- *   requests finish, and they count as allocated until then.
+ *   that, because its worker processes take time to start. By default
+ *   (options.workers: idealWorkers) workers start at once when a decision is
+ *   applied, so that decision would only hold idle workers (and charge them)
+ *   until the first arrival, and is not made: a batch joins the planner's
+ *   snapshot when it arrives. With the live life cycle (start-up time,
+ *   keep-warm, start pacing: stage-workers.ts) the replay decides at the hint
+ *   and the batch joins the snapshot then, as live. Workers are whole, one
+ *   request at a time, and never preempted: a stage scaled below its busy
+ *   workers keeps them until their requests finish, and they count as
+ *   allocated until then.
  * - Stage queues are per pool and follow the policy's discipline (EBF with the
  *   batch's priority fixed at its start, or FCFS). At one instant every
  *   arrival and completion is applied before free workers take requests (the
@@ -29,6 +33,7 @@
  * - Extra delay of a batch = its completion − T, T = max_i (arrivalS_i + Σ_j s_ij) (Eq. 1–2).
  */
 import { createEventQueue } from './event-queue.ts'
+import { createStageWorkers, createStartPacer, idealWorkers, type StageWorkers, type WorkerLifecycle } from './stage-workers.ts'
 import type { RewardTrace } from './reward-trace.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'
 import { queueOrder } from '../policies/reward-scaling/queue-order.ts'
@@ -53,8 +58,11 @@ export interface RewardSimulationResult {
 
 export interface DecisionRecord {
   atS: number
-  /** batch-arrival: the batch's first request arrived (the decision the batch-start hint prepared). */
-  reason: 'batch-arrival' | 'batch-complete'
+  /**
+   * batch-start: the trainer's hint (only when workers take time to start);
+   * batch-arrival: the batch's first request arrived.
+   */
+  reason: 'batch-start' | 'batch-arrival' | 'batch-complete'
   task: string
   index: number
   decision: ScalingDecision
@@ -67,6 +75,14 @@ export interface RewardSimulationOptions {
   onDecision?: (record: DecisionRecord) => void
   /** Return the held-workers timeline (result.allocation). Default false. */
   recordAllocation?: boolean
+  /**
+   * The workers' life cycle (stage-workers.ts). Default idealWorkers (DistRS's
+   * model: a worker is there when a decision wants it). With the live
+   * supervisor's start-up time, keep-warm and start pacing, the replay also
+   * decides at each batch's start hint, and a batch joins the planner's
+   * snapshot then, as the live proxy does.
+   */
+  workers?: WorkerLifecycle
 }
 
 interface SimRequest {
@@ -97,8 +113,7 @@ interface SimBatch {
 interface PoolState {
   readonly id: string
   tasks: 'all' | ReadonlySet<string>
-  target: number[]
-  busy: number[]
+  readonly workers: StageWorkers[]
   readonly queues: Array<PriorityHeap<SimRequest>>
   readonly dispatchPending: boolean[]
 }
@@ -119,6 +134,9 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const planner = { calls: 0, totalMs: 0, maxMs: 0, maxRequests: 0 }
   const baseSeed = options.seed ?? 1
   const allocation: RewardSimulationResult['allocation'] = options.recordAllocation === true ? [] : undefined
+  const lifecycle = options.workers ?? idealWorkers
+  const pacer = createStartPacer(queue, lifecycle)
+  const decidesAtHint = lifecycle.startS > 0
 
   for (const task of trace.tasks) {
     history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests)
@@ -169,9 +187,13 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
     batch.priorityS = policy.batchPriorityS({ startS: batch.startS, history: history[batch.task], stages, exactEarliestS: batch.earliestS })
     let firstArrivalS = Infinity
     for (const request of batch.requests) firstArrivalS = Math.min(firstArrivalS, request.arrivalS)
+    if (decidesAtHint) {
+      active.push(batch)
+      decide('batch-start', batch)
+    }
     // Scheduled before the arrivals: at one instant events run in scheduling order, so the pool exists first.
     queue.at(firstArrivalS, () => {
-      active.push(batch)
+      if (!decidesAtHint) active.push(batch)
       decide('batch-arrival', batch)
     })
     for (const request of batch.requests) queue.at(request.arrivalS, () => advance(request, 0))
@@ -206,13 +228,14 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
 
   function dispatch (pool: PoolState, k: number): void {
     const waiting = pool.queues[k]!
-    while (pool.busy[k]! < pool.target[k]! && waiting.size > 0) {
+    const workers = pool.workers[k]!
+    while (workers.busy < workers.capacity && waiting.size > 0) {
       const request = waiting.pop()!
-      setWorkers(pool, k, pool.target[k]!, pool.busy[k]! + 1)
+      workers.take()
       request.state = 'running'
       request.startedS = queue.nowS
       queue.after(request.stageS[k]!, () => {
-        setWorkers(pool, k, pool.target[k]!, pool.busy[k]! - 1)
+        workers.release()
         scheduleDispatch(pool, k)
         advance(request, k + 1)
       })
@@ -254,42 +277,42 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
         throw new RangeError(`policy ${policy.name}: pool ${planned.id} needs ${stageCount} whole worker counts, got [${planned.workers.join(', ')}]`)
       }
       listed.add(planned.id)
-      let pool = pools.get(planned.id)
-      if (pool === undefined) {
-        pool = {
-          id: planned.id,
-          tasks: 'all',
-          target: new Array<number>(stageCount).fill(0),
-          busy: new Array<number>(stageCount).fill(0),
-          queues: stages.map(() => createPriorityHeap<SimRequest>(before)),
-          dispatchPending: new Array<boolean>(stageCount).fill(false),
-        }
-        pools.set(planned.id, pool)
-      }
+      const pool = pools.get(planned.id) ?? newPool(planned.id)
       pool.tasks = planned.tasks === 'all' ? 'all' : new Set(planned.tasks)
-      for (let k = 0; k < stageCount; k++) setWorkers(pool, k, planned.workers[k]!, pool.busy[k]!)
+      for (let k = 0; k < stageCount; k++) pool.workers[k]!.setTarget(planned.workers[k]!)
     }
     for (const pool of pools.values()) {
-      if (!listed.has(pool.id)) for (let k = 0; k < stageCount; k++) setWorkers(pool, k, 0, pool.busy[k]!)
+      if (!listed.has(pool.id)) for (const workers of pool.workers) workers.setTarget(0)
       for (let k = 0; k < stageCount; k++) if (pool.queues[k]!.size > 0) scheduleDispatch(pool, k)
     }
   }
 
-  /** Changes a pool stage's target and busy workers, accruing allocated worker-seconds up to now first. */
-  function setWorkers (pool: PoolState, k: number, target: number, busy: number): void {
+  function newPool (id: string): PoolState {
+    const pool: PoolState = {
+      id,
+      tasks: 'all',
+      workers: stages.map((stage, k) => createStageWorkers(queue, lifecycle, pacer, {
+        held: delta => accrue(stage.resource, delta),
+        ready: () => scheduleDispatch(pool, k),
+      })),
+      queues: stages.map(() => createPriorityHeap<SimRequest>(before)),
+      dispatchPending: new Array<boolean>(stageCount).fill(false),
+    }
+    pools.set(id, pool)
+    return pool
+  }
+
+  /** Accrues allocated worker-seconds up to now, then changes the held workers of `resource` by `delta`. */
+  function accrue (resource: 'cpu' | 'gpu', delta: number): void {
     const nowS = queue.nowS
-    const resource = stages[k]!.resource
     seconds.cpu += heldBy.cpu * (nowS - accruedUntilS)
     seconds.gpu += heldBy.gpu * (nowS - accruedUntilS)
     accruedUntilS = nowS
-    const change = Math.max(target, busy) - Math.max(pool.target[k]!, pool.busy[k]!)
-    heldBy[resource] += change
-    if (allocation !== undefined && change !== 0) {
+    heldBy[resource] += delta
+    if (allocation !== undefined) {
       const last = allocation.at(-1)
       if (last?.atS === nowS) { last.cpu = heldBy.cpu; last.gpu = heldBy.gpu } else allocation.push({ atS: nowS, cpu: heldBy.cpu, gpu: heldBy.gpu })
     }
-    pool.target[k] = target
-    pool.busy[k] = busy
   }
 
   /** The task's dedicated pool if it has one, else a shared pool. */

@@ -36,6 +36,15 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a table', async
   t.same(Object.keys(result.planner), ['calls', 'meanMs', 'maxMs', 'maxRequests'])
   t.equal(result.planner.calls, 8, 'one decision at each batch start and completion')
 
+  const live = await runNode(agentctlMain, ['sim', 'reward', '--trace', file, '--policy', 'distrs', '--json', '--worker-start-ms', '5000', '--start-concurrency', '1', '--keep-warm-ms', '60000'])
+  t.equal(live.code, 0, live.stderr)
+  const liveResult = JSON.parse(live.stdout)
+  t.equal(liveResult.planner.calls, 12, 'a decision at each batch\'s start hint too')
+  t.ok(liveResult.cpuSeconds > result.cpuSeconds, `workers held from the hint and kept warm count (${liveResult.cpuSeconds} vs ${result.cpuSeconds})`)
+  const slow = await simRewardCommand.run(context({ trace: file, policy: 'distrs', 'worker-start-ms': '60000', 'start-concurrency': '1' }))
+  const slowDelayS = (slow.json as { avgExtraDelayS: number }).avgExtraDelayS
+  t.ok(slowDelayS > result.avgExtraDelayS + 10, `workers that take a minute to start, one at a time, delay batches (${slowDelayS} vs ${result.avgExtraDelayS} s)`)
+
   const human = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated' }))
   t.match(human.human, /policy\s+zq-dedicated\n/)
   t.match(human.human, /TASK\s+BATCH\s+EARLIEST_S\s+COMPLETED_S\s+EXTRA_DELAY_S\ntask-0\s+1\s/)
@@ -47,6 +56,9 @@ t.test('bad usage exits 2 with a hint', async t => {
   t.match(typo.stderr, /--policy must be one of distrs, zq-dedicated, history, ideal, got "histroy"; did you mean "history"\?/)
   await t.rejects(simRewardCommand.run(context({ trace: 'x.json' })), new UsageError('sim reward: --policy is required (one of distrs, zq-dedicated, history, ideal)'))
   await t.rejects(simRewardCommand.run(context({ policy: 'ideal' })), /--trace F is required/)
+  await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'worker-start-ms': '-5' })), /--worker-start-ms must be an integer >= 0, got "-5"/)
+  await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'keep-warm-ms': '1.5' })), /--keep-warm-ms must be an integer >= 0/)
+  await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'start-concurrency': '0' })), /--start-concurrency must be an integer >= 1, got "0"/)
   await t.rejects(simTraceRewardCommand.run(context({ tasks: '2', batch: '8', iterations: '1', seed: '1' })),
     /--iterations must be an integer >= 2, got "1"/)
   await t.rejects(simTraceRewardCommand.run(context({ tasks: 'two', batch: '8', iterations: '3', seed: '1' })), /--tasks must be an integer >= 1, got "two"/)

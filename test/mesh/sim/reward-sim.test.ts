@@ -57,6 +57,28 @@ t.test('a worker scaled away finishes its request and counts until then', async 
   t.equal(result.gpuSeconds, 2 * 2 + 1 * 8, 'the busy worker is held 102–110 although the target is 0')
 })
 
+t.test('live workers: decided at the hint, started one at a time, kept warm between batches', async t => {
+  const paced = simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'), { workers: { startS: 1, keepWarmS: 0, startConcurrency: 1 } })
+  // Up at 101 and 102: 101–103, 102–104 (s=2), 103–104, 104–105 (s=1), 104–108 (s=4); T = 106.5.
+  t.same(paced.batches, [{ task: 'a', index: 1, earliestS: 106.5, completedS: 108, extraDelayS: 1.5 }])
+  t.equal(paced.cpuSeconds, 1 * 1 + 2 * 7, 'one worker starting from the hint (100), two from 101 (the second starting) to the completion')
+
+  // One request per batch, s = 2; a worker while a batch is active.
+  const twoBatches: RewardTrace = {
+    stages: [{ name: 'run', resource: 'cpu', cost: 1, timeoutS: 10 }],
+    maxExtraDelayS: 1,
+    tasks: [{ id: 'a', batches: [0, 100, 105].map(startS => ({ startS, requests: [{ arrivalS: startS, stageS: [2] }] })) }],
+  }
+  const records: DecisionRecord[] = []
+  const warm = simulateRewardService(twoBatches, staticAllocationPolicy([1], 'fcfs'), { workers: { startS: 1, keepWarmS: 10, startConcurrency: 4 }, onDecision: r => records.push(r) })
+  t.same(records.map(r => [r.atS, r.reason, r.index]), [[100, 'batch-start', 1], [100, 'batch-arrival', 1], [103, 'batch-complete', 1], [105, 'batch-start', 2], [105, 'batch-arrival', 2], [107, 'batch-complete', 2]])
+  t.same(warm.batches.map(b => [b.completedS, b.extraDelayS]), [[103, 1], [107, 0]], 'the second batch finds its worker warm')
+  t.equal(warm.cpuSeconds, 117 - 100, 'held from the hint until the keep-warm after the last batch ran out')
+  const cold = simulateRewardService(twoBatches, staticAllocationPolicy([1], 'fcfs'), { workers: { startS: 1, keepWarmS: 0, startConcurrency: 4 } })
+  t.same(cold.batches.map(b => [b.completedS, b.extraDelayS]), [[103, 1], [108, 1]], 'without keep-warm each batch waits for a start')
+  t.equal(cold.cpuSeconds, 3 + 3)
+})
+
 t.test('the replay and the planner\'s SIMULATE agree on batch completions (EBF and FCFS)', async t => {
   for (let seed = 1; seed <= 12; seed++) {
     const trace = generateRewardTrace({ tasks: 2, batchSize: 40, iterations: 2, seed, staggerS: 30 })
