@@ -13,8 +13,13 @@
  * - `dim: null`                  replicate (norms, biases of row-parallel layers)
  * - `dim: 0 | 1`                 even split (column parallel on 0, row parallel on 1);
  *                                the dimension must divide by tp
- * - `vocab: true`                vocab-parallel: ceil(size / tp) rows per rank, the
- *                                last ranks get the remainder (possibly nothing)
+ * - `vocab: true | ENGINE`        vocab-parallel as the engine loads it (true: vllm):
+ *                                vLLM and SGLang pad the vocab to a multiple of 64,
+ *                                Megatron to a multiple of 128 × tp; the padded size
+ *                                splits evenly (P / tp rows a rank), and a rank gets
+ *                                the real rows of its range (the last ranks fewer,
+ *                                possibly none); the slice's paddedShape is the
+ *                                engine's parameter (rows past the real ones are padding)
  * - `parts: [n1, n2, ...] | N`   fused tensor of parts concatenated along `dim`
  *                                (gate_up: [I, I], or 2 equal parts); each part split evenly
  * - `qkv: { heads, kvHeads }`    fused q|k|v along `dim` with grouped-query
@@ -22,7 +27,15 @@
  *                                evenly when tp <= kvHeads, otherwise each rank
  *                                gets kv head floor(rank * kvHeads / tp)
  *                                (replicated tp / kvHeads times)
+ * - `heads: H` (with dim 0)      a separate q projection: H heads split evenly
+ *                                (H % tp must be 0, as vLLM requires)
  * - `kvHeads: K` (with dim 0)    a separate k or v projection: like qkv's k part
+ *
+ * A head count of 0 in a rule means "not known" (a preset without the model's
+ * config): planning a tensor that needs it fails with what to give. Across
+ * the table, the q, k and v projections of one attention module must agree
+ * on the head size (rows / heads): a wrong kv-head count is refused rather
+ * than cut into fractions of heads.
  */
 import { createHash } from 'node:crypto'
 import { AgentError } from '../../core/errors.ts'
@@ -34,15 +47,21 @@ export interface TensorInfo {
   elementBytes: number
 }
 
+/** The engines whose vocab split a rule can follow. */
+export const vocabEngines = ['vllm', 'sglang', 'megatron'] as const
+export type VocabEngine = typeof vocabEngines[number]
+
 export interface LayoutRule {
   /** Regular expression matched (unanchored) against the tensor name. */
   pattern: string
   /** Split dimension; null replicates. */
   dim: 0 | 1 | null
-  vocab?: boolean
+  /** Vocab-parallel, split as this engine loads it (true: vllm). */
+  vocab?: boolean | VocabEngine
   /** Sizes of the fused parts along dim, or how many equal parts. */
   parts?: number[] | number
   qkv?: { heads: number, kvHeads: number }
+  heads?: number
   kvHeads?: number
 }
 
@@ -69,6 +88,8 @@ export interface TensorSlice {
   /** Global offsets of the slice's first element (exact when it is one range). */
   offsets: number[]
   bytes: number
+  /** The engine's parameter for this rank when larger than `shape` (vocab padding): rows past `shape` are padding. */
+  paddedShape?: number[]
 }
 
 /** Whether two slices of a tensor cut the same dim into the same ranges, in the same order. */
@@ -88,7 +109,7 @@ export function parseLayoutRules (doc: unknown, source: string): LayoutRule[] {
     const where = `${source}: rules[${i}]`
     if (typeof r !== 'object' || r === null) throw layoutError(`${where} is not an object`)
     const rule = r as Record<string, unknown>
-    const known = new Set(['pattern', 'dim', 'vocab', 'parts', 'qkv', 'kvHeads'])
+    const known = new Set(['pattern', 'dim', 'vocab', 'parts', 'qkv', 'heads', 'kvHeads'])
     const unknown = Object.keys(rule).find(k => !known.has(k))
     if (unknown !== undefined) throw layoutError(`${where}: unknown field "${unknown}" (allowed: ${[...known].join(', ')})`)
     if (typeof rule.pattern !== 'string' || rule.pattern === '') throw layoutError(`${where}.pattern must be a non-empty regular expression`)
@@ -96,12 +117,14 @@ export function parseLayoutRules (doc: unknown, source: string): LayoutRule[] {
     if (rule.dim !== 0 && rule.dim !== 1 && rule.dim !== null) throw layoutError(`${where}.dim must be 0, 1 or null`)
     const out: LayoutRule = { pattern: rule.pattern, dim: rule.dim }
     const positive = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 1
-    const kinds = ['vocab', 'parts', 'qkv', 'kvHeads'].filter(k => rule[k] !== undefined)
-    if (kinds.length > 1) throw layoutError(`${where}: give at most one of vocab, parts, qkv, kvHeads`)
+    const kinds = ['vocab', 'parts', 'qkv', 'heads', 'kvHeads'].filter(k => rule[k] !== undefined)
+    if (kinds.length > 1) throw layoutError(`${where}: give at most one of vocab, parts, qkv, heads, kvHeads`)
     if (kinds.length === 1 && rule.dim === null) throw layoutError(`${where}: ${kinds[0]} needs dim 0 or 1`)
     if (rule.vocab !== undefined) {
-      if (typeof rule.vocab !== 'boolean') throw layoutError(`${where}.vocab must be a boolean`)
-      out.vocab = rule.vocab
+      if (typeof rule.vocab !== 'boolean' && !(vocabEngines as readonly unknown[]).includes(rule.vocab)) {
+        throw layoutError(`${where}.vocab must be true (vllm's split) or one of ${vocabEngines.join(', ')}`)
+      }
+      out.vocab = rule.vocab as boolean | VocabEngine
     }
     if (rule.parts !== undefined) {
       if (!positive(rule.parts) && (!Array.isArray(rule.parts) || rule.parts.length === 0 || !rule.parts.every(positive))) {
@@ -116,9 +139,10 @@ export function parseLayoutRules (doc: unknown, source: string): LayoutRule[] {
       }
       out.qkv = { heads: q.heads, kvHeads: q.kvHeads }
     }
-    if (rule.kvHeads !== undefined) {
-      if (!positive(rule.kvHeads)) throw layoutError(`${where}.kvHeads must be a positive integer`)
-      out.kvHeads = rule.kvHeads
+    for (const key of ['heads', 'kvHeads'] as const) {
+      if (rule[key] === undefined) continue
+      if (!positive(rule[key])) throw layoutError(`${where}.${key} must be a positive integer`)
+      out[key] = rule[key]
     }
     return out
   })
@@ -136,13 +160,30 @@ function evenRange (size: number, tp: number, rank: number, what: string): Slice
   return { start: rank * count, count }
 }
 
-/** Ranges along the split dimension for one tensor under `rule`. */
-function rangesFor (rule: LayoutRule, size: number, tp: number, rank: number, what: string): SliceRange[] {
-  if (rule.vocab === true) {
-    const per = Math.ceil(size / tp)
-    const start = Math.min(size, rank * per)
-    return [{ start, count: Math.min(size, start + per) - start }]
+/**
+ * A rank's rows of a vocab-parallel tensor of `size` rows as `engine` loads
+ * it (vLLM's VocabParallelEmbedding / ParallelLMHead, SGLang's, Megatron's
+ * padded vocab), and the rows of the engine's parameter (`padded`).
+ */
+export function vocabRange (engine: VocabEngine, size: number, tp: number, rank: number, what: string): { range: SliceRange, padded: number } {
+  const multiple = engine === 'megatron' ? 128 * tp : 64
+  const paddedVocab = Math.ceil(size / multiple) * multiple
+  if (paddedVocab % tp !== 0) throw layoutError(`${what}: ${engine} pads the vocab of ${size} to ${paddedVocab}, which does not divide by tp ${tp}`)
+  const per = paddedVocab / tp
+  const start = Math.min(size, rank * per)
+  return { range: { start, count: Math.min(size, rank * per + per) - start }, padded: per }
+}
+
+/** Ranges along the split dimension for one tensor under `rule` (and, for vocab, the engine parameter's rows). */
+function rangesFor (rule: LayoutRule, size: number, tp: number, rank: number, what: string): { ranges: SliceRange[], padded?: number } {
+  if (rule.vocab !== undefined && rule.vocab !== false) {
+    const { range, padded } = vocabRange(rule.vocab === true ? 'vllm' : rule.vocab, size, tp, rank, what)
+    return { ranges: [range], padded }
   }
+  return { ranges: splitRanges(rule, size, tp, rank, what) }
+}
+
+function splitRanges (rule: LayoutRule, size: number, tp: number, rank: number, what: string): SliceRange[] {
   if (rule.parts !== undefined) {
     const n = rule.parts
     if (typeof n === 'number' && size % n !== 0) throw layoutError(`${what}: ${size} does not divide into ${n} equal fused parts`)
@@ -172,7 +213,15 @@ function rangesFor (rule: LayoutRule, size: number, tp: number, rank: number, wh
       { start: vBase + kv.start * headDim, count: kv.count * headDim },
     ]
   }
+  if (rule.heads !== undefined) {
+    if (rule.heads < 1) throw layoutError(`${what}: splitting query heads needs the head count (--config with the model's config.json, --heads, or num_attention_heads in the version's metadata)`)
+    if (size % rule.heads !== 0) throw layoutError(`${what}: ${size} does not divide into ${rule.heads} heads`)
+    const headDim = size / rule.heads
+    const q = evenRange(rule.heads, tp, rank, `${what} heads`)
+    return [{ start: q.start * headDim, count: q.count * headDim }]
+  }
   if (rule.kvHeads !== undefined) {
+    if (rule.kvHeads < 1) throw layoutError(`${what}: splitting key/value heads needs their count (--config with the model's config.json, --kv-heads, or num_key_value_heads in the version's metadata)`)
     if (size % rule.kvHeads !== 0) throw layoutError(`${what}: ${size} does not divide into ${rule.kvHeads} kv heads`)
     const headDim = size / rule.kvHeads
     const kv = kvHeadRange(rule.kvHeads, tp, rank, what)
@@ -200,12 +249,18 @@ export function planTensorSlice (tensor: TensorInfo, index: number, layout: Targ
   if (match === undefined || match.rule.dim === null) return whole
   const dim = match.rule.dim
   if (dim >= tensor.shape.length) throw layoutError(`${tensor.name}: rule "${match.rule.pattern}" splits dim ${dim} of a rank-${tensor.shape.length} tensor`)
-  const ranges = rangesFor(match.rule, tensor.shape[dim]!, layout.tp, layout.rank, tensor.name).filter(r => r.count > 0)
+  const planned = rangesFor(match.rule, tensor.shape[dim]!, layout.tp, layout.rank, tensor.name)
+  const ranges = planned.ranges.filter(r => r.count > 0)
   const shape = [...tensor.shape]
   shape[dim] = ranges.reduce((a, r) => a + r.count, 0)
   const offsets = tensor.shape.map(() => 0)
   offsets[dim] = ranges[0]?.start ?? 0
-  return { name: tensor.name, index, dim, ranges, shape, offsets, bytes: elementCount(shape) * tensor.elementBytes }
+  const slice: TensorSlice = { name: tensor.name, index, dim, ranges, shape, offsets, bytes: elementCount(shape) * tensor.elementBytes }
+  if (planned.padded !== undefined && planned.padded > shape[dim]!) {
+    slice.paddedShape = [...shape]
+    slice.paddedShape[dim] = planned.padded
+  }
+  return slice
 }
 
 interface CompiledRule { rule: LayoutRule, regex: RegExp }
@@ -217,7 +272,33 @@ function compileRules (rules: readonly LayoutRule[]): CompiledRule[] {
 export function planReshard (tensors: readonly TensorInfo[], layout: TargetLayout): TensorSlice[] {
   checkLayout(layout)
   const compiled = compileRules(layout.rules)
-  return tensors.map((t, i) => planTensorSlice(t, i, layout, compiled))
+  const plan = tensors.map((t, i) => planTensorSlice(t, i, layout, compiled))
+  if (layout.tp > 1) checkHeadSizes(tensors, compiled)
+  return plan
+}
+
+/**
+ * The q, k and v projections of one attention module (names alike but for
+ * q_proj / k_proj / v_proj) split by head counts must agree on the head size:
+ * a wrong count would cut heads into pieces (vLLM reads head_dim from the
+ * config and would load something else).
+ */
+function checkHeadSizes (tensors: readonly TensorInfo[], compiled: readonly CompiledRule[]): void {
+  const modules = new Map<string, { name: string, headDim: number }>()
+  for (const tensor of tensors) {
+    const part = /\.([qkv])_proj\.(weight|bias)$/.exec(tensor.name)
+    if (part === null) continue
+    const rule = compiled.find(c => c.regex.test(tensor.name))?.rule
+    const heads = rule?.dim === 0 ? (part[1] === 'q' ? rule.heads : rule.kvHeads) : undefined
+    if (heads === undefined || heads < 1) continue
+    const headDim = tensor.shape[0]! / heads
+    const module = `${tensor.name.slice(0, part.index)}.${part[2]}`
+    const seen = modules.get(module)
+    if (seen === undefined) { modules.set(module, { name: tensor.name, headDim }); continue }
+    if (seen.headDim !== headDim) {
+      throw layoutError(`${tensor.name}: ${tensor.shape[0]} rows make ${heads} heads of ${headDim}, but ${seen.name} has heads of ${seen.headDim}: the head counts (--heads/--kv-heads, --config, or the version's metadata) do not fit this model`)
+    }
+  }
 }
 
 /** A contiguous byte run of the source tensor. */
@@ -290,6 +371,6 @@ export function groupRuns (runs: readonly ByteRun[]): StridedRuns[] {
  * (layout, rank) it holds (PROTOCOL.md "Partial holders").
  */
 export function layoutId (layout: TargetLayout): string {
-  const canonical = layout.rules.map(r => [r.pattern, r.dim, r.vocab ?? null, r.parts ?? null, r.qkv !== undefined ? [r.qkv.heads, r.qkv.kvHeads] : null, r.kvHeads ?? null])
+  const canonical = layout.rules.map(r => [r.pattern, r.dim, r.vocab === true ? 'vllm' : r.vocab ?? null, r.parts ?? null, r.qkv !== undefined ? [r.qkv.heads, r.qkv.kvHeads] : null, r.kvHeads ?? null, ...(r.heads !== undefined ? [r.heads] : [])])
   return `tp${layout.tp}-r${layout.rank}-${createHash('sha256').update(JSON.stringify(canonical)).digest('hex').slice(0, 16)}`
 }

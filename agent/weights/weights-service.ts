@@ -105,6 +105,10 @@ export interface WeightsCounters {
 /** Resolves a LayoutSpec against a manifest (presets take head counts from its metadata unless given). */
 export function resolveLayout (spec: LayoutSpec, manifest: WeightsManifest): TargetLayout {
   if ((spec.rules === undefined) === (spec.preset === undefined)) throw new AgentError('ERR_LAYOUT_INVALID', 'a layout needs either rules or a preset')
+  const given = Object.keys(spec.presetOptions ?? {})
+  if (spec.rules !== undefined && given.length > 0) {
+    throw new AgentError('ERR_LAYOUT_INVALID', `${given.join(', ')} shape a preset; layout rules state their own head counts and vocab split (heads, kvHeads, qkv, vocab in the rules)`)
+  }
   const rules = spec.rules ?? presetRules(spec.preset!, { ...presetOptionsFromMetadata(manifest.metadata), ...spec.presetOptions })
   return { tp: spec.tp, rank: spec.rank, rules }
 }

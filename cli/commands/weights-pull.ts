@@ -13,7 +13,10 @@ import { AgentError } from '../../core/errors.ts'
 import { UsageError, type Command } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
-import { parseVersion } from './weights-publish.ts'
+import { parseVersion, readModelConfig } from './weights-publish.ts'
+import { presetOptionsOf } from '../../agent/weights/model-config.ts'
+import { vocabEngines } from '../../agent/weights/reshard.ts'
+import { choiceFlag } from './flags.ts'
 import { followWeightsProgress } from './weights-progress.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {
@@ -24,7 +27,7 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
 
 export const weightsPullCommand: Command = {
   summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
-  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--heads H --kv-heads K] [--streams S] [--out F.safetensors] [--quiet]',
+  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--config config.json | --heads H --kv-heads K] [--engine vllm|sglang|megatron] [--streams S] [--out F.safetensors] [--quiet]',
   options: {
     from: { type: 'string', value: 'HOST:PORT', description: 'the serving agent\'s data address; default: an alive agent that advertises the version in the mesh' },
     model: { type: 'string', value: 'M', description: 'the model\'s name' },
@@ -33,8 +36,10 @@ export const weightsPullCommand: Command = {
     preset: { type: 'string', description: 'like --layout, with the built-in rules of a model family', complete: layoutPresetNames },
     tp: { type: 'string', value: 'T', description: 'tensor-parallel size of the rollout engine (>= 1)' },
     rank: { type: 'string', value: 'R', description: 'this engine\'s tensor-parallel rank (0 .. T-1)' },
-    heads: { type: 'string', value: 'H', description: 'attention heads, for fused qkv; default: from the version\'s metadata' },
-    'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA), for fused qkv; default: from the metadata, else --heads' },
+    config: { type: 'string', value: 'config.json', description: 'the model\'s Hugging Face config.json, for a preset\'s head counts and MLP size; default: the version\'s metadata (weights publish --config)', complete: 'file' },
+    heads: { type: 'string', value: 'H', description: 'attention heads (a preset splits q_proj and a fused qkv by them); default: --config, else the version\'s metadata' },
+    'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA); default: --config, else the metadata, else --heads' },
+    engine: { type: 'string', description: 'the engine whose vocab split a preset follows (default vllm; megatron pads to 128 x tp)', complete: vocabEngines },
     streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
     out: { type: 'string', value: 'F.safetensors', description: 'also write the whole version to this file (not with a layout)', complete: 'file' },
     quiet: { type: 'boolean', description: 'no progress bar (there is none either when stderr is not a terminal, or with --json)' },
@@ -55,6 +60,8 @@ export const weightsPullCommand: Command = {
     const preset = values.preset as string | undefined
     if (layoutFile !== undefined && preset !== undefined) throw new UsageError('give --layout or --preset, not both')
     const sliced = layoutFile !== undefined || preset !== undefined
+    const presetFlags = (['config', 'heads', 'kv-heads', 'engine'] as const).filter(k => values[k] !== undefined)
+    if (presetFlags.length > 0 && preset === undefined) throw new UsageError(`--${presetFlags.join(', --')} shape a --preset's split; a --layout file states its own`)
     if (sliced && (tp === undefined || rankText === undefined)) throw new UsageError('a layout needs --tp and --rank')
     if (!sliced && (tp !== undefined || rankText !== undefined)) throw new UsageError('--tp/--rank need --layout F or --preset P')
     const out = values.out as string | undefined
@@ -68,14 +75,17 @@ export const weightsPullCommand: Command = {
       }
       if (!Array.isArray(rules)) throw new AgentError('ERR_LAYOUT_INVALID', `${layoutFile}: expected { "rules": [...] }`)
     }
-    const heads = positiveInt('heads', values.heads as string | undefined)
-    const kvHeads = positiveInt('kv-heads', values['kv-heads'] as string | undefined)
+    const config = values.config !== undefined ? presetOptionsOf(await readModelConfig(values.config as string)) : {}
+    const heads = positiveInt('heads', values.heads as string | undefined) ?? config.heads
+    const kvHeads = positiveInt('kv-heads', values['kv-heads'] as string | undefined) ?? config.kvHeads
+    const intermediateSize = config.intermediateSize
+    const engine = values.engine !== undefined ? choiceFlag('weights pull', values.engine, 'engine', vocabEngines) : undefined
     const streams = positiveInt('streams', values.streams as string | undefined)
     const body = {
       model, version,
       ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
-      ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}) } } : {}),
+      ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}), ...(intermediateSize !== undefined ? { intermediateSize } : {}), ...(engine !== undefined ? { engine } : {}) } } : {}),
     }
     const bar = followWeightsProgress(client, list => {
       const mine = list.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
@@ -93,10 +103,11 @@ export const weightsPullCommand: Command = {
     }
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {
-      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors },
+      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}) },
       human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
         `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
-        `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}`,
+        `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}` +
+        `${result.paddedShapes !== undefined ? `\n${Object.entries(result.paddedShapes).map(([key, shape]) => `${key}: the engine's parameter is [${shape.join(', ')}] (vocab padding)`).join('\n')}` : ''}`,
     }
   },
 }

@@ -121,7 +121,12 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
               rank: layout.rank,
               ...(layout.rules !== undefined ? { rules: parseLayoutRules({ rules: layout.rules }, 'layout') } : {}),
               ...(layout.preset !== undefined ? { preset: layout.preset } : {}),
-              presetOptions: { ...(layout.heads !== undefined ? { heads: layout.heads } : {}), ...(layout.kvHeads !== undefined ? { kvHeads: layout.kvHeads } : {}) },
+              presetOptions: {
+                ...(layout.heads !== undefined ? { heads: layout.heads } : {}),
+                ...(layout.kvHeads !== undefined ? { kvHeads: layout.kvHeads } : {}),
+                ...(layout.intermediateSize !== undefined ? { intermediateSize: layout.intermediateSize } : {}),
+                ...(layout.engine !== undefined ? { engine: layout.engine } : {}),
+              },
             },
           }
         : {}),

@@ -37,8 +37,11 @@ const LayoutBody = Type.Object({
   rank: uint,
   rules: Type.Optional(Type.Array(Type.Unknown(), { maxItems: 1024, description: 'layout rules, as in a rules file { "rules": [...] }' })),
   preset: Type.Optional(Type.String({ maxLength: 32 })),
-  heads: Type.Optional(Type.Integer({ minimum: 1 })),
-  kvHeads: Type.Optional(Type.Integer({ minimum: 1 })),
+  heads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1 << 20 })),
+  kvHeads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1 << 20 })),
+  intermediateSize: Type.Optional(Type.Integer({ minimum: 1, maximum: 1 << 30, description: 'the MLP\'s intermediate size, for a fused gate_up (default: two equal halves)' })),
+  // The engines of reshard.ts vocabEngines (the planner imports from here, not the other way).
+  engine: Type.Optional(Type.Union([Type.Literal('vllm'), Type.Literal('sglang'), Type.Literal('megatron')], { description: 'whose vocab split a preset follows (default vllm; sglang splits as vllm; megatron pads to 128 × tp)' })),
 }, { additionalProperties: false })
 
 /** POST /v1/weights/pull. */
@@ -65,6 +68,7 @@ export const PullResultSchema = Type.Object({
   seconds: Type.Number(),
   tensors: uint,
   keys: Type.Array(Type.String()),
+  paddedShapes: Type.Optional(Type.Record(Type.String(), Type.Array(uint), { description: 'keys whose engine parameter is larger than the slice (vocab padding): the parameter\'s shape; rows past the key\'s are padding (zeros). A key of 0 rows is absent from keys and listed here' })),
   refetchedPieces: uint,
   reconnects: uint,
   switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),

@@ -3,10 +3,9 @@ import t from 'tap'
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
-import { generateClusterKey } from '../../../mesh/membership/cluster-key.ts'
 import { capabilities } from '../../../native/index.ts'
 import { makeShm } from '../../native/helpers.ts'
-import { tensor, writeSafetensors } from './weights-fixtures.ts'
+import { clusterKeyFile, tensor, writeSafetensors } from './weights-fixtures.ts'
 import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 
 if (!capabilities.addon.loaded) {
@@ -14,10 +13,8 @@ if (!capabilities.addon.loaded) {
 } else {
   t.test('agentctl weights publish on A, pull on B (full and tp 2), onload on B; a third agent with another key is refused', async t => {
     const dir = tempDir(t, 'agentd-w-')
-    const keyFile = join(dir, 'cluster.key')
-    writeFileSync(keyFile, generateClusterKey(), { mode: 0o600 })
-    const otherKey = join(dir, 'other.key')
-    writeFileSync(otherKey, generateClusterKey(), { mode: 0o600 })
+    const keyFile = clusterKeyFile(dir)
+    const otherKey = clusterKeyFile(dir, 'other.key')
     const args = (state: string, key: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', key, '--set', 'weights.chunkBytes=262144', '--set', 'state.hostPoolBytes=67108864']
     const aDir = tempDir(t); const bDir = tempDir(t); const cDir = tempDir(t)
     const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir, keyFile) })

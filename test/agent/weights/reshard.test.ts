@@ -59,7 +59,12 @@ t.test('every rule kind, random shapes and tp: the slice equals the reference an
     const dimOf = kind === 1 ? 1 : 0
     if (kind === 0) { shape = [tp * pick([1, 2, 5]), cols]; rule = { pattern: 'w', dim: 0 }; const c = shape[0]! / tp; expectedRows = r => span(r * c, c) }
     else if (kind === 1) { shape = [pick([2, 5]), tp * pick([1, 3]), pick([1, 2])]; rule = { pattern: 'w', dim: 1 }; const c = shape[1]! / tp; expectedRows = r => span(r * c, c) }
-    else if (kind === 2) { shape = [pick([5, 17, 33, 64]), cols]; rule = { pattern: 'w', dim: 0, vocab: true }; const per = Math.ceil(shape[0]! / tp); expectedRows = r => span(Math.min(shape[0]!, r * per), Math.max(0, Math.min(shape[0]!, (r + 1) * per) - r * per)) }
+    else if (kind === 2) {
+      // vLLM: the vocab padded to a multiple of 64 splits evenly; a rank gets the real rows of its part.
+      shape = [pick([5, 17, 33, 64, 65, 130]), cols]; rule = { pattern: 'w', dim: 0, vocab: true }
+      const per = Math.ceil(shape[0]! / 64) * 64 / tp
+      expectedRows = r => span(Math.min(shape[0]!, r * per), Math.max(0, Math.min(shape[0]!, (r + 1) * per) - r * per))
+    }
     else if (kind === 3) { shape = [2 * inter, cols]; rule = { pattern: 'w', dim: 0, parts: 2 }; const c = inter / tp; expectedRows = r => [...span(r * c, c), ...span(inter + r * c, c)] }
     else if (kind === 4) { shape = [inter + 2 * inter, cols]; rule = { pattern: 'w', dim: 0, parts: [inter, 2 * inter] }; expectedRows = r => [...span(r * inter / tp, inter / tp), ...span(inter + r * 2 * inter / tp, 2 * inter / tp)] }
     else {
@@ -125,19 +130,27 @@ t.test('Llama preset: column, row, vocab, fused qkv with GQA (tp 8 > 2 kv heads)
   ]
   const plan = planReshard(tensors, { tp: 8, rank: 5, rules: presetRules('llama', { heads, kvHeads }) })
   t.same(plan.map(s => [s.dim, s.shape]), [
-    [0, [126, hidden]], // ceil(1001 / 8) = 126 rows
+    [0, [128, hidden]], // vLLM: 1001 padded to 1024, 128 rows a rank
     [0, [(1 + 2) * headDim, hidden]], // 1 q head + its shared k and v head
     [1, [hidden, headDim]],
     [0, [2 * inter / 8, hidden]],
     [1, [hidden, inter / 8]],
     [0, [headDim, hidden]], // kv head floor(5 * 2 / 8) = 1
     [null, [hidden]],
-    [0, [126, hidden]],
+    [0, [128, hidden]],
   ])
+  t.equal(plan[0]!.paddedShape, undefined, 'a rank whose rows are all real has no padding')
   t.same(plan[1]!.ranges, [{ start: 5 * headDim, count: headDim }, { start: heads * headDim + headDim, count: headDim }, { start: (heads + kvHeads) * headDim + headDim, count: headDim }])
   t.same(plan[5]!.ranges, [{ start: headDim, count: headDim }])
   const last = planReshard(tensors, { tp: 8, rank: 7, rules: presetRules('qwen', { heads, kvHeads }) })
-  t.same(last[0]!.shape, [vocab - 7 * 126, hidden], 'the last vocab rank gets the remainder')
+  t.same(last[0]!.shape, [vocab - 7 * 128, hidden], 'the last vocab rank gets the real rows left')
+  t.same(last[0]!.paddedShape, [128, hidden], 'and the engine\'s parameter shape, padding included')
+  const megatron = planReshard(tensors, { tp: 8, rank: 7, rules: presetRules('llama', { heads, kvHeads, engine: 'megatron' }) })
+  t.same([megatron[0]!.ranges, megatron[0]!.paddedShape], [[{ start: 7 * 128, count: vocab - 7 * 128 }], [128, hidden]], 'Megatron pads to 128 × tp: 1024 here too')
+  const wide = planReshard([{ name: 'lm_head.weight', shape: [50257, 4], elementBytes: 2 }], { tp: 2, rank: 1, rules: presetRules('llama', { engine: 'megatron' }) })
+  t.same([wide[0]!.ranges, wide[0]!.paddedShape], [[{ start: 25216, count: 50257 - 25216 }], [25216, 4]], 'Megatron, GPT-2 vocab, tp 2: padded to 50432 (a multiple of 256), 25216 rows a rank')
+  const vllm = planReshard([{ name: 'lm_head.weight', shape: [50257, 4], elementBytes: 2 }], { tp: 2, rank: 1, rules: presetRules('llama') })
+  t.same([vllm[0]!.ranges, vllm[0]!.paddedShape], [[{ start: 25152, count: 50257 - 25152 }], [25152, 4]], 'vLLM, same vocab: padded to 50304 (a multiple of 64), 25152 rows a rank')
 })
 
 t.test('bad layouts fail with ERR_LAYOUT_INVALID and say why', async t => {

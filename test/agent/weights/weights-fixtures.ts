@@ -19,6 +19,13 @@ import { diskDir } from '../../native/helpers.ts'
 export const MiB = 2 ** 20
 export const logger = pino({ level: 'silent' })
 
+/** A new cluster key in `dir`/`name`, mode 0600 as the agent requires; its path. */
+export function clusterKeyFile (dir: string, name = 'cluster.key'): string {
+  const path = join(dir, name)
+  writeFileSync(path, generateClusterKey(), { mode: 0o600 })
+  return path
+}
+
 export interface FixtureTensor { name: string, dtype: 'f32' | 'bf16' | 'u8', shape: number[], data: Buffer }
 const stDtype = { f32: 'F32', bf16: 'BF16', u8: 'U8' } as const
 const elementBytes = { f32: 4, bf16: 2, u8: 1 } as const

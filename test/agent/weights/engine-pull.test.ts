@@ -1,0 +1,66 @@
+// Resharded pulls as an engine loads them, through real agents and agentctl: head counts from the
+// model's config.json (published with the version, or given to the pull), vLLM's padded vocab split
+// with the padded shape reported, a rank whose vocab part is all padding, and the refusals.
+import t from 'tap'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
+import { capabilities } from '../../../native/index.ts'
+import { clusterKeyFile, tensor, writeSafetensors } from './weights-fixtures.ts'
+
+const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
+
+t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts; refusals leave nothing', { skip }, async t => {
+  const dir = tempDir(t, 'agentd-w-')
+  const keyFile = clusterKeyFile(dir)
+  const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--set', 'weights.chunkBytes=65536', '--set', 'state.hostPoolBytes=16777216']
+  const aDir = tempDir(t); const bDir = tempDir(t)
+  const [a, b] = await Promise.all([spawnAgent(t, { stateDir: aDir, args: args(aDir) }), spawnAgent(t, { stateDir: bDir, args: args(bDir) })])
+  const ctl = (agent: typeof a, ...words: string[]) => runNode(agentctlMain, ['--socket', agent.socketPath, ...words])
+  // 8 heads of 8, 2 kv heads, vocab 100 (vLLM pads it to 128: 16 rows a rank at tp 8, rank 7's all padding).
+  const hidden = 64; const heads = 8; const kvHeads = 2; const headDim = 8; const vocab = 100
+  const tensors = [
+    tensor('model.embed_tokens.weight', 'bf16', [vocab, hidden], 1),
+    tensor('model.layers.0.self_attn.q_proj.weight', 'bf16', [heads * headDim, hidden], 2),
+    tensor('model.layers.0.self_attn.k_proj.weight', 'bf16', [kvHeads * headDim, hidden], 3),
+    tensor('model.layers.0.self_attn.v_proj.weight', 'bf16', [kvHeads * headDim, hidden], 4),
+    tensor('model.norm.weight', 'f32', [hidden], 5),
+  ]
+  const model = join(dir, 'm.safetensors')
+  writeSafetensors(model, tensors)
+  const config = join(dir, 'config.json')
+  writeFileSync(config, JSON.stringify({ model_type: 'llama', num_attention_heads: heads, num_key_value_heads: kvHeads, hidden_size: hidden, vocab_size: vocab }))
+  const address = (await a.client.status()).weights!.address!
+
+  // Without head counts anywhere, a preset refuses before moving a byte.
+  t.equal((await ctl(a, 'weights', 'publish', '--model', 'bare', '--from-safetensors', model)).code, 0)
+  const refused = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '0')
+  t.equal(refused.code, 1)
+  t.match(refused.stderr, /ERR_LAYOUT_INVALID.*q_proj\.weight: splitting query heads needs the head count \(--config/)
+  const wrong = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '0', '--heads', '8', '--kv-heads', '4')
+  t.match(wrong.stderr, /k_proj\.weight: 16 rows make 4 heads of 4, but .*q_proj\.weight has heads of 8/, 'a wrong kv-head count is caught against the head size')
+  t.same((await b.client.call('GET', '/v1/state/residency') as { keys: unknown[] }).keys, [], 'the refused pulls stored nothing')
+  const usage = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--layout', config, '--tp', '2', '--rank', '0', '--engine', 'vllm')
+  t.equal(usage.code, 2)
+  t.match(usage.stderr, /--engine shape a --preset's split; a --layout file states its own/)
+  const badEngine = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--preset', 'llama', '--tp', '2', '--rank', '0', '--engine', 'trt')
+  t.match(badEngine.stderr, /--engine must be one of vllm, sglang, megatron, got "trt"/)
+
+  // --config on the pull gives the counts.
+  const withConfig = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'bare', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '1', '--config', config)
+  t.equal(withConfig.code, 0, withConfig.stderr)
+  t.equal(JSON.parse(withConfig.stdout).bytes, (36 * hidden + 32 * hidden + 8 * hidden * 2) * 2 + hidden * 4, 'rank 1 of 2: vocab rows 64..99 (of 64..127 padded), half the q heads, one kv head each')
+  t.same(JSON.parse(withConfig.stdout).paddedShapes, { [Object.keys(JSON.parse(withConfig.stdout).paddedShapes)[0]!]: [64, hidden] })
+
+  // Published with --config, the version carries them; rank 7 of 8's vocab part is all padding.
+  t.equal((await ctl(a, 'weights', 'publish', '--model', 'm', '--from-safetensors', model, '--config', config)).code, 0)
+  const manifest = await a.client.call('GET', '/v1/weights/m/0/manifest') as { metadata: Record<string, string> }
+  t.match(manifest.metadata, { num_attention_heads: '8', num_key_value_heads: '2', vocab_size: '100' })
+  const last = await b.client.call('POST', '/v1/weights/pull', { from: address, model: 'm', version: 0, layout: { tp: 8, rank: 7, preset: 'llama' } }) as { keys: string[], tensors: number, paddedShapes?: Record<string, number[]> }
+  t.equal(last.tensors, 5)
+  t.equal(last.keys.length, 4, 'the empty vocab slice stores no key')
+  t.same(Object.values(last.paddedShapes ?? {}), [[16, hidden]], 'its padded shape is told')
+  t.match(Object.keys(last.paddedShapes ?? {})[0], /embed_tokens\.weight/)
+  const first = await b.client.call('POST', '/v1/weights/pull', { from: address, model: 'm', version: 0, layout: { tp: 8, rank: 6, preset: 'llama', engine: 'megatron' } }) as { keys: string[], paddedShapes?: Record<string, number[]> }
+  t.same(Object.values(first.paddedShapes ?? {}), [[128, hidden]], 'Megatron pads 100 to 1024 (128 × tp): 128 rows a rank, rank 6\'s all padding')
+})
