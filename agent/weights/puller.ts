@@ -25,7 +25,15 @@
  *   pulls of exactly that (layout, rank); its pieces are checked against the
  *   checksums it recorded. A completed sliced pull makes this agent a partial
  *   holder in turn (PROTOCOL.md "Partial holders").
- * Memory: exactly the destination slices (host pool) plus 64 KiB per connection.
+ * - Slices pass through a window of the host pool (`windowBytes`, default an
+ *   eighth of it): slices are admitted in order while their bytes fit (one
+ *   at least), and each is stored as its key the moment its last piece
+ *   verified, so the StateManager spills earlier keys to NVMe as the pool
+ *   fills. A pull needs its slices to fit pool and NVMe together, and each
+ *   slice the pool alone (checked before a byte moves, ERR_TIER_FULL).
+ * - A pull that fails keeps the slices it stored (a repeat fetches only the
+ *   rest), unless the version is gone or its source sent corrupt bytes.
+ * Memory: the window (host pool) plus 64 KiB per connection.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
@@ -72,6 +80,11 @@ export interface PullerOptions {
   maxReconnects?: number
   /** Times a pull of "latest" starts over when its version is retired underneath it. Default 3. */
   latestRestarts?: number
+  /**
+   * Host-pool bytes a pull fills at once (slices in flight); a slice larger
+   * than this still goes alone. 0 or absent: an eighth of the host pool.
+   */
+  windowBytes?: number
 }
 
 export interface PullerComponents {
@@ -124,6 +137,31 @@ export function createPuller (options: PullerOptions, components: PullerComponen
   const maxReconnects = options.maxReconnects ?? 5
   const chunkBytes = Math.min(options.chunkBytes, maxReadBytes)
 
+  /** The pull window, bytes: the option, else an eighth of the host pool. */
+  const windowBytes = (): number => (options.windowBytes ?? 0) > 0 ? options.windowBytes! : Math.floor(sm.availability().hostPool.totalBytes / 8)
+
+  /**
+   * Before a byte moves: every slice must fit the host pool alone (a slice
+   * passes through the pool whole), and the slices still needed must fit the
+   * pool and NVMe together; ERR_TIER_FULL says how much is missing where.
+   */
+  function checkRoom (model: string, version: number, slices: readonly TensorSlice[], needed: readonly boolean[]): void {
+    const { hostPool, nvme } = sm.availability()
+    let bytes = 0
+    for (let i = 0; i < slices.length; i++) {
+      if (!needed[i]) continue
+      const s = slices[i]!
+      if (s.bytes > hostPool.totalBytes) {
+        throw new AgentError('ERR_TIER_FULL', `${s.name} of ${model} v${version}: its ${s.bytes} bytes do not fit the host pool (${hostPool.totalBytes} bytes), through which every slice passes whole; raise state.hostPoolBytes`)
+      }
+      bytes += s.bytes
+    }
+    const room = hostPool.freeBytes + nvme.freeBytes
+    if (bytes > room) {
+      throw new AgentError('ERR_TIER_FULL', `pulling ${model} v${version} needs ${bytes} bytes; the host pool has ${hostPool.freeBytes} bytes free and NVMe ${nvme.freeBytes} (of ${nvme.totalBytes}): ${bytes - room} bytes missing (drop keys, or raise state.nvmeCapacityBytes)`)
+    }
+  }
+
   async function pullOnce (request: PullRequest, began: number): Promise<PullResult> {
     if (!Number.isSafeInteger(request.streams) || request.streams < 1 || request.streams > 64) throw new AgentError('ERR_BAD_REQUEST', `streams must be 1..64, got ${request.streams}`)
     // The first source that answers the manifest; one that is gone or no longer has the version hands over to the next fallback.
@@ -173,34 +211,95 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     }
     const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
     const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
-    const scratches: Array<ScratchBytes | undefined> = []
-    const pieces: Piece[] = []
+    const scratches: Array<ScratchBytes | undefined> = slices.map(() => undefined)
+    /** Pieces of each slice still to land; a slice is stored (adopted) when its count reaches 0. */
+    const piecesLeft: number[] = slices.map(() => 0)
+    /** Chunk checksums of each stored slice, taken before it left the window (a sliced pull registers them). */
+    const sliceSums: number[][] = slices.map(() => [])
+    /** Keys this pull stored: dropped again when the version turns out gone or corrupt, kept (a repeat resumes) otherwise. */
+    const adopted: string[] = []
     const totalBytes = slices.reduce((a, s) => a + s.bytes, 0)
     let doneBytes = 0
     let bytesReceived = 0
     let refetchedPieces = 0
     let reconnects = 0
     const step = (s: TensorSlice): number => s.dim === null || partial !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
+    const needed = slices.map((s, i) => !stored.has(keys[i]!) && s.bytes > 0)
+    for (let i = 0; i < slices.length; i++) if (!needed[i]) doneBytes += slices[i]!.bytes
     try {
-      for (let i = 0; i < slices.length; i++) {
-        const s = slices[i]!
-        if (stored.has(keys[i]!) || s.bytes === 0) { scratches.push(undefined); doneBytes += s.bytes; continue }
-        scratches.push(await sm.scratch(s.bytes))
-        for (let at = 0; at < s.bytes; at += step(s)) pieces.push({ slice: i, offset: at, length: Math.min(step(s), s.bytes - at), attempts: 0 })
-      }
+      checkRoom(request.model, version, slices, needed)
+    } catch (err) {
+      first.close()
+      throw err
+    }
+    const windowLimit = windowBytes()
+    try {
       request.onProgress?.(doneBytes, totalBytes)
 
-      // The shared queue: pieces in order, refetches first.
-      let nextPiece = 0
+      // The shared queue: the pieces of the slices in the window, in order, refetches first. The window
+      // admits slices in order while their bytes fit (one at least); a stored slice makes room.
+      const queue: Piece[] = []
       const again: Piece[] = []
-      let remaining = pieces.length
+      let remaining = 0
+      for (let i = 0; i < slices.length; i++) if (needed[i]) remaining += piecesLeft[i] = Math.ceil(slices[i]!.bytes / step(slices[i]!))
+      let nextSlice = 0
+      let inWindow = 0
+      let admitting = false
       const finished = Promise.withResolvers<void>()
       if (remaining === 0) finished.resolve()
       let failure: Error | undefined
-      const fail = (err: Error): void => { if (failure === undefined) { failure = err; finished.reject(err) } }
-      const take = (): Piece | undefined => again.pop() ?? pieces[nextPiece++]
+      /** Lanes waiting for pieces (the window full, or every piece in flight). */
+      let waiting: Array<() => void> = []
+      const wake = (): void => { const w = waiting; waiting = []; for (const f of w) f() }
+      const fail = (err: Error): void => { if (failure === undefined) { failure = err; finished.reject(err); wake() } }
+      /** A piece goes back to the queue (a refetch, or its connection failed): a waiting lane may take it. */
+      const retry = (piece: Piece): void => { again.push(piece); wake() }
+      const allHandedOut = (): boolean => nextSlice >= slices.length && queue.length === 0 && again.length === 0
+      /** Admits slices into the window (allocating their scratch) while they fit; runs one at a time. */
+      const admit = async (): Promise<void> => {
+        if (admitting) return
+        admitting = true
+        try {
+          while (failure === undefined && nextSlice < slices.length) {
+            const i = nextSlice
+            if (!needed[i]) { nextSlice++; continue }
+            const s = slices[i]!
+            if (inWindow > 0 && inWindow + s.bytes > windowLimit) break
+            inWindow += s.bytes
+            scratches[i] = await sm.scratch(s.bytes)
+            nextSlice++
+            for (let at = 0; at < s.bytes; at += step(s)) queue.push({ slice: i, offset: at, length: Math.min(step(s), s.bytes - at), attempts: 0 })
+            wake()
+          }
+        } catch (err) {
+          fail(err as Error)
+        } finally {
+          admitting = false
+          wake()
+        }
+      }
+      /** The next piece to fetch; undefined once every piece is handed out (or the pull failed). */
+      const take = async (): Promise<Piece | undefined> => {
+        for (;;) {
+          if (failure !== undefined) return undefined
+          const piece = again.pop() ?? queue.shift()
+          if (piece !== undefined) return piece
+          if (allHandedOut()) return undefined
+          await new Promise<void>(resolve => waiting.push(resolve))
+        }
+      }
+      /** A slice's last piece landed: checksummed for a sliced pull, stored, and out of the window. */
+      const store = async (i: number): Promise<void> => {
+        const scratch = scratches[i]!
+        if (layout !== undefined) sliceSums[i] = await chunkChecksums(scratch.range, manifest.chunkBytes)
+        scratches[i] = undefined
+        sm.adopt(keys[i]!, scratch)
+        adopted.push(keys[i]!)
+        inWindow -= slices[i]!.bytes
+      }
       const onAbort = (): void => fail(request.signal!.reason as Error)
       request.signal?.addEventListener('abort', onAbort, { once: true })
+      void admit()
 
       async function connection (initial: WeightStream | undefined): Promise<void> {
         let stream = initial
@@ -241,7 +340,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
             const s = stream
             await Promise.all(Array.from({ length: depth }, () => lane(s, streamFrom, () => { failures = 0 }).catch(err => { lastError = err as Error })))
             if (failure !== undefined) return
-            if (!s.closed && remaining > 0 && again.length === 0 && nextPiece >= pieces.length) return // others hold the rest
+            if (!s.closed && remaining > 0 && allHandedOut()) return // others hold the rest
             if (lastError !== undefined && !s.closed) s.close()
           }
         }
@@ -249,8 +348,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
 
       /** Fetches pieces over one stream until the queue is empty or the stream fails (its piece goes back). */
       async function lane (stream: WeightStream, from: string, landed: () => void): Promise<void> {
-        for (let piece = take(); piece !== undefined; piece = take()) {
-          if (failure !== undefined) { again.push(piece); return }
+        for (let piece = await take(); piece !== undefined; piece = await take()) {
+          if (failure !== undefined) { retry(piece); return }
           const s = slices[piece.slice]!
           const dst = scratches[piece.slice]!
           let crc: number
@@ -259,7 +358,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
               model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
             }, dst.view.subarray(piece.offset, piece.offset + piece.length))).crc32c
           } catch (err) {
-            again.push(piece)
+            retry(piece)
             const code = (err as AgentError).code
             if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
               // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
@@ -284,17 +383,28 @@ export function createPuller (options: PullerOptions, components: PullerComponen
               fail(new AgentError('ERR_DATA_CORRUPT', `${s.name} bytes ${piece.offset}..${piece.offset + piece.length} failed the checksum ${maxAttempts} times (crc32c ${got.toString(16)}, expected ${expected.toString(16)})`))
               return
             }
-            again.push(piece)
+            retry(piece)
             continue
           }
           landed()
           doneBytes += piece.length
           request.onProgress?.(doneBytes, totalBytes)
-          if (--remaining === 0) finished.resolve()
+          remaining--
+          piecesLeft[piece.slice] = piecesLeft[piece.slice]! - 1
+          if (piecesLeft[piece.slice] === 0) {
+            try {
+              await store(piece.slice)
+            } catch (err) {
+              fail(err as Error)
+              return
+            }
+            void admit()
+          }
+          if (remaining === 0) finished.resolve()
         }
       }
 
-      const workers = Array.from({ length: Math.min(request.streams, Math.max(1, pieces.length)) }, (_, i) =>
+      const workers = Array.from({ length: Math.min(request.streams, Math.max(1, remaining)) }, (_, i) =>
         connection(i === 0 ? first : undefined).catch(err => {
           // A connection that gives up fails the pull only if no other connection is left to finish it.
           logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
@@ -304,27 +414,38 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         const lastError = results.find((r): r is Error => r instanceof Error)
         if (remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${source} stopped with ${remaining} pieces left`))
       })
+      let pullError: Error | undefined
       try {
         await finished.promise
+      } catch (err) {
+        pullError = err as Error
       } finally {
         fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
         await settled.catch(() => {})
         request.signal?.removeEventListener('abort', onAbort)
       }
+      if (pullError !== undefined) {
+        // Slices of a version that is gone, or from a source that sent corrupt bytes, are not kept; after a
+        // transfer failure (source unreachable, the caller gone) they are, and a repeat fetches the rest.
+        const code = (pullError as AgentError).code
+        if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_DATA_CORRUPT' || code === 'ERR_LAYOUT_INVALID') {
+          if (adopted.length > 0) await sm.drop({ keys: adopted }).catch(dropErr => logger.warn({ err: (dropErr as Error).message }, 'could not drop the slices of a failed pull'))
+        } else if (adopted.length > 0) {
+          logger.info({ model: request.model, version, slices: adopted.length }, 'pull failed: the slices that landed are kept for a repeat')
+        }
+        throw pullError
+      }
 
       const resultKeys: string[] = []
       const paddedShapes: Record<string, number[]> = {}
       for (let i = 0; i < slices.length; i++) {
-        const scratch = scratches[i]
-        scratches[i] = undefined
-        if (scratch !== undefined) sm.adopt(keys[i]!, scratch)
         // A slice of 0 rows (a rank whose vocab part is all padding) stores nothing: only its padded shape is told.
         if (slices[i]!.bytes > 0) resultKeys.push(keys[i]!)
         if (slices[i]!.paddedShape !== undefined) paddedShapes[keys[i]!] = slices[i]!.paddedShape!
       }
       if (components.versions !== undefined) {
         if (layout === undefined) await registerFullCopy(components.versions, manifest, keys)
-        else await registerPartial(components.versions, manifest, layout, slices, keys)
+        else await registerPartial(components.versions, manifest, layout, slices, keys, sliceSums, needed)
       }
       const seconds = (performance.now() - began) / 1000
       logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
@@ -349,13 +470,14 @@ export function createPuller (options: PullerOptions, components: PullerComponen
    * (layout, rank) (in memory, like a full copy). Their checksums are taken
    * from the stored, verified bytes, on the manifest's chunk windows.
    */
-  async function registerPartial (versions: VersionStore, manifest: WeightsManifest, layout: TargetLayout, slices: TensorSlice[], keys: string[]): Promise<void> {
+  async function registerPartial (versions: VersionStore, manifest: WeightsManifest, layout: TargetLayout, slices: TensorSlice[], keys: string[], pulledSums: number[][], pulled: boolean[]): Promise<void> {
     await registerForServing(versions, manifest, 'pulled slices not registered for serving', async () => {
       const held: HeldSlice[] = []
       for (let i = 0; i < slices.length; i++) {
         const s = slices[i]!
-        let sums: number[] = []
-        if (s.bytes > 0) {
+        // Slices this pull stored were checksummed on their way through the window; others are read back.
+        let sums: number[] = pulledSums[i]!
+        if (s.bytes > 0 && !pulled[i]) {
           const pinned = await sm.readHost(keys[i]!)
           try { sums = await chunkChecksums(pinned.range, manifest.chunkBytes) } finally { pinned.release() }
         }

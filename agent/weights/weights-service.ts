@@ -130,7 +130,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
-  const puller = createPuller({ chunkBytes: options.chunkBytes }, {
+  const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes }, {
     stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes },
   })
 

@@ -107,7 +107,7 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
     schema: { summary: 'Pull a version (or this rank\'s slices of it) from another agent into this agent\'s StateManager; answers when every byte is verified', body: PullBodySchema, response: { 200: PullResultSchema, ...errorResponses } },
   }, async (request, reply): Promise<PullResult> => {
     const { from, model, version, layout, streams } = request.body
-    // A caller that hangs up cancels its pull (the scratch memory is released, nothing is stored).
+    // A caller that hangs up cancels its pull: the window is released; the slices already stored stay (a repeat resumes).
     const abort = new AbortController()
     reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort(new AgentError('ERR_WEIGHTS_TRANSFER', 'the caller went away')) })
     return await service().pull({
