@@ -25,7 +25,11 @@ export const errorCodes = [
   'ERR_SOCKET_IN_USE',
   'ERR_STATE_DIR_LOCKED',
   'ERR_UNAVAILABLE',
+  // ERR_AGENT_UNREACHABLE: a client found no agent to connect to (no socket, a stale one, no permission) or got no answer in time.
   'ERR_AGENT_UNREACHABLE',
+  // ERR_CONNECTION_LOST: the agent accepted the connection but closed it before answering (it stopped or crashed
+  // mid-request, or refused a connection over api.maxConnections); the request may or may not have been carried out.
+  'ERR_CONNECTION_LOST',
   'ERR_INTERNAL',
   // native addon (native/index.ts)
   'ERR_ARG_INVALID',

@@ -5,6 +5,7 @@
  */
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
+import { finished } from 'node:stream'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import type { Logger } from 'pino'
 import { AgentError, toErrorBody, type ErrorCode } from '../../core/errors.ts'
@@ -38,8 +39,41 @@ export function createErrorHandler (logger: Logger) {
     const mapped = toAgentError(err)
     if (mapped.code === 'ERR_INTERNAL') logger.error({ err, method: request.method, url: request.url }, 'request failed')
     else logger.debug({ code: mapped.code, method: request.method, url: request.url }, 'request rejected')
+    if (mapped.code === 'ERR_BODY_TOO_LARGE') {
+      answerAfterBody(request, reply, bodyTooLarge(request, mapped))
+      return
+    }
     void reply.status(httpStatusOf(mapped)).send(toErrorBody(mapped))
   }
+}
+
+/** ERR_BODY_TOO_LARGE that says which limit the body broke and where it comes from. */
+function bodyTooLarge (request: FastifyRequest, cause: AgentError): AgentError {
+  const limit = request.routeOptions.bodyLimit
+  const origin = limit === request.server.initialConfig.bodyLimit ? 'api.bodyLimitBytes' : 'the largest body its schema admits'
+  return new AgentError('ERR_BODY_TOO_LARGE', `request body larger than the ${limit} bytes ${request.method} ${request.routeOptions.url ?? request.url} accepts (${origin})`, { cause })
+}
+
+/**
+ * Answers `err` once the rest of the refused body has been read and discarded.
+ * Fastify refuses a body over the limit before reading it (or midway) and closes
+ * the connection after the answer: a client that sends its whole body before
+ * reading (Python's http.client, node's http for bodies larger than the socket
+ * buffers) then hits a closed socket (EPIPE) and never sees the 413. Reading
+ * costs no memory and is bounded like any request's reception, by
+ * api.requestTimeoutMs (a sender slower than that gets the timeout's 400 from
+ * createClientErrorHandler instead). The connection is closed after the answer.
+ */
+function answerAfterBody (request: FastifyRequest, reply: FastifyReply, err: AgentError): void {
+  const send = (): void => { void reply.status(httpStatusOf(err)).send(toErrorBody(err)) }
+  if (request.raw.complete) {
+    send()
+    return
+  }
+  finished(request.raw, { writable: false }, failed => {
+    if (failed === undefined && !reply.raw.destroyed) send()
+  })
+  request.raw.resume()
 }
 
 export function notFoundHandler (request: FastifyRequest, reply: FastifyReply): void {

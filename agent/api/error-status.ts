@@ -19,6 +19,7 @@ export const errorStatus = {
   ERR_STATE_DIR_LOCKED: 409,
   ERR_UNAVAILABLE: 503,
   ERR_AGENT_UNREACHABLE: 503,
+  ERR_CONNECTION_LOST: 502,
   ERR_INTERNAL: 500,
   // native addon (native/index.ts)
   ERR_ARG_INVALID: 400,

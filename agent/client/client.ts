@@ -1,8 +1,11 @@
 /**
  * Typed client of the local API over the unix socket. `agentctl` and the tests
  * use it; there are no private endpoints. Error bodies from the daemon come
- * back as AgentError with the daemon's code and message; an agent that does
- * not answer gives ERR_AGENT_UNREACHABLE with what to check.
+ * back as AgentError with the daemon's code and message (a body over a route's
+ * limit: ERR_BODY_TOO_LARGE). No agent to connect to, or no answer within the
+ * timeout, gives ERR_AGENT_UNREACHABLE with what to check; a connection the
+ * agent closed before answering gives ERR_CONNECTION_LOST (the request may or
+ * may not have been carried out).
  */
 import { request, type IncomingMessage } from 'node:http'
 import { AgentError, isErrorCode, type ErrorBody } from '../../core/errors.ts'
@@ -146,7 +149,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
       })
       req.on('timeout', () => req.destroy(new AgentError('ERR_AGENT_UNREACHABLE', `agent at ${socketPath} did not answer within ${idleTimeoutMs} ms`)))
       // An abort by the caller rejects with the signal's AbortError, not as an unreachable agent.
-      req.on('error', err => reject(err instanceof AgentError || requestOptions.signal?.aborted === true ? err : unreachable(socketPath, err as NodeJS.ErrnoException)))
+      req.on('error', err => reject(err instanceof AgentError || requestOptions.signal?.aborted === true ? err : connectionError(socketPath, `${method} ${path}`, err as NodeJS.ErrnoException)))
       req.end(payload)
     })
   }
@@ -172,7 +175,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
           reject(errorFromBody(parsed, res.statusCode ?? 0))
         })
       })
-      req.on('error', err => reject(err instanceof AgentError || signal?.aborted === true ? err : unreachable(socketPath, err as NodeJS.ErrnoException)))
+      req.on('error', err => reject(err instanceof AgentError || signal?.aborted === true ? err : connectionError(socketPath, `GET ${path}`, err as NodeJS.ErrnoException)))
       req.end()
     })
   }
@@ -264,6 +267,14 @@ function errorFromBody (body: unknown, status: number): AgentError {
     return new AgentError(error.code, error.message, { details: error.details })
   }
   return new AgentError('ERR_INTERNAL', `agent answered HTTP ${status} without an error body`)
+}
+
+/** A failed connect: ERR_AGENT_UNREACHABLE; a connection that failed after it was made: ERR_CONNECTION_LOST. */
+function connectionError (socketPath: string, request: string, err: NodeJS.ErrnoException): AgentError {
+  if (err.syscall === 'connect') return unreachable(socketPath, err)
+  return new AgentError('ERR_CONNECTION_LOST',
+    `the agent at ${socketPath} closed the connection before answering ${request} (${err.code ?? err.message}): it stopped, or refused the connection over api.maxConnections; the request may or may not have been carried out`,
+    { cause: err })
 }
 
 function unreachable (socketPath: string, err: NodeJS.ErrnoException): AgentError {

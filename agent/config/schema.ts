@@ -58,7 +58,7 @@ export const ApiSection = Type.Object({
   bodyLimitBytes: Type.Integer({
     minimum: 1024,
     maximum: 64 * 1024 * 1024,
-    description: 'Largest request body accepted, in bytes; larger bodies get 413. Default: 1048576 (1 MiB).',
+    description: 'Largest request body accepted, in bytes; a larger body gets 413 ERR_BODY_TOO_LARGE, answered once the body was read to its end (so a client that sends its whole body before reading gets it). The StateManager\'s batch routes (offload, onload, prefetch, drop, hints) are not bound by it: they take any body their schema admits (65,536 items of the longest key and memory, about 94 MiB for an offload). Default: 1048576 (1 MiB).',
   }),
   maxConnections: Type.Integer({
     minimum: 16,

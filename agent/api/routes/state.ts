@@ -2,13 +2,17 @@
  * /v1/state/*: thin adapters over the StateManager (validation by schema,
  * errors by code). Each call that names keys is checked against the owners of
  * their namespaces first (authorization.ts NamespaceGuard), in the tick that
- * starts the operation: offload and drop write, the others read.
+ * starts the operation: offload and drop write, the others read. The batch
+ * routes (offload, onload, prefetch, drop, hints) take any body their schema
+ * admits, whatever api.bodyLimitBytes says (schema-body-limit.ts).
  */
 import type { FastifyInstance } from 'fastify'
+import type { TSchema } from '@sinclair/typebox'
 import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
 import { confinedPath } from './path-roots.ts'
+import { schemaBodyLimit } from '../schema-body-limit.ts'
 import type { NamespaceGuard } from './route-guards.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
@@ -29,10 +33,12 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
     if ('unavailable' in current) throw new AgentError('ERR_UNAVAILABLE', `the StateManager is not running: ${current.unavailable}`)
     return current
   }
+  const batchLimit = (schema: TSchema): number => schemaBodyLimit(schema, app.initialConfig.bodyLimit ?? 0)
   const selected = (selector: KeySelector) => (): string[] =>
     selector.keys !== undefined ? guard.ofKeys(selector.keys) : typeof selector.prefix === 'string' ? guard.ofPrefixes([selector.prefix]) : []
 
   app.post<{ Body: OffloadBody }>('/v1/state/offload', {
+    bodyLimit: batchLimit(OffloadBodySchema),
     schema: {
       summary: 'Copy tensors from client memory into the agent; answers after every copy (and, with durability "nvme", the fsync) is complete',
       body: OffloadBodySchema,
@@ -49,6 +55,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.post<{ Body: OnloadBody }>('/v1/state/onload', {
+    bodyLimit: batchLimit(OnloadBodySchema),
     schema: {
       summary: 'Copy stored tensors into client memory; answers after the bytes are there',
       body: OnloadBodySchema,
@@ -61,6 +68,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.post<{ Body: PrefetchBody }>('/v1/state/prefetch', {
+    bodyLimit: batchLimit(PrefetchBodySchema),
     schema: { summary: 'Promote NVMe keys to host in the background (returns at once)', body: PrefetchBodySchema, response: { 200: PrefetchResultSchema, ...errorResponses } },
   }, async request => {
     const manager = sm()
@@ -69,6 +77,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.post<{ Body: KeySelector }>('/v1/state/drop', {
+    bodyLimit: batchLimit(KeySelectorSchema),
     schema: { summary: 'Remove keys from every tier', body: KeySelectorSchema, response: { 200: DropResultSchema, ...errorResponses } },
   }, async request => {
     const manager = sm()
@@ -77,6 +86,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.post<{ Body: HintsBody }>('/v1/state/hints', {
+    bodyLimit: batchLimit(HintsBodySchema),
     schema: { summary: 'Scheduler hints: what is needed next and when (drives spilling and prefetch); replaces earlier hints', body: HintsBodySchema, response: { 200: HintsResultSchema, ...errorResponses } },
   }, async request => {
     const manager = sm()

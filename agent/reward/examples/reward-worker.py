@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from agentd_client import AgentClient, AgentError  # noqa: E402
 
 AGENT_GONE_S = 5.0
-RETRYABLE = {"ERR_AGENT_UNREACHABLE", "ERR_LEADER_UNAVAILABLE", "ERR_UNAVAILABLE", "ERR_NOT_LEADER"}
+RETRYABLE = {"ERR_AGENT_UNREACHABLE", "ERR_CONNECTION_LOST", "ERR_LEADER_UNAVAILABLE", "ERR_UNAVAILABLE", "ERR_NOT_LEADER"}
 
 
 def compute(lease):
@@ -77,7 +77,7 @@ def serve(agent, worker_id, stop, parent_alive):
             lease = agent.reward_fetch(worker_id, wait_ms=1000)
             unreachable_since = None
         except AgentError as err:
-            if err.code == "ERR_AGENT_UNREACHABLE":
+            if err.code in ("ERR_AGENT_UNREACHABLE", "ERR_CONNECTION_LOST"):
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > AGENT_GONE_S:
                     print("the agent is gone: exiting", file=sys.stderr, flush=True)

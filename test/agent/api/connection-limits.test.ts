@@ -34,7 +34,7 @@ t.test('connections over api.maxConnections are closed at once with one warning;
   await sleep(200) // nothing else closes
   t.same(idle.map(c => c.closed), [...Array<boolean>(8).fill(false), ...Array<boolean>(5).fill(true)], 'the 8 first stay open, the 5 over the cap are closed')
 
-  await t.rejects(client.health(), { code: 'ERR_AGENT_UNREACHABLE' }, 'a request on a new connection is refused while the cap is reached')
+  await t.rejects(client.health(), { code: 'ERR_CONNECTION_LOST' }, 'a request on a new connection is refused while the cap is reached')
   t.equal(warnings(logs).length, 1, 'one warning for the burst of 6 refusals')
   t.match(warnings(logs)[0], { maxConnections: 8, refused: 1, msg: /api\.maxConnections/ })
 

@@ -22,7 +22,7 @@ export interface ListeningApi {
 
 export async function listenApi (
   t: Teardown,
-  options: Partial<Pick<ApiServerOptions, 'maxConnections' | 'requestTimeoutMs'>>,
+  options: Partial<Pick<ApiServerOptions, 'maxConnections' | 'requestTimeoutMs' | 'bodyLimitBytes'>>,
   components: Partial<Omit<ApiServerComponents, 'logger'>> = {},
 ): Promise<ListeningApi> {
   const logs: LogLine[] = []

@@ -5,6 +5,8 @@ import { join } from 'node:path'
 import { repoRoot } from '../../helpers/agent-process.ts'
 import { hasTorch, python } from '../../helpers/python.ts'
 const suite = join('test', 'agent', 'client', 'python')
+// The suite stores and loads a 65,536-key batch (test_request_limits.py): beyond tap's 120 s on a busy machine.
+t.setTimeout(300_000)
 
 /** Runs the suite to completion: exit code and unittest's report (it writes to stderr). */
 function runSuite (): Promise<{ code: number | null, output: string }> {

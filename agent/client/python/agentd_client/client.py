@@ -92,7 +92,8 @@ class AgentClient:
         ``deduplicated``. Errors: ``ERR_KEY_INVALID``, ``ERR_SOURCE_NOT_FOUND``,
         ``ERR_SIZE_MISMATCH`` (the memory is smaller than the key's size),
         ``ERR_QUOTA_EXCEEDED``, ``ERR_TIER_FULL`` (host pool and NVMe both full),
-        ``ERR_CUDA_UNAVAILABLE``.
+        ``ERR_CUDA_UNAVAILABLE``; ``ERR_BAD_REQUEST`` for more than 65,536 items
+        (a batch of that many is taken whole, whatever its size in bytes).
         """
         body = {"tensors": [item.to_json() for item in items], "durability": durability}
         return self.call("POST", "/v1/state/offload", body)["results"]

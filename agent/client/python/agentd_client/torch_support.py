@@ -290,7 +290,8 @@ class _Placement:
         consumer to decrement when it is done; until then the producer keeps
         the memory of a freed tensor in limbo. The agent is done when it
         answers (success or an error), so the counters are released then. When
-        no answer came (ERR_AGENT_UNREACHABLE) the agent may still be copying:
+        no answer came (ERR_AGENT_UNREACHABLE, ERR_CONNECTION_LOST: status
+        None) the agent may still be copying:
         the counters are kept, holding the memory rather than risking a copy
         from freed memory.
         """

@@ -56,19 +56,33 @@ class UnixSocketTransport:
 
         ``timeout_s`` overrides the transport's bound for this request
         (``None``: wait as long as the agent takes, e.g. for a lock grant).
-        Raises AgentError: the daemon's code, message and HTTP status for a
-        4xx/5xx answer; ``ERR_AGENT_UNREACHABLE`` (status None) when no agent
-        answers at the socket or it does not answer in time;
+        Raises AgentError, one of three kinds:
+
+        * the agent refused the request: the daemon's code, message and HTTP
+          status (a body over the route's limit: ``ERR_BODY_TOO_LARGE``, 413);
+        * no agent to talk to: ``ERR_AGENT_UNREACHABLE`` (status None) when
+          nothing accepts a connection at the socket (no socket, a stale one,
+          no permission), or the agent does not answer in time;
+        * ``ERR_CONNECTION_LOST`` (status None) when the agent accepted the
+          connection but closed it before answering: it stopped or crashed,
+          or refused the connection over api.maxConnections; the request may
+          or may not have been carried out.
+
         ``ERR_INTERNAL`` for an answer that is not the JSON the API promises.
         """
         payload = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
         headers = {"accept": "application/json"}
         if payload is not None:
             headers["content-type"] = "application/json"
-        conn = self._connection(timeout_s)
+        conn = self._connected(method, path, timeout_s)
         try:
             with self._translated(method, path, conn.timeout):
-                conn.request(method, path, body=payload, headers=headers)
+                try:
+                    conn.request(method, path, body=payload, headers=headers)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The agent may have answered before reading the whole body and closed its end;
+                    # the answer is then waiting to be read (if not, getresponse fails as a lost connection).
+                    pass
                 response = conn.getresponse()
                 raw = response.read()
         finally:
@@ -83,7 +97,7 @@ class UnixSocketTransport:
         agent closes the stream; closing the generator closes the connection.
         An error answer raises AgentError like :meth:`request`.
         """
-        conn = self._connection(_DEFAULT)
+        conn = self._connected("GET", path, _DEFAULT)
         try:
             with self._translated("GET", path, conn.timeout):
                 conn.request("GET", path, headers={"accept": "text/event-stream"})
@@ -106,19 +120,29 @@ class UnixSocketTransport:
         finally:
             conn.close()
 
-    def _connection(self, timeout_s: Any) -> UnixHTTPConnection:
-        return UnixHTTPConnection(self.socket_path, timeout=self.timeout_s if timeout_s is _DEFAULT else timeout_s)
+    def _connected(self, method: str, path: str, timeout_s: Any) -> UnixHTTPConnection:
+        """A connection to the agent; AgentError ERR_AGENT_UNREACHABLE when none can be made."""
+        conn = UnixHTTPConnection(self.socket_path, timeout=self.timeout_s if timeout_s is _DEFAULT else timeout_s)
+        with self._translated(method, path, conn.timeout, connected=False):
+            conn.connect()
+        return conn
 
     @contextmanager
-    def _translated(self, method: str, path: str, timeout_s: Optional[float]) -> Iterator[None]:
-        """Socket and protocol failures become AgentError ERR_AGENT_UNREACHABLE."""
+    def _translated(self, method: str, path: str, timeout_s: Optional[float], connected: bool = True) -> Iterator[None]:
+        """Socket and protocol failures become AgentError: ERR_AGENT_UNREACHABLE before
+        the connection is made or on a timeout, ERR_CONNECTION_LOST after it was made."""
         try:
             yield
         except socket.timeout as err:
             raise AgentError("ERR_AGENT_UNREACHABLE",
                              f"agent at {self.socket_path} did not answer {method} {path} within {timeout_s} s") from err
         except (OSError, http.client.HTTPException) as err:
-            raise _unreachable(self.socket_path, err) from err
+            if not connected:
+                raise _unreachable(self.socket_path, err) from err
+            raise AgentError("ERR_CONNECTION_LOST",
+                             f"the agent at {self.socket_path} closed the connection before answering {method} {path} "
+                             f"({_reason(err)}): it stopped, or refused the connection over api.maxConnections; "
+                             "the request may or may not have been carried out") from err
 
 
 def _parse_answer(raw: bytes, status: int, socket_path: str) -> Any:
@@ -146,7 +170,11 @@ def _unreachable(socket_path: str, err: BaseException) -> AgentError:
     elif isinstance(err, PermissionError):
         why = "permission denied (join the socket's group, usually agentd)"
     else:
-        why = str(err) or type(err).__name__
+        why = _reason(err)
     return AgentError("ERR_AGENT_UNREACHABLE",
                       f"no agent answers at {socket_path}: {why}. Is agentd running? "
                       "(systemctl status agentd; or pass socket_path / set AGENTD_SOCKET)")
+
+
+def _reason(err: BaseException) -> str:
+    return str(err) or type(err).__name__

@@ -22,7 +22,7 @@ import time
 import unittest
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO_ROOT / "agent" / "client" / "python"))
@@ -115,6 +115,17 @@ def shared_agent() -> DevAgent:
         atexit.register(_shared.stop)
         _shared.start()
     return _shared
+
+
+class AgentErrorAssertions(unittest.TestCase):
+    """``assertAgentError`` for the suite's test cases (no tests of its own)."""
+
+    def assertAgentError(self, code: str, status: "int | None", call: Callable[[], object]) -> AgentError:
+        """``call()`` raises AgentError with this code and HTTP status (None: no answer came); returns it."""
+        with self.assertRaises(AgentError) as caught:
+            call()
+        self.assertEqual((caught.exception.code, caught.exception.status), (code, status), caught.exception.message)
+        return caught.exception
 
 
 def make_shm(test: unittest.TestCase, data: "bytes | int") -> SharedMemory:

@@ -10,7 +10,7 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List, Literal, get_args, get_origin, get_type_hints
 
-from agent_process import MiB, DevAgent, make_shm, pattern, shared_agent
+from agent_process import MiB, AgentErrorAssertions, DevAgent, make_shm, pattern, shared_agent
 from agentd_client import (AcquireGpuResult, AgentClient, AgentError, MaterializeResult, OffloadItem, OffloadResult,
                            OnloadItem, OnloadResult, ReleaseGpuResult, Residency, ShmMemory, format_key, parse_key)
 from agentd_client.schema import LocksBody
@@ -35,18 +35,12 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 10, what: str =
         time.sleep(0.02)
 
 
-class StateApiTest(unittest.TestCase):
+class StateApiTest(AgentErrorAssertions):
     def setUp(self) -> None:
         self.client = agent.client
         # One namespace per test; whatever it stored is dropped afterwards, so tests share the 16 MiB pool.
         self.ns = f"pytest/{self._testMethodName}"
         self.addCleanup(lambda: self.client.drop(prefix=self.ns + "/"))
-
-    def assertAgentError(self, code: str, status: "int | None", call: Callable[[], object]) -> AgentError:
-        with self.assertRaises(AgentError) as caught:
-            call()
-        self.assertEqual((caught.exception.code, caught.exception.status), (code, status), caught.exception.message)
-        return caught.exception
 
     def test_offload_onload_round_trip_is_byte_exact(self) -> None:
         data = pattern(3 * MiB, seed=1)
