@@ -8,19 +8,21 @@
  *   holding the entry), so a summary costs O(namespaces). A `prefix` that
  *   ends inside a namespace's key names (`job42/actor/model.layers.3`) adds
  *   a walk of the keys under it (in key order, from a seek).
- * - Entries are also kept in key order (core/sorted-list.ts), so a page is a
- *   seek to its start plus one step per key examined: the start is after the
- *   cursor (the last key the previous page examined) and at the filters'
- *   common prefix. A page examines at most `maxKeysExamined` keys; a filter
- *   that skips more than that answers a short (even empty) page with a cursor
- *   to go on from. Keys added or removed between pages do not disturb a walk:
+ * - Entries are also kept in key order (core/sorted-list.ts), all of them
+ *   and each tier's apart, so a page is a seek to its start plus one step per
+ *   key examined: the start is after the cursor (the last key the previous
+ *   page examined) and at the filters' common prefix, in the list of the
+ *   filter's tier if it names one. Only a namespace filter skips keys (those
+ *   of namespaces nested in it); a page examines at most `maxKeysExamined`
+ *   keys and answers a short (even empty) page with a cursor to go on from
+ *   when it had to skip more. Keys added or removed between pages do not disturb a walk:
  *   a key present from the first page to the last is returned exactly once.
  *
  * Units: bytes. Logical bytes count a key once per replica (at least once),
  * stored bytes once (capacity-accounting.ts). Event-loop only.
  */
 import { AgentError } from '../../core/errors.ts'
-import { createSortedList } from '../../core/sorted-list.ts'
+import { createSortedList, type SortedList } from '../../core/sorted-list.ts'
 import { quotaOf, type NamespaceUsage } from './capacity-accounting.ts'
 import { isNamespace, parseKey } from './keys.ts'
 import { hasHostCopy, type EntryObserver, type StoredEntry } from './stored-entry.ts'
@@ -72,13 +74,18 @@ export interface ResidencyIndex extends Map<string, StoredEntry> {
   readonly keysVisited: number
 }
 
-/** A page holds 1..maxPageKeys keys, pageKeys when the caller does not say. */
+/**
+ * A page holds 1..maxPageKeys keys, pageKeys when the caller does not say.
+ * The largest page is what bounds a request's time on the event loop: about
+ * 4 us a key with its JSON, so some 10 ms for 2000 (test/bench/state-residency.bench.ts).
+ */
 export const pageKeys = 1000
-export const maxPageKeys = 5000
+export const maxPageKeys = 2000
 /** The most keys one page examines (keys its filters skip included). */
 export const maxKeysExamined = 20_000
 
 export const tierOf = (e: StoredEntry): StoredTier => hasHostCopy(e) ? 'host' : 'nvme'
+const byKey = (e: StoredEntry): string => e.key.text
 
 export function createResidencyIndex (): ResidencyIndex {
   return new IndexWithResidency()
@@ -88,8 +95,11 @@ interface Totals { keys: number, storedBytes: number, logicalBytes: number }
 const noTotals = (): Totals => ({ keys: 0, storedBytes: 0, logicalBytes: 0 })
 
 class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIndex, EntryObserver {
-  readonly #ordered = createSortedList<StoredEntry>(e => e.key.text)
+  readonly #ordered = createSortedList<StoredEntry>(byKey)
+  readonly #byTier: Record<StoredTier, SortedList<StoredEntry>> = { host: createSortedList(byKey), nvme: createSortedList(byKey) }
   readonly #byNamespace = new Map<string, Record<StoredTier, Totals>>()
+  /** The tier of the entry being changed, from retract() to account() (they come in pairs, in one tick). */
+  #tierBefore: StoredTier | undefined
   #visited = 0
 
   get keysVisited (): number { return this.#visited }
@@ -97,12 +107,13 @@ class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIn
   override set (key: string, entry: StoredEntry): this {
     const old = super.get(key)
     if (old === entry) return this
-    if (old !== undefined) this.delete(key)
     if (entry.key.text !== key) throw new TypeError(`an entry of ${entry.key.text} indexed as ${key}`)
+    if (old !== undefined) this.delete(key)
     super.set(key, entry)
     this.#ordered.insert(entry)
+    this.#byTier[tierOf(entry)].insert(entry)
     entry.observer = this
-    this.account(entry)
+    this.#add(entry, 1)
     return this
   }
 
@@ -111,7 +122,8 @@ class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIn
     if (entry === undefined) return false
     super.delete(key)
     this.#ordered.remove(key)
-    this.retract(entry)
+    this.#byTier[tierOf(entry)].remove(key)
+    this.#add(entry, -1)
     entry.observer = undefined
     return true
   }
@@ -120,8 +132,20 @@ class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIn
     for (const key of [...this.keys()]) this.delete(key)
   }
 
-  account (entry: StoredEntry): void { this.#add(entry, 1) }
-  retract (entry: StoredEntry): void { this.#add(entry, -1) }
+  retract (entry: StoredEntry): void {
+    this.#tierBefore = tierOf(entry)
+    this.#add(entry, -1)
+  }
+
+  account (entry: StoredEntry): void {
+    const tier = tierOf(entry)
+    if (this.#tierBefore !== undefined && this.#tierBefore !== tier) {
+      this.#byTier[this.#tierBefore].remove(entry.key.text)
+      this.#byTier[tier].insert(entry)
+    }
+    this.#tierBefore = undefined
+    this.#add(entry, 1)
+  }
 
   #add (entry: StoredEntry, sign: 1 | -1): void {
     const { namespace, bytes } = entry.key
@@ -191,7 +215,8 @@ class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIn
     const fromCursor = after !== undefined && after >= range
     let examined = 0
     let last: string | undefined
-    for (const e of this.#ordered.from(fromCursor ? after : range, fromCursor)) {
+    const list = filter.tier !== undefined ? this.#byTier[filter.tier] : this.#ordered
+    for (const e of list.from(fromCursor ? after : range, fromCursor)) {
       if (!e.key.text.startsWith(range)) return { entries, after: undefined }
       // Full, or examined enough: keys may follow, the next page starts after the last one examined.
       if (entries.length === limit || examined === maxKeysExamined) return { entries, after: last }
@@ -207,7 +232,7 @@ class IndexWithResidency extends Map<string, StoredEntry> implements ResidencyIn
     const range = rangeOf(filter)
     const entries: StoredEntry[] = []
     if (range === undefined) return entries
-    for (const e of this.#ordered.from(range)) {
+    for (const e of (filter.tier !== undefined ? this.#byTier[filter.tier] : this.#ordered).from(range)) {
       if (!e.key.text.startsWith(range)) break
       this.#visited++
       if (selects(e, filter)) entries.push(e)

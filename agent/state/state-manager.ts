@@ -201,10 +201,12 @@ export interface StateManager {
    */
   residencySummary(filter?: ResidencyFilter): ResidencySummary
   /**
-   * Up to `limit` (default 1000, at most 5000) selected keys in key order,
+   * Up to `limit` (default 1000, at most 2000) selected keys in key order,
    * after `cursor` (a previous page's nextCursor; from the first key
-   * without one). O(log keys + keys examined), at most 20,000 examined: a
-   * filter that skips more answers a short page with a cursor. A key stored
+   * without one). O(log keys + keys examined): the keys of the filter's
+   * tier under its prefix, namespace or job are walked in order, and only a
+   * namespace filter skips some (those of nested namespaces), at most 20,000
+   * a page, then a short page with a cursor. A key stored
    * from the first page to the last is listed exactly once.
    * ERR_BAD_REQUEST for a bad filter, limit or cursor.
    */

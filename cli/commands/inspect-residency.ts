@@ -21,7 +21,7 @@ const name = 'inspect residency'
 /** Keys a page shows unless --limit says; the agent's own default (1000) fills a screen many times. */
 const shownKeys = 100
 /** Keys per request when --all walks the pages: the agent's largest page. */
-const allPageKeys = 5000
+const allPageKeys = 2000
 
 export const inspectResidencyCommand: Command = {
   summary: 'where state keys live: tier totals, namespaces, dedup ratio, pool fragmentation, a page of keys',

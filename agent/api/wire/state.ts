@@ -82,7 +82,7 @@ export const ResidencyQuerySchema = Type.Object({
   tier: Type.Optional(TierSchema),
   namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'keys of exactly this namespace' })),
   job: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'keys of the namespace named so and of those under it (<job>/...)' })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 5000, description: 'keys in the page (default 1000)' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 2000, description: 'keys in the page (default 1000)' })),
   cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1400, description: 'the nextCursor of the previous page: the page starts after the keys it ended with' })),
   summary: Type.Optional(Type.Boolean({ description: 'true: the totals only, no keys' })),
 }, { additionalProperties: false })

@@ -156,7 +156,7 @@ class AgentClient:
         The filters select keys whose text starts with ``prefix``, of exactly
         ``namespace``, of the namespace ``job`` and those under it, on
         ``tier``; the agent applies them. ``keys`` is one page in key order:
-        ``limit`` keys (default 1000, at most 5000) after ``cursor`` (the
+        ``limit`` keys (default 1000, at most 2000) after ``cursor`` (the
         ``nextCursor`` of the previous page; ``None`` at the end). With
         ``summary=True`` the answer has the totals only (no ``keys``), which
         the agent computes without walking the keys. :meth:`residency_keys`
@@ -169,7 +169,7 @@ class AgentClient:
         return self.call("GET", "/v1/state/residency" + ("?" + query if query else ""))
 
     def residency_keys(self, prefix: Optional[str] = None, *, namespace: Optional[str] = None, job: Optional[str] = None,
-                       tier: Optional[StoredTier] = None, page_keys: int = 5000) -> Iterator[ResidencyKey]:
+                       tier: Optional[StoredTier] = None, page_keys: int = 2000) -> Iterator[ResidencyKey]:
         """Every selected key in key order (filters as :meth:`residency`), fetched ``page_keys`` at a time.
 
         Keys stored or dropped meanwhile may or may not appear; a key stored

@@ -142,7 +142,7 @@ class StateApiTest(unittest.TestCase):
         self.assertNotIn("keys", summary)
         self.assertEqual((summary["keyCounts"], summary["storedBytes"], summary["dedupRatio"]), ({"host": 5, "nvme": 0}, 5 * 4096, 1.0))
         self.assertEqual([n["namespace"] for n in summary["namespaces"]], [self.ns + "/a", self.ns + "/a/sub"])
-        for bad in [dict(tier="gpu"), dict(limit=0), dict(limit=5001), dict(cursor="not a cursor"), dict(namespace="a//b"), dict(summary=True, limit=5)]:
+        for bad in [dict(tier="gpu"), dict(limit=0), dict(limit=2001), dict(cursor="not a cursor"), dict(namespace="a//b"), dict(summary=True, limit=5)]:
             self.assertAgentError("ERR_BAD_REQUEST", 400, lambda b=bad: self.client.residency(**b))  # type: ignore[misc]
 
     def test_drop_by_keys_and_by_prefix(self) -> None:
