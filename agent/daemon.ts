@@ -33,6 +33,7 @@ import { createAgentMetrics } from './metrics/agent-metrics.ts'
 import type { StatusBody } from './api/wire/status.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from '../core/errors.ts'
+import { processMemory } from '../core/process-memory.ts'
 import { capabilities } from '../native/index.ts'
 
 export interface DaemonOptions {
@@ -76,16 +77,9 @@ const subsystem = subsystemSpecOf<DaemonHandles>()
 
 /** The agent process's own memory and CPU (GET /v1/status). */
 function processFootprint (): NonNullable<StatusBody['process']> {
-  const memory = process.memoryUsage()
+  const { split, ...memory } = processMemory()
   const cpu = process.cpuUsage()
-  return {
-    pid: process.pid,
-    rssBytes: memory.rss,
-    heapUsedBytes: memory.heapUsed,
-    heapTotalBytes: memory.heapTotal,
-    externalBytes: memory.external,
-    cpuSeconds: Math.round((cpu.user + cpu.system) / 1e4) / 100,
-  }
+  return { pid: process.pid, ...memory, ...split, cpuSeconds: Math.round((cpu.user + cpu.system) / 1e4) / 100 }
 }
 
 export function createDaemon (options: DaemonOptions, components: DaemonComponents): Daemon {

@@ -32,6 +32,7 @@ import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
 import { jobStates, type JobsView } from '../../mesh/control/jobs/job-table.ts'
 import type { JobsService } from '../../mesh/control/jobs/jobs-service.ts'
 import type { RewardStatus } from '../../mesh/control/reward/reward-messages.ts'
+import { processMemory } from '../../core/process-memory.ts'
 
 export interface AgentMetricsOptions {
   /** The agent's version (agentd_build_info). */
@@ -164,16 +165,22 @@ function eventLoopDelay (resolutionMs: number): { start(): void, stop(): void, r
 }
 
 export function processFamilies (options: Pick<AgentMetricsOptions, 'version' | 'startedAtMs'>, loop: LoopDelay | undefined): MetricFamily[] {
-  const memory = process.memoryUsage()
+  const memory = processMemory()
   const cpu = process.cpuUsage()
   const families = [
     gauge('agentd_build_info', 'Always 1; the agent\'s version as a label.', [{ labels: { version: options.version }, value: 1 }]),
     gauge('agentd_uptime_seconds', 'Seconds since the agent started.', one(Math.round(performance.now() - options.startedAtMs) / 1000)),
     gauge('agentd_process_start_time_seconds', 'Start time of the agent process, seconds since the Unix epoch.', one(Math.round(Date.now() / 1000 - process.uptime()))),
-    gauge('agentd_process_resident_memory_bytes', 'Resident memory of the agent process (the pinned host pool counts once touched).', one(memory.rss)),
-    gauge('agentd_process_heap_used_bytes', 'V8 heap in use.', one(memory.heapUsed)),
-    gauge('agentd_process_heap_total_bytes', 'V8 heap reserved.', one(memory.heapTotal)),
-    gauge('agentd_process_external_memory_bytes', 'Memory of Buffers and other objects outside the V8 heap (not the host pool).', one(memory.external)),
+    gauge('agentd_process_resident_memory_bytes', 'Resident memory of the agent process: its own, mapped files and the shared memory it maps (clients\' objects included).', one(memory.rssBytes)),
+    ...memory.split !== undefined
+      ? [
+          gauge('agentd_process_own_memory_bytes', 'The agent\'s own resident memory (RssAnon: heap, native allocations, the host pool\'s touched pages).', one(memory.split.ownBytes)),
+          gauge('agentd_process_shared_memory_bytes', 'Resident shared memory the agent maps (RssShmem: clients\' objects, weight regions), counted by their creators too.', one(memory.split.sharedMemoryBytes)),
+        ]
+      : [],
+    gauge('agentd_process_heap_used_bytes', 'V8 heap in use, objects not yet collected included.', one(memory.heapUsedBytes)),
+    gauge('agentd_process_heap_total_bytes', 'V8 heap reserved.', one(memory.heapTotalBytes)),
+    gauge('agentd_process_external_memory_bytes', 'Memory of Buffers and other objects outside the V8 heap (not the host pool).', one(memory.externalBytes)),
     counter('agentd_process_cpu_seconds_total', 'User and system CPU time of the agent process.', one((cpu.user + cpu.system) / 1e6)),
   ]
   if (loop !== undefined) {

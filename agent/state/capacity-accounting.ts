@@ -1,8 +1,8 @@
 /**
  * Capacity and quota accounting of the StateManager (DESIGN "Tiers":
  * capacity of each tier configured, accounted, reported): the checks that
- * refuse a request before any byte moves, and the per-namespace totals that
- * residency() reports.
+ * refuse a request before any byte moves, and the shape of the per-namespace
+ * totals residency reports (kept by residency-index.ts).
  *
  * Contracts:
  * - Units: bytes. Stored bytes count a key once; logical bytes count it once
@@ -78,38 +78,4 @@ export function checkRoomFor (
   if (bytes > tiers.hostFreeBytes + alsoOnNvme + nvmeFree) {
     throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: host pool ${tiers.hostFreeBytes} bytes free, NVMe ${nvmeFree} bytes free`)
   }
-}
-
-/** Totals of the keys under `prefix`: overall and per namespace (sorted by namespace). */
-export function namespaceUsage (
-  stored: Iterable<StoredEntry>,
-  prefix: string,
-  quotaBytes: Readonly<Record<string, number>>,
-): { logicalBytes: number, storedBytes: number, namespaces: NamespaceUsage[] } {
-  const namespaces = new Map<string, { keys: number, logicalBytes: number, storedBytes: number }>()
-  let logicalBytes = 0
-  let storedBytes = 0
-  for (const e of stored) {
-    if (!e.key.text.startsWith(prefix)) continue
-    const ns = namespaces.get(e.key.namespace) ?? { keys: 0, logicalBytes: 0, storedBytes: 0 }
-    const logical = e.key.bytes * Math.max(1, e.replicas)
-    ns.keys++
-    ns.logicalBytes += logical
-    ns.storedBytes += e.key.bytes
-    namespaces.set(e.key.namespace, ns)
-    logicalBytes += logical
-    storedBytes += e.key.bytes
-  }
-  return {
-    logicalBytes,
-    storedBytes,
-    namespaces: [...namespaces].sort(([a], [b]) => a < b ? -1 : 1).map(([namespace, n]) => ({ namespace, ...n, quotaBytes: quotaOf(quotaBytes, namespace) })),
-  }
-}
-
-/** Namespaces with at least one stored key, sorted. */
-export function residentNamespaces (stored: Iterable<StoredEntry>): string[] {
-  const namespaces = new Set<string>()
-  for (const e of stored) namespaces.add(e.key.namespace)
-  return [...namespaces].sort()
 }

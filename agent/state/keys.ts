@@ -49,6 +49,7 @@ export const maxRank = 8
 const segment = '[A-Za-z0-9_.-]+'
 const uint = '(?:0|[1-9][0-9]*)'
 const dims = `(?:${uint}(?:,${uint})*)?`
+const namespacePattern = new RegExp(`^${segment}(?:/${segment})*$`)
 const keyPattern = new RegExp(
   `^(?<namespace>${segment}(?:/${segment})*)/(?<fqn>${segment}):(?<role>param|grad|buffer|optim\\.[A-Za-z0-9_]+)` +
   `@\\[(?<offsets>${dims})\\]/\\[(?<shape>${dims})\\]:(?<dtype>[a-z0-9_]+)#v(?<version>${uint})$`)
@@ -73,6 +74,11 @@ export function parseKey (text: unknown): StateKey {
   return { text, namespace: g.namespace!, fqn: g.fqn!, role: g.role!, offsets, shape, dtype: dtype as Dtype, version, bytes }
 }
 
+/** Whether `text` is a namespace as the grammar spells one (1024 characters at most). */
+export function isNamespace (text: unknown): text is string {
+  return typeof text === 'string' && text.length <= maxKeyLength && namespacePattern.test(text)
+}
+
 export function formatKey (key: Omit<StateKey, 'text' | 'bytes'>): string {
   return `${key.namespace}/${key.fqn}:${key.role}@[${key.offsets.join(',')}]/[${key.shape.join(',')}]:${key.dtype}#v${key.version}`
 }
@@ -92,7 +98,7 @@ function explainMismatch (text: string): string {
   if (colon < 0) return 'expected <namespace>/<fqn>:<role>@[offsets]/[shape]:<dtype>#v<version>'
   const path = text.slice(0, colon)
   if (!path.includes('/')) return 'missing namespace: expected <namespace>/<fqn> before the first ":"'
-  if (!new RegExp(`^${segment}(?:/${segment})*$`).test(path)) return `namespace/fqn "${path}" may only contain letters, digits, "_", "-", "." and "/" between non-empty parts`
+  if (!namespacePattern.test(path)) return `namespace/fqn "${path}" may only contain letters, digits, "_", "-", "." and "/" between non-empty parts`
   const rest = text.slice(colon + 1)
   const role = /^(param|grad|buffer|optim\.[A-Za-z0-9_]+)@/.exec(rest)
   if (role === null) return `role must be param, grad, buffer or optim.<name> followed by "@", got "${rest.split('@')[0]}"`

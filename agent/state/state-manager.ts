@@ -37,7 +37,8 @@
  * whenever a key is stored, used or dropped, and on every unpin),
  * host-space.ts (pool allocation that spills or waits), tier-mover.ts
  * (spill, promote, durable writes), capacity-accounting.ts (quota and room
- * checks, residency totals), adopted-shm-regions.ts (adoptShm).
+ * checks), adopted-shm-regions.ts (adoptShm), residency-index.ts (the key
+ * index itself, which keeps residency totals and key order as it changes).
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
@@ -48,11 +49,12 @@ import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
-import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
+import { checkNamespaceQuotas, checkRoomFor, type NamespaceUsage } from './capacity-accounting.ts'
 import { createHostSpace, type HostSpace } from './host-space.ts'
 import { createNamespaceOwners, type NamespaceOwner } from './namespace-owners.ts'
 import { createTierMover, type TierMover } from './tier-mover.ts'
 import { createSpillQueue } from './spill-queue.ts'
+import { checkResidencyFilter, createResidencyIndex, decodeCursor, encodeCursor, pageLimit, tierOf, type ResidencyFilter, type StoredTier } from './residency-index.ts'
 import { hasHostCopy, hostBytesOf, keyRange as extentKeyRange, newStoredEntry, pinEntry, whenUnpinned, type StoredEntry } from './stored-entry.ts'
 
 /** Tensors of one batch copied at once (each copy already uses every native thread). */
@@ -62,6 +64,7 @@ const ioConcurrency = 4
 
 export type { MemorySpec } from './client-memory.ts'
 export type { NamespaceOwner } from './namespace-owners.ts'
+export type { ResidencyFilter, StoredTier } from './residency-index.ts'
 
 export interface StateManagerOptions {
   /** Bytes of the pinned host pool. */
@@ -90,8 +93,6 @@ export interface StateManagerComponents {
   now?: () => number
 }
 
-export type StoredTier = 'host' | 'nvme'
-
 export interface OffloadItem { key: string, source: MemorySpec, verify?: boolean }
 export interface OffloadResult {
   key: string
@@ -117,10 +118,15 @@ export interface ResidencyKey {
   region?: string
 }
 
-export interface Residency {
+/** Totals of the keys a ResidencyFilter selects (every key without one), and the tiers' usage. */
+export interface ResidencySummary {
   tiers: Record<'device' | 'host' | 'nvme', { capacityBytes: number, usedBytes: number }>
   logicalBytes: number
   storedBytes: number
+  /** logicalBytes / storedBytes; null when no key is selected. */
+  dedupRatio: number | null
+  /** Selected keys by the tier a page would report them in. */
+  keyCounts: Record<StoredTier, number>
   namespaces: NamespaceUsage[]
   /**
    * `fragmentation`: what allocation pays for fragmentation, the share of
@@ -131,13 +137,18 @@ export interface Residency {
   /** Adopted shared-memory mappings (adoptShm): host-tier bytes outside the pool. */
   shm: { regions: number, bytes: number }
   counters: StateCounters
+}
+
+/** A summary with every selected key. */
+export interface Residency extends ResidencySummary {
   keys: ResidencyKey[]
 }
 
-/** residency() without the key list: what a periodic reader (the metrics endpoint) needs, O(keys) with no per-key objects or sort. */
-export interface ResidencySummary extends Omit<Residency, 'keys'> {
-  /** Stored keys by the tier residency() would report them in. */
-  keyCounts: Record<StoredTier, number>
+/** Selected keys in key order, from a cursor. */
+export interface ResidencyPage {
+  keys: ResidencyKey[]
+  /** Pass it back to get the keys after these; null when no key follows. */
+  nextCursor: string | null
 }
 
 export interface StateAvailability {
@@ -174,15 +185,32 @@ export interface StateManager {
   drop(selector: KeySelector): Promise<number>
   /** Scheduler hints: keys under each prefix are needed in `inMs`. Replaces earlier hints. */
   setHints(hints: Array<{ prefix: string, inMs: number }>): void
+  /** The summary with every key under `prefix`, sorted: O(keys), for in-process readers and tests; the API pages (residencyPage). */
   residency(prefix?: string): Residency
   /**
    * The namespaces holding keys under `prefix` (those residency(prefix)
    * lists), sorted, each with its owner (namespace-owners.ts): the uid that
-   * stored its first key, or 'agent'. O(keys).
+   * stored its first key, or 'agent'. Costs what residencySummary does.
    */
   ownedNamespaces(prefix?: string): Array<{ namespace: string, owner: NamespaceOwner }>
-  /** Every key's totals as residency() reports them, without the key list. */
-  residencySummary(): ResidencySummary
+  /**
+   * Totals of the keys `filter` selects (every key without one) and the
+   * tiers' usage: O(namespaces), plus the keys under a prefix that ends
+   * inside a namespace's key names (residency-index.ts).
+   * ERR_BAD_REQUEST for a filter residency-index.ts checkResidencyFilter refuses.
+   */
+  residencySummary(filter?: ResidencyFilter): ResidencySummary
+  /**
+   * Up to `limit` (default 1000, at most 2000) selected keys in key order,
+   * after `cursor` (a previous page's nextCursor; from the first key
+   * without one). O(log keys + keys examined): the keys of the filter's
+   * tier under its prefix, namespace or job are walked in order, and only a
+   * namespace filter skips some (those of nested namespaces), at most 20,000
+   * a page, then a short page with a cursor. A key stored
+   * from the first page to the last is listed exactly once.
+   * ERR_BAD_REQUEST for a bad filter, limit or cursor.
+   */
+  residencyPage(filter: ResidencyFilter, page?: { cursor?: string, limit?: number }): ResidencyPage
   /** Capacity and free bytes per tier and the resident namespaces, for the mesh record (O(keys), no copies). */
   availability(): StateAvailability
   /** What NVMe recovery found at start. */
@@ -300,7 +328,7 @@ interface StartedStorage {
 export function createStateManager (options: StateManagerOptions, components: StateManagerComponents): StateManager {
   const { logger } = components
   const now = components.now ?? Date.now
-  const entries = new Map<string, StoredEntry>()
+  const entries = createResidencyIndex()
   /** Keys whose first copy is in flight; resolves true when stored, false when it failed. */
   const inflight = new Map<string, Promise<boolean>>()
   /** Set by a successful start() (closed, not cleared, by stop()); undefined before. */
@@ -576,52 +604,49 @@ export function createStateManager (options: StateManagerOptions, components: St
     return {
       hostPool: { totalBytes: pool.sizeBytes, freeBytes: pool.fragmentation().freeBytes },
       nvme: { totalBytes: nvme.capacityBytes, freeBytes: Math.max(0, nvme.capacityBytes - nvme.usedBytes()) },
-      namespaces: residentNamespaces(entries.values()),
+      namespaces: entries.namespaces(),
     }
+  }
+
+  function residencyKeyOf (e: StoredEntry): ResidencyKey {
+    const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: tierOf(e), replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
+    if (e.shm !== undefined) key.region = e.shm.region.name
+    return key
   }
 
   function residency (prefix = ''): Residency {
-    const keys: ResidencyKey[] = []
-    for (const e of entries.values()) {
-      if (!e.key.text.startsWith(prefix)) continue
-      const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: hasHostCopy(e) ? 'host' : 'nvme', replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
-      if (e.shm !== undefined) key.region = e.shm.region.name
-      keys.push(key)
-    }
-    keys.sort((a, b) => a.key < b.key ? -1 : 1)
-    return { ...residencyTotals(prefix), keys }
+    return { ...residencySummary({ prefix }), keys: entries.select({ prefix }).map(residencyKeyOf) }
   }
 
   function ownedNamespaces (prefix = ''): Array<{ namespace: string, owner: NamespaceOwner }> {
-    const names = new Set<string>()
-    for (const e of entries.values()) if (e.key.text.startsWith(prefix)) names.add(e.key.namespace)
+    checkResidencyFilter({ prefix })
     // Every namespace holding a key has an owner record (stored() creates it); 'agent' is only a fallback.
-    return [...names].sort().map(namespace => ({ namespace, owner: owners.ownerOf(namespace) ?? 'agent' }))
+    return entries.summary({ prefix }, options.namespaceQuotaBytes).namespaces.map(({ namespace }) => ({ namespace, owner: owners.ownerOf(namespace) ?? 'agent' }))
   }
 
-  function residencySummary (): ResidencySummary {
-    const keyCounts = { host: 0, nvme: 0 }
-    for (const e of entries.values()) keyCounts[hasHostCopy(e) ? 'host' : 'nvme']++
-    return { ...residencyTotals(''), keyCounts }
-  }
-
-  function residencyTotals (prefix: string): Omit<Residency, 'keys'> {
+  function residencySummary (filter: ResidencyFilter = {}): ResidencySummary {
+    checkResidencyFilter(filter)
     const { pool, nvme } = started()
     const frag = pool.fragmentation()
-    const usage = namespaceUsage(entries.values(), prefix, options.namespaceQuotaBytes)
     return {
       tiers: {
         device: { capacityBytes: 0, usedBytes: 0 },
         host: { capacityBytes: pool.sizeBytes, usedBytes: pool.sizeBytes - frag.freeBytes },
         nvme: { capacityBytes: nvme.capacityBytes, usedBytes: nvme.usedBytes() },
       },
-      logicalBytes: usage.logicalBytes,
-      storedBytes: usage.storedBytes,
-      namespaces: usage.namespaces,
+      ...entries.summary(filter, options.namespaceQuotaBytes),
       hostPool: { freeBytes: frag.freeBytes, largestFreeBytes: frag.largestFreeBytes, fragmentation: frag.allocationFragmentation },
       shm: adoptedRegions.totals(),
       counters: { ...counters },
     }
+  }
+
+  function residencyPage (filter: ResidencyFilter, page: { cursor?: string, limit?: number } = {}): ResidencyPage {
+    checkResidencyFilter(filter)
+    const limit = pageLimit(page.limit)
+    const after = page.cursor !== undefined ? decodeCursor(page.cursor) : undefined
+    const found = entries.page(filter, after, limit)
+    return { keys: found.entries.map(residencyKeyOf), nextCursor: found.after !== undefined ? encodeCursor(found.after) : null }
   }
 
   return {
@@ -673,6 +698,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     residency,
     ownedNamespaces,
     residencySummary,
+    residencyPage,
     availability,
     recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),

@@ -12,6 +12,10 @@
  *   checksum); spill and drop free the copy only at 0 pins. Unpinning to 0
  *   wakes the waiters of `whenUnpinned` first, then `onIdle` (the host-space
  *   waiters: a key unpinned may now be spilled).
+ * - Observed: an index that keeps totals over its entries (residency-index.ts)
+ *   sets `observer`; every assignment of `host`, `shm` or `replicas` (what
+ *   decides the tier residency reports and the logical bytes) is then
+ *   reported to it, so no code that moves or counts a key has to.
  * All on the event loop.
  */
 import type { Extent, HostPool, HostRange } from '../../native/index.ts'
@@ -39,13 +43,59 @@ export interface StoredEntry {
   /** Operations reading the entry's host copy; spill/drop wait for 0. */
   pins: number
   unpinned: Array<() => void>
+  /** Told about changes of `host`, `shm` and `replicas` while set (by the index holding the entry). */
+  observer: EntryObserver | undefined
+}
+
+/** Follows the fields of an entry that residency reports; `retract` runs before a change (the entry as it was), `account` after it. */
+export interface EntryObserver {
+  retract(entry: StoredEntry): void
+  account(entry: StoredEntry): void
 }
 
 let entriesCreated = 0
 
 /** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given), its namespace owned by `owner` (default: the agent). */
 export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number, owner?: number): StoredEntry {
-  return { key, seq: entriesCreated++, host, shm: undefined, onNvme: nvmeChecksum !== undefined, replicas: 1, lastUseMs, checksum: nvmeChecksum, owner, pins: 0, unpinned: [] }
+  return new ObservedEntry(key, host, lastUseMs, nvmeChecksum, owner)
+}
+
+class ObservedEntry implements StoredEntry {
+  readonly key: StateKey
+  readonly seq = entriesCreated++
+  lastUseMs: number
+  owner: number | undefined
+  onNvme: boolean
+  checksum: number | undefined
+  pins = 0
+  unpinned: Array<() => void> = []
+  observer: EntryObserver | undefined = undefined
+  #host: Extent | undefined
+  #shm: StoredEntry['shm'] = undefined
+  #replicas = 1
+
+  constructor (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum: number | undefined, owner: number | undefined) {
+    this.key = key
+    this.#host = host
+    this.lastUseMs = lastUseMs
+    this.owner = owner
+    this.onNvme = nvmeChecksum !== undefined
+    this.checksum = nvmeChecksum
+  }
+
+  get host (): Extent | undefined { return this.#host }
+  set host (host) { this.#observed(() => { this.#host = host }) }
+  get shm (): StoredEntry['shm'] { return this.#shm }
+  set shm (shm) { this.#observed(() => { this.#shm = shm }) }
+  get replicas (): number { return this.#replicas }
+  set replicas (replicas) { this.#observed(() => { this.#replicas = replicas }) }
+
+  #observed (change: () => void): void {
+    const observer = this.observer
+    observer?.retract(this)
+    change()
+    observer?.account(this)
+  }
 }
 
 /** Whether the key has a host copy (pool extent or adopted mapping). */

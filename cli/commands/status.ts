@@ -24,7 +24,13 @@ export function renderStatus (status: StatusBody): string {
   ]
   const own = status.process
   if (own !== undefined) {
-    head.push(`process  pid ${own.pid}, rss ${formatBytes(own.rssBytes)} (V8 heap ${formatBytes(own.heapUsedBytes)} of ${formatBytes(own.heapTotalBytes)}, external ${formatBytes(own.externalBytes)}), cpu ${own.cpuSeconds.toFixed(1)} s`)
+    head.push(`process  pid ${own.pid}, cpu ${own.cpuSeconds.toFixed(1)} s`)
+    const heap = `V8 heap ${formatBytes(own.heapUsedBytes)} used (uncollected garbage included) of ${formatBytes(own.heapTotalBytes)} reserved, external ${formatBytes(own.externalBytes)}`
+    // Shared memory the agent maps (clients' objects) is counted by its creators: shown apart, never as the agent's own.
+    head.push(own.ownBytes !== undefined && own.fileBytes !== undefined && own.sharedMemoryBytes !== undefined
+      ? `memory   own ${formatBytes(own.ownBytes)} (${heap}), mapped files ${formatBytes(own.fileBytes)}; ` +
+        `shared memory mapped ${formatBytes(own.sharedMemoryBytes)} (clients' objects, weight regions: not own); rss ${formatBytes(own.rssBytes)} in all`
+      : `memory   rss ${formatBytes(own.rssBytes)} (${heap})`)
   }
   const native = status.native as Capabilities | undefined
   if (native !== undefined) {

@@ -13,11 +13,15 @@ t.test('status, node and version against a running agent', async t => {
   t.equal(status.process.pid, agent.proc.pid, 'the process section is the agent\'s')
   t.ok(status.process.rssBytes > status.process.heapUsedBytes && status.process.heapUsedBytes > 0, `rss ${status.process.rssBytes} > V8 heap in use ${status.process.heapUsedBytes} > 0`)
   t.ok(status.process.cpuSeconds > 0, 'start-up took CPU')
+  const { ownBytes, fileBytes, sharedMemoryBytes, rssBytes } = status.process
+  t.equal(ownBytes + fileBytes + sharedMemoryBytes, rssBytes, 'rss split into own memory, mapped files and mapped shared memory')
+  t.ok(ownBytes > status.process.heapUsedBytes, 'the heap is the agent\'s own memory')
 
   const human = await runNode(agentctlMain, ['status'], { AGENTD_SOCKET: agent.socketPath })
   t.equal(human.code, 0, 'AGENTD_SOCKET selects the socket')
   t.match(human.stdout, /SUBSYSTEM\s+STATE\s+START\s+REASON\nidentity\s+ok/)
-  t.match(human.stdout, /^process {2}pid \d+, rss [\d.]+ MiB \(V8 heap [\d.]+ MiB of [\d.]+ MiB, external [\d.]+ [KM]iB\), cpu [\d.]+ s$/m)
+  t.match(human.stdout, /^process {2}pid \d+, cpu [\d.]+ s$/m)
+  t.match(human.stdout, /^memory {3}own [\d.]+ MiB \(V8 heap [\d.]+ MiB used \(uncollected garbage included\) of [\d.]+ MiB reserved, external [\d.]+ [KM]iB\), mapped files [\d.]+ MiB; shared memory mapped [\d.]+ [KM]?i?B \(clients' objects, weight regions: not own\); rss [\d.]+ MiB in all$/m)
 
   const node = JSON.parse((await runNode(agentctlMain, ['--socket', agent.socketPath, '--json', 'node'])).stdout)
   t.ok(node.cpu.cores > 0)

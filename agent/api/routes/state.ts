@@ -17,9 +17,9 @@ import type { NamespaceGuard } from './route-guards.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {
   DropResultSchema, HintsBodySchema, HintsResultSchema, KeySelectorSchema, MaterializeBodySchema, MaterializeResultSchema, NamespaceOwnersSchema,
-  OffloadBodySchema, OffloadResultSchema, OnloadBodySchema, OnloadResultSchema, PrefetchBodySchema, PrefetchResultSchema, ResidencyQuerySchema,
-  ResidencySchema, type HintsBody, type KeySelector, type MaterializeBody, type NamespaceOwnersBody, type OffloadBody, type OnloadBody,
-  type PrefetchBody, type ResidencyQuery,
+  OffloadBodySchema, OffloadResultSchema, OnloadBodySchema, OnloadResultSchema, OwnersQuerySchema, PrefetchBodySchema, PrefetchResultSchema,
+  ResidencyQuerySchema, ResidencySchema, type HintsBody, type KeySelector, type MaterializeBody, type NamespaceOwnersBody, type OffloadBody,
+  type OnloadBody, type OwnersQuery, type PrefetchBody, type ResidencyQuery,
 } from '../wire/state.ts'
 
 /** The StateManager, or why there is none (subsystem skipped or failed): routes answer ERR_UNAVAILABLE then. */
@@ -109,10 +109,23 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.get<{ Querystring: ResidencyQuery }>('/v1/state/residency', {
-    schema: { summary: 'Where every key lives, tier usage, dedup and fragmentation', querystring: ResidencyQuerySchema, response: { 200: ResidencySchema, ...errorResponses } },
-  }, async request => sm().residency(request.query.prefix))
+    schema: {
+      summary: 'Tier usage, dedup, fragmentation and per-namespace totals of the selected keys, and one page of them in key order (or the totals alone)',
+      querystring: ResidencyQuerySchema,
+      response: { 200: ResidencySchema, ...errorResponses },
+    },
+  }, async request => {
+    const { summary, limit, cursor, ...filter } = request.query
+    const manager = sm()
+    if (summary === true) {
+      if (limit !== undefined || cursor !== undefined) throw new AgentError('ERR_BAD_REQUEST', 'limit and cursor page the keys: not with summary=true')
+      return manager.residencySummary(filter)
+    }
+    const page = manager.residencyPage(filter, { cursor, limit })
+    return { ...manager.residencySummary(filter), ...page }
+  })
 
-  app.get<{ Querystring: ResidencyQuery }>('/v1/state/owners', {
-    schema: { summary: 'Who owns each namespace holding keys: the uid that stored its first key, or "agent"', querystring: ResidencyQuerySchema, response: { 200: NamespaceOwnersSchema, ...errorResponses } },
+  app.get<{ Querystring: OwnersQuery }>('/v1/state/owners', {
+    schema: { summary: 'Who owns each namespace holding keys: the uid that stored its first key, or "agent"', querystring: OwnersQuerySchema, response: { 200: NamespaceOwnersSchema, ...errorResponses } },
   }, async (request): Promise<NamespaceOwnersBody> => ({ namespaces: sm().ownedNamespaces(request.query.prefix) }))
 }

@@ -72,22 +72,41 @@ export const MaterializeBodySchema = Type.Object({
 }, { additionalProperties: false })
 export const MaterializeResultSchema = Type.Object({ files: Type.Array(Type.String()), index: Type.Union([Type.String(), Type.Null()]), tensors: uint, bytes: uint })
 
-/** GET /v1/state/residency. */
-export const ResidencyQuerySchema = Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) })
+/**
+ * GET /v1/state/residency: the totals of the keys the filters select and one page of them, or
+ * the totals alone (`summary=true`). The limits are agent/state/residency-index.ts's
+ * (pageKeys, maxPageKeys).
+ */
+export const ResidencyQuerySchema = Type.Object({
+  prefix: Type.Optional(Type.String({ maxLength: 1024, description: 'keys whose text starts with this' })),
+  tier: Type.Optional(TierSchema),
+  namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'keys of exactly this namespace' })),
+  job: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'keys of the namespace named so and of those under it (<job>/...)' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 2000, description: 'keys in the page (default 1000)' })),
+  cursor: Type.Optional(Type.String({ minLength: 1, maxLength: 1400, description: 'the nextCursor of the previous page: the page starts after the keys it ended with' })),
+  summary: Type.Optional(Type.Boolean({ description: 'true: the totals only, no keys' })),
+}, { additionalProperties: false })
 const TierUsage = Type.Object({ capacityBytes: uint, usedBytes: uint })
+export const ResidencyKeySchema = Type.Object({
+  key: Type.String(), bytes: uint, tier: TierSchema, replicas: uint, lastUseMs: uint, durable: Type.Boolean(),
+  region: Type.Optional(Type.String({ description: 'adopted shared-memory object holding the host copy' })),
+})
 export const ResidencySchema = Type.Object({
   tiers: Type.Object({ device: TierUsage, host: TierUsage, nvme: TierUsage }),
   logicalBytes: uint,
   storedBytes: uint,
+  dedupRatio: Type.Union([Type.Number(), Type.Null()], { description: 'logicalBytes / storedBytes of the selected keys; null when none is selected' }),
+  keyCounts: Type.Object({ host: uint, nvme: uint }, { description: 'selected keys by tier' }),
   namespaces: Type.Array(Type.Object({ namespace: Type.String(), keys: uint, logicalBytes: uint, storedBytes: uint, quotaBytes: Type.Union([uint, Type.Null()]) })),
   hostPool: Type.Object({ freeBytes: uint, largestFreeBytes: uint, fragmentation: Type.Number() }),
   shm: Type.Object({ regions: uint, bytes: uint }, { description: 'adopted shared-memory mappings holding host copies outside the pool (zero-copy weight publishes)' }),
   counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint, shmAdopted: uint }),
-  keys: Type.Array(Type.Object({
-    key: Type.String(), bytes: uint, tier: TierSchema, replicas: uint, lastUseMs: uint, durable: Type.Boolean(),
-    region: Type.Optional(Type.String({ description: 'adopted shared-memory object holding the host copy' })),
-  })),
+  keys: Type.Optional(Type.Array(ResidencyKeySchema, { description: 'the page: selected keys in key order (absent with summary=true)' })),
+  nextCursor: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'pass it as cursor for the keys after the page; null when none follows (absent with summary=true)' })),
 })
+
+/** GET /v1/state/owners. */
+export const OwnersQuerySchema = Type.Object({ prefix: Type.Optional(Type.String({ maxLength: 1024 })) })
 
 /**
  * GET /v1/state/owners (same query as residency). A route of its own rather than a field of residency,
@@ -111,5 +130,6 @@ export type HintsBody = Static<typeof HintsBodySchema>
 export type MaterializeBody = Static<typeof MaterializeBodySchema>
 export type MaterializeResultBody = Static<typeof MaterializeResultSchema>
 export type ResidencyQuery = Static<typeof ResidencyQuerySchema>
+export type OwnersQuery = Static<typeof OwnersQuerySchema>
 export type ResidencyBody = Static<typeof ResidencySchema>
 export type NamespaceOwnersBody = Static<typeof NamespaceOwnersSchema>

@@ -17,8 +17,11 @@ export const StatusSchema = Type.Object({
   dev: Type.Boolean({ description: 'true for a --dev agent' }),
   process: Type.Optional(Type.Object({
     pid: Type.Integer(),
-    rssBytes: Type.Integer({ description: 'resident memory of the agent process (the Node.js binary\'s pages included)' }),
-    heapUsedBytes: Type.Integer({ description: 'V8 heap in use' }),
+    rssBytes: Type.Integer({ description: 'resident memory of the agent process: its own, mapped files and the shared memory it maps (clients\' objects included)' }),
+    ownBytes: Type.Optional(Type.Integer({ description: 'the agent\'s own resident memory (RssAnon: heap, native allocations, the host pool\'s touched pages); absent off Linux' })),
+    fileBytes: Type.Optional(Type.Integer({ description: 'resident pages of mapped files (RssFile: the Node.js binary, libraries, the addon); absent off Linux' })),
+    sharedMemoryBytes: Type.Optional(Type.Integer({ description: 'resident shared memory the agent maps (RssShmem: clients\' /dev/shm objects, adopted weight regions), counted by their creators too; absent off Linux' })),
+    heapUsedBytes: Type.Integer({ description: 'V8 heap in use, objects not yet collected included' }),
     heapTotalBytes: Type.Integer({ description: 'V8 heap reserved' }),
     externalBytes: Type.Integer({ description: 'memory of Buffers and other objects outside the V8 heap (not the native host pool)' }),
     cpuSeconds: Type.Number({ description: 'user + system CPU time since start' }),

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { makeShm, patternBytes } from '../../native/helpers.ts'
 import type { Residency } from '../../../agent/state/state-manager.ts'
+import type { ResidencyBody } from '../../../agent/api/wire/state.ts'
 
 const MiB = 2 ** 20
 const key = (ns: string, name: string, bytes: number): string => `${ns}/${name}:param@[0]/[${bytes}]:u8#v1`
@@ -37,6 +38,25 @@ t.test('offload, onload and residency over the socket; agentctl inspect residenc
   const json = JSON.parse((await runNode(agentctlMain, ['--socket', agent.socketPath, 'inspect', 'residency', '--tier', 'nvme', '--json'])).stdout)
   t.same(json.keys, [], '--tier filters the key list')
   t.equal((await runNode(agentctlMain, ['--socket', agent.socketPath, 'inspect', 'residency', '--tier', 'gpu'])).code, 2)
+
+  // Pages in key order, filters and the summary alone.
+  const sorted = [...keys].sort()
+  const page = await agent.client.call<ResidencyBody>('GET', '/v1/state/residency?prefix=job1/&limit=3')
+  t.same(page.keys!.map(k => k.key), sorted.slice(0, 3), 'the first page')
+  const rest = await agent.client.call<ResidencyBody>('GET', `/v1/state/residency?prefix=job1/&limit=3&cursor=${encodeURIComponent(page.nextCursor!)}`)
+  t.same([rest.keys!.map(k => k.key), rest.nextCursor], [sorted.slice(3), null], 'the page after the cursor ends the walk')
+  const summary = await agent.client.call<ResidencyBody>('GET', '/v1/state/residency?job=job1&summary=true')
+  t.notOk('keys' in summary || 'nextCursor' in summary, 'summary=true: no keys')
+  t.match(summary, { keyCounts: { host: 4, nvme: 0 }, dedupRatio: 4, storedBytes: 4 * MiB, namespaces: [{ namespace: 'job1/actor', keys: 4 }] })
+  t.match(await agent.client.call('GET', '/v1/state/residency?namespace=job1/actor&tier=nvme'), { keys: [], nextCursor: null, keyCounts: { host: 0, nvme: 0 }, namespaces: [] })
+  const cli = (...args: string[]) => runNode(agentctlMain, ['--socket', agent.socketPath, 'inspect', 'residency', ...args])
+  const first = await cli('--limit', '2')
+  const next = /2 key\(s\) shown of 4; the next page: --cursor (\S+); every key: --all/.exec(first.stdout)
+  t.ok(next !== null, `agentctl says how to go on: ${first.stdout}`)
+  const second = await cli('--limit', '2', '--cursor', next![1]!)
+  t.ok(sorted.slice(2).every(k => second.stdout.includes(k)) && !second.stdout.includes(sorted[0]!) && !second.stdout.includes('next page'), 'and --cursor goes on')
+  t.same(JSON.parse((await cli('--all', '--json')).stdout).keys.map((k: { key: string }) => k.key), sorted, '--all --json: every key')
+  for (const bad of [['--limit', '0'], ['--limit', '2001'], ['--limit', 'x'], ['--all', '--limit', '1'], ['--all', '--cursor', 'c'], ['--watch', '--all'], ['--watch', '--cursor', 'c']]) t.equal((await cli(...bad)).code, 2, bad.join(' '))
 })
 
 t.test('bad requests: schema errors are 400 with a code, state errors keep their codes', async t => {
@@ -52,6 +72,9 @@ t.test('bad requests: schema errors are 400 with a code, state errors keep their
   await t.rejects(agent.client.call('POST', '/v1/state/onload', { tensors: [{ key: key('j/a', 'w', MiB), target: { kind: 'shm', name: shm, offset: 0 } }] }), { code: 'ERR_KEY_NOT_FOUND' })
   const residency = await agent.client.call<Residency>('GET', '/v1/state/residency')
   t.equal(residency.keys.length, 0, 'no partial state')
+  const queries = ['tier=gpu', 'limit=0', 'limit=2001', 'limit=1.5', 'limit=x', `cursor=${encodeURIComponent('%%%')}`, 'cursor=abc', 'namespace=a//b', 'job=', 'job=j/',
+    'all=true', 'summary=true&limit=5', 'summary=true&cursor=abc', 'summary=maybe']
+  for (const query of queries) await t.rejects(agent.client.call('GET', `/v1/state/residency?${query}`), { code: 'ERR_BAD_REQUEST' }, query)
 })
 
 t.test('a restart finds the NVMe keys; kill -9 during durable writes never leaves a key that reads back wrong', async t => {

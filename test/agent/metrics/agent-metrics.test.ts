@@ -45,6 +45,7 @@ const residency: ResidencySummary = {
   tiers: { device: { capacityBytes: 0, usedBytes: 0 }, host: { capacityBytes: 64 * MiB, usedBytes: 4 * MiB }, nvme: { capacityBytes: 4096 * MiB, usedBytes: MiB } },
   logicalBytes: 16 * MiB,
   storedBytes: 5 * MiB,
+  dedupRatio: 16 / 5,
   namespaces: [{ namespace: 'job1/actor', keys: 4, logicalBytes: 16 * MiB, storedBytes: 4 * MiB, quotaBytes: 8 * MiB }, { namespace: 'job2/"x"', keys: 1, logicalBytes: MiB, storedBytes: MiB, quotaBytes: null }],
   hostPool: { freeBytes: 60 * MiB, largestFreeBytes: 60 * MiB, fragmentation: 0 },
   shm: { regions: 1, bytes: 2 * MiB },

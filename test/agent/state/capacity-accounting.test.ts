@@ -2,7 +2,7 @@
 import t from 'tap'
 import { parseKey } from '../../../agent/state/keys.ts'
 import { newStoredEntry, type StoredEntry } from '../../../agent/state/stored-entry.ts'
-import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces } from '../../../agent/state/capacity-accounting.ts'
+import { checkNamespaceQuotas, checkRoomFor } from '../../../agent/state/capacity-accounting.ts'
 
 const key = (ns: string, name: string, bytes: number): ReturnType<typeof parseKey> => parseKey(`${ns}/${name}:param@[0]/[${bytes}]:u8#v1`)
 const inPool = (ns: string, name: string, bytes: number, replicas = 1, onNvme = false): StoredEntry => {
@@ -44,22 +44,8 @@ t.test('room = free host + pool copies already on NVMe + free NVMe', async t => 
   t.throws(() => checkRoomFor(1001, stored, tiers), { code: 'ERR_TIER_FULL', message: 'no room for 1001 bytes: host pool 100 bytes free, NVMe 500 bytes free' })
 })
 
-t.test('usage counts stored bytes once and logical bytes per replica, per namespace under a prefix', async t => {
-  const stored = [inPool('job/b', 'x', 100, 4), inPool('job/a', 'x', 10, 0), nvmeOnly('job/a', 'y', 20), inPool('other/c', 'x', 1000)]
-  t.same(namespaceUsage(stored, 'job/', { 'job/a': 64 }), {
-    logicalBytes: 400 + 10 + 20,
-    storedBytes: 130,
-    namespaces: [
-      { namespace: 'job/a', keys: 2, logicalBytes: 30, storedBytes: 30, quotaBytes: 64 },
-      { namespace: 'job/b', keys: 1, logicalBytes: 400, storedBytes: 100, quotaBytes: null },
-    ],
-  }, 'a key with 0 replicas still counts once; sorted by namespace; other prefixes left out')
-  t.same(residentNamespaces(stored), ['job/a', 'job/b', 'other/c'])
-})
-
 t.test('a namespace named like an Object.prototype member has no quota unless one is configured', async t => {
   const stored = [inPool('constructor', 'x', 10)]
-  t.same(namespaceUsage(stored, '', {}).namespaces.map(n => n.quotaBytes), [null], 'residency shows no quota (it showed a function)')
   let walked = false
   const watched: Iterable<StoredEntry> = { * [Symbol.iterator] () { walked = true; yield * stored } }
   checkNamespaceQuotas(watched, [key('constructor', 'n', 1)], {})

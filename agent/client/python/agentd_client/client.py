@@ -18,7 +18,7 @@ from .errors import AgentError
 from .keys import StateKey
 from .memory import MemorySpec
 from .schema import (AcquireGpuResult, Durability, GpuLockState, LocksBody, MaterializeResult, OffloadResult, OnloadResult,
-                     ReleaseGpuResult, Residency)
+                     ReleaseGpuResult, Residency, ResidencyKey, StoredTier)
 from .transport import DEFAULT_SOCKET_PATH, UnixSocketTransport
 
 #: A key as its canonical text or a :class:`StateKey`.
@@ -149,10 +149,40 @@ class AgentClient:
             body["overwrite"] = True
         return self.call("POST", "/v1/state/materialize", body)
 
-    def residency(self, prefix: Optional[str] = None) -> Residency:
-        """Where every key (under ``prefix``, if given) lives, tier usage, dedup and fragmentation."""
-        query = "" if prefix is None else "?prefix=" + quote(prefix, safe="")
-        return self.call("GET", "/v1/state/residency" + query)
+    def residency(self, prefix: Optional[str] = None, *, namespace: Optional[str] = None, job: Optional[str] = None,
+                  tier: Optional[StoredTier] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
+                  summary: bool = False) -> Residency:
+        """Tier usage, dedup and fragmentation, per-namespace totals of the selected keys, and one page of them.
+
+        The filters select keys whose text starts with ``prefix``, of exactly
+        ``namespace``, of the namespace ``job`` and those under it, on
+        ``tier``; the agent applies them. ``keys`` is one page in key order:
+        ``limit`` keys (default 1000, at most 2000) after ``cursor`` (the
+        ``nextCursor`` of the previous page; ``None`` at the end). With
+        ``summary=True`` the answer has the totals only (no ``keys``), which
+        the agent computes without walking the keys. :meth:`residency_keys`
+        walks every page.
+        """
+        params: Dict[str, Any] = {"prefix": prefix, "namespace": namespace, "job": job, "tier": tier, "limit": limit, "cursor": cursor}
+        if summary:
+            params["summary"] = "true"
+        query = "&".join(f"{name}={quote(str(value), safe='')}" for name, value in params.items() if value is not None)
+        return self.call("GET", "/v1/state/residency" + ("?" + query if query else ""))
+
+    def residency_keys(self, prefix: Optional[str] = None, *, namespace: Optional[str] = None, job: Optional[str] = None,
+                       tier: Optional[StoredTier] = None, page_keys: int = 2000) -> Iterator[ResidencyKey]:
+        """Every selected key in key order (filters as :meth:`residency`), fetched ``page_keys`` at a time.
+
+        Keys stored or dropped meanwhile may or may not appear; a key stored
+        throughout appears exactly once.
+        """
+        cursor: Optional[str] = None
+        while True:
+            page = self.residency(prefix, namespace=namespace, job=job, tier=tier, limit=page_keys, cursor=cursor)
+            yield from page.get("keys", [])
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return
 
     def acquire_gpu(self, gpu: int, *, holder: Optional[str] = None, timeout_ms: Optional[int] = None) -> AcquireGpuResult:
         """Takes GPU ``gpu``'s device lock (RLinf §3.3); blocks until granted.

@@ -90,15 +90,31 @@ class ResidencyKey(_ResidencyKeyFields, total=False):
     region: str
 
 
-class Residency(TypedDict):
+class KeyCounts(TypedDict):
+    host: int
+    nvme: int
+
+
+class _ResidencyFields(TypedDict):
     tiers: Tiers
+    #: The selected keys' totals (every replica counted / held once).
     logicalBytes: int
     storedBytes: int
+    #: logicalBytes / storedBytes; None when no key is selected.
+    dedupRatio: Optional[float]
+    #: Selected keys by tier.
+    keyCounts: KeyCounts
     namespaces: List[NamespaceUsage]
     hostPool: HostPoolUsage
     shm: ShmUsage
     counters: StateCounters
+
+
+class Residency(_ResidencyFields, total=False):
+    #: One page of the selected keys in key order; absent with ``summary=True``.
     keys: List[ResidencyKey]
+    #: The ``cursor`` of the next page; None when no key follows; absent with ``summary=True``.
+    nextCursor: Optional[str]
 
 
 class MaterializeResult(TypedDict):

@@ -121,6 +121,24 @@ class StateApiTest(AgentErrorAssertions):
         self.assertGreaterEqual(everything["tiers"]["host"]["usedBytes"], 12288)
         self.assertEqual(self.client.residency(prefix="no/such/prefix?&=")["keys"], [], "the prefix is quoted into the query")
 
+    def test_residency_pages_filters_and_summary(self) -> None:
+        source = make_shm(self, 5 * 4096)
+        keys = sorted([u8_key(self.ns + "/a", f"w{i}", 4096) for i in range(4)] + [u8_key(self.ns + "/a/sub", "w", 4096)])
+        self.client.offload([OffloadItem(k, ShmMemory.of(source, i * 4096)) for i, k in enumerate(keys)])
+        first = self.client.residency(prefix=self.ns + "/", limit=2)
+        self.assertEqual([k["key"] for k in first["keys"]], keys[:2])
+        second = self.client.residency(prefix=self.ns + "/", limit=2, cursor=first["nextCursor"])
+        self.assertEqual([k["key"] for k in second["keys"]], keys[2:4])
+        self.assertEqual([k["key"] for k in self.client.residency_keys(prefix=self.ns + "/", page_keys=2)], keys, "every page, each key once")
+        self.assertEqual([k["key"] for k in self.client.residency_keys(namespace=self.ns + "/a", tier="host")], [k for k in keys if "/sub/" not in k])
+        self.assertEqual([k["key"] for k in self.client.residency_keys(job=self.ns, tier="nvme")], [])
+        summary = self.client.residency(job=self.ns, summary=True)
+        self.assertNotIn("keys", summary)
+        self.assertEqual((summary["keyCounts"], summary["storedBytes"], summary["dedupRatio"]), ({"host": 5, "nvme": 0}, 5 * 4096, 1.0))
+        self.assertEqual([n["namespace"] for n in summary["namespaces"]], [self.ns + "/a", self.ns + "/a/sub"])
+        for bad in [dict(tier="gpu"), dict(limit=0), dict(limit=2001), dict(cursor="not a cursor"), dict(namespace="a//b"), dict(summary=True, limit=5)]:
+            self.assertAgentError("ERR_BAD_REQUEST", 400, lambda b=bad: self.client.residency(**b))  # type: ignore[misc]
+
     def test_drop_by_keys_and_by_prefix(self) -> None:
         source = make_shm(self, 4 * 4096)
         keys = [u8_key(self.ns, f"w{i}", 4096) for i in range(4)]
