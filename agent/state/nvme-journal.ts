@@ -20,10 +20,15 @@ import { AgentError } from '../../core/errors.ts'
  * A put's `offset`: where the key's bytes start in the object file (0 when
  * absent, as in journals written before segments). Its `owner`: the uid
  * owning the key's namespace (namespace-owners.ts); absent for the agent's
- * own keys and in records written before owners were.
+ * own keys and in records written before owners were. Its `durable`: false
+ * for a key that is on NVMe only because the host pool spilled it (stored
+ * with durability "memory": a restart discards it); absent for a key
+ * promised to survive a restart, and in records written before the flag.
+ * A later put record of the same key replaces the earlier one (a key made
+ * durable after it spilled is re-recorded without the flag).
  */
 export type JournalRecord =
-  | { op: 'put', key: string, bytes: number, checksum: number, object: string, offset?: number, owner?: number }
+  | { op: 'put', key: string, bytes: number, checksum: number, object: string, offset?: number, owner?: number, durable?: false }
   | { op: 'del', key: string }
 
 export interface ReplayResult {
@@ -56,7 +61,7 @@ function decodeLine (line: string): JournalRecord | undefined {
     const r = JSON.parse(m[2]!) as JournalRecord
     if (r.op === 'put' && typeof r.key === 'string' && Number.isSafeInteger(r.bytes) && Number.isInteger(r.checksum) && typeof r.object === 'string' &&
       (r.offset === undefined || (Number.isSafeInteger(r.offset) && r.offset >= 0)) &&
-      (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0))) return r
+      (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0)) && (r.durable === undefined || r.durable === false)) return r
     if (r.op === 'del' && typeof r.key === 'string') return r
   } catch {}
   return undefined
