@@ -667,6 +667,8 @@ export function createStateManager (options: StateManagerOptions, components: St
       logger.info({ hostPoolBytes: options.hostPoolBytes, nvmeDir: options.nvmeDir, ...recovered }, 'state manager ready')
     },
     async stop () {
+      // A long background spill ends at its next group boundary instead of running to the low watermark.
+      await storage?.mover.stop()
       await Promise.allSettled([...background])
       await storage?.nvme.close()
       for (const entry of entries.values()) releaseShm(entry)

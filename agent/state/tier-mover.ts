@@ -75,6 +75,13 @@ export interface TierMover {
   persistAll(entries: readonly StoredEntry[]): Promise<void>
   /** The key's crc32c, computed from its host copy on first use (the caller keeps it pinned or host-resident). */
   checksumOf(entry: StoredEntry): Promise<number>
+  /**
+   * Stops spilling at the next group boundary: spills running take no
+   * further group (those in flight commit, so every key stays in one tier or
+   * both), none starts again, and allocations waiting for a group are told
+   * it freed nothing. Resolves once no spill runs.
+   */
+  stop(): Promise<void>
 }
 
 export interface TierMoverOptions {
@@ -117,6 +124,8 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   const { logger, pool, nvme, space, index, queue, counters } = components
   const groupBytes = options.spillGroupBytes ?? Math.min(16 * 2 ** 20, Math.max(2 ** 20, Math.floor(pool.sizeBytes / 16)))
   let spilling: Promise<void> | undefined
+  /** Set by stop(): no spill takes another group. */
+  let stopped = false
   /** Keys kept by allocations waiting in makeRoom (a count per key): no spill takes them. */
   const protectedKeys = new Map<string, number>()
   /** Resolved with the bytes each spill group frees, and with 0 when the background spill ends without starting again. */
@@ -207,7 +216,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     const inFlight = new Set<Promise<void>>()
     for (;;) {
       // The next group is chosen and its checksums computed while the previous one commits.
-      while (!full && failure === undefined && inFlight.size < groupsInFlight && freed + taking < target) {
+      while (!stopped && !full && failure === undefined && inFlight.size < groupsInFlight && freed + taking < target) {
         const group = takeVictims(Math.min(target - freed - taking, groupBytes), keep)
         if (group.length === 0) break
         const bytes = group.reduce((sum, e) => sum + e.key.bytes, 0)
@@ -231,6 +240,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
 
   function spillIfAboveWatermark (): boolean {
     if (spilling !== undefined) return true
+    if (stopped) return false
     if (space.usedBytes() <= options.spillHighWatermark * pool.sizeBytes) return false
     let freed = 0
     spilling = spill(0).then(n => { freed = n }, err => logger.error({ err }, 'background spill failed')).finally(() => {
@@ -332,5 +342,10 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     persist: entry => persistAll([entry]),
     persistAll,
     checksumOf,
+    async stop () {
+      stopped = true
+      await spilling
+      groupDone(0)
+    },
   }
 }
