@@ -25,6 +25,8 @@ export const errorCodes = [
   'ERR_SOCKET_IN_USE',
   'ERR_STATE_DIR_LOCKED',
   'ERR_UNAVAILABLE',
+  // ERR_STARTING: the agent is still starting (recovering its state); nothing was done, ask again.
+  'ERR_STARTING',
   'ERR_AGENT_UNREACHABLE',
   'ERR_INTERNAL',
   // native addon (native/index.ts)

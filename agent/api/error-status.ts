@@ -18,6 +18,7 @@ export const errorStatus = {
   ERR_SOCKET_IN_USE: 409,
   ERR_STATE_DIR_LOCKED: 409,
   ERR_UNAVAILABLE: 503,
+  ERR_STARTING: 503,
   ERR_AGENT_UNREACHABLE: 503,
   ERR_INTERNAL: 500,
   // native addon (native/index.ts)
