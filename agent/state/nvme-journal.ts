@@ -15,6 +15,7 @@ import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
 import { syncDirectory } from '../../core/durable-file.ts'
 import { AgentError } from '../../core/errors.ts'
+import { sliceItems, yieldToEventLoop } from './event-loop-slices.ts'
 
 /**
  * A put's `offset`: where the key's bytes start in the object file (0 when
@@ -42,16 +43,37 @@ export function encodeRecord (record: JournalRecord): string {
   return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`
 }
 
-export function replayJournal (text: string): ReplayResult {
+
+/** Decodes the journal's lines, pausing (yield) after each slice of them; returns what replayJournal does. */
+function * replaySlices (text: string): Generator<void, ReplayResult> {
   const lines = text.split('\n')
   if (lines.at(-1) === '') lines.pop()
   const records: JournalRecord[] = []
   for (let i = 0; i < lines.length; i++) {
+    if (i > 0 && i % sliceItems === 0) yield
     const record = decodeLine(lines[i]!)
     if (record === undefined) return { records, tornLines: lines.length - i }
     records.push(record)
   }
   return { records, tornLines: 0 }
+}
+
+export function replayJournal (text: string): ReplayResult {
+  const slices = replaySlices(text)
+  for (;;) {
+    const step = slices.next()
+    if (step.done === true) return step.value
+  }
+}
+
+/** replayJournal that lets the event loop run between slices of lines (a journal of many keys takes a while). */
+export async function replayJournalYielding (text: string): Promise<ReplayResult> {
+  const slices = replaySlices(text)
+  for (;;) {
+    const step = slices.next()
+    if (step.done === true) return step.value
+    await yieldToEventLoop()
+  }
 }
 
 function decodeLine (line: string): JournalRecord | undefined {
@@ -128,12 +150,20 @@ export async function openJournalWriter (path: string): Promise<JournalWriter> {
   }
 }
 
-/** Atomically replaces the journal with `records` (write temp, fsync, rename, fsync the directory). */
+/**
+ * Atomically replaces the journal with `records` (write temp, fsync, rename,
+ * fsync the directory); encodes them in slices, the event loop running between.
+ */
 export async function rewriteJournal (path: string, records: JournalRecord[]): Promise<void> {
   const tmp = `${path}.compact`
   const handle: FileHandle = await open(tmp, 'w', 0o640)
   try {
-    await handle.writeFile(records.map(encodeRecord).join(''))
+    const text: string[] = []
+    for (let i = 0; i < records.length; i += sliceItems) {
+      if (i > 0) await yieldToEventLoop()
+      text.push(records.slice(i, i + sliceItems).map(encodeRecord).join(''))
+    }
+    await handle.writeFile(text.join(''))
     await handle.sync()
   } finally {
     await handle.close()

@@ -66,7 +66,8 @@ import { AgentError } from '../../core/errors.ts'
 import { openDirectFile, probeDirectIo, type HostRange } from '../../native/index.ts'
 import { mkdirDurably, syncDirectory } from '../../core/durable-file.ts'
 import { mapConcurrently } from './map-concurrently.ts'
-import { openJournalWriter, replayJournal, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
+import { createSlicer } from './event-loop-slices.ts'
+import { openJournalWriter, replayJournalYielding, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
 
 export interface NvmeObject {
   key: string
@@ -653,33 +654,39 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       }
       let text = ''
       try { text = await readFile(journalPath, 'utf8') } catch (err) { if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err }
-      const { records, tornLines } = replayJournal(text)
+      // In slices: the API answers (status, ERR_STARTING) while a journal of many keys is replayed.
+      const { records, tornLines } = await replayJournalYielding(text)
       const replayed = new Map<string, NvmeObject>()
+      let slice = createSlicer()
       for (const r of records) {
+        await slice()
         if (r.op === 'put') replayed.set(r.key, { key: r.key, bytes: r.bytes, checksum: r.checksum, object: r.object, offset: r.offset ?? 0, ...(r.owner !== undefined ? { owner: r.owner } : {}), durable: r.durable !== false })
         else replayed.delete(r.key)
       }
       let discarded = 0
+      const names = new Set<string>()
       for (const [key, obj] of replayed) {
-        if (!obj.durable) { replayed.delete(key); discarded++ }
+        if (!obj.durable) { replayed.delete(key); discarded++ } else names.add(obj.object)
       }
       // Each segment file named by a record is stat'ed once, several at a time (a record names bytes, the
       // size says whether a crash or a power cut left them there; checksums are verified when a key is read).
-      const names = [...new Set(Array.from(replayed.values(), o => o.object))]
-      const found = await mapConcurrently(names, statConcurrency, name => stat(join(objectsDir, name)).then(s => s.size, () => -1))
-      const sizes = new Map(names.map((name, i) => [name, found[i]!]))
+      const found = await mapConcurrently([...names], statConcurrency, name => stat(join(objectsDir, name)).then(s => [name, s.size] as const, () => [name, -1] as const))
+      const sizes = new Map(found)
       let dropped = 0
+      /** Bytes of each file's live keys, each padded to 4 KiB: what is beyond them is dead. */
+      const padded = new Map<string, number>()
+      slice = createSlicer()
       for (const obj of replayed.values()) {
-        if (sizes.get(obj.object)! >= obj.offset + obj.bytes) addCommitted(obj)
-        else dropped++
+        await slice()
+        if (sizes.get(obj.object)! < obj.offset + obj.bytes) { dropped++; continue }
+        addCommitted(obj)
+        padded.set(obj.object, (padded.get(obj.object) ?? 0) + alignUp(obj.bytes, keyAlignment))
       }
       let orphansRemoved = 0
       for (const name of await readdir(objectsDir)) {
         if (!segments.has(name)) { await unlink(join(objectsDir, name)); orphansRemoved++ }
       }
-      // Dead bytes a crash or a restart left in a file: its size beyond its live keys (each padded to 4 KiB).
-      const padded = new Map<string, number>()
-      for (const o of committed.values()) padded.set(o.object, (padded.get(o.object) ?? 0) + alignUp(o.bytes, keyAlignment))
+      // Dead bytes a crash or a restart left in a file: its size beyond its live keys.
       for (const seg of segments.values()) addDead(seg, Math.max(0, alignUp(sizes.get(seg.name)!, keyAlignment) - padded.get(seg.name)!))
       await rewriteJournal(journalPath, [...committed.values()].map(putRecord))
       journal = await (components.openJournal ?? openJournalWriter)(journalPath)

@@ -49,6 +49,7 @@ import { createClientMemoryScope, type ClientMemory, type MemorySpec } from './c
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
+import { createSlicer } from './event-loop-slices.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
 import { checkNamespaceQuotas, checkRoomFor, namespaceUsage, residentNamespaces, type NamespaceUsage } from './capacity-accounting.ts'
 import { createHostSpace, type HostSpace } from './host-space.ts'
@@ -654,7 +655,9 @@ export function createStateManager (options: StateManagerOptions, components: St
       const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.makeRoom(bytes, keep), pinnedPoolBytes, allocated: () => mover.spillIfAboveWatermark() })
       const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, queue: spillQueue, counters, track })
       storage = { pool, nvme, recovered, space, mover }
-      for (const obj of nvme.objects()) {
+      const slice = createSlicer()
+      for (const obj of [...nvme.objects()]) {
+        await slice() // the API answers between slices of a large recovery
         const key = parseKey(obj.key)
         entries.set(obj.key, newStoredEntry(key, undefined, now(), obj.checksum, obj.owner))
         owners.recovered(key.namespace, obj.owner)
