@@ -30,7 +30,7 @@ import { createWorkersService, type WorkersService } from './workers/workers-ser
 import { createOpDispatch } from '../mesh/control/jobs/op-dispatch.ts'
 import { createMetricsServer, type MetricsServer } from './metrics/metrics-server.ts'
 import { createAgentMetrics } from './metrics/agent-metrics.ts'
-import type { StatusBody } from './api/wire/status.ts'
+import type { AgentLifecycle, StatusBody } from './api/wire/status.ts'
 import { agentVersion } from './version.ts'
 import { AgentError } from '../core/errors.ts'
 import { processMemory } from '../core/process-memory.ts'
@@ -85,6 +85,7 @@ function processFootprint (): NonNullable<StatusBody['process']> {
 export function createDaemon (options: DaemonOptions, components: DaemonComponents): Daemon {
   const { config, dev } = options
   const startedAt = performance.now()
+  let lifecycle: AgentLifecycle = 'starting'
   const subsystemReason = (id: string): string => {
     const record = runner.records().find(r => r.id === id)
     return record?.reason ?? `subsystem ${id} is ${record?.state ?? 'not configured'}`
@@ -99,6 +100,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     // `metrics` is one of the sections later subsystems add (StatusSchema admits them).
     const body: StatusBody & { metrics?: { address: string } } = {
       node: { id: handle('identity') ?? '', name: config.node.name },
+      state: lifecycle,
       version: agentVersion,
       uptimeS: Math.round((performance.now() - startedAt) / 100) / 10,
       dev,
@@ -124,7 +126,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
   const pathRoots = config.api.pathRoots.length > 0 ? config.api.pathRoots : [join(config.node.stateDir, 'files')]
   const api = (): Promise<ApiServer> => builtApi ??= createApiServer({ ...config.api, pathRoots, version: agentVersion }, {
     logger: components.logger.child({ component: 'api' }),
-    status: { status },
+    status: { status, lifecycle: () => lifecycle },
     inventory: { inventory: () => handle('inventory')?.inventory },
     locks: { deviceLock: () => handle('device-lock') ?? { unavailable: subsystemReason('device-lock') } },
     state: { stateManager: () => handle('state') ?? { unavailable: subsystemReason('state') } },
@@ -363,15 +365,19 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
         await claimSocketPath(config.api.socketPath)
         // The default root of API file paths (api.pathRoots), made once nothing can refuse this agent any more.
         await mkdir(join(config.node.stateDir, 'files'), { recursive: true, mode: 0o750 })
-        // A failure to build is the api subsystem's, reported when it is created.
-        await api().catch(() => {})
+        // Listening before the subsystems start: while they do (NVMe recovery of many keys takes
+        // seconds) the API answers status and health ("starting", ERR_STARTING: routes/status.ts).
+        // A failure to build is the api subsystem's, reported when it is created; its start then is a no-op.
+        await (await api().catch(() => undefined))?.start()
         await runner.startAll()
+        if (lifecycle === 'starting') lifecycle = 'ready'
       } catch (err) {
         await stateDirLock.release()
         throw err
       }
     },
     async stop () {
+      lifecycle = 'stopping'
       await runner.stopAll()
       // Built but maybe never started by the runner (stopped during start-up): close it here
       // too. ApiServer.stop() is idempotent, so a second stop after the runner's is a no-op.

@@ -25,6 +25,8 @@ export const errorCodes = [
   'ERR_SOCKET_IN_USE',
   'ERR_STATE_DIR_LOCKED',
   'ERR_UNAVAILABLE',
+  // ERR_STARTING: the agent is still starting (recovering its state); nothing was done, ask again.
+  'ERR_STARTING',
   // ERR_AGENT_UNREACHABLE: a client found no agent to connect to (no socket, a stale one, no permission) or got no answer in time.
   'ERR_AGENT_UNREACHABLE',
   // ERR_CONNECTION_LOST: the agent accepted the connection but closed it before answering (it stopped or crashed

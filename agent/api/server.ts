@@ -89,6 +89,7 @@ export interface ApiServerComponents {
 }
 
 export interface ApiServer {
+  /** Listens on the socket; a second call returns the first one's promise. */
   start(): Promise<void>
   stop(): Promise<void>
   /** The fastify instance, for `inject()` in tests and for later route modules. */
@@ -98,19 +99,23 @@ export interface ApiServer {
 export async function createApiServer (options: ApiServerOptions, components: ApiServerComponents): Promise<ApiServer> {
   const app = await buildApiApp(options, components)
   capConnections(app.server, { maxConnections: options.maxConnections ?? defaultConnectionLimits.maxConnections }, components.logger)
+  let started: Promise<void> | undefined
   let stopped: Promise<void> | undefined
   let listening = false
   let socketIno: number | undefined
 
   return {
     app,
-    async start () {
-      await claimSocketPath(options.socketPath)
-      await app.listen({ path: options.socketPath })
-      listening = true
-      socketIno = (await lstat(options.socketPath)).ino
-      await setSocketPermissions(options.socketPath, options.socketMode, options.socketGroup)
-      components.logger.info({ socket: options.socketPath }, 'local API listening')
+    start () {
+      started ??= (async () => {
+        await claimSocketPath(options.socketPath)
+        await app.listen({ path: options.socketPath })
+        listening = true
+        socketIno = (await lstat(options.socketPath)).ino
+        await setSocketPermissions(options.socketPath, options.socketMode, options.socketGroup)
+        components.logger.info({ socket: options.socketPath }, 'local API listening')
+      })()
+      return started
     },
     stop () {
       stopped ??= (async () => {

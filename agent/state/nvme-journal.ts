@@ -15,15 +15,21 @@ import { crc32 } from 'node:zlib'
 import { dirname } from 'node:path'
 import { syncDirectory } from '../../core/durable-file.ts'
 import { AgentError } from '../../core/errors.ts'
+import { sliceItems, yieldToEventLoop } from './event-loop-slices.ts'
 
 /**
  * A put's `offset`: where the key's bytes start in the object file (0 when
  * absent, as in journals written before segments). Its `owner`: the uid
  * owning the key's namespace (namespace-owners.ts); absent for the agent's
- * own keys and in records written before owners were.
+ * own keys and in records written before owners were. Its `durable`: false
+ * for a key that is on NVMe only because the host pool spilled it (stored
+ * with durability "memory": a restart discards it); absent for a key
+ * promised to survive a restart, and in records written before the flag.
+ * A later put record of the same key replaces the earlier one (a key made
+ * durable after it spilled is re-recorded without the flag).
  */
 export type JournalRecord =
-  | { op: 'put', key: string, bytes: number, checksum: number, object: string, offset?: number, owner?: number }
+  | { op: 'put', key: string, bytes: number, checksum: number, object: string, offset?: number, owner?: number, durable?: false }
   | { op: 'del', key: string }
 
 export interface ReplayResult {
@@ -37,16 +43,37 @@ export function encodeRecord (record: JournalRecord): string {
   return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`
 }
 
-export function replayJournal (text: string): ReplayResult {
+
+/** Decodes the journal's lines, pausing (yield) after each slice of them; returns what replayJournal does. */
+function * replaySlices (text: string): Generator<void, ReplayResult> {
   const lines = text.split('\n')
   if (lines.at(-1) === '') lines.pop()
   const records: JournalRecord[] = []
   for (let i = 0; i < lines.length; i++) {
+    if (i > 0 && i % sliceItems === 0) yield
     const record = decodeLine(lines[i]!)
     if (record === undefined) return { records, tornLines: lines.length - i }
     records.push(record)
   }
   return { records, tornLines: 0 }
+}
+
+export function replayJournal (text: string): ReplayResult {
+  const slices = replaySlices(text)
+  for (;;) {
+    const step = slices.next()
+    if (step.done === true) return step.value
+  }
+}
+
+/** replayJournal that lets the event loop run between slices of lines (a journal of many keys takes a while). */
+export async function replayJournalYielding (text: string): Promise<ReplayResult> {
+  const slices = replaySlices(text)
+  for (;;) {
+    const step = slices.next()
+    if (step.done === true) return step.value
+    await yieldToEventLoop()
+  }
 }
 
 function decodeLine (line: string): JournalRecord | undefined {
@@ -56,7 +83,7 @@ function decodeLine (line: string): JournalRecord | undefined {
     const r = JSON.parse(m[2]!) as JournalRecord
     if (r.op === 'put' && typeof r.key === 'string' && Number.isSafeInteger(r.bytes) && Number.isInteger(r.checksum) && typeof r.object === 'string' &&
       (r.offset === undefined || (Number.isSafeInteger(r.offset) && r.offset >= 0)) &&
-      (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0))) return r
+      (r.owner === undefined || (Number.isSafeInteger(r.owner) && r.owner >= 0)) && (r.durable === undefined || r.durable === false)) return r
     if (r.op === 'del' && typeof r.key === 'string') return r
   } catch {}
   return undefined
@@ -123,12 +150,20 @@ export async function openJournalWriter (path: string): Promise<JournalWriter> {
   }
 }
 
-/** Atomically replaces the journal with `records` (write temp, fsync, rename, fsync the directory). */
+/**
+ * Atomically replaces the journal with `records` (write temp, fsync, rename,
+ * fsync the directory); encodes them in slices, the event loop running between.
+ */
 export async function rewriteJournal (path: string, records: JournalRecord[]): Promise<void> {
   const tmp = `${path}.compact`
   const handle: FileHandle = await open(tmp, 'w', 0o640)
   try {
-    await handle.writeFile(records.map(encodeRecord).join(''))
+    const text: string[] = []
+    for (let i = 0; i < records.length; i += sliceItems) {
+      if (i > 0) await yieldToEventLoop()
+      text.push(records.slice(i, i + sliceItems).map(encodeRecord).join(''))
+    }
+    await handle.writeFile(text.join(''))
     await handle.sync()
   } finally {
     await handle.close()

@@ -32,6 +32,16 @@
  * keys compaction moved, are on disk. `commitPoint` names each step between
  * these writes (nvme-tier-crash.test.ts kills a process at every one).
  *
+ * Removals: `removeAll` takes its keys out of the books at once and appends
+ * their del records in one journal write (shared with every other record
+ * queued meanwhile, so concurrent drops share syncs), then removes the
+ * segments that emptied; a crash leaves each key either recovered whole or
+ * gone. Durability: a put with `durable: false` (a spill of a key stored
+ * with durability "memory") is recorded with that flag; `open()` discards
+ * such keys (their bytes become dead, a segment of nothing else an orphan)
+ * and their removal writes no record. A durable put of such a key, or
+ * `makeDurable`, re-records it without the flag (no copy).
+ *
  * Format 1, before segments (one file per key, named by the SHA-256 of the
  * key and exactly its bytes long; records without `offset`), is read as
  * segments of one key at offset 0: `open()` rewrites their records with an
@@ -56,7 +66,8 @@ import { AgentError } from '../../core/errors.ts'
 import { openDirectFile, probeDirectIo, type HostRange } from '../../native/index.ts'
 import { mkdirDurably, syncDirectory } from '../../core/durable-file.ts'
 import { mapConcurrently } from './map-concurrently.ts'
-import { openJournalWriter, replayJournal, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
+import { createSlicer } from './event-loop-slices.ts'
+import { openJournalWriter, replayJournalYielding, rewriteJournal, type JournalRecord, type JournalWriter } from './nvme-journal.ts'
 
 export interface NvmeObject {
   key: string
@@ -69,12 +80,20 @@ export interface NvmeObject {
   offset: number
   /** The uid owning the key's namespace (namespace-owners.ts); absent: the agent. */
   owner?: number
+  /**
+   * Whether the key survives a restart: false for a key put with `durable:
+   * false` (a spill of a key stored with durability "memory") until a
+   * durable put of it re-records it.
+   */
+  durable: boolean
 }
 
 export interface NvmeRecovery {
   recovered: number
   /** Records whose segment file was missing or too short. */
   dropped: number
+  /** Keys put with `durable: false` (never promised to survive a restart): not recovered, their bytes reclaimed. */
+  discarded: number
   /** Files without a committed record (a crash mid-write or mid-removal), removed. */
   orphansRemoved: number
   tornLines: number
@@ -109,11 +128,13 @@ export interface NvmeTier {
   /**
    * Writes `src` as the bytes of `key` (its namespace owned by `owner`,
    * default the agent) and commits it (group-committed with the puts around
-   * it). ERR_TIER_FULL when it does not fit. A put of a key
-   * already committed or being put returns that object. The caller keeps
+   * it), durable (recovered by a restart) unless `durable` is false.
+   * ERR_TIER_FULL when it does not fit. A put of a key already committed or
+   * being put returns that object, made durable first (a record of its own,
+   * no copy) when this put is durable and that one was not. The caller keeps
    * `src` unchanged until the promise settles.
    */
-  put(key: string, src: HostRange, checksum: number, owner?: number): Promise<NvmeObject>
+  put(key: string, src: HostRange, checksum: number, owner?: number, durable?: boolean): Promise<NvmeObject>
   /**
    * put for many keys at once, with one promise: resolves once every key is
    * committed or failed, with each key's object or error (ERR_TIER_FULL for
@@ -124,6 +145,20 @@ export interface NvmeTier {
   read(key: string, dst: HostRange): Promise<void>
   /** Deletes the key: its journal record first, then (with its segment's last key) the file. */
   remove(key: string): Promise<void>
+  /**
+   * remove for many keys at once: their del records go in one journal write
+   * (one sync, shared with whatever else is appended meanwhile: concurrent
+   * calls share commits), then the segments emptied go. A key never made
+   * durable needs no record (a restart discards it anyway). Keys not on the
+   * tier are ignored. A crash leaves each key either recovered whole or gone.
+   */
+  removeAll(keys: Iterable<string>): Promise<void>
+  /**
+   * Makes committed keys durable without copying them: one journal write of
+   * their records without the `durable: false` flag. Keys not on the tier,
+   * or durable already, are skipped.
+   */
+  makeDurable(keys: Iterable<string>): Promise<void>
   /** Waits for commits and compactions in flight, then closes the files. */
   close(): Promise<void>
 }
@@ -133,6 +168,8 @@ export interface NvmeTierComponents {
   syncDirectory?: (dir: string) => Promise<void>
   /** Awaited at each step of NvmeCommitPoint; crash tests stop a process there and kill it. Default: none. */
   commitPoint?: (at: NvmeCommitPoint) => void | Promise<void>
+  /** Opens the journal for appending (nvme-journal.ts openJournalWriter by default); tests count its writes. */
+  openJournal?: (path: string) => Promise<JournalWriter>
 }
 
 /** The steps between the writes that make a group commit, a compaction or a segment's removal durable. */
@@ -141,6 +178,10 @@ export type NvmeCommitPoint =
   | { point: 'group-synced', segment: string, start: number, keys: string[] }
   /** The group's records are durable too; its puts have not resolved yet. */
   | { point: 'group-recorded', segment: string, start: number, keys: string[] }
+  /** The keys of a removeAll are out of the books; their del records are not written yet. */
+  | { point: 'removal-issued', keys: string[] }
+  /** Their del records are durable; the call has not resolved and no emptied segment is unlinked yet. */
+  | { point: 'removal-recorded', keys: string[] }
   /** Compaction copied the live keys of `from` into `to`, durably; no key is re-pointed yet. */
   | { point: 'compaction-copied', from: string, to: string }
   /** The records re-pointing them are durable; `from` is still on disk. */
@@ -188,6 +229,8 @@ export interface NvmePutItem {
   key: string
   src: HostRange
   checksum: number
+  /** Recovered by a restart (default true); false for a spill of a key that was not promised to survive one. */
+  durable?: boolean
   /** The uid owning the key's namespace (namespace-owners.ts); undefined: the agent. */
   owner?: number | undefined
 }
@@ -206,7 +249,13 @@ export const compactionQuietMs = 200
 const compactionChunkBytes = 4 * 2 ** 20
 
 /** The journal record that commits `obj` (its owner with it). */
-const putRecord = (obj: NvmeObject): JournalRecord => ({ op: 'put', key: obj.key, bytes: obj.bytes, checksum: obj.checksum, object: obj.object, offset: obj.offset, ...(obj.owner !== undefined ? { owner: obj.owner } : {}) })
+const putRecord = (obj: NvmeObject): JournalRecord => ({
+  op: 'put', key: obj.key, bytes: obj.bytes, checksum: obj.checksum, object: obj.object, offset: obj.offset,
+  ...(obj.owner !== undefined ? { owner: obj.owner } : {}),
+  ...(obj.durable ? {} : { durable: false as const }),
+})
+/** Segment files stat'ed at once by open(). */
+const statConcurrency = 32
 
 const alignUp = (value: number, alignment: number): number => Math.ceil(value / alignment) * alignment
 
@@ -387,7 +436,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     let offset = start
     for (const p of group) {
       offset = alignUp(offset, alignmentOf(p.src.length))
-      objects.push({ key: p.key, bytes: p.src.length, checksum: p.checksum, object: seg.name, offset, ...(p.owner !== undefined ? { owner: p.owner } : {}) })
+      objects.push({ key: p.key, bytes: p.src.length, checksum: p.checksum, object: seg.name, offset, ...(p.owner !== undefined ? { owner: p.owner } : {}), durable: p.durable !== false })
       offset += p.src.length
     }
     file.end = offset
@@ -439,20 +488,40 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     return objects
   }
 
+  /**
+   * Re-records a committed key without `durable: false` (a no-op for one
+   * durable already, or no longer committed: removed meanwhile). The books
+   * change in the call's tick, so a removal or compaction after it records after it.
+   */
+  async function markDurable (objs: NvmeObject[]): Promise<void> {
+    const records: JournalRecord[] = []
+    for (const obj of objs) {
+      if (obj.durable || committed.get(obj.key) !== obj) continue
+      obj.durable = true
+      records.push(putRecord(obj))
+    }
+    if (records.length > 0) await writer().appendAll(records)
+  }
+
   /** Queues a put (or joins the one in flight for the key); `settled` is told its outcome, perhaps at once. */
-  function enqueue ({ key, src, checksum, owner }: NvmePutItem, settled: (result: NvmeObject | Error) => void): void {
+  function enqueue ({ key, src, checksum, owner, durable }: NvmePutItem, settled: (result: NvmeObject | Error) => void): void {
     if (journal === undefined) { settled(new AgentError('ERR_UNAVAILABLE', 'NVMe tier is not open')); return }
+    /** A durable put answered by a put that was not: made durable first. */
+    const upgrade = (result: NvmeObject | Error): void => {
+      if (result instanceof Error || durable === false || result.durable) settled(result)
+      else markDurable([result]).then(() => settled(result), (err: Error) => settled(err))
+    }
     const existing = committed.get(key)
-    if (existing !== undefined) { settled(existing); return }
+    if (existing !== undefined) { upgrade(existing); return }
     const inFlight = putting.get(key)
-    if (inFlight !== undefined) { inFlight.settled.push(settled); return }
+    if (inFlight !== undefined) { inFlight.settled.push(upgrade); return }
     const used = committedBytes + reservedBytes + deadBytes
     if (used + src.length > options.capacityBytes) {
       settled(new AgentError('ERR_TIER_FULL', `NVMe tier is full: ${src.length} bytes do not fit (${used} of ${options.capacityBytes} used)`))
       return
     }
     reservedBytes += src.length
-    const p: PendingPut = { key, src, checksum, owner, settled: [settled] }
+    const p: PendingPut = { key, src, checksum, owner, durable, settled: [settled] }
     waiting.push(p)
     putting.set(key, p)
     // Started after this tick, so every put issued in it joins the same group.
@@ -537,12 +606,36 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
         continue
       }
       retire(old)
+      moved.durable = old.durable // made durable since the copy began
       addCommitted(moved)
       records.push(putRecord(moved))
     }
     if (records.length > 0) await w.appendAll(records)
     if (at !== undefined) await at({ point: 'compaction-recorded', from: seg.name, to: name })
     if (target.liveKeys === 0) await reclaim(target)
+  }
+
+  async function removeAll (keys: Iterable<string>): Promise<void> {
+    const objs: NvmeObject[] = []
+    for (const key of new Set(keys)) {
+      const obj = committed.get(key)
+      if (obj !== undefined) objs.push(obj)
+    }
+    if (objs.length === 0) return
+    const w = writer()
+    const removed = objs.map(o => o.key)
+    const records: JournalRecord[] = objs.flatMap(o => o.durable ? [{ op: 'del' as const, key: o.key }] : [])
+    // The files go only once every removal from them is durable: a record naming one must not outlive it.
+    const segs = objs.map(retire)
+    for (const seg of segs) seg.removing++
+    try {
+      if (at !== undefined) await at({ point: 'removal-issued', keys: removed })
+      if (records.length > 0) await w.appendAll(records)
+      if (at !== undefined) await at({ point: 'removal-recorded', keys: removed })
+    } finally {
+      for (const seg of segs) seg.removing--
+    }
+    await Promise.all(Array.from(new Set(segs), reclaim))
   }
 
   return {
@@ -561,40 +654,49 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       }
       let text = ''
       try { text = await readFile(journalPath, 'utf8') } catch (err) { if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err }
-      const { records, tornLines } = replayJournal(text)
+      // In slices: the API answers (status, ERR_STARTING) while a journal of many keys is replayed.
+      const { records, tornLines } = await replayJournalYielding(text)
       const replayed = new Map<string, NvmeObject>()
+      let slice = createSlicer()
       for (const r of records) {
-        if (r.op === 'put') replayed.set(r.key, { key: r.key, bytes: r.bytes, checksum: r.checksum, object: r.object, offset: r.offset ?? 0, ...(r.owner !== undefined ? { owner: r.owner } : {}) })
+        await slice()
+        if (r.op === 'put') replayed.set(r.key, { key: r.key, bytes: r.bytes, checksum: r.checksum, object: r.object, offset: r.offset ?? 0, ...(r.owner !== undefined ? { owner: r.owner } : {}), durable: r.durable !== false })
         else replayed.delete(r.key)
       }
-      const sizes = new Map<string, number>()
+      let discarded = 0
+      const names = new Set<string>()
+      for (const [key, obj] of replayed) {
+        if (!obj.durable) { replayed.delete(key); discarded++ } else names.add(obj.object)
+      }
+      // Each segment file named by a record is stat'ed once, several at a time (a record names bytes, the
+      // size says whether a crash or a power cut left them there; checksums are verified when a key is read).
+      const found = await mapConcurrently([...names], statConcurrency, name => stat(join(objectsDir, name)).then(s => [name, s.size] as const, () => [name, -1] as const))
+      const sizes = new Map(found)
       let dropped = 0
+      /** Bytes of each file's live keys, each padded to 4 KiB: what is beyond them is dead. */
+      const padded = new Map<string, number>()
+      slice = createSlicer()
       for (const obj of replayed.values()) {
-        let size = sizes.get(obj.object)
-        if (size === undefined) {
-          size = await stat(join(objectsDir, obj.object)).then(s => s.size, () => -1)
-          sizes.set(obj.object, size)
-        }
-        if (size >= obj.offset + obj.bytes) addCommitted(obj)
-        else dropped++
+        await slice()
+        if (sizes.get(obj.object)! < obj.offset + obj.bytes) { dropped++; continue }
+        addCommitted(obj)
+        padded.set(obj.object, (padded.get(obj.object) ?? 0) + alignUp(obj.bytes, keyAlignment))
       }
       let orphansRemoved = 0
       for (const name of await readdir(objectsDir)) {
         if (!segments.has(name)) { await unlink(join(objectsDir, name)); orphansRemoved++ }
       }
-      // Dead bytes a crash or a restart left in a file: its size beyond its live keys (each padded to 4 KiB).
-      const padded = new Map<string, number>()
-      for (const o of committed.values()) padded.set(o.object, (padded.get(o.object) ?? 0) + alignUp(o.bytes, keyAlignment))
+      // Dead bytes a crash or a restart left in a file: its size beyond its live keys.
       for (const seg of segments.values()) addDead(seg, Math.max(0, alignUp(sizes.get(seg.name)!, keyAlignment) - padded.get(seg.name)!))
       await rewriteJournal(journalPath, [...committed.values()].map(putRecord))
-      journal = await openJournalWriter(journalPath)
+      journal = await (components.openJournal ?? openJournalWriter)(journalPath)
       for (const seg of segments.values()) inBackground(reclaim(seg))
-      return { recovered: committed.size, dropped, orphansRemoved, tornLines }
+      return { recovered: committed.size, dropped, discarded, orphansRemoved, tornLines }
     },
 
-    put (key, src, checksum, owner) {
+    put (key, src, checksum, owner, durable) {
       return new Promise((resolve, reject) => {
-        enqueue({ key, src, checksum, owner }, result => result instanceof Error ? reject(result) : resolve(result))
+        enqueue({ key, src, checksum, owner, durable }, result => result instanceof Error ? reject(result) : resolve(result))
       })
     },
 
@@ -624,19 +726,15 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       }
     },
 
-    async remove (key) {
-      const obj = committed.get(key)
-      if (obj === undefined) return
-      const w = writer()
-      const seg = retire(obj)
-      // The file goes only once every removal from it is durable: a record naming it must not outlive it.
-      seg.removing++
-      try {
-        await w.append({ op: 'del', key })
-      } finally {
-        seg.removing--
+    remove: key => removeAll([key]),
+    removeAll,
+    async makeDurable (keys) {
+      const objs: NvmeObject[] = []
+      for (const key of keys) {
+        const obj = committed.get(key)
+        if (obj !== undefined) objs.push(obj)
       }
-      await reclaim(seg)
+      await markDurable(objs)
     },
 
     async close () {

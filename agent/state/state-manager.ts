@@ -17,8 +17,10 @@
  *   offload that finds the pool full waits for that spilling, or for just
  *   enough spilling of its own. ERR_TIER_FULL only when host and NVMe are
  *   both full.
- * - NVMe keys survive a restart (journal); host-only keys do not, and
- *   `residency()` says which is which (`durable`).
+ * - Keys offloaded with durability "nvme" or persisted survive a restart
+ *   (journal); keys stored with durability "memory" do not, even when the
+ *   pool spilled them to NVMe (their records say so and a restart discards
+ *   them), and `residency()` says which is which (`durable`).
  * - A key's host copy is either a pool extent or a range of an adopted
  *   shared-memory mapping (`adoptShm`, zero copy), never both.
  * - Namespace ownership (namespace-owners.ts): every namespace holding keys
@@ -48,6 +50,7 @@ import { createClientMemoryScope, type ClientMemory, type MemorySpec } from './c
 import { createNvmeTier, type NvmeRecovery, type NvmeTier } from './nvme-tier.ts'
 import { createShmMappingCache } from './shm-mapping-cache.ts'
 import { mapConcurrently } from './map-concurrently.ts'
+import { createSlicer } from './event-loop-slices.ts'
 import { createAdoptedShmRegions, mapForAdoption, planShmAdoption } from './adopted-shm-regions.ts'
 import { checkNamespaceQuotas, checkRoomFor, type NamespaceUsage } from './capacity-accounting.ts'
 import { createHostSpace, type HostSpace } from './host-space.ts'
@@ -457,7 +460,7 @@ export function createStateManager (options: StateManagerOptions, components: St
           counted.push(entry)
           counters.deduplicated++
         }
-        const result: OffloadResult = { key: k.text, tier: hasHostCopy(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.onNvme }
+        const result: OffloadResult = { key: k.text, tier: hasHostCopy(entry) ? 'host' : 'nvme', deduplicated: !copied, durable: entry.durable }
         if (items[i]!.verify === true) result.verified = await verifyReplica(entry, sources[i]!)
         return result
       })
@@ -469,7 +472,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     } catch (err) {
       for (const [key, done] of writers) { if (inflight.get(key) === done.promise) inflight.delete(key); done.resolve(false) }
       for (const entry of counted) entry.replicas--
-      for (const entry of created) if (--entry.replicas === 0) await remove(entry)
+      await removeAll(created.filter(entry => --entry.replicas === 0))
       throw err
     } finally {
       scope.close()
@@ -534,16 +537,30 @@ export function createStateManager (options: StateManagerOptions, components: St
     return sum === stored
   }
 
-  async function remove (entry: StoredEntry): Promise<void> {
-    if (entries.get(entry.key.text) === entry) {
-      entries.delete(entry.key.text)
-      owners.removed(entry.key.namespace)
+  /**
+   * Removes entries from every tier: out of the index at once, their host
+   * copies freed as their readers unpin them, then their NVMe copies removed
+   * together (one journal write for the batch: nvme-tier.ts removeAll).
+   */
+  async function removeAll (list: readonly StoredEntry[]): Promise<void> {
+    const victims = [...new Set(list)]
+    for (const entry of victims) {
+      if (entries.get(entry.key.text) === entry) {
+        entries.delete(entry.key.text)
+        owners.removed(entry.key.namespace)
+      }
+      spillQueue.update(entry)
     }
-    spillQueue.update(entry)
-    await whenUnpinned(entry)
-    if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
-    releaseShm(entry)
-    if (entry.onNvme) { await started().nvme.remove(entry.key.text); entry.onNvme = false }
+    await Promise.all(victims.map(async entry => {
+      await whenUnpinned(entry)
+      if (entry.host !== undefined) { hostPool().free(entry.host); entry.host = undefined; started().space.released() }
+      releaseShm(entry)
+    }))
+    // Read after the pins are gone: a spill that was writing a victim has put it on NVMe by then.
+    const onNvme = victims.filter(e => e.onNvme)
+    if (onNvme.length === 0) return
+    await started().nvme.removeAll(onNvme.map(e => e.key.text))
+    for (const entry of onNvme) Object.assign(entry, { onNvme: false, durable: false })
   }
 
   async function onload (items: OnloadItem[]): Promise<OnloadResult[]> {
@@ -609,7 +626,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   }
 
   function residencyKeyOf (e: StoredEntry): ResidencyKey {
-    const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: tierOf(e), replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.onNvme }
+    const key: ResidencyKey = { key: e.key.text, bytes: e.key.bytes, tier: tierOf(e), replicas: e.replicas, lastUseMs: e.lastUseMs, durable: e.durable }
     if (e.shm !== undefined) key.region = e.shm.region.name
     return key
   }
@@ -663,7 +680,9 @@ export function createStateManager (options: StateManagerOptions, components: St
       const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.makeRoom(bytes, keep), pinnedPoolBytes, allocated: () => mover.spillIfAboveWatermark() })
       const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, queue: spillQueue, counters, track })
       storage = { pool, nvme, recovered, space, mover }
-      for (const obj of nvme.objects()) {
+      const slice = createSlicer()
+      for (const obj of [...nvme.objects()]) {
+        await slice() // the API answers between slices of a large recovery
         const key = parseKey(obj.key)
         entries.set(obj.key, newStoredEntry(key, undefined, now(), obj.checksum, obj.owner))
         owners.recovered(key.namespace, obj.owner)
@@ -676,6 +695,8 @@ export function createStateManager (options: StateManagerOptions, components: St
       logger.info({ hostPoolBytes: options.hostPoolBytes, nvmeDir: options.nvmeDir, ...recovered }, 'state manager ready')
     },
     async stop () {
+      // A long background spill ends at its next group boundary instead of running to the low watermark.
+      await storage?.mover.stop()
       await Promise.allSettled([...background])
       await storage?.nvme.close()
       for (const entry of entries.values()) releaseShm(entry)
@@ -687,7 +708,7 @@ export function createStateManager (options: StateManagerOptions, components: St
     prefetch,
     async drop (selector) {
       const victims = select(selector)
-      for (const entry of victims) await remove(entry)
+      await removeAll(victims)
       return victims.length
     },
     setHints (list) {

@@ -27,7 +27,14 @@ export interface StoredEntry {
   /** Creation order, unique in the process: entries enter the index as they are created, so this is index order (spill-queue.ts breaks ties with it). */
   readonly seq: number
   host: Extent | undefined
+  /** Has an NVMe copy (spilled, persisted or recovered). */
   onNvme: boolean
+  /**
+   * Promised to survive a restart: stored with durability "nvme", persisted,
+   * or recovered. A key stored with durability "memory" that spilled is on
+   * NVMe but not durable (its record says so, and a restart discards it).
+   */
+  durable: boolean
   replicas: number
   /** When the key was last offloaded or onloaded, ms since the epoch. */
   lastUseMs: number
@@ -55,7 +62,7 @@ export interface EntryObserver {
 
 let entriesCreated = 0
 
-/** A stored key with one replica: in host memory (`host`) and/or on NVMe (`nvmeChecksum` given), its namespace owned by `owner` (default: the agent). */
+/** A stored key with one replica: in host memory (`host`) and/or durably on NVMe (`nvmeChecksum` given: recovered), its namespace owned by `owner` (default: the agent). */
 export function newStoredEntry (key: StateKey, host: Extent | undefined, lastUseMs: number, nvmeChecksum?: number, owner?: number): StoredEntry {
   return new ObservedEntry(key, host, lastUseMs, nvmeChecksum, owner)
 }
@@ -66,6 +73,7 @@ class ObservedEntry implements StoredEntry {
   lastUseMs: number
   owner: number | undefined
   onNvme: boolean
+  durable: boolean
   checksum: number | undefined
   pins = 0
   unpinned: Array<() => void> = []
@@ -80,6 +88,7 @@ class ObservedEntry implements StoredEntry {
     this.lastUseMs = lastUseMs
     this.owner = owner
     this.onNvme = nvmeChecksum !== undefined
+    this.durable = nvmeChecksum !== undefined
     this.checksum = nvmeChecksum
   }
 

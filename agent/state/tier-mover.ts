@@ -64,17 +64,24 @@ export interface TierMover {
    * copy. Allocation spills other keys, never those in `keep`.
    */
   promote(entry: StoredEntry, keep: ReadonlySet<string>): Promise<void>
-  /** Writes a key's host copy to NVMe (fsynced) unless it is there already. */
+  /** Makes a key durable: writes its host copy to NVMe (fsynced), or re-records a spilled copy as durable. */
   persist(entry: StoredEntry): Promise<void>
   /**
    * persist for many keys at once: their writes are issued together (group
-   * commits). Every key not on NVMe needs a host copy (ERR_INTERNAL). Throws
-   * the first failure after every write settled; keys written meanwhile stay
-   * written.
+   * commits), spilled copies re-recorded in one journal write. Every key not
+   * on NVMe needs a host copy (ERR_INTERNAL). Throws the first failure after
+   * every write settled; keys made durable meanwhile stay durable.
    */
   persistAll(entries: readonly StoredEntry[]): Promise<void>
   /** The key's crc32c, computed from its host copy on first use (the caller keeps it pinned or host-resident). */
   checksumOf(entry: StoredEntry): Promise<number>
+  /**
+   * Stops spilling at the next group boundary: spills running take no
+   * further group (those in flight commit, so every key stays in one tier or
+   * both), none starts again, and allocations waiting for a group are told
+   * it freed nothing. Resolves once no spill runs.
+   */
+  stop(): Promise<void>
 }
 
 export interface TierMoverOptions {
@@ -117,6 +124,8 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   const { logger, pool, nvme, space, index, queue, counters } = components
   const groupBytes = options.spillGroupBytes ?? Math.min(16 * 2 ** 20, Math.max(2 ** 20, Math.floor(pool.sizeBytes / 16)))
   let spilling: Promise<void> | undefined
+  /** Set by stop(): no spill takes another group. */
+  let stopped = false
   /** Keys kept by allocations waiting in makeRoom (a count per key): no spill takes them. */
   const protectedKeys = new Map<string, number>()
   /** Resolved with the bytes each spill group frees, and with 0 when the background spill ends without starting again. */
@@ -170,7 +179,8 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
       const toWrite = group.filter(e => !e.onNvme)
       await mapConcurrently(toWrite, checksumConcurrency, checksumOf)
       // Issued together: the tier commits them as one group.
-      const puts = await nvme.putAll(toWrite.map(e => ({ key: e.key.text, src: keyRange(pool, e.host!, e.key), checksum: e.checksum!, owner: e.owner })))
+      // Recorded durable only for keys promised to survive a restart (durability "memory" ones are discarded by it).
+      const puts = await nvme.putAll(toWrite.map(e => ({ key: e.key.text, src: keyRange(pool, e.host!, e.key), checksum: e.checksum!, owner: e.owner, durable: e.durable })))
       puts.forEach((put, i) => {
         if (!(put instanceof Error)) toWrite[i]!.onNvme = true
         else if ((put as AgentError).code === 'ERR_TIER_FULL') full = true
@@ -206,7 +216,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     const inFlight = new Set<Promise<void>>()
     for (;;) {
       // The next group is chosen and its checksums computed while the previous one commits.
-      while (!full && failure === undefined && inFlight.size < groupsInFlight && freed + taking < target) {
+      while (!stopped && !full && failure === undefined && inFlight.size < groupsInFlight && freed + taking < target) {
         const group = takeVictims(Math.min(target - freed - taking, groupBytes), keep)
         if (group.length === 0) break
         const bytes = group.reduce((sum, e) => sum + e.key.bytes, 0)
@@ -230,6 +240,7 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
 
   function spillIfAboveWatermark (): boolean {
     if (spilling !== undefined) return true
+    if (stopped) return false
     if (space.usedBytes() <= options.spillHighWatermark * pool.sizeBytes) return false
     let freed = 0
     spilling = spill(0).then(n => { freed = n }, err => logger.error({ err }, 'background spill failed')).finally(() => {
@@ -244,20 +255,32 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
   }
 
   async function persistAll (list: readonly StoredEntry[]): Promise<void> {
-    const todo = [...new Set(list)].filter(e => !e.onNvme)
+    const unique = [...new Set(list)].filter(e => !e.durable)
+    // Spilled copies: re-recorded as durable, no copy.
+    const spilled = unique.filter(e => e.onNvme)
+    const todo = unique.filter(e => !e.onNvme)
     const missing = todo.find(e => !hasHostCopy(e))
     if (missing !== undefined) throw new AgentError('ERR_INTERNAL', `${missing.key.text} is in neither tier`)
-    const unpins = todo.map(pin)
-    try {
-      await mapConcurrently(todo, checksumConcurrency, checksumOf)
-      // Issued together: the tier commits them in as few groups as their sizes allow.
-      const puts = await nvme.putAll(todo.map(e => ({ key: e.key.text, src: hostBytesOf(pool, e), checksum: e.checksum!, owner: e.owner })))
-      puts.forEach((put, i) => { if (!(put instanceof Error)) todo[i]!.onNvme = true })
-      const failure = puts.find(put => put instanceof Error)
-      if (failure !== undefined) throw failure
-    } finally {
-      for (const unpin of unpins) unpin()
+    const recordSpilled = async (): Promise<void> => {
+      if (spilled.length === 0) return
+      await nvme.makeDurable(spilled.map(e => e.key.text))
+      for (const e of spilled) e.durable = true
     }
+    const writeNew = async (): Promise<void> => {
+      const unpins = todo.map(pin)
+      try {
+        await mapConcurrently(todo, checksumConcurrency, checksumOf)
+        // Issued together: the tier commits them in as few groups as their sizes allow.
+        const puts = await nvme.putAll(todo.map(e => ({ key: e.key.text, src: hostBytesOf(pool, e), checksum: e.checksum!, owner: e.owner })))
+        puts.forEach((put, i) => { if (!(put instanceof Error)) Object.assign(todo[i]!, { onNvme: true, durable: true }) })
+        const failure = puts.find(put => put instanceof Error)
+        if (failure !== undefined) throw failure
+      } finally {
+        for (const unpin of unpins) unpin()
+      }
+    }
+    const failed = (await Promise.allSettled([recordSpilled(), writeNew()])).find(r => r.status === 'rejected')
+    if (failed !== undefined) throw failed.reason
   }
 
   const promoting = new Map<StoredEntry, Promise<void>>()
@@ -319,5 +342,10 @@ export function createTierMover (options: TierMoverOptions, components: TierMove
     persist: entry => persistAll([entry]),
     persistAll,
     checksumOf,
+    async stop () {
+      stopped = true
+      await spilling
+      groupDone(0)
+    },
   }
 }

@@ -19,6 +19,7 @@ export const statusCommand: Command = {
 export function renderStatus (status: StatusBody): string {
   const head = [
     `node     ${status.node.name} (${status.node.id})`,
+    ...(status.state !== undefined && status.state !== 'ready' ? [`state    ${status.state}${status.state === 'starting' ? ' (subsystems still pending below; other requests answer ERR_STARTING)' : ''}`] : []),
     `version  ${status.version}${status.dev ? '  (dev mode)' : ''}`,
     `uptime   ${formatDuration(status.uptimeS)}`,
   ]

@@ -10,8 +10,13 @@ export const SubsystemRecordSchema = Type.Object({
   startMs: Type.Optional(Type.Integer({ description: 'create + start time, ms' })),
 })
 
+/** Where the agent is in its life: `starting` until every subsystem started (NVMe recovery included), then `ready`, `stopping` once told to stop. */
+export const AgentLifecycleSchema = Type.Union([Type.Literal('starting'), Type.Literal('ready'), Type.Literal('stopping')])
+export type AgentLifecycle = Static<typeof AgentLifecycleSchema>
+
 export const StatusSchema = Type.Object({
   node: Type.Object({ id: Type.String(), name: Type.String() }),
+  state: Type.Optional(AgentLifecycleSchema),
   version: Type.String(),
   uptimeS: Type.Number({ description: 'seconds since the agent started' }),
   dev: Type.Boolean({ description: 'true for a --dev agent' }),

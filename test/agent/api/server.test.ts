@@ -26,6 +26,28 @@ t.test('GET /v1/status and /healthz', async t => {
   t.same((await a.inject({ url: '/healthz' })).json(), { ok: true })
 })
 
+t.test('while the agent starts, status and the OpenAPI document answer; every other route, health included, answers 503 ERR_STARTING', async t => {
+  let lifecycle: 'starting' | 'ready' = 'starting'
+  const starting: StatusBody = { ...status, state: 'starting', subsystems: [{ id: 'api', state: 'ok' }, { id: 'state', state: 'pending' }] }
+  const a = await buildApiApp({ bodyLimitBytes: 1024, version: '1.2.3' }, {
+    logger: pino({ level: 'silent' }),
+    status: { status: () => lifecycle === 'starting' ? starting : status, lifecycle: () => lifecycle },
+    inventory: { inventory: () => undefined },
+  })
+  t.teardown(() => a.close())
+  t.equal((await a.inject({ url: '/v1/status' })).json().state, 'starting')
+  t.equal((await a.inject({ url: '/v1/openapi.json' })).statusCode, 200)
+  for (const request of [{ url: '/healthz' }, { url: '/v1/node' }, { url: '/v1/state/residency' }, { method: 'POST' as const, url: '/v1/state/drop', payload: { prefix: 'x' } }]) {
+    const res = await a.inject(request)
+    t.equal(res.statusCode, 503, request.url)
+    t.equal(res.json().error.code, 'ERR_STARTING')
+    t.match(res.json().error.message, /subsystems not started yet: state/)
+  }
+  lifecycle = 'ready'
+  t.same((await a.inject({ url: '/healthz' })).json(), { ok: true })
+  t.equal((await a.inject({ url: '/v1/node' })).json().error.code, 'ERR_UNAVAILABLE', 'routes answer as usual')
+})
+
 t.test('GET /v1/node: 503 with a code while no inventory, 200 after', async t => {
   let inventory: unknown
   const a = await app(t, () => inventory)

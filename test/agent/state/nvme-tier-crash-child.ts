@@ -1,7 +1,7 @@
 // The workload nvme-tier-crash.test.ts kills: group commits of mixed keys into the NVMe tier in
 // dir argv[2] (small keys through the page cache, larger ones with O_DIRECT and an unaligned tail,
-// two groups in flight), and removals that empty segments whole or leave them mostly dead (so they
-// are removed or compacted). It stops at the `nth` (argv[4]) NvmeCommitPoint named argv[3],
+// two groups in flight), and removals (whole groups in one removeAll, or key by key) that empty
+// segments whole or leave them mostly dead (so they are removed or compacted). It stops at the `nth` (argv[4]) NvmeCommitPoint named argv[3],
 // prints it and waits there to be killed. Lines on stdout: "put <n>" once key n's put resolved,
 // "rm <n>" when its removal is issued, "del <n>" once that resolved, "at <point JSON>".
 import { createNvmeTier, type NvmeTierOptions } from '../../../agent/state/nvme-tier.ts'
@@ -54,12 +54,15 @@ async function run (dir: string, point: string, nth: number): Promise<void> {
     inFlight[half] = Promise.all(keys.map((n, i) =>
       tier.put(keyOf(n), pool.range(extents[i]!, 0, sizeOf(n)), sums[i]!, ownerOf(n)).then(() => out(`put ${n}`))))
       .finally(() => { for (const e of extents) pool.free(e) })
-    // Group g-4 (committed): every key of an even group, 12 of 16 of an odd one.
+    // Group g-4 (committed): every key of an even group, in one removeAll (a drop); 12 of 16 of an odd one, one by one.
     if (g >= 4) {
       const old = g - 4
-      for (const n of Array.from({ length: old % 2 === 0 ? groupKeys : 12 }, (_, i) => old * groupKeys + i)) {
-        out(`rm ${n}`)
-        removals.push(tier.remove(keyOf(n)).then(() => out(`del ${n}`)))
+      const gone = Array.from({ length: old % 2 === 0 ? groupKeys : 12 }, (_, i) => old * groupKeys + i)
+      for (const n of gone) out(`rm ${n}`)
+      if (old % 2 === 0) {
+        removals.push(tier.removeAll(gone.map(keyOf)).then(() => { for (const n of gone) out(`del ${n}`) }))
+      } else {
+        for (const n of gone) removals.push(tier.remove(keyOf(n)).then(() => out(`del ${n}`)))
       }
     }
   }

@@ -1,5 +1,5 @@
-// The NVMe tier killed with SIGKILL at each step of a group commit, a compaction and a segment's
-// removal (real files, O_DIRECT where the disk takes it), then reopened: every acknowledged key is
+// The NVMe tier killed with SIGKILL at each step of a group commit, a batch removal, a compaction and
+// a segment's removal (real files, O_DIRECT where the disk takes it), then reopened: every acknowledged key is
 // there and byte-identical with its owner, every acknowledged removal holds, nothing recovered is
 // torn, no file is left that no record names, and a second restart finds the same.
 import t, { type Test } from 'tap'
@@ -11,7 +11,7 @@ import { createNvmeTier, type NvmeCommitPoint, type NvmeTier } from '../../../ag
 import { replayJournal } from '../../../agent/state/nvme-journal.ts'
 import { capabilities, createHostPool } from '../../../native/index.ts'
 import { diskDir } from '../../native/helpers.ts'
-import { crashTierOptions, dataOf, numberOf, ownerOf } from './nvme-tier-crash-child.ts'
+import { crashTierOptions, dataOf, groupKeys, numberOf, ownerOf } from './nvme-tier-crash-child.ts'
 
 interface Killed {
   dir: string
@@ -92,7 +92,7 @@ async function checkRecovery (t: Test, killed: Killed, lost = new Set<number>())
   await tier.close()
 
   const again = createNvmeTier(crashTierOptions(killed.dir))
-  t.same(await again.open(), { recovered: present.size, dropped: 0, orphansRemoved: 0, tornLines: 0 }, 'a second restart finds the same, with nothing to repair')
+  t.same(await again.open(), { recovered: present.size, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 }, 'a second restart finds the same, with nothing to repair')
   t.same(new Set([...again.objects()].map(o => numberOf(o.key))), present)
   await again.close()
   return present
@@ -125,6 +125,22 @@ if (!capabilities.addon.loaded) {
     t.ok(keysOf(stopped).every(n => lost.has(n)), 'the cut takes the stopped group')
     const present = await checkRecovery(t, killed, lost)
     t.same([...lost].filter(n => present.has(n)), [], 'the keys whose bytes were cut are dropped')
+  })
+
+  t.test('killed during a batch removal, before its del records: every key of the batch is recovered whole', async t => {
+    // #1 is group 0's removeAll, #2-#13 group 1's single removals, #14 group 2's removeAll.
+    const killed = await killAt(t, 'removal-issued', 14)
+    const present = await checkRecovery(t, killed)
+    t.equal(keysOf(killed.stopped).length, groupKeys, 'stopped in a batch')
+    t.same(keysOf(killed.stopped).filter(n => !present.has(n)), [], 'no key of the batch is gone')
+  })
+
+  t.test('killed during a batch removal, once its del records are durable: every key of the batch is gone', async t => {
+    // #1 is group 0's removeAll, #2-#13 group 1's single removals, #14 group 2's removeAll.
+    const killed = await killAt(t, 'removal-recorded', 14)
+    const present = await checkRecovery(t, killed)
+    t.equal(keysOf(killed.stopped).length, groupKeys, 'stopped in a batch')
+    t.same(keysOf(killed.stopped).filter(n => present.has(n)), [], 'no key of the batch is recovered')
   })
 
   t.test('killed while a segment is removed (every key of it removed durably, file still there): no record names it, the file goes at restart', async t => {

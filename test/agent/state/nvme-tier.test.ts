@@ -6,6 +6,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { compactionQuietMs, createNvmeTier, type NvmeTier } from '../../../agent/state/nvme-tier.ts'
+import { openJournalWriter } from '../../../agent/state/nvme-journal.ts'
 import { capabilities, checksumBytes, createHostPool } from '../../../native/index.ts'
 import { diskDir, patternBytes } from '../../native/helpers.ts'
 
@@ -85,7 +86,7 @@ if (capabilities.addon.loaded) {
     await tier.close()
 
     const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
-    t.same(await again.open(), { recovered: sizes.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.same(await again.open(), { recovered: sizes.length, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
     t.teardown(() => again.close())
     t.equal(again.usedBytes(), sizes.reduce((a, b) => a + b, 0), 'no dead bytes after a restart')
     t.ok(await readBack(t, again, keys), 'and after a restart')
@@ -102,7 +103,7 @@ if (capabilities.addon.loaded) {
     const lines = journalLines(dir)
     writeFileSync(join(dir, 'journal.log'), lines.slice(0, 40).join('\n') + '\n' + lines[40]!.slice(0, 30))
     const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
-    t.same(await again.open(), { recovered: 40, dropped: 0, orphansRemoved: 0, tornLines: 1 })
+    t.same(await again.open(), { recovered: 40, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 1 })
     t.teardown(() => again.close())
     t.ok(await readBack(t, again, keys.slice(0, 40)))
     t.equal(again.get(keys[45]!.key), undefined)
@@ -134,7 +135,7 @@ if (capabilities.addon.loaded) {
     t.equal(files().length, 2, 'the third segment and the compacted one')
 
     const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
-    t.same(await again.open(), { recovered: 22, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.same(await again.open(), { recovered: 22, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
     t.teardown(() => again.close())
     t.equal(again.usedBytes(), 22 * 4096, 'no dead bytes left')
     t.ok(await readBack(t, again, keys.slice(26)), 'the re-pointed keys and the untouched ones read back byte-exact')
@@ -154,7 +155,7 @@ if (capabilities.addon.loaded) {
     t.ok(await readBack(t, tier, keys), 'every key reads back')
     await tier.close()
     const again = createNvmeTier({ dir, capacityBytes: 2 ** 30 })
-    t.same(await again.open(), { recovered: keys.length, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+    t.same(await again.open(), { recovered: keys.length, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
     t.teardown(() => again.close())
     t.ok(await readBack(t, again, keys), 'and after a restart')
   })
@@ -175,6 +176,79 @@ if (capabilities.addon.loaded) {
     t.ok(existsSync(file), 'the last key\'s removal is not durable yet: its record still names the file')
     await last
     t.notOk(existsSync(file), 'gone once it is')
+  })
+
+  /** A tier whose journal appends (calls that each become at most one write) are counted. */
+  function countedTier (dir: string, segmentBytes = 64 * 1024) {
+    const appends: number[] = []
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes }, {
+      openJournal: async path => {
+        const writer = await openJournalWriter(path)
+        return {
+          append: record => { appends.push(1); return writer.append(record) },
+          appendAll: records => { appends.push(records.length); return writer.appendAll(records) },
+          close: () => writer.close(),
+        }
+      },
+    })
+    return { tier, appends }
+  }
+
+  t.test('removeAll: one journal append for the batch, emptied segments go, a restart finds exactly the rest', async t => {
+    const dir = diskDir(t)
+    const { tier, appends } = countedTier(dir)
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 64 }, () => 4096))
+    await tier.putAll(keys.map(k => ({ key: k.key, src: k.range, checksum: k.checksum })))
+    const segmentsBefore = readdirSync(join(dir, 'objects')).length
+    appends.length = 0
+    await tier.removeAll([...keys.slice(0, 40).map(k => k.key), keys[0]!.key, 'job/a/absent:param@[0]/[4096]:u8#v1'])
+    t.same(appends, [40], 'one append holding the 40 del records (duplicates and absent keys ignored)')
+    t.ok(readdirSync(join(dir, 'objects')).length < segmentsBefore, 'segments emptied by the batch are removed')
+    appends.length = 0
+    // Concurrent batches in one tick: the journal writer commits them together.
+    await Promise.all([tier.removeAll(keys.slice(40, 48).map(k => k.key)), tier.removeAll(keys.slice(48, 56).map(k => k.key))])
+    t.same(appends, [8, 8])
+    await tier.close()
+    const again = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    t.same(await again.open(), { recovered: 8, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
+    t.ok(await readBack(t, again, keys.slice(56)))
+    await again.close()
+  })
+
+  t.test('durable: false keys are not recovered, need no del record, and are made durable by a durable put or makeDurable without a copy', async t => {
+    const dir = diskDir(t)
+    const { tier, appends } = countedTier(dir, 16 * 4096)
+    await tier.open()
+    const { keys } = await keysInPool(t, Array.from({ length: 40 }, () => 4096))
+    const put = (ks: typeof keys, durable: boolean) => tier.putAll(ks.map(k => ({ key: k.key, src: k.range, checksum: k.checksum, durable })))
+    // 0-15: a segment of memory keys only; 16-31: mixed; 32-39 durable.
+    await put(keys.slice(0, 16), false)
+    await Promise.all([put(keys.slice(16, 24), false), put(keys.slice(24, 32), true)])
+    await put(keys.slice(32), true)
+    t.same(keys.map(k => tier.get(k.key)!.durable), keys.map((_, i) => i >= 24), 'each object says whether it is durable')
+    appends.length = 0
+    const object = tier.get(keys[16]!.key)!
+    const again = await tier.put(keys[16]!.key, keys[16]!.range, keys[16]!.checksum) // durable: re-recorded, same bytes
+    t.same([again.object, again.offset, again.durable], [object.object, object.offset, true])
+    await tier.makeDurable([keys[17]!.key, keys[30]!.key, 'job/a/absent:param@[0]/[4096]:u8#v1'])
+    t.same(appends, [1, 1], 'a record each, no group commit (no copy); the durable key is skipped')
+    appends.length = 0
+    await tier.removeAll(keys.slice(18, 20).map(k => k.key))
+    t.same(appends, [], 'removing keys never made durable writes nothing')
+    await tier.removeAll([keys[16]!.key])
+    t.same(appends, [1])
+    await tier.close()
+
+    const reopened = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20 })
+    const recovery = await reopened.open()
+    const durable = [17, ...Array.from({ length: 16 }, (_, i) => 24 + i)]
+    t.same([...reopened.objects()].map(o => o.key).sort(), durable.map(i => keys[i]!.key).sort(), 'only the durable keys come back')
+    // 22: the 20 memory keys still stored and the 2 removed without a del record.
+    t.same(recovery, { recovered: 17, dropped: 0, discarded: 22, orphansRemoved: 1, tornLines: 0 }, 'the memory keys are discarded and their segment removed')
+    t.ok(await readBack(t, reopened, durable.map(i => keys[i]!)))
+    t.ok([...reopened.objects()].every(o => o.durable))
+    await reopened.close()
   })
 
   t.test('owners ride in the records: put, putAll, compaction\'s re-pointing and open()\'s rewrite keep them', async t => {

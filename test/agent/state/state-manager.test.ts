@@ -110,7 +110,7 @@ t.test('durability nvme survives a restart; host-only keys do not', async t => {
   await first.stop()
 
   const second = await manager(t, {}, dir)
-  t.same(second.recovery(), { recovered: 1, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+  t.same(second.recovery(), { recovered: 1, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
   t.match(second.residency().keys, [{ key: durable, tier: 'nvme', durable: true }])
   const dst = makeShm(t, data.length)
   t.same(await second.onload([{ key: durable, target: { kind: 'shm', name: dst, offset: 0 } }]), [{ key: durable, fromTier: 'nvme' }])
@@ -118,7 +118,7 @@ t.test('durability nvme survives a restart; host-only keys do not', async t => {
   await t.rejects(second.onload([{ key: volatile, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_KEY_NOT_FOUND' })
 })
 
-t.test('namespace owners survive a restart through every NVMe write: durable offloads (persistAll) and spill groups', async t => {
+t.test('namespace owners survive a restart through every NVMe write: durable offloads (persistAll), and spilled keys persisted later', async t => {
   const dir = diskDir(t)
   const first = await manager(t, { hostPoolBytes: 8 * MiB }, dir)
   const durable = Array.from({ length: 4 }, (_, i) => key('owned/durable', `w${i}`, 256 * 1024))
@@ -130,14 +130,24 @@ t.test('namespace owners survive a restart through every NVMe write: durable off
   for (const k of spilled) await first.offload([{ key: k, source: { kind: 'shm', name: src, offset: 0 } }])
   release()
   t.ok(first.residency().counters.spilled > 0, 'the small pool spilled')
+  // Half of the keys written by spill groups are made durable (re-recorded, no copy), with a key still in the pool.
+  const onNvmeOnly = first.residency('owned/spilled').keys.filter(k => k.tier === 'nvme').map(k => k.key)
+  const inPool = first.residency('owned/spilled').keys.filter(k => k.tier === 'host').map(k => k.key)
+  const persisted = [...onNvmeOnly.slice(0, Math.ceil(onNvmeOnly.length / 2)), inPool[0]!]
+  t.ok(onNvmeOnly.length >= 2 && inPool.length > 0)
+  t.ok(first.residency('owned/spilled').keys.every(k => !k.durable), 'spilled keys of durability "memory" are not durable')
+  await first.persist(persisted)
+  t.same(first.residency('owned/spilled').keys.filter(k => k.durable).map(k => k.key).sort(), [...persisted].sort(), 'persisted ones are')
   await first.stop()
 
   const second = await manager(t, {}, dir)
   const recovered = second.residency().keys.map(k => k.key)
   t.ok(durable.every(k => recovered.includes(k)), 'the durable keys are back')
-  t.ok(spilled.some(k => recovered.includes(k)), 'and the spilled ones')
+  t.same(recovered.filter(k => k.startsWith('owned/spilled')).sort(), [...persisted].sort(), 'of the spilled namespace, only the keys persisted')
+  t.ok(second.recovery()!.discarded >= onNvmeOnly.length - persisted.length + 1, 'the spilled keys not persisted are discarded')
+  t.ok(second.residency().keys.every(k => k.durable))
   t.equal(second.namespaceOwner('owned/durable'), 4242, 'owner of keys written by a durable offload')
-  t.equal(second.namespaceOwner('owned/spilled'), 4242, 'owner of keys written by spill groups')
+  t.equal(second.namespaceOwner('owned/spilled'), 4242, 'owner of keys written by spill groups, made durable')
 })
 
 /**
@@ -173,7 +183,7 @@ t.test('an NVMe directory from before segment files is read: keys byte-identical
   }
 
   const first = await manager(t, {}, dir)
-  t.same(first.recovery(), { recovered: 3, dropped: 0, orphansRemoved: 1, tornLines: 1 })
+  t.same(first.recovery(), { recovered: 3, dropped: 0, discarded: 0, orphansRemoved: 1, tornLines: 1 })
   for (const { key: k, data } of old) t.ok((await onloaded(first, k, data.length)).equals(data), `${k} byte-identical`)
   t.equal(first.namespaceOwner('v1/user'), 1002, 'owner from the old records')
   t.equal(first.namespaceOwner('v1/agent'), 'agent')
@@ -187,7 +197,7 @@ t.test('an NVMe directory from before segment files is read: keys byte-identical
   t.ok(readFileSync(join(dir, 'nvme', 'journal.log'), 'utf8').split('\n').filter(l => l.includes('"op":"put"')).every(l => l.includes('"offset":')), 'the journal was rewritten in the new format')
 
   const second = await manager(t, {}, dir)
-  t.same(second.recovery(), { recovered: 3, dropped: 0, orphansRemoved: 0, tornLines: 0 })
+  t.same(second.recovery(), { recovered: 3, dropped: 0, discarded: 0, orphansRemoved: 0, tornLines: 0 })
   for (const { key: k, data } of [...old.slice(1), { key: addedKey, data: added }]) t.ok((await onloaded(second, k, data.length)).equals(data), `${k} byte-identical after a second restart`)
   t.equal(second.namespaceOwner('v1/user'), 1002)
 })
@@ -209,7 +219,7 @@ t.test('recovery: orphan objects removed, torn journal tail ignored, corrupted o
   writeFileSync(join(objects, object!), bytes)
 
   const b = await manager(t, {}, dir)
-  t.same(b.recovery(), { recovered: 1, dropped: 0, orphansRemoved: 1, tornLines: 1 })
+  t.same(b.recovery(), { recovered: 1, dropped: 0, discarded: 0, orphansRemoved: 1, tornLines: 1 })
   const dst = makeShm(t, MiB)
   await t.rejects(b.onload([{ key: k, target: { kind: 'shm', name: dst, offset: 0 } }]), { code: 'ERR_DATA_CORRUPT' }, 'a bit flip on disk is caught by the checksum')
 })

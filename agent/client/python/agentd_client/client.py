@@ -9,6 +9,7 @@ batch changes nothing on the agent. An ``AgentClient`` holds no connection
 between calls: share one between threads freely.
 """
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
@@ -64,23 +65,47 @@ class AgentClient:
             ``/run/agentd/agentd.sock`` (as for ``agentctl``).
         timeout_s: bound on each blocking socket operation in seconds (a large
             offload is one long wait for the answer); ``None`` waits forever.
+        starting_wait_s: how long a request answered ``ERR_STARTING`` (an
+            agent that just restarted and is still recovering its state; it
+            did nothing) is asked again before that error is raised; 0 raises
+            it at once.
     """
 
-    def __init__(self, socket_path: Optional[str] = None, timeout_s: Optional[float] = 300.0) -> None:
+    def __init__(self, socket_path: Optional[str] = None, timeout_s: Optional[float] = 300.0, starting_wait_s: float = 120.0) -> None:
         path = socket_path if socket_path is not None else os.environ.get("AGENTD_SOCKET", DEFAULT_SOCKET_PATH)
         self._transport = UnixSocketTransport(path, timeout_s)
+        self._starting_wait_s = starting_wait_s
 
     @property
     def socket_path(self) -> str:
         return self._transport.socket_path
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        """Any route of the local API: the parsed JSON of a 2xx answer, AgentError otherwise."""
-        return self._transport.request(method, path, body)
+        """Any route of the local API: the parsed JSON of a 2xx answer, AgentError otherwise.
+
+        While the agent starts (``ERR_STARTING``: nothing was done) the request
+        is sent again, every 50 ms growing to 1 s, for up to ``starting_wait_s``.
+        """
+        deadline = time.monotonic() + self._starting_wait_s
+        pause = 0.05
+        while True:
+            try:
+                return self._transport.request(method, path, body)
+            except AgentError as err:
+                if err.code != "ERR_STARTING" or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
 
     def health(self) -> bool:
-        """True when the agent answers ``GET /healthz``; AgentError ``ERR_AGENT_UNREACHABLE`` otherwise."""
-        return bool(self.call("GET", "/healthz").get("ok"))
+        """True when the agent answers ``GET /healthz`` (it started), False while it is
+        starting; AgentError ``ERR_AGENT_UNREACHABLE`` when no agent answers. Never waits."""
+        try:
+            return bool(self._transport.request("GET", "/healthz", None).get("ok"))
+        except AgentError as err:
+            if err.code == "ERR_STARTING":
+                return False
+            raise
 
     def offload(self, items: Iterable[OffloadItem], durability: Durability = "memory") -> List[OffloadResult]:
         """Stores every item's bytes in the agent, as one all-or-nothing batch; one result per item, in order.

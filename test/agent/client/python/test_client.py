@@ -266,6 +266,45 @@ class StateApiTest(AgentErrorAssertions):
             self.assertEqual(local, remote, f"verdicts differ for {text!r}")
 
 
+class StartingAgentTest(unittest.TestCase):
+    """An agent that just restarted answers ERR_STARTING (having done nothing) until it recovered its state."""
+
+    def client_answering(self, starting_answers: int, starting_wait_s: float = 5.0) -> "tuple[AgentClient, List[str]]":
+        client = AgentClient("/nonexistent.sock", starting_wait_s=starting_wait_s)
+        calls: List[str] = []
+
+        def request(method: str, path: str, body: Any = None) -> Any:
+            calls.append(path)
+            if len(calls) <= starting_answers:
+                raise AgentError("ERR_STARTING", "the agent is starting (subsystems not started yet: state)", 503)
+            return {"ok": True} if path == "/healthz" else {"results": []}
+
+        client._transport.request = request  # type: ignore[method-assign]
+        return client, calls
+
+    def test_requests_are_sent_again_until_the_agent_started(self) -> None:
+        client, calls = self.client_answering(3)
+        self.assertEqual(client.call("POST", "/v1/state/offload", {"tensors": []}), {"results": []})
+        self.assertEqual(len(calls), 4)
+
+    def test_the_error_is_raised_after_starting_wait_s(self) -> None:
+        client, calls = self.client_answering(1000, starting_wait_s=0.2)
+        with self.assertRaises(AgentError) as caught:
+            client.call("GET", "/v1/state/residency")
+        self.assertEqual(caught.exception.code, "ERR_STARTING")
+        self.assertLess(len(calls), 10)
+        client, calls = self.client_answering(1, starting_wait_s=0)
+        with self.assertRaises(AgentError):
+            client.call("GET", "/v1/state/residency")
+        self.assertEqual(len(calls), 1, "0 raises at once")
+
+    def test_health_is_false_while_starting_and_never_waits(self) -> None:
+        client, calls = self.client_answering(1)
+        self.assertFalse(client.health())
+        self.assertTrue(client.health())
+        self.assertEqual(len(calls), 2)
+
+
 class WireTypesTest(unittest.TestCase):
     """The TypedDicts of agentd_client/schema.py say what the agent's OpenAPI document says."""
 
