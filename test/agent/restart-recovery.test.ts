@@ -46,7 +46,12 @@ t.test('restarted with 20k durable keys, the agent answers status and health whi
   const at = (msg: string): number => lines.findIndex(l => l.includes(`"msg":"${msg}"`))
   t.ok(at('local API listening') >= 0 && at('local API listening') < at('state manager ready'), 'the API listened before the recovery ended')
 
-  const residency = await second.client.call<{ keys: Array<{ key: string, durable: boolean }> }>('GET', '/v1/state/residency?prefix=restart/')
-  t.equal(residency.keys.length, durableKeys, 'every durable key is back, no durability "memory" key')
-  t.ok(residency.keys.every(k => k.key.startsWith('restart/durable/') && k.durable))
+  const keys: Array<{ key: string, durable: boolean }> = []
+  for (let cursor: string | null = ''; cursor !== null;) {
+    const page: { keys: Array<{ key: string, durable: boolean }>, nextCursor: string | null } = await second.client.call('GET', `/v1/state/residency?prefix=restart/&limit=2000${cursor !== '' ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)
+    keys.push(...page.keys)
+    cursor = page.nextCursor
+  }
+  t.equal(keys.length, durableKeys, 'every durable key is back, no durability "memory" key')
+  t.ok(keys.every(k => k.key.startsWith('restart/durable/') && k.durable))
 })

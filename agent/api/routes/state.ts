@@ -4,7 +4,7 @@
  * their namespaces first (authorization.ts NamespaceGuard), in the tick that
  * starts the operation: offload and drop write, the others read. The batch
  * routes (offload, onload, prefetch, drop, hints) take any body their schema
- * admits, whatever api.bodyLimitBytes says (schema-body-limit.ts).
+ * admits, whatever api.bodyLimitBytes says (core/schema-body-limit.ts).
  */
 import type { FastifyInstance } from 'fastify'
 import type { TSchema } from '@sinclair/typebox'
@@ -12,7 +12,7 @@ import type { StateManager } from '../../state/state-manager.ts'
 import { AgentError } from '../../../core/errors.ts'
 import { materialize } from '../../state/materialize.ts'
 import { confinedPath } from './path-roots.ts'
-import { schemaBodyLimit } from '../schema-body-limit.ts'
+import { schemaBodyLimit } from '../../../core/schema-body-limit.ts'
 import type { NamespaceGuard } from './route-guards.ts'
 import { errorResponses } from '../wire/errors.ts'
 import {

@@ -1,5 +1,5 @@
 // Request bodies over a route's limit: a coded 413 that reaches every client, and the state batch
-// routes' limits, derived from their schemas (agent/api/schema-body-limit.ts).
+// routes' limits, derived from their schemas (core/schema-body-limit.ts).
 import t from 'tap'
 import { request } from 'node:http'
 import { connect } from 'node:net'

@@ -1,8 +1,8 @@
 // Body limits derived from a body schema: the size of its largest JSON, Infinity when unbounded.
 import t from 'tap'
 import { Type } from '@sinclair/typebox'
-import { largestJsonBytes, schemaBodyLimit } from '../../../agent/api/schema-body-limit.ts'
-import { OffloadBodySchema } from '../../../agent/api/wire/state.ts'
+import { largestJsonBytes, schemaBodyLimit } from '../../core/schema-body-limit.ts'
+import { OffloadBodySchema } from '../../agent/api/wire/state.ts'
 
 t.test('the largest JSON a bounded schema admits, as JSON.stringify writes it with two-space indentation', async t => {
   const schema = Type.Object({
