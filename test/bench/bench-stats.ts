@@ -3,6 +3,7 @@
  * time and resident memory. GB/s means 10^9 bytes per second.
  */
 import { readFileSync } from 'node:fs'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 
 export function median (values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b)
@@ -21,6 +22,19 @@ export async function timeSeconds (operation: () => Promise<unknown>): Promise<n
   const start = process.hrtime.bigint()
   await operation()
   return Number(process.hrtime.bigint() - start) / 1e9
+}
+
+export interface LoopLagTimed { ms: number, lagP99Ms: number, lagMaxMs: number }
+
+/** Runs `operation` with the event loop's delay monitored (1 ms resolution): its time and the lag's p99 and max. */
+export async function timedWithLoopLag (operation: () => Promise<unknown>): Promise<LoopLagTimed> {
+  const lag = monitorEventLoopDelay({ resolution: 1 })
+  lag.enable()
+  const start = performance.now()
+  await operation()
+  const ms = performance.now() - start
+  lag.disable()
+  return { ms, lagP99Ms: lag.percentile(99) / 1e6, lagMaxMs: lag.max / 1e6 }
 }
 
 export function gbPerSecond (bytes: number, seconds: number): number {

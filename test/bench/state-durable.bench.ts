@@ -25,11 +25,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import { join } from 'node:path'
-import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../agent/state/state-manager.ts'
-import { median, MiB } from './bench-stats.ts'
+import { median, MiB, timedWithLoopLag, type LoopLagTimed } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, keys: { type: 'string', default: '10000,50000' }, dir: { type: 'string', default: '/var/tmp' } } })
 const runs = Number(values.runs)
@@ -60,26 +59,13 @@ async function offloadDurable (sm: StateManager, tag: string, count: number): Pr
   }
 }
 
-interface Timed { ms: number, lagP99Ms: number, lagMaxMs: number }
-
-/** Runs `operation` with the event-loop delay monitored. */
-async function timed (operation: () => Promise<unknown>): Promise<Timed> {
-  const lag = monitorEventLoopDelay({ resolution: 1 })
-  lag.enable()
-  const start = performance.now()
-  await operation()
-  const ms = performance.now() - start
-  lag.disable()
-  return { ms, lagP99Ms: lag.percentile(99) / 1e6, lagMaxMs: lag.max / 1e6 }
-}
-
 /** The I/O a recovery cannot avoid: the journal read whole, a readdir and a stat of each segment file. */
 async function ioFloor (nvmeDir: string): Promise<void> {
   await readFile(join(nvmeDir, 'journal.log'))
   for (const name of await readdir(join(nvmeDir, 'objects'))) await stat(join(nvmeDir, 'objects', name))
 }
 
-type Series = Record<'recovery' | 'floor' | 'drop' | 'perKey', Timed[]>
+type Series = Record<'recovery' | 'floor' | 'drop' | 'perKey', LoopLagTimed[]>
 const results = new Map<number, Series>(counts.map(n => [n, { recovery: [], floor: [], drop: [], perKey: [] }]))
 
 // Warm-up (JIT), not measured.
@@ -103,12 +89,12 @@ for (let r = 0; r < runs; r++) {
     await offloadDurable(first, 'base', baselineKeys)
     await first.stop()
 
-    series.floor.push(await timed(() => ioFloor(nvmeDir)))
+    series.floor.push(await timedWithLoopLag(() => ioFloor(nvmeDir)))
     const sm = manager(nvmeDir, 16 * MiB)
-    series.recovery.push(await timed(() => sm.start()))
+    series.recovery.push(await timedWithLoopLag(() => sm.start()))
     if (sm.recovery()!.recovered !== n + baselineKeys) throw new Error(`recovered ${sm.recovery()!.recovered} of ${n + baselineKeys} keys`)
-    series.drop.push(await timed(() => sm.drop({ prefix: 'bench/durable/all.' })))
-    series.perKey.push(await timed(async () => {
+    series.drop.push(await timedWithLoopLag(() => sm.drop({ prefix: 'bench/durable/all.' })))
+    series.perKey.push(await timedWithLoopLag(async () => {
       for (let i = 0; i < baselineKeys; i++) await sm.drop({ keys: [keyOf('base', i)] })
     }))
     await sm.stop()
@@ -116,9 +102,9 @@ for (let r = 0; r < runs; r++) {
   }
 }
 
-const per10k = (xs: Timed[], keys: number): number[] => xs.map(x => x.ms * 10_000 / keys)
+const per10k = (xs: LoopLagTimed[], keys: number): number[] => xs.map(x => x.ms * 10_000 / keys)
 const runsOf = (xs: number[]): string => `[${xs.map(x => x.toFixed(1)).join(', ')}]`
-const lagOf = (xs: Timed[]): string => `event-loop lag p99 median ${median(xs.map(x => x.lagP99Ms)).toFixed(1)} ms, max median ${median(xs.map(x => x.lagMaxMs)).toFixed(1)} ms`
+const lagOf = (xs: LoopLagTimed[]): string => `event-loop lag p99 median ${median(xs.map(x => x.lagP99Ms)).toFixed(1)} ms, max median ${median(xs.map(x => x.lagMaxMs)).toFixed(1)} ms`
 console.log(`Durable keys: ${counts.join(' and ')} keys of ${keyBytes / 1024} KiB (+${baselineKeys} for the per-key baseline), ${runs} runs, NVMe dir ${dir}`)
 for (const n of counts) {
   const s = results.get(n)!
