@@ -372,6 +372,8 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
         await runner.startAll()
         if (lifecycle === 'starting') lifecycle = 'ready'
       } catch (err) {
+        // The API listened before the subsystems: a start-up that fails closes it too (nothing else keeps the process).
+        await (await builtApi?.catch(() => undefined))?.stop()
         await stateDirLock.release()
         throw err
       }
