@@ -68,9 +68,9 @@ export async function versionStoreNode (t: Test, namespaceQuotaBytes: Record<str
 }
 
 /** A StateManager plus a weights service on 127.0.0.1:0, stopped at teardown; `meshPeers`: the mesh view its pulls without `from` pick a holder from. */
-export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB, meshPeers?: () => PeerView[]): Promise<NodeFixture> {
+export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: Partial<WeightsConfig> = {}, dir = diskDir(t), poolBytes = 64 * MiB, meshPeers?: () => PeerView[], nvmeBytes = 256 * MiB): Promise<NodeFixture> {
   const sm = createStateManager({
-    hostPoolBytes: poolBytes, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 256 * MiB, directIo: true,
+    hostPoolBytes: poolBytes, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: nvmeBytes, directIo: true,
     spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }, { logger })
   await sm.start()
