@@ -21,7 +21,7 @@ import { link, rename, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
 import { AgentError } from '../../core/errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
-import type { Dtype, StateKey } from './keys.ts'
+import { parseKey, type Dtype, type StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'
 import { syncDirectory, writeFileDurably } from '../../core/durable-file.ts'
 
@@ -32,9 +32,17 @@ export const safetensorsDtype: Record<Dtype, string> = {
 const dtypeSize: Record<Dtype, number> = { bool: 1, u8: 1, i8: 1, i16: 2, i32: 4, i64: 8, f16: 2, bf16: 2, f32: 4, f64: 8, f8_e4m3: 1, f8_e5m2: 1 }
 
 export interface MaterializeRequest {
-  /** Keys whose text starts with this (usually a namespace followed by "/"). */
-  prefix: string
-  version: number
+  /** Keys whose text starts with this (usually a namespace followed by "/"), at `version`. */
+  prefix?: string
+  version?: number
+  /**
+   * Instead of prefix and version: exactly these stored keys, each written
+   * whole as the tensor `name`, in this order (a resharded pull's slices,
+   * named as the engine loads them).
+   */
+  tensors?: Array<{ key: string, name: string }>
+  /** More __metadata__ entries (e.g. model, version, layout, tp and rank of a shard). */
+  metadata?: Record<string, string>
   /** Output file, e.g. /ckpt/model.safetensors (absolute). */
   path: string
   /** Split into several files above this size. Default 5 GiB. */
@@ -137,9 +145,7 @@ export async function materialize (state: StateManager, request: MaterializeRequ
   if (!request.path.startsWith('/') || !request.path.endsWith('.safetensors')) {
     throw new AgentError('ERR_BAD_REQUEST', `path must be an absolute path ending in .safetensors, got ${JSON.stringify(request.path)}`)
   }
-  const keys = state.storedKeys(request.prefix).filter(k => k.version === request.version)
-  if (keys.length === 0) throw new AgentError('ERR_KEY_NOT_FOUND', `no stored keys under ${JSON.stringify(request.prefix)} at version ${request.version}`)
-  const tensors = planTensors(keys)
+  const tensors = request.tensors !== undefined ? namedTensors(state, request) : tensorsUnder(state, request)
   const maxFileBytes = request.maxFileBytes ?? 5 * 2 ** 30
   const shards: PlannedTensor[][] = [[]]
   let size = 0
@@ -152,7 +158,11 @@ export async function materialize (state: StateManager, request: MaterializeRequ
   const names = shards.length === 1
     ? [request.path]
     : shards.map((_, i) => join(dirname(request.path), `${stem}-${String(i + 1).padStart(5, '0')}-of-${String(shards.length).padStart(5, '0')}.safetensors`))
-  const metadata = { format: 'pt', 'agentd.prefix': request.prefix, 'agentd.version': String(request.version) }
+  const metadata = {
+    ...request.metadata,
+    format: 'pt',
+    ...(request.prefix !== undefined ? { 'agentd.prefix': request.prefix, 'agentd.version': String(request.version) } : {}),
+  }
   if (request.overwrite !== true) {
     for (const name of names) {
       if (await stat(name).then(() => true, () => false)) throw new AgentError('ERR_BAD_REQUEST', `${name} exists; pass overwrite to replace it`)
@@ -167,6 +177,28 @@ export async function materialize (state: StateManager, request: MaterializeRequ
     await writeFileDurably(index, JSON.stringify({ metadata: { total_size: totalSize }, weight_map: weightMap }, null, 2) + '\n', 0o644)
   }
   return { files: names, index, tensors: tensors.length, bytes: tensors.reduce((a, t) => a + t.bytes, 0) }
+}
+
+/** The tensors of a prefix at a version: chunks assembled, in name order. */
+function tensorsUnder (state: StateManager, request: MaterializeRequest): PlannedTensor[] {
+  if (request.prefix === undefined || request.version === undefined) throw new AgentError('ERR_BAD_REQUEST', 'give prefix and version, or tensors')
+  const keys = state.storedKeys(request.prefix).filter(k => k.version === request.version)
+  if (keys.length === 0) throw new AgentError('ERR_KEY_NOT_FOUND', `no stored keys under ${JSON.stringify(request.prefix)} at version ${request.version}`)
+  return planTensors(keys)
+}
+
+/** Named stored keys, each a whole tensor, in the order given; every key checked before a byte is written. */
+function namedTensors (state: StateManager, request: MaterializeRequest): PlannedTensor[] {
+  if (request.prefix !== undefined || request.version !== undefined) throw new AgentError('ERR_BAD_REQUEST', 'give tensors, or prefix and version, not both')
+  const seen = new Set<string>()
+  return request.tensors!.map(({ key, name }, i) => {
+    const k = parseKey(key)
+    if (name === '' || name === '__metadata__') throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].name ${JSON.stringify(name)} cannot name a safetensors tensor`)
+    if (seen.has(name)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}]: the name ${name} is given twice`)
+    seen.add(name)
+    if (!state.storedKeys(k.text).some(s => s.text === k.text)) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}]: ${k.text} is not stored`)
+    return { name, dtype: k.dtype, shape: k.shape, bytes: k.bytes, chunks: [k] }
+  })
 }
 
 async function writeShard (state: StateManager, path: string, tensors: PlannedTensor[], metadata: Record<string, string>, overwrite: boolean): Promise<void> {

@@ -437,10 +437,11 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
 
       const resultKeys: string[] = []
+      const names: string[] = []
       const paddedShapes: Record<string, number[]> = {}
       for (let i = 0; i < slices.length; i++) {
         // A slice of 0 rows (a rank whose vocab part is all padding) stores nothing: only its padded shape is told.
-        if (slices[i]!.bytes > 0) resultKeys.push(keys[i]!)
+        if (slices[i]!.bytes > 0) { resultKeys.push(keys[i]!); names.push(slices[i]!.name) }
         if (slices[i]!.paddedShape !== undefined) paddedShapes[keys[i]!] = slices[i]!.paddedShape!
       }
       if (components.versions !== undefined) {
@@ -450,7 +451,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       const seconds = (performance.now() - began) / 1000
       logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
       return {
-        from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, refetchedPieces, reconnects, switchedTo,
+        from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, names, refetchedPieces, reconnects, switchedTo,
         ...(Object.keys(paddedShapes).length > 0 ? { paddedShapes } : {}),
       }
     } finally {

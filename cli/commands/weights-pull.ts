@@ -10,6 +10,7 @@ import { resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
+import { parseKey } from '../../agent/state/keys.ts'
 import { UsageError, type Command } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
@@ -23,6 +24,22 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
   if (text === undefined) return undefined
   if (!/^[1-9]\d*$/.test(text)) throw new UsageError(`--${name} must be a positive integer, got "${text}"`)
   return Number(text)
+}
+
+/** The __metadata__ of a rank's shard file: what it is a slice of, and the engine parameters' padded shapes. */
+function shardMetadata (model: string, result: PullResult, layout: { tp: number, rank: number, layout: string, engine: string | undefined }): Record<string, string> {
+  // A key of a rank whose vocab part is all padding is not among result.keys: its tensor is named by the key.
+  const nameOf = (key: string): string => result.names[result.keys.indexOf(key)] ?? parseKey(key).fqn
+  const padded = Object.fromEntries(Object.entries(result.paddedShapes ?? {}).map(([key, shape]) => [nameOf(key), shape]))
+  return {
+    'agentd.model': model,
+    'agentd.version': String(result.version),
+    'agentd.layout': layout.layout,
+    'agentd.tp': String(layout.tp),
+    'agentd.rank': String(layout.rank),
+    ...(layout.engine !== undefined ? { 'agentd.engine': layout.engine } : {}),
+    ...(Object.keys(padded).length > 0 ? { 'agentd.padded_shapes': JSON.stringify(padded) } : {}),
+  }
 }
 
 export const weightsPullCommand: Command = {
@@ -41,7 +58,7 @@ export const weightsPullCommand: Command = {
     'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA); default: --config, else the metadata, else --heads' },
     engine: { type: 'string', description: 'the engine whose vocab split a preset follows (default vllm; megatron pads to 128 x tp)', complete: vocabEngines },
     streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
-    out: { type: 'string', value: 'F.safetensors', description: 'also write the whole version to this file (not with a layout)', complete: 'file' },
+    out: { type: 'string', value: 'F.safetensors', description: 'also write what was pulled to this file: the whole version, or with a layout this rank\'s shard (tensors named as in the version, sliced shapes; metadata names model, version, layout, tp, rank and vocab padding)', complete: 'file' },
     quiet: { type: 'boolean', description: 'no progress bar (there is none either when stderr is not a terminal, or with --json)' },
   },
   examples: [
@@ -65,7 +82,6 @@ export const weightsPullCommand: Command = {
     if (sliced && (tp === undefined || rankText === undefined)) throw new UsageError('a layout needs --tp and --rank')
     if (!sliced && (tp !== undefined || rankText !== undefined)) throw new UsageError('--tp/--rank need --layout F or --preset P')
     const out = values.out as string | undefined
-    if (out !== undefined && sliced) throw new UsageError('--out writes a whole model; a sliced pull stays in the agent as keys')
     let rules: unknown[] | undefined
     if (layoutFile !== undefined) {
       try {
@@ -99,7 +115,10 @@ export const weightsPullCommand: Command = {
     }
     let written: MaterializeResult | undefined
     if (out !== undefined) {
-      written = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { prefix: `weights/${model}/`, version: result.version, path: resolve(out), overwrite: true }, { signal, idleTimeoutMs: 0 })
+      const target = sliced
+        ? { tensors: result.keys.map((key, i) => ({ key, name: result.names[i]! })), metadata: shardMetadata(model, result, { tp: tp!, rank: Number(rankText), layout: preset ?? `rules from ${layoutFile}`, engine: engine ?? (preset !== undefined ? 'vllm' : undefined) }) }
+        : { prefix: `weights/${model}/`, version: result.version }
+      written = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { ...target, path: resolve(out), overwrite: true }, { signal, idleTimeoutMs: 0 })
     }
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {

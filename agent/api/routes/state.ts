@@ -96,15 +96,17 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
   })
 
   app.post<{ Body: MaterializeBody }>('/v1/state/materialize', {
+    bodyLimit: batchLimit(MaterializeBodySchema),
     schema: {
-      summary: 'Write a namespace/version to safetensors (split with an index above maxFileBytes) from host and NVMe, without a GPU',
+      summary: 'Write a namespace/version, or named keys, to safetensors (split with an index above maxFileBytes) from host and NVMe, without a GPU',
       body: MaterializeBodySchema,
       response: { 200: MaterializeResultSchema, ...errorResponses },
     },
   }, async request => {
     const path = await confinedPath(request.body.path, pathRoots, 'write', 'the output path')
     const manager = sm()
-    guard.check(request, () => guard.ofPrefixes([request.body.prefix]), 'read', 'materialize keys')
+    const { prefix, tensors } = request.body
+    guard.check(request, () => tensors !== undefined ? guard.ofKeys(tensors.map(x => x.key)) : guard.ofPrefixes([prefix ?? '']), 'read', 'materialize keys')
     return await materialize(manager, { ...request.body, path })
   })
 

@@ -64,8 +64,12 @@ export const HintsResultSchema = Type.Object({ ok: Type.Literal(true) })
 
 /** POST /v1/state/materialize. */
 export const MaterializeBodySchema = Type.Object({
-  prefix: Type.String({ minLength: 1, maxLength: 1024 }),
-  version: uint,
+  prefix: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'the keys under this prefix at `version`, chunks assembled (or give tensors)' })),
+  version: Type.Optional(uint),
+  tensors: Type.Optional(Type.Array(Type.Object({ key: Type.String({ minLength: 1, maxLength: 4096 }), name: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }), {
+    minItems: 1, maxItems: 65_536, description: 'instead of prefix and version: these stored keys, each written whole as the tensor `name`, in this order',
+  })),
+  metadata: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.String({ maxLength: 65_536 }), { maxProperties: 64, description: 'more __metadata__ entries of the file' })),
   path: Type.String({ minLength: 2, maxLength: 4096, description: 'absolute output path ending in .safetensors' }),
   maxFileBytes: Type.Optional(Type.Integer({ minimum: 1 << 20 })),
   overwrite: Type.Optional(Type.Boolean()),

@@ -68,6 +68,7 @@ export const PullResultSchema = Type.Object({
   seconds: Type.Number(),
   tensors: uint,
   keys: Type.Array(Type.String()),
+  names: Type.Array(Type.String(), { description: 'the tensor each key holds, by its name in the version (parallel to keys)' }),
   paddedShapes: Type.Optional(Type.Record(Type.String(), Type.Array(uint), { description: 'keys whose engine parameter is larger than the slice (vocab padding): the parameter\'s shape; rows past the key\'s are padding (zeros). A key of 0 rows is absent from keys and listed here' })),
   refetchedPieces: uint,
   reconnects: uint,

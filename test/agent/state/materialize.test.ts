@@ -2,7 +2,7 @@
 import t from 'tap'
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { existsSync, readdirSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { parseKey } from '../../../agent/state/keys.ts'
@@ -119,4 +119,34 @@ t.test('concurrent materializations of one new path: one writes it whole, the ot
   const read = JSON.parse(execFileSync('python3', ['-c', reader, path], { encoding: 'utf8' }))
   t.equal(read.w.sha256, sha256(data[won[0]!]!), 'the file holds the winner\'s bytes, whole')
   t.same(readdirSync(dir).filter(f => f.startsWith('race')), ['race.safetensors'], 'no temporary file left')
+})
+
+t.test('named keys: each written whole under its name, in order, with metadata; bad lists refused before a byte is written', async t => {
+  const dir = diskDir(t)
+  const sm = createStateManager({ hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 16 * MiB, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.2, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger: pino({ level: 'silent' }) })
+  await sm.start()
+  t.teardown(() => sm.stop())
+  const a = patternBytes(32 * 1024, 7)
+  const b = patternBytes(16 * 1024, 8)
+  const keyA = 'weights/m/q_proj.weight:param@[64,0]/[64,512]:u8#v3'
+  const keyB = 'weights/m/qkv_proj.weight.tp2-r1:param@[0,0]/[64,512]:u8#v3'
+  await sm.offload([{ key: keyA, source: { kind: 'shm', name: makeShm(t, a), offset: 0 } }])
+  await sm.offload([{ key: keyB, source: { kind: 'shm', name: makeShm(t, Buffer.concat([b, b])), offset: 0 } }])
+  const path = join(dir, 'shard.safetensors')
+  const r = await materialize(sm, { tensors: [{ key: keyB, name: 'qkv_proj.weight' }, { key: keyA, name: 'q_proj.weight' }], metadata: { 'agentd.tp': '2' }, path })
+  t.same([r.tensors, r.bytes], [2, a.length + 2 * b.length])
+  const read = JSON.parse(execFileSync('python3', ['-c', reader, path], { encoding: 'utf8' }))
+  t.same(Object.keys(read), ['qkv_proj.weight', 'q_proj.weight'], 'in the order given')
+  t.equal(read['q_proj.weight'].sha256, sha256(a))
+  t.same(read['q_proj.weight'].shape, [64, 512], 'the slice\'s shape, not the full tensor\'s')
+  const head = readFileSync(path)
+  t.match(JSON.parse(head.subarray(8, 8 + Number(head.readBigUInt64LE(0))).toString()).__metadata__, { format: 'pt', 'agentd.tp': '2' })
+
+  const other = join(dir, 'bad.safetensors')
+  await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: 'x' }, { key: keyB, name: 'x' }], path: other }), { code: 'ERR_BAD_REQUEST', message: /the name x is given twice/ })
+  await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: 'x' }, { key: 'weights/m/gone:param@[0]/[4]:u8#v3', name: 'y' }], path: other }), { code: 'ERR_KEY_NOT_FOUND', message: /tensors\[1\]: weights\/m\/gone.* is not stored/ })
+  await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: 'x' }], prefix: 'weights/', version: 3, path: other }), { message: /not both/ })
+  await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: '__metadata__' }], path: other }), { message: /cannot name a safetensors tensor/ })
+  await t.rejects(materialize(sm, { path: other }), { message: /give prefix and version, or tensors/ })
+  t.notOk(existsSync(other), 'no file written by a refused request')
 })

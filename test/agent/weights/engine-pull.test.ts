@@ -2,11 +2,12 @@
 // model's config.json (published with the version, or given to the pull), vLLM's padded vocab split
 // with the padded shape reported, a rank whose vocab part is all padding, and the refusals.
 import t from 'tap'
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { capabilities } from '../../../native/index.ts'
 import { clusterKeyFile, tensor, writeSafetensors } from './weights-fixtures.ts'
+import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 
 const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
 
@@ -51,6 +52,25 @@ t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts
   t.equal(withConfig.code, 0, withConfig.stderr)
   t.equal(JSON.parse(withConfig.stdout).bytes, (36 * hidden + 32 * hidden + 8 * hidden * 2) * 2 + hidden * 4, 'rank 1 of 2: vocab rows 64..99 (of 64..127 padded), half the q heads, one kv head each')
   t.same(JSON.parse(withConfig.stdout).paddedShapes, { [Object.keys(JSON.parse(withConfig.stdout).paddedShapes)[0]!]: [64, hidden] })
+
+  // The same rank's shard written to a file, as an engine loads it: sliced shapes under the version's names.
+  const shardFile = join(dir, 'rank1.safetensors')
+  const shard = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '1', '--config', config, '--out', shardFile)
+  t.equal(shard.code, 0, shard.stderr)
+  const header = await readSafetensorsHeader(shardFile)
+  t.same(header.tensors.map(x => [x.name, x.shape]), [
+    ['model.embed_tokens.weight', [36, hidden]],
+    ['model.layers.0.self_attn.q_proj.weight', [32, hidden]],
+    ['model.layers.0.self_attn.k_proj.weight', [8, hidden]],
+    ['model.layers.0.self_attn.v_proj.weight', [8, hidden]],
+    ['model.norm.weight', [hidden]],
+  ])
+  t.match(header.metadata, { 'agentd.model': 'bare', 'agentd.version': '0', 'agentd.layout': 'llama', 'agentd.tp': '2', 'agentd.rank': '1', 'agentd.engine': 'vllm' })
+  t.same(JSON.parse(header.metadata['agentd.padded_shapes']!), { 'model.embed_tokens.weight': [64, hidden] })
+  const bytes = readFileSync(shardFile)
+  const q = tensors[1]!
+  const entry = header.tensors[1]!
+  t.ok(bytes.subarray(header.dataStart + entry.start, header.dataStart + entry.end).equals(q.data.subarray(32 * hidden * 2, 64 * hidden * 2)), 'rank 1\'s q heads, byte-exact')
 
   // Published with --config, the version carries them; rank 7 of 8's vocab part is all padding.
   t.equal((await ctl(a, 'weights', 'publish', '--model', 'm', '--from-safetensors', model, '--config', config)).code, 0)
