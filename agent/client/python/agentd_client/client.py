@@ -174,6 +174,34 @@ class AgentClient:
             body["overwrite"] = True
         return self.call("POST", "/v1/state/materialize", body)
 
+    def weights_pull(self, model: str, *, version: Union[int, str] = "latest", from_address: Optional[str] = None,
+                     preset: Optional[str] = None, tp: Optional[int] = None, rank: Optional[int] = None,
+                     heads: Optional[int] = None, kv_heads: Optional[int] = None,
+                     intermediate_size: Optional[int] = None, engine: Optional[str] = None,
+                     streams: Optional[int] = None) -> Dict[str, Any]:
+        """Has the agent pull a version of ``model`` (or, with ``preset``, ``tp`` and ``rank``, that rank's slices).
+
+        Without ``from_address`` the agent pulls from a holder it finds in its
+        mesh. The slices become keys on this agent (``keys``, with ``names``
+        the tensor each holds); ``paddedShapes`` gives the engine parameter's
+        shape where the vocab is padded. Head counts default to the version's
+        metadata (``agentctl weights publish --config``).
+        """
+        body: Dict[str, Any] = {"model": model, "version": version}
+        if from_address is not None:
+            body["from"] = from_address
+        if streams is not None:
+            body["streams"] = streams
+        if preset is not None:
+            if tp is None or rank is None:
+                raise AgentError("ERR_BAD_REQUEST", "a preset needs tp and rank")
+            layout: Dict[str, Any] = {"tp": tp, "rank": rank, "preset": preset}
+            for field, value in (("heads", heads), ("kvHeads", kv_heads), ("intermediateSize", intermediate_size), ("engine", engine)):
+                if value is not None:
+                    layout[field] = value
+            body["layout"] = layout
+        return self.call("POST", "/v1/weights/pull", body)
+
     def residency(self, prefix: Optional[str] = None, *, namespace: Optional[str] = None, job: Optional[str] = None,
                   tier: Optional[StoredTier] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
                   summary: bool = False) -> Residency:

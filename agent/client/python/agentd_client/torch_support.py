@@ -32,7 +32,7 @@ import torch
 
 from .client import AgentClient, KeyLike, OffloadItem, OnloadItem
 from .errors import AgentError
-from .keys import StateKey, key_dtype, parse_key
+from .keys import TORCH_DTYPES, StateKey, key_dtype, parse_key
 from .memory import CudaIpcMemory, MemorySpec, ShmMemory
 from .schema import Durability, OffloadResult, OnloadResult
 
@@ -180,6 +180,34 @@ class TorchStateClient:
                     tensor.copy_(self._staging_view(offset, tensor))
             return results
 
+    def pull_shard(self, model: str, *, tp: int, rank: int, preset: str = "llama", version: "int | str" = "latest",
+                   device: "str | torch.device" = "cpu", **pull: object) -> Dict[str, torch.Tensor]:
+        """Pulls one tensor-parallel rank's shard of ``model`` through the agent into torch tensors on ``device``.
+
+        The agent pulls the rank's slices (:meth:`AgentClient.weights_pull`;
+        ``pull`` passes ``from_address``, ``heads``, ``kv_heads``, ``engine``,
+        ...), then each is onloaded into a tensor of the engine parameter's
+        shape: where the vocab is padded, the rows past the real ones are
+        zeros. Returns the tensors by their names in the version.
+        """
+        result = self.agent.weights_pull(model, version=version, preset=preset, tp=tp, rank=rank, **pull)  # type: ignore[arg-type]
+        padded = result.get("paddedShapes") or {}
+        shard: Dict[str, torch.Tensor] = {}
+        targets: Dict[KeyLike, torch.Tensor] = {}
+        for key_text, name in zip(result["keys"], result["names"]):
+            key = parse_key(key_text)
+            shape = padded.get(key_text, list(key.shape))
+            param = torch.zeros(shape, dtype=_torch_dtype(key.dtype), device=device)
+            shard[name] = param
+            targets[key] = param.narrow(0, 0, key.shape[0]) if key_text in padded else param
+        for key_text, shape in padded.items():
+            if key_text not in result["keys"]:  # a rank whose vocab part is all padding: zeros only
+                key = parse_key(key_text)
+                shard[key.fqn] = torch.zeros(shape, dtype=_torch_dtype(key.dtype), device=device)
+        if targets:
+            self.onload(targets)
+        return shard
+
     def close(self) -> None:
         """Unlinks and unmaps the staging buffer (arenas stay open: their owner closes them). Idempotent."""
         with self._lock:
@@ -309,6 +337,14 @@ class _Placement:
         for handle, offset in self.ipc_counters:
             torch.UntypedStorage._release_ipc_counter(handle, offset)
         self.ipc_counters.clear()
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a key dtype (the inverse of keys.TORCH_DTYPES)."""
+    for name, key_name in TORCH_DTYPES.items():
+        if key_name == dtype:
+            return getattr(torch, name.split(".", 1)[1])
+    raise AgentError("ERR_KEY_INVALID", f"key dtype {dtype} has no torch dtype")
 
 
 def _check_matches(key: StateKey, tensor: torch.Tensor) -> None:

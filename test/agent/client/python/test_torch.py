@@ -3,6 +3,10 @@
 Skipped, with the reason printed, where torch is not importable; the CUDA
 tests also where torch sees no GPU or the agent has no CUDA.
 """
+import json
+import os
+import struct
+import tempfile
 import unittest
 from typing import Any, Dict
 
@@ -25,6 +29,22 @@ def setUpModule() -> None:
     if TORCH_MISSING:
         raise unittest.SkipTest(TORCH_MISSING)
     agent = shared_agent()
+
+
+def write_safetensors(path: str, tensors: "Dict[str, torch.Tensor]", metadata: "Dict[str, str]") -> None:
+    """A safetensors file written here, independently of the agent (header JSON, 8-byte aligned, then the bytes)."""
+    names = {torch.bfloat16: "BF16", torch.float32: "F32"}
+    header: Dict[str, Any] = {"__metadata__": metadata}
+    blobs, offset = [], 0
+    for name, t in tensors.items():
+        blob = t.contiguous().view(torch.uint8).numpy().tobytes() if t.dtype != torch.bfloat16 else t.contiguous().view(torch.int16).numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
 
 
 class TorchCpuTest(unittest.TestCase):
@@ -98,6 +118,38 @@ class TorchCpuTest(unittest.TestCase):
             self.torch_client.offload({tensor_key(t.T, self.ns, "w", version=1): t.T})
         self.assertIn("not contiguous", caught.exception.message)
         self.assertEqual(agent.client.residency(prefix=self.ns + "/")["keys"], [])
+
+    def test_a_ranks_shard_pulls_into_torch_tensors_of_the_engines_shapes(self) -> None:
+        gen = torch.Generator().manual_seed(5)
+        hidden, vocab = 16, 100  # vLLM pads the vocab to 128: 64 rows a rank at tp 2, rank 1 holds 36 real ones
+        full = {
+            "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=gen).to(torch.bfloat16),
+            "model.layers.0.self_attn.q_proj.weight": torch.randn(8 * 4, hidden, generator=gen),
+            "model.layers.0.self_attn.k_proj.weight": torch.randn(2 * 4, hidden, generator=gen),
+            "model.layers.0.self_attn.o_proj.weight": torch.randn(hidden, 8 * 4, generator=gen),
+            "model.norm.weight": torch.randn(hidden, generator=gen),
+        }
+        model = self._testMethodName.replace("_", "-")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "m.safetensors")
+            write_safetensors(path, full, {"num_attention_heads": "8", "num_key_value_heads": "2"})
+            agent.client.call("POST", "/v1/weights/publish", {"model": model, "version": 1, "source": {"kind": "safetensors", "path": path}})
+        self.addCleanup(lambda: agent.client.drop(prefix=f"weights/{model}/"))
+        self.addCleanup(lambda: agent.client.call("POST", "/v1/weights/retire", {"model": model, "version": 1}))
+        address = agent.client.call("GET", "/v1/status")["weights"]["address"]
+        shard = self.torch_client.pull_shard(model, tp=2, rank=1, version=1, from_address=address)
+        self.assertEqual(sorted(shard), sorted(full))
+        embed = shard["model.embed_tokens.weight"]
+        self.assertEqual(list(embed.shape), [64, hidden], "the engine's parameter: the padded vocab's half")
+        self.assertTrue(torch.equal(embed[:36], full["model.embed_tokens.weight"][64:]), "the real rows")
+        self.assertTrue(torch.equal(embed[36:], torch.zeros(28, hidden, dtype=torch.bfloat16)), "padding rows are zeros")
+        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.q_proj.weight"], full["model.layers.0.self_attn.q_proj.weight"][16:]))
+        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.k_proj.weight"], full["model.layers.0.self_attn.k_proj.weight"][4:]))
+        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.o_proj.weight"], full["model.layers.0.self_attn.o_proj.weight"][:, 16:]))
+        self.assertTrue(torch.equal(shard["model.norm.weight"], full["model.norm.weight"]))
+        with self.assertRaises(AgentError) as refused:
+            self.torch_client.pull_shard(model, tp=3, rank=0, version=1, from_address=address)
+        self.assertEqual(refused.exception.code, "ERR_LAYOUT_INVALID")
 
 
 def cuda_unavailable() -> str:
