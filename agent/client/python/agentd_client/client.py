@@ -187,19 +187,12 @@ class AgentClient:
         shape where the vocab is padded. Head counts default to the version's
         metadata (``agentctl weights publish --config``).
         """
-        body: Dict[str, Any] = {"model": model, "version": version}
-        if from_address is not None:
-            body["from"] = from_address
-        if streams is not None:
-            body["streams"] = streams
+        body: Dict[str, Any] = {"model": model, "version": version, **_given({"from": from_address, "streams": streams})}
         if preset is not None:
             if tp is None or rank is None:
                 raise AgentError("ERR_BAD_REQUEST", "a preset needs tp and rank")
-            layout: Dict[str, Any] = {"tp": tp, "rank": rank, "preset": preset}
-            for field, value in (("heads", heads), ("kvHeads", kv_heads), ("intermediateSize", intermediate_size), ("engine", engine)):
-                if value is not None:
-                    layout[field] = value
-            body["layout"] = layout
+            body["layout"] = {"tp": tp, "rank": rank, "preset": preset, **_given(
+                {"heads": heads, "kvHeads": kv_heads, "intermediateSize": intermediate_size, "engine": engine})}
         return self.call("POST", "/v1/weights/pull", body)
 
     def residency(self, prefix: Optional[str] = None, *, namespace: Optional[str] = None, job: Optional[str] = None,
@@ -348,13 +341,7 @@ class AgentClient:
                         error: Optional[str] = None) -> None:
         """Ends a lease: ``reward`` ends the request (required at the last stage), ``output`` goes to the next stage,
         ``error`` fails it. ``ERR_REWARD_LEASE_LOST`` when the lease timed out or was lost meanwhile."""
-        body: Dict[str, Any] = {"workerId": worker_id, "leaseId": lease_id}
-        if reward is not None:
-            body["reward"] = reward
-        if output is not None:
-            body["output"] = output
-        if error is not None:
-            body["error"] = error
+        body: Dict[str, Any] = {"workerId": worker_id, "leaseId": lease_id, **_given({"reward": reward, "output": output, "error": error})}
         self.call("POST", "/v1/reward/work/complete", body)
 
 
@@ -415,3 +402,8 @@ def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
     if isinstance(keys, (str, StateKey)):
         raise TypeError("keys must be a list of keys, not a single key")
     return {"keys": [str(k) for k in keys]} if keys is not None else {"prefix": prefix}
+
+
+def _given(fields: Mapping[str, Any]) -> Dict[str, Any]:
+    """The fields whose value is not None (optional request fields)."""
+    return {k: v for k, v in fields.items() if v is not None}
