@@ -9,19 +9,19 @@ import { makeShm } from '../native/helpers.ts'
 import type { StatusBody } from '../../agent/api/wire/status.ts'
 
 const keyBytes = 4096
-const durableKeys = 20_000
+const durableKeys = 10_000
 const batch = 1000
 const key = (ns: string, i: number): string => `${ns}/k${i}:param@[0]/[${keyBytes}]:u8#v1`
 
-t.test('restarted with 20k durable keys, the agent answers status and health while it recovers them', async t => {
+t.test('restarted with 10k durable keys, the agent answers status and health while it recovers them', async t => {
   const stateDir = tempDir(t)
-  const args = ['--dev', '--state-dir', stateDir, '--set', 'state.hostPoolBytes=67108864', '--set', 'state.nvmeCapacityBytes=1073741824']
+  const args = ['--dev', '--state-dir', stateDir, '--set', 'state.hostPoolBytes=33554432', '--set', 'state.nvmeCapacityBytes=1073741824']
   const first = await spawnAgent(t, { stateDir, args })
   const source = makeShm(t, batch * keyBytes)
   const tensors = (ns: string, from: number) => Array.from({ length: batch }, (_, i) => ({ key: key(ns, from + i), source: { kind: 'shm', name: source, offset: i * keyBytes } }))
   for (let b = 0; b < durableKeys / batch; b++) await first.client.call('POST', '/v1/state/offload', { tensors: tensors('restart/durable', b * batch), durability: 'nvme' })
   // Twice the pool of durability "memory" keys: most of them spill to NVMe.
-  for (let b = 0; b < 32; b++) await first.client.call('POST', '/v1/state/offload', { tensors: tensors('restart/memory', b * batch) })
+  for (let b = 0; b < 16; b++) await first.client.call('POST', '/v1/state/offload', { tensors: tensors('restart/memory', b * batch) })
   first.proc.kill('SIGTERM')
   t.equal((await first.exited).code, 0)
 
