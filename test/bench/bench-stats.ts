@@ -2,7 +2,8 @@
  * Shared helpers of the benchmarks: timing, medians, GB/s, a process's CPU
  * time and resident memory. GB/s means 10^9 bytes per second.
  */
-import { readFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 
 export function median (values: number[]): number {
@@ -22,6 +23,22 @@ export async function timeSeconds (operation: () => Promise<unknown>): Promise<n
   const start = process.hrtime.bigint()
   await operation()
   return Number(process.hrtime.bigint() - start) / 1e9
+}
+
+/**
+ * A StateManager bench's scratch: a temporary directory under `parent` and a
+ * shared-memory object of `shmBytes` (filled, so its pages are faulted in)
+ * to offload from; both are removed when the process exits.
+ */
+export function stateBenchScratch (parent: string, tag: string, shmBytes: number): { dir: string, shm: string } {
+  const dir = mkdtempSync(join(parent, `agentd-${tag}-bench-`))
+  const shm = `agentd-bench-${tag}-${process.pid}`
+  writeFileSync(`/dev/shm/${shm}`, Buffer.alloc(shmBytes, 0x5a))
+  process.once('exit', () => {
+    rmSync(`/dev/shm/${shm}`, { force: true })
+    rmSync(dir, { recursive: true, force: true })
+  })
+  return { dir, shm }
 }
 
 export interface LoopLagTimed { ms: number, lagP99Ms: number, lagMaxMs: number }

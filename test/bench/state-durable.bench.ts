@@ -22,13 +22,13 @@
  *
  *   node_modules/.bin/node test/bench/state-durable.bench.ts [--runs 3] [--keys 10000,50000] [--dir /var/tmp]
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { rmSync } from 'node:fs'
 import { readdir, readFile, stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../agent/state/state-manager.ts'
-import { median, MiB, timedWithLoopLag, type LoopLagTimed } from './bench-stats.ts'
+import { median, MiB, timedWithLoopLag, type LoopLagTimed, stateBenchScratch } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, keys: { type: 'string', default: '10000,50000' }, dir: { type: 'string', default: '/var/tmp' } } })
 const runs = Number(values.runs)
@@ -36,13 +36,7 @@ const counts = values.keys.split(',').map(Number)
 const keyBytes = 4096
 const batch = 1000
 const baselineKeys = 10_000
-const dir = mkdtempSync(join(values.dir, 'agentd-state-durable-bench-'))
-const src = `agentd-bench-durable-${process.pid}`
-writeFileSync(`/dev/shm/${src}`, Buffer.alloc(batch * keyBytes, 0x5a))
-process.once('exit', () => {
-  rmSync(`/dev/shm/${src}`, { force: true })
-  rmSync(dir, { recursive: true, force: true })
-})
+const { dir, shm: src } = stateBenchScratch(values.dir, 'state-durable', batch * keyBytes)
 const logger = pino({ level: 'silent' })
 
 const manager = (nvmeDir: string, hostPoolBytes: number): StateManager => createStateManager({

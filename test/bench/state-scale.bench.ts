@@ -20,13 +20,13 @@
  *
  *   node_modules/.bin/node test/bench/state-scale.bench.ts [--runs 3] [--keys 100000] [--dir /var/tmp]
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { setImmediate as yieldLoop } from 'node:timers/promises'
 import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../agent/state/state-manager.ts'
-import { median, MiB, percentile, timedWithLoopLag } from './bench-stats.ts'
+import { median, MiB, percentile, timedWithLoopLag, stateBenchScratch } from './bench-stats.ts'
 
 const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }, keys: { type: 'string', default: '100000' }, dir: { type: 'string', default: '/var/tmp' } } })
 const runs = Number(values.runs)
@@ -35,13 +35,7 @@ const keyBytes = 4096
 const batch = 1000
 const batches = Math.ceil(keyCount / batch)
 const measuredBatches = 10
-const dir = mkdtempSync(join(values.dir, 'agentd-state-scale-bench-'))
-const src = `agentd-bench-scale-${process.pid}`
-writeFileSync(`/dev/shm/${src}`, Buffer.alloc(batch * keyBytes, 0x5a))
-process.once('exit', () => {
-  rmSync(`/dev/shm/${src}`, { force: true })
-  rmSync(dir, { recursive: true, force: true })
-})
+const { dir, shm: src } = stateBenchScratch(values.dir, 'state-scale', batch * keyBytes)
 const logger = pino({ level: 'silent' })
 let managers = 0
 
