@@ -1,5 +1,5 @@
 // Materialization to safetensors, checked by an independent reader (Python parsing the format by hand).
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
@@ -8,11 +8,20 @@ import { pino } from 'pino'
 import { parseKey } from '../../../agent/state/keys.ts'
 import { chunkRuns, planTensors, safetensorsHeader } from '../../../agent/state/materialize.ts'
 import { materialize } from '../../../agent/state/materialize.ts'
-import { createStateManager } from '../../../agent/state/state-manager.ts'
+import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
 import { diskDir, makeShm, patternBytes } from '../../native/helpers.ts'
 
 const MiB = 2 ** 20
 const sha256 = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex')
+
+/** A started StateManager with a 4 MiB pool (spilling to NVMe below 20 %) in a disk dir of its own, stopped at teardown. */
+async function stateManager (t: Test, nvmeBytes: number): Promise<{ dir: string, sm: StateManager }> {
+  const dir = diskDir(t)
+  const sm = createStateManager({ hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: nvmeBytes, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.2, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger: pino({ level: 'silent' }) })
+  await sm.start()
+  t.teardown(() => sm.stop())
+  return { dir, sm }
+}
 
 t.test('planTensors assembles chunks and refuses gaps, overlaps and mixed dtypes', async t => {
   const k = (s: string) => parseKey(s)
@@ -62,10 +71,7 @@ print(json.dumps(out))
 `
 
 t.test('materialize a TP-sharded namespace (some chunks on NVMe) and read it back independently', async t => {
-  const dir = diskDir(t)
-  const sm = createStateManager({ hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.2, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger: pino({ level: 'silent' }) })
-  await sm.start()
-  t.teardown(() => sm.stop())
+  const { dir, sm } = await stateManager(t, 64 * MiB)
   // w: [256, 1024] u8, column-parallel over 4 ranks (each [256, 256]); bias [1024] whole; plus a decoy at another version.
   const full = patternBytes(256 * 1024, 42)
   for (let r = 0; r < 4; r++) {
@@ -105,10 +111,7 @@ t.test('materialize a TP-sharded namespace (some chunks on NVMe) and read it bac
 })
 
 t.test('concurrent materializations of one new path: one writes it whole, the others are told it exists', async t => {
-  const dir = diskDir(t)
-  const sm = createStateManager({ hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 16 * MiB, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.2, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger: pino({ level: 'silent' }) })
-  await sm.start()
-  t.teardown(() => sm.stop())
+  const { dir, sm } = await stateManager(t, 16 * MiB)
   const data = [0, 1, 2, 3].map(i => patternBytes(256 * 1024, 100 + i))
   for (const [i, bytes] of data.entries()) await sm.offload([{ key: `job${i}/m/w:param@[0]/[${bytes.length}]:u8#v1`, source: { kind: 'shm', name: makeShm(t, bytes), offset: 0 } }])
   const path = join(dir, 'race.safetensors')
@@ -122,10 +125,7 @@ t.test('concurrent materializations of one new path: one writes it whole, the ot
 })
 
 t.test('named keys: each written whole under its name, in order, with metadata; bad lists refused before a byte is written', async t => {
-  const dir = diskDir(t)
-  const sm = createStateManager({ hostPoolBytes: 4 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 16 * MiB, directIo: true, spillHighWatermark: 0.9, spillLowWatermark: 0.2, namespaceQuotaBytes: {}, prefetchHorizonMs: 0 }, { logger: pino({ level: 'silent' }) })
-  await sm.start()
-  t.teardown(() => sm.stop())
+  const { dir, sm } = await stateManager(t, 16 * MiB)
   const a = patternBytes(32 * 1024, 7)
   const b = patternBytes(16 * 1024, 8)
   const keyA = 'weights/m/q_proj.weight:param@[64,0]/[64,512]:u8#v3'
