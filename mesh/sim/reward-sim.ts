@@ -33,7 +33,7 @@
  * - Extra delay of a batch = its completion − T, T = max_i (arrivalS_i + Σ_j s_ij) (Eq. 1–2).
  */
 import { createEventQueue } from './event-queue.ts'
-import { createStageWorkers, createStartPacer, idealWorkers, type StageWorkers, type WorkerLifecycle } from './stage-workers.ts'
+import { checkWorkerLifecycle, createStageWorkers, createStartPacer, idealWorkers, type StageWorkers, type WorkerLifecycle } from './stage-workers.ts'
 import type { RewardTrace } from './reward-trace.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'
 import { queueOrder } from '../policies/reward-scaling/queue-order.ts'
@@ -134,7 +134,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const planner = { calls: 0, totalMs: 0, maxMs: 0, maxRequests: 0 }
   const baseSeed = options.seed ?? 1
   const allocation: RewardSimulationResult['allocation'] = options.recordAllocation === true ? [] : undefined
-  const lifecycle = options.workers ?? idealWorkers
+  const lifecycle = options.workers !== undefined ? checkWorkerLifecycle(options.workers) : idealWorkers
   const pacer = createStartPacer(queue, lifecycle)
   const decidesAtHint = lifecycle.startS > 0
 

@@ -36,7 +36,7 @@ export interface WorkerLifecycle {
 
 export const idealWorkers: WorkerLifecycle = { startS: 0, keepWarmS: 0, startConcurrency: Infinity }
 
-/** Checks a life cycle given by a user (agentctl sim reward flags). */
+/** Checks a life cycle given to the replay (simulateRewardService); RangeError naming the bad figure. */
 export function checkWorkerLifecycle (lifecycle: WorkerLifecycle): WorkerLifecycle {
   const { startS, keepWarmS, startConcurrency } = lifecycle
   if (!(Number.isFinite(startS) && startS >= 0)) throw new RangeError(`worker start-up time must be a finite number of seconds >= 0, got ${startS}`)

@@ -77,6 +77,7 @@ t.test('live workers: decided at the hint, started one at a time, kept warm betw
   const cold = simulateRewardService(twoBatches, staticAllocationPolicy([1], 'fcfs'), { workers: { startS: 1, keepWarmS: 0, startConcurrency: 4 } })
   t.same(cold.batches.map(b => [b.completedS, b.extraDelayS]), [[103, 1], [108, 1]], 'without keep-warm each batch waits for a start')
   t.equal(cold.cpuSeconds, 3 + 3)
+  t.throws(() => simulateRewardService(twoBatches, staticAllocationPolicy([1], 'fcfs'), { workers: { startS: -1, keepWarmS: 0, startConcurrency: 4 } }), /start-up time/, 'the replay checks the life cycle it is given')
 })
 
 t.test('the replay and the planner\'s SIMULATE agree on batch completions (EBF and FCFS)', async t => {
