@@ -41,6 +41,7 @@
  * requests) for abandonedBatchMs is abandoned: its requests still pending
  * here are cancelled the same way, with a message saying so.
  */
+import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
@@ -182,10 +183,12 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
     return ids
   }
 
-  const forward = (body: SubmitRequest, retried = false): Promise<unknown> => {
+  /** `submission`: the trainer's submit call this forwards (one id for the call's retries), if it is one. */
+  const forward = (body: SubmitRequest, retried = false, submission?: string): Promise<unknown> => {
     const size = batchSizes.get(key(body.task, body.batch))
     const forwarded: LeaderSubmitRequest = size !== undefined && body.batchSize === undefined ? { ...body, batchSize: size } : { ...body }
     if (retried) forwarded.retried = true
+    if (submission !== undefined) forwarded.submission = submission
     return components.callLeader('reward.submit', forwarded)
   }
 
@@ -368,7 +371,7 @@ export function createRewardSubmitter (options: RewardSubmitterOptions, componen
       }
       if (entries.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `this agent holds ${entries.size} reward requests (reward.maxPendingRequests); fetch results or retry later`)
       const sentMs = performance.now()
-      const answer = await forward(b) as { duplicate: boolean, result?: RewardResult }
+      const answer = await forward(b, false, randomUUID()) as { duplicate: boolean, result?: RewardResult }
       noteBatch(b.task, b.batch, b.batchSize, sentMs)
       if (!entries.has(b.requestId)) entries.set(b.requestId, { body: b, digest, result: undefined, storedMs: 0, fetchedMs: undefined, unacked: false, deposited: false, retried: false, submittedMs: sentMs })
       // Submitted before (maybe through another agent) and done: the answer carries the result.

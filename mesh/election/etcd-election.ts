@@ -52,7 +52,7 @@ import type { ElectionStore } from './election-store.ts'
 import { createEtcdClient, type EtcdClient, type EtcdHeader, type EtcdKeyValue } from './etcd-client.ts'
 import type { LeaderElection, LeaderElectionState } from './leader-election.ts'
 import { AgentError } from '../../core/errors.ts'
-import { parseSnapshot } from './replicated-log.ts'
+import { parseSnapshot, type LogSnapshot } from './replicated-log.ts'
 
 export interface EtcdElectionComponents {
   self: string
@@ -275,14 +275,20 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
       return write
     },
     async committedBase (signal) {
+      // Without the fencing domain a stored state could not be told apart from another cluster's: never start from nothing then.
+      if (voterSetId === '') throw new AgentError('ERR_ELECTION_STATE', 'the etcd cluster id is not known yet: the committed state cannot be read')
       const kv = await client.get(desiredKey, signal)
       if (kv === undefined) return undefined
+      let s: LogSnapshot
       try {
-        const s = parseSnapshot(JSON.parse(kv.value))
-        return s.voterSetId === voterSetId ? s : undefined
+        s = parseSnapshot(JSON.parse(kv.value))
       } catch (err) {
         throw new AgentError('ERR_ELECTION_STATE', `etcd key ${desiredKey} holds no valid desired state: ${(err as Error).message}`, { cause: err })
       }
+      if (s.voterSetId === voterSetId) return s
+      // Another fencing domain's state (etcd restored into a new cluster, whose id differs): its decisions are not ours.
+      log.warn({ key: desiredKey, stored: s.voterSetId, voterSetId, storedSeq: s.seq }, 'etcd holds the desired state of another voter set (another etcd cluster id or prefix): starting from the empty log')
+      return undefined
     },
   }
 }

@@ -11,6 +11,13 @@
  * over. The first decision of every epoch is kind "leader". Acting stops the
  * moment the election says it may not; tasks are aborted.
  *
+ * Taking over. Until that first decision is committed the leader has not
+ * taken over: it is still adopting the committed state (etcd's copy can take
+ * an etcd outage to read). Nothing else is appended before it — a decision
+ * appended to a log that has not adopted the committed state would overwrite
+ * it — so LeaderService.decide waits for the take-over, and the view says
+ * `acting` only once it is done.
+ *
  * Commit before acknowledge. A decision is appended to the leader's log
  * (replicated-log.ts, durable), then committed by the election backend
  * (LeaderElection.commit: a majority of voters on the embedded backend, etcd
@@ -324,8 +331,12 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
    */
   interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], unpublished: Decision[], staleSeq: number }
   let lastLed: Led | undefined
-  /** tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on). */
-  type Acting = Led & { controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean }
+  /**
+   * tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on).
+   * tookOver: resolves once the committed state is adopted and the epoch's first decision committed
+   * (at once for a resumed epoch); rejects with ERR_NOT_LEADER if acting stops before.
+   */
+  type Acting = Led & { controller: AbortController, republish: NodeJS.Timeout, tasksStarted: boolean, tookOver: PromiseWithResolvers<void> }
   let acting: Acting | undefined
   let supervisor: NodeJS.Timeout | undefined
 
@@ -407,8 +418,9 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const startActing = (state: LeaderElectionState): void => {
     const controller = new AbortController()
     const resumed = lastLed !== undefined && lastLed.epoch === state.epoch && lastLed.committed !== undefined ? lastLed : undefined
-    const a: Acting = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [], unpublished: resumed?.unpublished ?? [], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false }
+    const a: Acting = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [], unpublished: resumed?.unpublished ?? [], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false, tookOver: Promise.withResolvers() }
     a.republish.unref()
+    a.tookOver.promise.catch(() => {})
     acting = a
     lastLed = a
     log.info({ epoch: a.epoch, resumedAtSeq: resumed?.committed?.seq }, 'leader: acting')
@@ -424,6 +436,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         if (base !== undefined) await replicated.reset(base)
         await decide('leader', { leader: self, epoch: a.epoch, voters: election.voters() })
       }
+      a.tookOver.resolve()
       const handleCalls = (method: string, handler: LeaderCallHandler): void => {
         const unregister = calls.handle(method, handler)
         controller.signal.addEventListener('abort', unregister, { once: true })
@@ -449,6 +462,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     acting = undefined
     clearInterval(a.republish)
     a.controller.abort()
+    a.tookOver.reject(notActing())
     log.info({ epoch: a.epoch, why }, 'leader: stopped acting')
     leadershipChanged()
   }
@@ -499,7 +513,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       self: self_,
       selfId: self,
       voterSetId: election.voterSetId(),
-      acting: acting !== undefined && election.mayAct(),
+      acting: acting?.committed !== undefined && election.mayAct(),
       applied: { epoch: position.epoch, seq: position.seq },
       commitSeq: acting !== undefined ? acting.committed?.seq ?? 0 : null,
       log: config.backend === 'embedded' && election.voters().includes(self) ? replicated.last(election.voterSetId()) : null,
@@ -547,7 +561,13 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
       if (owned !== undefined) throw new AgentError('ERR_FORBIDDEN', `decision kind ${JSON.stringify(kind)} belongs to ${owned.owner}: only it publishes ${kind} decisions`)
       const bytes = Buffer.byteLength(JSON.stringify(payload ?? null))
       if (bytes > maxExternalPayloadBytes) throw new AgentError('ERR_BODY_TOO_LARGE', `a decision payload of ${bytes} bytes; at most ${maxExternalPayloadBytes} (every agent keeps the latest payload of each kind)`)
-      return await decide(kind, payload)
+      // Wait for the take-over of the epoch acting now (a newer one may begin while waiting).
+      for (;;) {
+        const a = acting
+        if (a === undefined) throw notActing()
+        await a.tookOver.promise
+        if (acting === a) return await decide(kind, payload)
+      }
     },
     decisions: () => decisionLog.entries(),
     callLeader: (method, body, options) => calls.call(method, body, options),

@@ -32,11 +32,13 @@ export const SubmitBody = Type.Object({
  * trainer's fields, and whether the request already used its one retry after
  * a lost worker under an earlier leader (the leader's `reward.await` answer
  * lists such requests in `retried`), so a leader change does not give it a
- * second one.
+ * second one; and the id of the trainer's submit call, so that the call's own
+ * retry (after a lost answer) is not reported as a duplicate.
  */
 export const LeaderSubmitBody = Type.Object({
   ...SubmitBody.properties,
   retried: Type.Optional(Type.Boolean({ description: 'the request lost a worker before: it is not retried again' })),
+  submission: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9-]{1,64}$', description: 'the submitting agent\'s id of this submit call: the call asked again (its answer was lost) is not answered as a duplicate' })),
 }, { additionalProperties: false })
 
 /**

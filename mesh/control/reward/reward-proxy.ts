@@ -217,6 +217,8 @@ interface ProxyRequest {
   payload: unknown
   digest: string
   submitter: string
+  /** The submitting agent's id of the submit call (LeaderSubmitBody.submission). */
+  submission: string | undefined
   arrivedMs: number
   stage: number
   state: RequestState
@@ -465,7 +467,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       finished: new Map(), ranHere: false, completed: true, arrived: true, cancelled: false, lastActivityMs: now(),
     }
     const r: ProxyRequest = {
-      id: result.requestId, batch, payload: undefined, digest, submitter: '', arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
+      id: result.requestId, batch, payload: undefined, digest, submitter: '', submission: undefined, arrivedMs: now(), stage: stages.length - 1, state: 'done', input: undefined,
       attempt: 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
       stageMs: stages.map(() => 0), result, finishedMs: now(), fetchedMs: undefined,
     }
@@ -537,7 +539,9 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         if (known.digest !== digest) {
           throw new AgentError('ERR_REWARD_CONFLICT', `request ${b.requestId} was submitted before with another task, batch or payload (task ${known.batch.task}, batch ${known.batch.index})`)
         }
-        return { requestId: b.requestId, state: known.state, duplicate: true, ...(known.result !== undefined ? { result: known.result } : {}) }
+        // The same submit call asked again (its answer was lost on the way back) is no duplicate to its trainer.
+        const duplicate = b.submission === undefined || known.submission !== b.submission || known.submitter !== submitter
+        return { requestId: b.requestId, state: known.state, duplicate, ...(known.result !== undefined ? { result: known.result } : {}) }
       }
       if (requests.size >= options.maxPendingRequests) throw new AgentError('ERR_REWARD_FULL', `the reward proxy holds ${requests.size} requests (reward.maxPendingRequests); retry later`)
       let batch = batches.get(batchKey(b.task, b.batch))
@@ -553,7 +557,7 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
         throw new AgentError('ERR_BAD_REQUEST', `batch ${b.batch} of task ${b.task} already has its ${batch.size} requests`)
       }
       const r: ProxyRequest = {
-        id: b.requestId, batch, payload: b.payload, digest, submitter, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
+        id: b.requestId, batch, payload: b.payload, digest, submitter, submission: b.submission, arrivedMs: now(), stage: 0, state: 'queued', input: undefined,
         attempt: b.retried === true ? 2 : 1, excludeWorker: undefined, queueEntry: undefined, enqueuedMs: 0, lease: undefined,
         stageMs: stages.map(() => 0), result: undefined, finishedMs: 0, fetchedMs: undefined,
       }

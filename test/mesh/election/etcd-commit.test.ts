@@ -1,8 +1,13 @@
 // The etcd backend keeps the desired state in etcd (real etcd, real agents on loopback): a job is
 // acknowledged once etcd holds the decision, a new leader starts from etcd's copy after the old one is
-// killed, and a write guarded by a campaign key that is gone changes nothing.
-import t from 'tap'
-import { backendSkip, startBackendCluster, waitForLeader } from '../../helpers/test-election.ts'
+// killed, and a write guarded by a campaign key that is gone changes nothing; a new leader that cannot
+// read etcd's copy yet decides nothing.
+import t, { type Test } from 'tap'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { backendSkip, decisionViolations, startBackendCluster, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
+import { startEtcd } from '../../helpers/etcd-process.ts'
 import { createEtcdClient } from '../../../mesh/election/etcd-client.ts'
 import { parseSnapshot } from '../../../mesh/election/replicated-log.ts'
 import { jepsenJob } from '../../helpers/jepsen.ts'
@@ -32,4 +37,74 @@ t.test('etcd backend: decisions are committed to etcd; a new leader continues fr
   const guard = await etcd.putIfGuard('/agentd/election.desired', '{"forged":true}', '/agentd/election/no-such-campaign', 12345)
   t.equal(guard.written, false, 'a write guarded by a campaign key that does not exist is refused')
   t.notMatch((await etcd.get('/agentd/election.desired'))!.value, /forged/, 'and the desired state is unchanged')
+})
+
+/**
+ * An HTTP proxy in front of the test etcd that can hold reads of one key unanswered (an etcd that is
+ * slow to answer them: restarting, overloaded); every other request passes through.
+ */
+async function startEtcdProxy (t: Test, target: string): Promise<{ endpoint: string, hold(key: string): void, release(): void, heldReads(): number }> {
+  let held: { key: string, released: PromiseWithResolvers<void> } | undefined
+  let heldReads = 0
+  const server = createServer((req, res) => {
+    void (async () => {
+      const chunks: Buffer[] = []
+      for await (const c of req) chunks.push(c as Buffer)
+      const body = Buffer.concat(chunks)
+      const h = held
+      if (h !== undefined && req.url === '/v3/kv/range' && (JSON.parse(body.toString()) as { key?: string }).key === Buffer.from(h.key).toString('base64')) {
+        heldReads++
+        await h.released.promise
+      }
+      const answer = await fetch(`${target}${req.url}`, { method: req.method, headers: { 'content-type': 'application/json' }, body })
+      res.writeHead(answer.status, { 'content-type': 'application/json' })
+      res.end(await answer.text())
+    })().catch(() => res.destroy())
+  })
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { held?.released.resolve(); server.closeAllConnections(); server.close() })
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    hold (key) { held = { key, released: Promise.withResolvers() } },
+    release () { held?.released.resolve(); held = undefined },
+    heldReads: () => heldReads,
+  }
+}
+
+t.test('etcd backend: a new leader that cannot read the committed state yet decides nothing (it would overwrite it)', { skip: backendSkip('etcd') }, async t => {
+  const etcdProcess = await startEtcd(t)
+  const proxy = await startEtcdProxy(t, etcdProcess.endpoint)
+  const cluster = await startElectionCluster(t, { servers: 3, etcd: { endpoint: proxy.endpoint } })
+  const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
+  const follower = cluster.agents.find(a => a !== first.leader)!
+  const acknowledged = await follower.client.submitJob(jepsenJob('before-takeover'))
+
+  // The next leader's read of the committed state goes unanswered; its campaign, lease and guarded writes do not.
+  proxy.hold('/agentd/election.desired')
+  first.leader!.proc.kill('SIGKILL')
+  await first.leader!.exited
+  const survivors = cluster.agents.filter(a => a !== first.leader)
+  let next: { agent: typeof survivors[number], epoch: number } | undefined
+  for (let i = 0; i < 400 && next === undefined; i++) {
+    for (const a of survivors) {
+      const v = await a.client.leader()
+      if (v.self === 'leader' && v.epoch > first.epoch) next = { agent: a, epoch: v.epoch }
+    }
+    if (next === undefined) await sleep(25)
+  }
+  t.ok(next !== undefined, 'a survivor won the election')
+  for (let i = 0; i < 200 && proxy.heldReads() === 0; i++) await sleep(25)
+  t.ok(proxy.heldReads() > 0, 'and tried to read the committed state')
+  t.equal((await next!.agent.client.leader()).acting, false, 'it does not say it acts before it took over')
+  const early = await next!.agent.client.decide('probe', { early: true }, { signal: AbortSignal.timeout(1500) }).then(r => r, (err: Error) => err)
+  t.ok(early instanceof Error, `a decision asked for before the take-over is not made (${early instanceof Error ? early.message : 'made'})`)
+
+  proxy.release()
+  const second = await waitForLeader(cluster.agents, survivors, 20_000, first.epoch)
+  const after = await second.leader!.client.decide('probe', { early: false })
+  t.ok(after.seq > acknowledged.decision!.seq, `the first decision after the take-over (${after.epoch}/${after.seq}) continues the committed log (${acknowledged.decision!.seq})`)
+  for (const a of survivors) {
+    t.same((await a.client.jobs()).jobs.map(j => j.id), ['before-takeover'], `${a.name} kept the acknowledged job`)
+  }
+  t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
 })

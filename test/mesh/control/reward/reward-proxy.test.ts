@@ -58,6 +58,15 @@ t.test('earliest batch first: a later batch whose estimated completion is earlie
   proxy.stop()
 })
 
+t.test('a duplicate is a request submitted before by another call: the same call asked again is not one', async t => {
+  const { proxy } = proxyWith({})
+  proxy.submit({ task: 't', batch: 9, batchSize: 1, requestId: 's', payload: 1, submission: 'call-1' }, 'x')
+  t.match(proxy.submit({ task: 't', batch: 9, requestId: 's', payload: 1, submission: 'call-1' }, 'x'), { duplicate: false }, 'the same submit call asked again (answer lost) is not a duplicate')
+  t.match(proxy.submit({ task: 't', batch: 9, requestId: 's', payload: 1, submission: 'call-2' }, 'x'), { duplicate: true }, 'another call of the same agent is')
+  t.match(proxy.submit({ task: 't', batch: 9, requestId: 's', payload: 1, submission: 'call-1' }, 'y'), { duplicate: true }, 'and so is the same id from another agent')
+  t.throws(() => proxy.submit({ task: 't', batch: 9, requestId: 's', payload: 1, submission: 'bad id!' }, 'x'), { code: 'ERR_BAD_REQUEST', message: /submission/ })
+})
+
 t.test('idempotent submit; conflicts, bad input and a full proxy are refused without state', async t => {
   const { proxy } = proxyWith({ maxPendingRequests: 5 })
   t.throws(() => proxy.submit({ task: 't', batch: 0, requestId: 'a', payload: 1 }, 'x'), { code: 'ERR_BAD_REQUEST', message: /batch-start hint/ })
