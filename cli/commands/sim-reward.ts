@@ -14,13 +14,14 @@ import { formatTable } from './table.ts'
 
 export const simRewardCommand: Command = {
   summary: 'replay a reward trace through a scaling policy (local, no agent)',
-  usage: `--trace F --policy ${rewardPolicyNames.join('|')} [--worker-start-ms N] [--keep-warm-ms N] [--start-concurrency N]`,
+  usage: `--trace F --policy ${rewardPolicyNames.join('|')} [--worker-start-ms N] [--keep-warm-ms N] [--start-concurrency N] [--dispatch-ms N]`,
   options: {
     trace: { type: 'string', value: 'F', description: 'the reward trace, JSON (mesh/sim/reward-trace.ts; agentctl sim trace reward makes one)', complete: 'file' },
     policy: { type: 'string', description: 'the scaling policy: DistRS\'s (distrs) or a baseline', complete: rewardPolicyNames },
     'worker-start-ms': { type: 'string', value: 'N', description: 'a worker\'s start-up time, from its start to its first request (default 0: workers are there when a decision wants them, DistRS\'s model); above 0 the replay also decides at each batch\'s start hint, as the live service does' },
     'keep-warm-ms': { type: 'string', value: 'N', description: 'how long a worker no longer wanted keeps serving (and counting) before it stops, like the agent\'s reward.workerKeepWarmMs (default 0)' },
     'start-concurrency': { type: 'string', value: 'N', description: 'workers starting at once, like the agent\'s reward.workerStartConcurrency (default: no limit)' },
+    'dispatch-ms': { type: 'string', value: 'N', description: 'what the live service adds to each stage a request runs: the worker\'s fetch answer, its completion report, the hand-off (default 0)' },
   },
   examples: [
     { what: 'replay a generated trace under DistRS\'s policy', run: 'agentctl sim reward --trace reward.json --policy distrs' },
@@ -42,7 +43,7 @@ export const simRewardCommand: Command = {
 function workerLifecycleFlags (values: Record<string, unknown>): WorkerLifecycle {
   const ms = (name: string): number => integerFlag('sim reward', values[name], name, 0, 0) / 1000
   const concurrency = values['start-concurrency'] === undefined ? idealWorkers.startConcurrency : integerFlag('sim reward', values['start-concurrency'], 'start-concurrency', 1)
-  return { startS: ms('worker-start-ms'), keepWarmS: ms('keep-warm-ms'), startConcurrency: concurrency }
+  return { startS: ms('worker-start-ms'), keepWarmS: ms('keep-warm-ms'), startConcurrency: concurrency, dispatchS: ms('dispatch-ms') }
 }
 
 export function renderRewardSimulation (result: RewardSimulationResult): string {

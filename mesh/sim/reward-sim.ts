@@ -22,7 +22,8 @@
  *   until the first arrival, and is not made: a batch joins the planner's
  *   snapshot when it arrives. With the live life cycle (start-up time,
  *   keep-warm, start pacing: stage-workers.ts) the replay decides at the hint
- *   and the batch joins the snapshot then, as live. Workers are whole, one
+ *   and the batch joins the snapshot then, as live; its dispatch overhead
+ *   lengthens every stage a request runs. Workers are whole, one
  *   request at a time, and never preempted: a stage scaled below its busy
  *   workers keeps them until their requests finish, and they count as
  *   allocated until then.
@@ -137,6 +138,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const lifecycle = options.workers !== undefined ? checkWorkerLifecycle(options.workers) : idealWorkers
   const pacer = createStartPacer(queue, lifecycle)
   const decidesAtHint = lifecycle.startS > 0
+  const dispatchS = lifecycle.dispatchS ?? 0
 
   for (const task of trace.tasks) {
     history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests)
@@ -234,7 +236,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
       workers.take()
       request.state = 'running'
       request.startedS = queue.nowS
-      queue.after(request.stageS[k]!, () => {
+      queue.after(request.stageS[k]! + dispatchS, () => {
         workers.release()
         scheduleDispatch(pool, k)
         advance(request, k + 1)

@@ -6,7 +6,8 @@
  * - Ideal (`idealWorkers`, the DistRS model): a worker exists the moment a
  *   decision wants it and is gone the moment one does not (a busy one still
  *   finishes its request and counts until then).
- * - Live (`WorkerLifecycle` with startS, keepWarmS, startConcurrency): a
+ * - Live (`WorkerLifecycle` with startS, keepWarmS, startConcurrency,
+ *   dispatchS): a
  *   wanted worker starts `startS` after a start slot frees (at most
  *   `startConcurrency` start at once across the node: StartPacer); one no
  *   longer wanted turns warm: it still serves its stage's queue and counts as
@@ -32,6 +33,12 @@ export interface WorkerLifecycle {
   keepWarmS: number
   /** Workers starting at once on the node; Infinity for no limit. */
   startConcurrency: number
+  /**
+   * Seconds the live service adds to each stage a request runs: the worker's
+   * fetch answer, its completion report and the hand-off to the next stage,
+   * during which the worker is busy. Default 0 (DistRS's model).
+   */
+  dispatchS?: number
 }
 
 export const idealWorkers: WorkerLifecycle = { startS: 0, keepWarmS: 0, startConcurrency: Infinity }
@@ -44,6 +51,8 @@ export function checkWorkerLifecycle (lifecycle: WorkerLifecycle): WorkerLifecyc
   if (!(startConcurrency === Infinity || (Number.isInteger(startConcurrency) && startConcurrency >= 1))) {
     throw new RangeError(`start concurrency must be a whole number >= 1, got ${startConcurrency}`)
   }
+  const dispatchS = lifecycle.dispatchS ?? 0
+  if (!(Number.isFinite(dispatchS) && dispatchS >= 0)) throw new RangeError(`dispatch overhead must be a finite number of seconds >= 0, got ${dispatchS}`)
   return lifecycle
 }
 

@@ -11,10 +11,13 @@
  *
  * Two predictions: DistRS's model (workers there when a decision wants them)
  * and the live model (`agentctl sim reward --worker-start-ms --keep-warm-ms
- * --start-concurrency`: the supervisor's keep-warm and start pacing, and a
- * worker start-up time measured in the same run: the median of five Python
- * processes that import the worker's client and ask the agent once, what a
- * worker does before its first fetch). The goal is against the live model.
+ * --start-concurrency --dispatch-ms`: the supervisor's keep-warm and start
+ * pacing, and two figures measured in the same run: a worker's start-up time,
+ * the median of five Python processes that import the worker's client and ask
+ * the agent once, what a worker does before its first fetch; and the dispatch
+ * overhead per stage, the median of eight calibration requests run one at a
+ * time on warm workers, submit to result less their stage time, per stage).
+ * The goal is against the live model.
  *
  * The trace is `agentctl sim trace reward` (--tasks, --batch, --iterations,
  * --seed) with every time divided by --scale (so a run takes about a minute)
@@ -38,7 +41,7 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { repoRoot } from '../helpers/agent-process.ts'
-import { startTestMesh } from '../helpers/test-mesh.ts'
+import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
 import { python } from '../helpers/python.ts'
 import { generateRewardTrace } from '../../mesh/sim/reward-trace-generator.ts'
 import { simulateRewardService } from '../../mesh/sim/reward-sim.ts'
@@ -94,6 +97,27 @@ function measureWorkerStartS (socketPath: string): number {
   }))
 }
 
+/**
+ * Seconds the live service adds to each stage a request runs, with warm workers: a calibration task's
+ * requests (1 ms per stage) one at a time, each from its submit to its result, less its stage time,
+ * over its stages; median of 8, after a first batch that started the workers.
+ */
+async function measureDispatchS (agent: MeshAgent): Promise<number> {
+  const stageMs = Object.fromEntries(trace.stages.map(st => [st.name, 1]))
+  const run = async (batch: number, id: string): Promise<number> => {
+    const began = performance.now()
+    await agent.client.rewardSubmit({ task: 'calibration', batch, requestId: id, payload: { stageMs, reward: 1 } })
+    for (;;) if ((await agent.client.rewardResult(id, 20_000)).state === 'done') break
+    return (performance.now() - began - trace.stages.length) / 1000 / trace.stages.length
+  }
+  await agent.client.rewardBatchStart({ task: 'calibration', batch: 0, size: 2 })
+  await Promise.all([0, 1].map(i => run(0, `calibration-0-${i}`)))
+  await agent.client.rewardBatchStart({ task: 'calibration', batch: 1, size: 8 })
+  const overheads: number[] = []
+  for (let i = 0; i < 8; i++) overheads.push(await run(1, `calibration-1-${i}`))
+  return median(overheads)
+}
+
 const gpus = Array.from({ length: cores }, (_, i) => ({ model: 'stand-in', memoryBytes: 2 ** 30, uuid: `GPU-${i}`, pciBus: `0000:${(i + 1).toString(16).padStart(2, '0')}:00.0` }))
 const stages = trace.stages.map(s => ({ name: s.name, resource: s.resource, command: [python, join(repoRoot, 'agent/reward/examples/reward-worker.py')], coresPerWorker: 1, timeoutMs: Math.round(s.timeoutS * 1000), cost: s.cost }))
 const teardowns: Array<() => unknown> = []
@@ -104,13 +128,16 @@ try {
   })
   const agent = mesh.agents[0]!
   const workerStartS = measureWorkerStartS(agent.socketPath)
-  const ideal = simulate()
-  const sim = simulate({ startS: workerStartS, keepWarmS: keepWarmMs / 1000, startConcurrency })
-  const simDelay = new Map(sim.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
-  const idealDelay = new Map(ideal.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
   for (const deadline = performance.now() + 60_000; !(await agent.client.leader().catch(() => undefined))?.acting; await sleep(100)) {
     if (performance.now() > deadline) throw new Error('the dev agent does not lead')
   }
+  const dispatchS = await measureDispatchS(agent)
+  const ideal = simulate()
+  const sim = simulate({ startS: workerStartS, keepWarmS: keepWarmMs / 1000, startConcurrency, dispatchS })
+  const simDelay = new Map(sim.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
+  const idealDelay = new Map(ideal.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
+  // The calibration's workers are gone before the replay starts (they would count as held).
+  await sleep(keepWarmMs + 500)
   const t0 = performance.now() + 500
   const clock = (): number => (performance.now() - t0) / 1000
   const at = async (s: number): Promise<void> => { const wait = t0 + s * 1000 - performance.now(); if (wait > 0) await sleep(wait) }
@@ -155,7 +182,7 @@ try {
   const idealDelays = compared.map(k => idealDelay.get(k)!)
   for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${simDelay.get(k)!.toFixed(3)} s, DistRS model ${idealDelay.get(k)!.toFixed(3)} s`)
   const extra = mean(liveDelays) - mean(simDelays)
-  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once; ${compared.length} batches compared`)
+  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage (measured); ${compared.length} batches compared`)
   console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)} (the replayed batches)`)
   console.log(`extra delay: live mean ${mean(liveDelays).toFixed(3)} s (max ${Math.max(...liveDelays).toFixed(3)}), live model mean ${mean(simDelays).toFixed(3)} s (max ${Math.max(...simDelays).toFixed(3)}), DistRS model mean ${mean(idealDelays).toFixed(3)} s; live over the live model ${extra.toFixed(3)} s = ${(100 * extra / Math.max(1e-9, mean(simDelays))).toFixed(0)} % of the prediction (goal within 20 %), ${(100 * extra / trace.maxExtraDelayS).toFixed(0)} % of D`)
 } finally {

@@ -26,6 +26,14 @@ t.test('static workers: completion, extra delay and worker-seconds by hand', asy
   t.match(result.planner, { calls: 2, maxRequests: 0 })
 })
 
+t.test('the live dispatch overhead lengthens every stage a request runs, the worker busy meanwhile', async t => {
+  const result = simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'), { workers: { startS: 0, keepWarmS: 0, startConcurrency: Infinity, dispatchS: 0.25 } })
+  // 100.5–102.75 ×2, 102.75–104 ×2, 104–108.25: T = 106.5 as without overhead.
+  t.same(result.batches, [{ task: 'a', index: 1, earliestS: 106.5, completedS: 108.25, extraDelayS: 1.75 }])
+  t.equal(result.cpuSeconds, 2 * 7.75)
+  t.throws(() => simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'), { workers: { startS: 0, keepWarmS: 0, startConcurrency: 1, dispatchS: -0.1 } }), /dispatch overhead .* got -0.1/)
+})
+
 t.test('distrs decides when the batch arrives (its first request) and when it completes', async t => {
   const records: DecisionRecord[] = []
   const result = simulateRewardService(handTrace, createRewardScalingPolicy('distrs'), { onDecision: r => records.push(r) })
