@@ -141,7 +141,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const dispatchS = lifecycle.dispatchS ?? 0
 
   for (const task of trace.tasks) {
-    history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests)
+    history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests, dispatchS)
     for (const [index, recorded] of task.batches.entries()) {
       if (index === 0) continue
       const batch: SimBatch = {
@@ -247,7 +247,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   function completeBatch (batch: SimBatch): void {
     batch.completedS = queue.nowS
     active.splice(active.indexOf(batch), 1)
-    history[batch.task] = historyOf(batch.startS, batch.requests)
+    history[batch.task] = historyOf(batch.startS, batch.requests, dispatchS)
     decide('batch-complete', batch)
   }
 
@@ -352,8 +352,13 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   }
 }
 
-function historyOf (startS: number, requests: ReadonlyArray<{ arrivalS: number, stageS: readonly number[] }>): BatchHistory {
-  return { requests: requests.map(r => ({ offsetS: r.arrivalS - startS, stageS: r.stageS })) }
+/**
+ * A batch's history as the planner sees it. Live, a stage's time is measured
+ * from the worker's lease to its completion report, so it includes the
+ * dispatch overhead of every stage the request ran.
+ */
+function historyOf (startS: number, requests: ReadonlyArray<{ arrivalS: number, stageS: readonly number[] }>, dispatchS: number): BatchHistory {
+  return { requests: requests.map(r => ({ offsetS: r.arrivalS - startS, stageS: dispatchS === 0 ? r.stageS : r.stageS.map(s => s > 0 ? s + dispatchS : 0) })) }
 }
 
 function sum (values: readonly number[]): number {

@@ -36,7 +36,9 @@ export interface WorkerLifecycle {
   /**
    * Seconds the live service adds to each stage a request runs: the worker's
    * fetch answer, its completion report and the hand-off to the next stage,
-   * during which the worker is busy. Default 0 (DistRS's model).
+   * during which the worker is busy; the planner's history of a batch holds
+   * it too (live measures a stage from lease to report). Default 0 (DistRS's
+   * model).
    */
   dispatchS?: number
 }

@@ -15,9 +15,12 @@
  * pacing, and two figures measured in the same run: a worker's start-up time,
  * the median of five Python processes that import the worker's client and ask
  * the agent once, what a worker does before its first fetch; and the dispatch
- * overhead per stage, the median of eight calibration requests run one at a
- * time on warm workers, submit to result less their stage time, per stage).
- * The goal is against the live model.
+ * overhead per stage, from calibration requests run one at a time on warm
+ * workers through one stage and through all (measureDispatch below)).
+ * Each prediction is the mean over 8 planner seeds: DistRS's search samples,
+ * and near a threshold one seed's plan differs from another's by a GPU worker
+ * (a batch's extra delay then by half a second either way); the live
+ * planner's seed is its own. The goal is against the live model.
  *
  * The trace is `agentctl sim trace reward` (--tasks, --batch, --iterations,
  * --seed) with every time divided by --scale (so a run takes about a minute)
@@ -84,7 +87,15 @@ function scaledTrace (): RewardTrace {
 const trace = scaledTrace()
 /** The agent's reward.workerStartConcurrency (default). */
 const startConcurrency = 4
-const simulate = (workers?: WorkerLifecycle) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: 1, workers })
+/** Planner seeds a prediction averages over: DistRS's search samples, and one seed's plan can differ from another's by a GPU worker. */
+const plannerSeeds = 8
+/** The replay's prediction: per batch extra delay and worker-seconds, each the mean over plannerSeeds seeds. */
+function predict (workers?: WorkerLifecycle): { delay: Map<string, number>, cpuSeconds: number, gpuSeconds: number } {
+  const runs = Array.from({ length: plannerSeeds }, (_, i) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: i + 1, workers }))
+  const meanOf = (f: (r: typeof runs[number]) => number): number => runs.reduce((sum, r) => sum + f(r), 0) / runs.length
+  const delay = new Map(runs[0]!.batches.map((b, i) => [`${b.task}#${b.index}`, meanOf(r => r.batches[i]!.extraDelayS)]))
+  return { delay, cpuSeconds: meanOf(r => r.cpuSeconds), gpuSeconds: meanOf(r => r.gpuSeconds) }
+}
 
 /** Seconds a Python process takes to start, import the worker's client and get one answer from the agent: median of 5. */
 function measureWorkerStartS (socketPath: string): number {
@@ -98,24 +109,33 @@ function measureWorkerStartS (socketPath: string): number {
 }
 
 /**
- * Seconds the live service adds to each stage a request runs, with warm workers: a calibration task's
- * requests (1 ms per stage) one at a time, each from its submit to its result, less its stage time,
- * over its stages; median of 8, after a first batch that started the workers.
+ * What the live service adds to a request with warm workers, from a calibration task's requests (1 ms
+ * per stage) run one at a time, each timed from its submit to its result: `perStageS`, the difference
+ * between the medians of requests through every stage and through the first only, over the stages
+ * added (fetch answer, completion report, hand-off: what a batch's last request pays at each stage);
+ * `fixedS`, the rest of a one-stage request (submit and result calls). Sixteen of each, interleaved,
+ * after a first batch that started the workers.
  */
-async function measureDispatchS (agent: MeshAgent): Promise<number> {
-  const stageMs = Object.fromEntries(trace.stages.map(st => [st.name, 1]))
-  const run = async (batch: number, id: string): Promise<number> => {
+async function measureDispatch (agent: MeshAgent): Promise<{ perStageS: number, fixedS: number }> {
+  const first = trace.stages[0]!.name
+  const run = async (batch: number, id: string, stages: number): Promise<number> => {
+    const payload = { stageMs: Object.fromEntries(trace.stages.map((st, j) => [st.name, j < stages ? 1 : 0])), reward: 1, ...(stages === 1 ? { endAt: first } : {}) }
     const began = performance.now()
-    await agent.client.rewardSubmit({ task: 'calibration', batch, requestId: id, payload: { stageMs, reward: 1 } })
+    await agent.client.rewardSubmit({ task: 'calibration', batch, requestId: id, payload })
     for (;;) if ((await agent.client.rewardResult(id, 20_000)).state === 'done') break
-    return (performance.now() - began - trace.stages.length) / 1000 / trace.stages.length
+    return (performance.now() - began - stages) / 1000
   }
   await agent.client.rewardBatchStart({ task: 'calibration', batch: 0, size: 2 })
-  await Promise.all([0, 1].map(i => run(0, `calibration-0-${i}`)))
-  await agent.client.rewardBatchStart({ task: 'calibration', batch: 1, size: 8 })
-  const overheads: number[] = []
-  for (let i = 0; i < 8; i++) overheads.push(await run(1, `calibration-1-${i}`))
-  return median(overheads)
+  await Promise.all([0, 1].map(i => run(0, `calibration-0-${i}`, trace.stages.length)))
+  await agent.client.rewardBatchStart({ task: 'calibration', batch: 1, size: 32 })
+  const one: number[] = []
+  const all: number[] = []
+  for (let i = 0; i < 16; i++) {
+    one.push(await run(1, `calibration-1-one-${i}`, 1))
+    all.push(await run(1, `calibration-1-all-${i}`, trace.stages.length))
+  }
+  const perStageS = Math.max(0, (median(all) - median(one)) / Math.max(1, trace.stages.length - 1))
+  return { perStageS, fixedS: Math.max(0, median(one) - perStageS) }
 }
 
 const gpus = Array.from({ length: cores }, (_, i) => ({ model: 'stand-in', memoryBytes: 2 ** 30, uuid: `GPU-${i}`, pciBus: `0000:${(i + 1).toString(16).padStart(2, '0')}:00.0` }))
@@ -131,11 +151,12 @@ try {
   for (const deadline = performance.now() + 60_000; !(await agent.client.leader().catch(() => undefined))?.acting; await sleep(100)) {
     if (performance.now() > deadline) throw new Error('the dev agent does not lead')
   }
-  const dispatchS = await measureDispatchS(agent)
-  const ideal = simulate()
-  const sim = simulate({ startS: workerStartS, keepWarmS: keepWarmMs / 1000, startConcurrency, dispatchS })
-  const simDelay = new Map(sim.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
-  const idealDelay = new Map(ideal.batches.map(b => [`${b.task}#${b.index}`, b.extraDelayS]))
+  const dispatch = await measureDispatch(agent)
+  const dispatchS = dispatch.perStageS
+  const ideal = predict()
+  const sim = predict({ startS: workerStartS, keepWarmS: keepWarmMs / 1000, startConcurrency, dispatchS })
+  const simDelay = sim.delay
+  const idealDelay = ideal.delay
   // The calibration's workers are gone before the replay starts (they would count as held).
   await sleep(keepWarmMs + 500)
   const t0 = performance.now() + 500
@@ -182,7 +203,7 @@ try {
   const idealDelays = compared.map(k => idealDelay.get(k)!)
   for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${simDelay.get(k)!.toFixed(3)} s, DistRS model ${idealDelay.get(k)!.toFixed(3)} s`)
   const extra = mean(liveDelays) - mean(simDelays)
-  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage (measured); ${compared.length} batches compared`)
+  console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage and ${(dispatch.fixedS * 1000).toFixed(1)} ms per request (measured); ${compared.length} batches compared`)
   console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)} (the replayed batches)`)
   console.log(`extra delay: live mean ${mean(liveDelays).toFixed(3)} s (max ${Math.max(...liveDelays).toFixed(3)}), live model mean ${mean(simDelays).toFixed(3)} s (max ${Math.max(...simDelays).toFixed(3)}), DistRS model mean ${mean(idealDelays).toFixed(3)} s; live over the live model ${extra.toFixed(3)} s = ${(100 * extra / Math.max(1e-9, mean(simDelays))).toFixed(0)} % of the prediction (goal within 20 %), ${(100 * extra / trace.maxExtraDelayS).toFixed(0)} % of D`)
 } finally {

@@ -27,10 +27,14 @@ t.test('static workers: completion, extra delay and worker-seconds by hand', asy
 })
 
 t.test('the live dispatch overhead lengthens every stage a request runs, the worker busy meanwhile', async t => {
-  const result = simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'), { workers: { startS: 0, keepWarmS: 0, startConcurrency: Infinity, dispatchS: 0.25 } })
+  const seen: number[][] = []
+  const fixed = staticAllocationPolicy([2], 'fcfs')
+  const recording: RewardScalingPolicy = { ...fixed, decide: s => { seen.push(s.history.a!.requests.map(r => r.stageS[0]!)); return fixed.decide(s) } }
+  const result = simulateRewardService(handTrace, recording, { workers: { startS: 0, keepWarmS: 0, startConcurrency: Infinity, dispatchS: 0.25 } })
   // 100.5–102.75 ×2, 102.75–104 ×2, 104–108.25: T = 106.5 as without overhead.
   t.same(result.batches, [{ task: 'a', index: 1, earliestS: 106.5, completedS: 108.25, extraDelayS: 1.75 }])
   t.equal(result.cpuSeconds, 2 * 7.75)
+  t.same(seen[0], [2.25, 2.25, 1.25, 1.25, 4.25], 'the planner\'s history holds stage times as live measures them, overhead included')
   t.throws(() => simulateRewardService(handTrace, staticAllocationPolicy([2], 'fcfs'), { workers: { startS: 0, keepWarmS: 0, startConcurrency: 1, dispatchS: -0.1 } }), /dispatch overhead .* got -0.1/)
 })
 
