@@ -38,7 +38,10 @@
  * create revision it leads (a deposed leader's write fails: its key went with
  * its lease), one write at a time, newest snapshot last; a decision is
  * acknowledged once etcd answered the write. A new leader starts from that
- * key (committedBase), never from its own copy.
+ * key (committedBase), never from its own copy; also when the key was
+ * written under another cluster id (etcd restored from a snapshot into a new
+ * cluster): the state belongs to this prefix, and dropping it would lose every
+ * acknowledged decision.
  *
  * Fencing domain: voterSetId = SHA-256("etcd", cluster id, prefix), so two
  * elections on one etcd cluster (different prefixes) never accept each
@@ -286,9 +289,10 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
         throw new AgentError('ERR_ELECTION_STATE', `etcd key ${desiredKey} holds no valid desired state: ${(err as Error).message}`, { cause: err })
       }
       if (s.voterSetId === voterSetId) return s
-      // Another fencing domain's state (etcd restored into a new cluster, whose id differs): its decisions are not ours.
-      log.warn({ key: desiredKey, stored: s.voterSetId, voterSetId, storedSeq: s.seq }, 'etcd holds the desired state of another voter set (another etcd cluster id or prefix): starting from the empty log')
-      return undefined
+      // Written under our prefix by a leader of another etcd cluster id: this cluster's state restored into a
+      // new etcd cluster (a snapshot restore gives it a new id). Continued in this domain, not dropped.
+      log.warn({ key: desiredKey, stored: s.voterSetId, voterSetId, storedSeq: s.seq }, 'etcd holds a desired state written under another etcd cluster id (restored from a snapshot?): continuing from it')
+      return { ...s, voterSetId }
     },
   }
 }

@@ -1,7 +1,7 @@
 // The etcd backend keeps the desired state in etcd (real etcd, real agents on loopback): a job is
 // acknowledged once etcd holds the decision, a new leader starts from etcd's copy after the old one is
 // killed, and a write guarded by a campaign key that is gone changes nothing; a new leader that cannot
-// read etcd's copy yet decides nothing.
+// read etcd's copy yet decides nothing; and a state restored into a new etcd cluster is continued.
 import t, { type Test } from 'tap'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -43,7 +43,8 @@ t.test('etcd backend: decisions are committed to etcd; a new leader continues fr
  * An HTTP proxy in front of the test etcd that can hold reads of one key unanswered (an etcd that is
  * slow to answer them: restarting, overloaded); every other request passes through.
  */
-async function startEtcdProxy (t: Test, target: string): Promise<{ endpoint: string, hold(key: string): void, release(): void, heldReads(): number }> {
+async function startEtcdProxy (t: Test, initialTarget: string): Promise<{ endpoint: string, hold(key: string): void, release(): void, heldReads(): number, retarget(endpoint: string): void }> {
+  let target = initialTarget
   let held: { key: string, released: PromiseWithResolvers<void> } | undefined
   let heldReads = 0
   const server = createServer((req, res) => {
@@ -68,6 +69,8 @@ async function startEtcdProxy (t: Test, target: string): Promise<{ endpoint: str
     hold (key) { held = { key, released: Promise.withResolvers() } },
     release () { held?.released.resolve(); held = undefined },
     heldReads: () => heldReads,
+    /** Sends every later request to another etcd (the agents keep their endpoint). */
+    retarget (endpoint) { target = endpoint },
   }
 }
 
@@ -105,6 +108,47 @@ t.test('etcd backend: a new leader that cannot read the committed state yet deci
   t.ok(after.seq > acknowledged.decision!.seq, `the first decision after the take-over (${after.epoch}/${after.seq}) continues the committed log (${acknowledged.decision!.seq})`)
   for (const a of survivors) {
     t.same((await a.client.jobs()).jobs.map(j => j.id), ['before-takeover'], `${a.name} kept the acknowledged job`)
+  }
+  t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
+})
+
+t.test('etcd backend: the desired state restored into a new etcd cluster (another cluster id) is continued, not dropped', { skip: backendSkip('etcd') }, async t => {
+  const before = await startEtcd(t)
+  const proxy = await startEtcdProxy(t, before.endpoint)
+  const cluster = await startElectionCluster(t, { servers: 3, etcd: { endpoint: proxy.endpoint } })
+  const first = { ...await waitForLeader(cluster.agents, cluster.agents, 20_000), voterSetId: (await cluster.agents[0]!.client.leader()).voterSetId }
+  await cluster.agents[0]!.client.submitJob(jepsenJob('before-restore'))
+  const desiredKey = '/agentd/election.desired'
+  const old = createEtcdClient({ endpoints: [before.endpoint], requestTimeoutMs: 2000 })
+  const stored = (await old.get(desiredKey))!
+
+  // The restore: a new etcd cluster (its own cluster id) holding the desired state; the campaigns' leases are gone.
+  const after = await startEtcd(t)
+  const restored = createEtcdClient({ endpoints: [after.endpoint], requestTimeoutMs: 2000 })
+  t.not((await restored.status()).clusterId, (await old.status()).clusterId, 'the new etcd cluster has another cluster id')
+  await restored.createIfAbsent(desiredKey, stored.value, '0')
+  proxy.retarget(after.endpoint)
+  await before.kill()
+
+  // Every agent learns the new cluster id (a new fencing domain), then elects in it.
+  for (let i = 0; i < 400; i++) {
+    const views = await Promise.all(cluster.agents.map(a => a.client.leader()))
+    if (views.every(v => v.voterSetId !== '' && v.voterSetId !== first.voterSetId)) break
+    await sleep(25)
+  }
+  const second = await waitForLeader(cluster.agents, cluster.agents, 30_000)
+  t.comment(`leader ${first.leaderId.slice(-6)} epoch ${first.epoch} before, ${second.leaderId.slice(-6)} epoch ${second.epoch} after`)
+  const acknowledged = await second.leader!.client.submitJob(jepsenJob('after-restore'))
+  t.ok(acknowledged.decision!.seq > 2, `the first job after the restore is decision ${acknowledged.decision!.seq}, after the restored ones`)
+  for (const a of cluster.agents) {
+    // Applied everywhere within a republish interval or two.
+    let ids: string[] = []
+    for (let i = 0; i < 200; i++) {
+      ids = (await a.client.jobs()).jobs.map(j => j.id).sort()
+      if (ids.length >= 2) break
+      await sleep(25)
+    }
+    t.same(ids, ['after-restore', 'before-restore'], `${a.name} kept the job acknowledged before the restore`)
   }
   t.same(decisionViolations(cluster.agents), [], 'no invariant violation in any decision log')
 })
