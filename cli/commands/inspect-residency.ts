@@ -90,7 +90,7 @@ const queryOf = (query: ResidencyQuery): string => {
   return params.size > 0 ? `?${params}` : ''
 }
 
-async function fetchResidency ({ client, signal }: CommandContext, query: ResidencyQuery): Promise<ResidencyWithOwners> {
+async function fetchResidency ({ client, signal }: Pick<CommandContext, 'client' | 'signal'>, query: ResidencyQuery): Promise<ResidencyWithOwners> {
   const [residency, owners] = await Promise.all([
     client.call<ResidencyBody>('GET', `/v1/state/residency${queryOf(query)}`, undefined, { signal }),
     client.call<NamespaceOwnersBody>('GET', `/v1/state/owners${queryOf(query.prefix !== undefined ? { prefix: query.prefix } : {})}`, undefined, { signal }).catch((err: { code?: string }) => {
@@ -102,7 +102,7 @@ async function fetchResidency ({ client, signal }: CommandContext, query: Reside
 }
 
 /** The totals of the last page and every key of every page (each request is one page: the agent's loop is never held long). */
-async function fetchEveryKey (context: CommandContext, filter: ResidencyQuery): Promise<ResidencyWithOwners> {
+export async function fetchEveryKey (context: Pick<CommandContext, 'client' | 'signal'>, filter: ResidencyQuery): Promise<ResidencyWithOwners> {
   let page = await fetchResidency(context, { ...filter, limit: allPageKeys })
   const keys = [...page.keys ?? []]
   while (typeof page.nextCursor === 'string') {

@@ -4,14 +4,18 @@
  * finds in its mesh view) into its StateManager, where
  * rollout workers onload the keys. A progress bar (bytes, rate, time left) on
  * a terminal unless --quiet; --json prints { version, bytes, seconds, tensors }.
+ * --out writes what was pulled to a safetensors file; --all-ranks --out-dir
+ * writes every rank's shard file from one read of the source (writeEveryRank).
  */
 import { readFile } from 'node:fs/promises'
-import { resolve } from 'node:path'
+import { mkdir } from 'node:fs/promises'
+import { join, resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
+import type { PullBody } from '../../agent/api/wire/weights.ts'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
 import { parseKey } from '../../agent/state/keys.ts'
-import { UsageError, type Command } from './command.ts'
+import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
 import { parseVersion, readModelConfig } from './weights-publish.ts'
@@ -19,6 +23,7 @@ import { presetOptionsOf } from '../../agent/weights/model-config.ts'
 import { vocabEngines } from '../../agent/weights/reshard.ts'
 import { choiceFlag } from './flags.ts'
 import { followWeightsProgress } from './weights-progress.ts'
+import { fetchEveryKey } from './inspect-residency.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {
   if (text === undefined) return undefined
@@ -42,9 +47,43 @@ function shardMetadata (model: string, result: PullResult, layout: { tp: number,
   }
 }
 
+/**
+ * --all-ranks: every rank's shard file from the version this agent now holds
+ * whole (`whole`, one read of the source): rank by rank, the agent pulls that
+ * rank's slices from its own data server (local copies, no network), writes
+ * the file, and drops the slice keys the pull added (a slice that is a whole
+ * tensor is the version's own key, and keys held before stay), so at most one
+ * rank's slices are held beside the version.
+ */
+async function writeEveryRank (
+  { client, signal }: Pick<CommandContext, 'client' | 'signal'>,
+  o: { model: string, version: number, tp: number, dir: string, whole: PullResult, layoutOf(rank: number): PullBody['layout'], shardOf(result: PullResult, rank: number): object },
+): Promise<MaterializeResult> {
+  const own = (await client.status()).weights?.address
+  if (own === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the agent reports no weights data address: its weights subsystem is not running')
+  await mkdir(o.dir, { recursive: true })
+  // Keys held before (the version's, and any other's under its namespace) are never dropped.
+  const kept = new Set([...o.whole.keys, ...((await fetchEveryKey({ client, signal }, { namespace: `weights/${o.model}` })).keys ?? []).map(k => k.key)])
+  const written: MaterializeResult = { files: [], index: null, tensors: 0, bytes: 0 }
+  for (let rank = 0; rank < o.tp; rank++) {
+    const result = await client.weightsPull({ model: o.model, version: o.version, from: own, layout: o.layoutOf(rank) }, { signal })
+    try {
+      const path = join(o.dir, `${o.model}-v${o.version}-tp${o.tp}-rank${rank}.safetensors`)
+      const w = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { ...o.shardOf(result, rank), path, overwrite: true }, { signal, idleTimeoutMs: 0 })
+      written.files.push(...w.files)
+      written.tensors += w.tensors
+      written.bytes += w.bytes
+    } finally {
+      const added = result.keys.filter(k => !kept.has(k))
+      if (added.length > 0) await client.call('POST', '/v1/state/drop', { keys: added }, { signal })
+    }
+  }
+  return written
+}
+
 export const weightsPullCommand: Command = {
   summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
-  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--config config.json | --heads H --kv-heads K] [--engine vllm|sglang|megatron] [--streams S] [--out F.safetensors] [--quiet]',
+  usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--config config.json | --heads H --kv-heads K] [--engine vllm|sglang|megatron] [--streams S] [--out F.safetensors | --all-ranks --out-dir DIR] [--quiet]',
   options: {
     from: { type: 'string', value: 'HOST:PORT', description: 'the serving agent\'s data address; default: an alive agent that advertises the version in the mesh' },
     model: { type: 'string', value: 'M', description: 'the model\'s name' },
@@ -59,11 +98,14 @@ export const weightsPullCommand: Command = {
     engine: { type: 'string', description: 'the engine whose vocab split a preset follows (default vllm; megatron pads to 128 x tp)', complete: vocabEngines },
     streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
     out: { type: 'string', value: 'F.safetensors', description: 'also write what was pulled to this file: the whole version, or with a layout this rank\'s shard (tensors named as in the version, sliced shapes; metadata names model, version, layout, tp, rank and vocab padding)', complete: 'file' },
+    'all-ranks': { type: 'boolean', description: 'with a layout and --tp (no --rank): write every rank\'s shard into --out-dir from one read of the source (the version is pulled whole into this agent, then sliced here)' },
+    'out-dir': { type: 'string', value: 'DIR', description: 'with --all-ranks: the folder for one shard file per rank, <model>-v<version>-tp<T>-rank<R>.safetensors (created if missing)', complete: 'file' },
     quiet: { type: 'boolean', description: 'no progress bar (there is none either when stderr is not a terminal, or with --json)' },
   },
   examples: [
     { what: 'the latest version of a model, from whichever agent serves it', run: 'agentctl weights pull --model qwen3-8b' },
     { what: 'only rank 1 of 4\'s slices of version 7, from a named agent', run: 'agentctl weights pull --from 10.0.0.5:7070 --model qwen3-8b --version 7 --preset qwen --tp 4 --rank 1' },
+    { what: 'every rank\'s shard file of tp 8, from one read of the source', run: 'agentctl weights pull --model qwen3-8b --preset qwen --tp 8 --all-ranks --out-dir /srv/shards' },
   ],
   async run ({ client, values, signal, json, stderr }) {
     const from = values.from as string | undefined
@@ -79,9 +121,19 @@ export const weightsPullCommand: Command = {
     const sliced = layoutFile !== undefined || preset !== undefined
     const presetFlags = (['config', 'heads', 'kv-heads', 'engine'] as const).filter(k => values[k] !== undefined)
     if (presetFlags.length > 0 && preset === undefined) throw new UsageError(`--${presetFlags.join(', --')} shape a --preset's split; a --layout file states its own`)
-    if (sliced && (tp === undefined || rankText === undefined)) throw new UsageError('a layout needs --tp and --rank')
-    if (!sliced && (tp !== undefined || rankText !== undefined)) throw new UsageError('--tp/--rank need --layout F or --preset P')
+    const allRanks = values['all-ranks'] === true
     const out = values.out as string | undefined
+    const outDir = values['out-dir'] as string | undefined
+    if (allRanks) {
+      if (!sliced || tp === undefined) throw new UsageError('--all-ranks needs --layout F or --preset P, and --tp')
+      if (rankText !== undefined) throw new UsageError('--all-ranks writes every rank: leave out --rank')
+      if (outDir === undefined) throw new UsageError('--all-ranks needs --out-dir DIR')
+      if (out !== undefined) throw new UsageError('--out writes one file; --all-ranks writes one a rank into --out-dir')
+    } else if (outDir !== undefined) {
+      throw new UsageError('--out-dir needs --all-ranks (one rank: --rank R --out F)')
+    }
+    if (sliced && (tp === undefined || (rankText === undefined && !allRanks))) throw new UsageError('a layout needs --tp and --rank')
+    if (!sliced && (tp !== undefined || rankText !== undefined)) throw new UsageError('--tp/--rank need --layout F or --preset P')
     let rules: unknown[] | undefined
     if (layoutFile !== undefined) {
       try {
@@ -97,11 +149,16 @@ export const weightsPullCommand: Command = {
     const intermediateSize = config.intermediateSize
     const engine = values.engine !== undefined ? choiceFlag('weights pull', values.engine, 'engine', vocabEngines) : undefined
     const streams = positiveInt('streams', values.streams as string | undefined)
+    const layoutOf = (rank: number): PullBody['layout'] => ({ tp: tp!, rank, ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}), ...(intermediateSize !== undefined ? { intermediateSize } : {}), ...(engine !== undefined ? { engine } : {}) })
+    const shardOf = (result: PullResult, rank: number) => ({
+      tensors: result.keys.map((key, i) => ({ key, name: result.names[i]! })),
+      metadata: shardMetadata(model, result, { tp: tp!, rank, layout: preset ?? `rules from ${layoutFile}`, engine: engine ?? (preset !== undefined ? 'vllm' : undefined) }),
+    })
     const body = {
       model, version,
       ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
-      ...(sliced ? { layout: { tp: tp!, rank: Number(rankText), ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}), ...(intermediateSize !== undefined ? { intermediateSize } : {}), ...(engine !== undefined ? { engine } : {}) } } : {}),
+      ...(sliced && !allRanks ? { layout: layoutOf(Number(rankText)) } : {}),
     }
     const bar = followWeightsProgress(client, list => {
       const mine = list.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
@@ -115,14 +172,13 @@ export const weightsPullCommand: Command = {
     }
     let written: MaterializeResult | undefined
     if (out !== undefined) {
-      const target = sliced
-        ? { tensors: result.keys.map((key, i) => ({ key, name: result.names[i]! })), metadata: shardMetadata(model, result, { tp: tp!, rank: Number(rankText), layout: preset ?? `rules from ${layoutFile}`, engine: engine ?? (preset !== undefined ? 'vllm' : undefined) }) }
-        : { prefix: `weights/${model}/`, version: result.version }
+      const target = sliced ? shardOf(result, Number(rankText)) : { prefix: `weights/${model}/`, version: result.version }
       written = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { ...target, path: resolve(out), overwrite: true }, { signal, idleTimeoutMs: 0 })
     }
+    if (allRanks) written = await writeEveryRank({ client, signal }, { model, version: result.version, tp: tp!, dir: resolve(outDir!), whole: result, layoutOf, shardOf })
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {
-      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}) },
+      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(written !== undefined ? { files: written.files } : {}) },
       human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
         `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
         `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}` +

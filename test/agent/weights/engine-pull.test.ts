@@ -1,7 +1,7 @@
 // Resharded pulls as an engine loads them, through real agents and agentctl: head counts from the
 // model's config.json (published with the version, or given to the pull), vLLM's padded vocab split
 // with the padded shape reported, a rank whose vocab part is all padding, and the refusals.
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
@@ -11,26 +11,32 @@ import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 
 const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
 
-t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts; refusals leave nothing', { skip }, async t => {
+/** Two dev agents sharing a cluster key (16 MiB pools), a Llama-shaped model file and its config.json. */
+async function twoAgentsAndModel (t: Test, withV: boolean) {
   const dir = tempDir(t, 'agentd-w-')
   const keyFile = clusterKeyFile(dir)
   const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--set', 'weights.chunkBytes=65536', '--set', 'state.hostPoolBytes=16777216']
   const aDir = tempDir(t); const bDir = tempDir(t)
   const [a, b] = await Promise.all([spawnAgent(t, { stateDir: aDir, args: args(aDir) }), spawnAgent(t, { stateDir: bDir, args: args(bDir) })])
   const ctl = (agent: typeof a, ...words: string[]) => runNode(agentctlMain, ['--socket', agent.socketPath, ...words])
-  // 8 heads of 8, 2 kv heads, vocab 100 (vLLM pads it to 128: 16 rows a rank at tp 8, rank 7's all padding).
+  // 8 heads of 8, 2 kv heads, vocab 100 (vLLM pads it to 128).
   const hidden = 64; const heads = 8; const kvHeads = 2; const headDim = 8; const vocab = 100
   const tensors = [
     tensor('model.embed_tokens.weight', 'bf16', [vocab, hidden], 1),
     tensor('model.layers.0.self_attn.q_proj.weight', 'bf16', [heads * headDim, hidden], 2),
     tensor('model.layers.0.self_attn.k_proj.weight', 'bf16', [kvHeads * headDim, hidden], 3),
-    tensor('model.layers.0.self_attn.v_proj.weight', 'bf16', [kvHeads * headDim, hidden], 4),
+    ...(withV ? [tensor('model.layers.0.self_attn.v_proj.weight', 'bf16', [kvHeads * headDim, hidden], 4)] : []),
     tensor('model.norm.weight', 'f32', [hidden], 5),
   ]
   const model = join(dir, 'm.safetensors')
   writeSafetensors(model, tensors)
   const config = join(dir, 'config.json')
   writeFileSync(config, JSON.stringify({ model_type: 'llama', num_attention_heads: heads, num_key_value_heads: kvHeads, hidden_size: hidden, vocab_size: vocab }))
+  return { dir, a, b, ctl, hidden, tensors, model, config }
+}
+
+t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts; refusals leave nothing', { skip }, async t => {
+  const { dir, a, b, ctl, hidden, tensors, model, config } = await twoAgentsAndModel(t, true)
   const address = (await a.client.status()).weights!.address!
 
   // Without head counts anywhere, a preset refuses before moving a byte.
@@ -83,4 +89,46 @@ t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts
   t.match(Object.keys(last.paddedShapes ?? {})[0], /embed_tokens\.weight/)
   const first = await b.client.call('POST', '/v1/weights/pull', { from: address, model: 'm', version: 0, layout: { tp: 8, rank: 6, preset: 'llama', engine: 'megatron' } }) as { keys: string[], paddedShapes?: Record<string, number[]> }
   t.same(Object.values(first.paddedShapes ?? {}), [[128, hidden]], 'Megatron pads 100 to 1024 (128 × tp): 128 rows a rank, rank 6\'s all padding')
+})
+
+t.test('--all-ranks --out-dir: every rank\'s shard file from one read of the source; the slices do not stay', { skip }, async t => {
+  const { dir, a, b, ctl, hidden, tensors, model, config } = await twoAgentsAndModel(t, false)
+  t.equal((await ctl(a, 'weights', 'publish', '--model', 'm', '--from-safetensors', model, '--config', config)).code, 0)
+  const address = (await a.client.status()).weights!.address!
+
+  for (const [words, message] of [
+    [['--tp', '2', '--all-ranks'], /--all-ranks needs --out-dir DIR/],
+    [['--tp', '2', '--rank', '0', '--all-ranks', '--out-dir', dir], /--all-ranks writes every rank: leave out --rank/],
+    [['--tp', '2', '--rank', '0', '--out-dir', dir], /--out-dir needs --all-ranks/],
+    [['--all-ranks', '--out-dir', dir], /--all-ranks needs --layout F or --preset P, and --tp/],
+  ] as Array<[string[], RegExp]>) {
+    const refused = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'm', '--preset', 'llama', ...words)
+    t.equal(refused.code, 2, words.join(' '))
+    t.match(refused.stderr, message)
+  }
+
+  const outDir = join(dir, 'shards')
+  const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0', '--preset', 'llama', '--tp', '4', '--all-ranks', '--out-dir', outDir)
+  t.equal(run.code, 0, run.stderr)
+  const files = (JSON.parse(run.stdout) as { files: string[] }).files
+  t.same(files, [0, 1, 2, 3].map(r => join(outDir, `m-v0-tp4-rank${r}.safetensors`)), 'one file a rank')
+  t.equal((JSON.parse(run.stdout) as { bytes: number }).bytes, tensors.reduce((sum, x) => sum + x.data.length, 0), 'the source was read once, whole')
+  for (const [rank, file] of files.entries()) {
+    const header = await readSafetensorsHeader(file)
+    t.match(header.metadata, { 'agentd.model': 'm', 'agentd.version': '0', 'agentd.layout': 'llama', 'agentd.tp': '4', 'agentd.rank': String(rank), 'agentd.engine': 'vllm' })
+    t.same(header.tensors.map(x => [x.name, x.shape]), [
+      ['model.embed_tokens.weight', [rank < 3 ? 32 : 4, hidden]],
+      ['model.layers.0.self_attn.q_proj.weight', [16, hidden]],
+      ['model.layers.0.self_attn.k_proj.weight', [8, hidden]],
+      ['model.norm.weight', [hidden]],
+    ], `rank ${rank}: vLLM's padded vocab split (128 / 4), two q heads, the kv head it serves`)
+    const bytes = readFileSync(file)
+    const q = header.tensors[1]!
+    t.ok(bytes.subarray(header.dataStart + q.start, header.dataStart + q.end).equals(tensors[1]!.data.subarray(rank * 16 * hidden * 2, (rank + 1) * 16 * hidden * 2)), `rank ${rank}'s q heads, byte-exact`)
+    const k = header.tensors[2]!
+    const kvHead = Math.floor(rank / 2)
+    t.ok(bytes.subarray(header.dataStart + k.start, header.dataStart + k.end).equals(tensors[2]!.data.subarray(kvHead * 8 * hidden * 2, (kvHead + 1) * 8 * hidden * 2)), `rank ${rank}'s kv head ${kvHead}, replicated as vLLM does`)
+  }
+  const held = (await b.client.call('GET', '/v1/state/residency') as { keys: Array<{ key: string }> }).keys.map(k => k.key)
+  t.equal(held.length, tensors.length, 'afterwards the agent holds the version whole, and no rank\'s slices')
 })
