@@ -45,8 +45,19 @@ async function waitUntil (what: string, check: () => boolean, timeoutMs: number)
 t.test('a peer whose outbound gossip stream closed hears nothing until the watchdog hangs it up and it is dialed again', async t => {
   const a = await startNode(t)
   const b = await startNode(t)
-  await a.dial(b.getMultiaddrs()[0]!)
-  await waitUntil('a gossip stream from a to b', () => gossipOutbound(a, b).length > 0, 10_000)
+  // On a loaded machine identify can time out, and gossipsub then never opens its stream on that
+  // connection (what the watchdog repairs in the agent): the precondition dials again, at most thrice.
+  for (let attempt = 1; ; attempt++) {
+    await a.dial(b.getMultiaddrs()[0]!)
+    try {
+      await waitUntil('a gossip stream from a to b', () => gossipOutbound(a, b).length > 0, 10_000)
+      break
+    } catch (err) {
+      if (attempt === 3) throw err
+      t.comment(`no gossip stream on connection ${attempt}: dialing again`)
+      await a.hangUp(b.peerId)
+    }
+  }
   t.ok(await delivered(a, b, 5000), 'messages flow from a to b')
 
   const hungUp: string[] = []
