@@ -449,7 +449,12 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     async sweep () {
       const view = components.jobs()
       const here = new Set(view.jobs.filter(j => j.state === 'RUNNING' && j.nodes.includes(options.selfPeerId)).map(j => j.id))
-      for (const w of [...byId.values()]) if (!here.has(w.job)) registry.drop(w, `job ${w.job} no longer runs on this node`)
+      for (const w of [...byId.values()]) {
+        if (here.has(w.job)) continue
+        // Why, when the leader said (the job's latest event: evicted by the guard, cancelled, moved).
+        const why = view.jobs.find(j => j.id === w.job)?.events?.at(-1)?.message
+        registry.drop(w, `job ${w.job} no longer runs on this node${why !== undefined ? ` (${why})` : ''}`)
+      }
       for (const [s, entry] of [...stored]) {
         const job = jobOfSlot(s)
         if (here.has(job)) continue

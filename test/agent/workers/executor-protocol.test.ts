@@ -39,6 +39,8 @@ function cluster () {
   const memory = new Map<string, { counter: number, worker: string, offloadMs: number }>()
   /** What the agent copied (out of / into a worker's memory), when. */
   const events: Array<{ worker: string, type: string, phase: 'start' | 'end' }> = []
+  /** The stops the agent sent its workers, and why. */
+  const stops: Array<{ worker: string, reason: string | undefined }> = []
   const cellOf = (spec: { kind: string, name?: string }): { counter: number, worker: string, offloadMs: number } => {
     const cell = spec.kind === 'shm' ? memory.get(spec.name!) : undefined
     if (cell === undefined) throw new AgentError('ERR_SOURCE_NOT_FOUND', `no memory ${JSON.stringify(spec)}`)
@@ -118,7 +120,7 @@ function cluster () {
       const d = data as { requestId: string, opId?: string }
       setTimeout(() => {
         if (type === 'run' && d.opId === dieOn) { detach(); return }
-        if (type === 'stop') return
+        if (type === 'stop') { stops.push({ worker: name, reason: (data as { reason?: string }).reason }); return }
         const reply = (body: Record<string, unknown>): void => registry.reply(answer.workerId, { requestId: d.requestId, ...body })
         events.push({ worker: name, type, phase: 'start' })
         if (type === 'allocate' && o.fullWhileOthersHold === true && registry.liveWorkers().some(w => w.job !== jobId && w.holds && w.gpu === 0)) {
@@ -135,7 +137,7 @@ function cluster () {
   }
   /** Submits operation `opId` (`step`) of a job to the leader's scheduler. */
   const step = async (jobId: string, opId: string) => await scheduler.submit({ job: jobId, opId, name: 'step' })
-  return { scheduler, nodes, keys, memory, faults, log, startWorker, events, step }
+  return { table, scheduler, nodes, keys, memory, faults, log, startWorker, events, stops, step }
 }
 
 t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
@@ -283,4 +285,15 @@ t.test('an allocate reply for a large state is not held to the 64 KiB of an oper
   t.ok(Buffer.byteLength(JSON.stringify(reply.result)) > 64 * 1024, 'the reply is larger than an operation result may be')
   registry.adoptMemory(w, reply.result)
   t.same(w.memory![2399], shm(12_399), 'and adopted whole')
+})
+
+t.test('a worker whose job left its node is stopped with the leader\'s reason (the job\'s latest event)', async t => {
+  const c = cluster()
+  await c.startWorker('k', 0)
+  const k = c.table.jobs.find(j => j.id === 'k')!
+  c.table.jobs = c.table.jobs.map(j => j === k ? { ...k, state: 'QUEUED', nodes: [], nodeNames: [], events: [{ atMs: 1, message: 'evicted by the slowdown guard: job x over its bound' }] } : j)
+  await c.nodes.get('A')!.registry.sweep()
+  for (let i = 0; i < 100 && c.stops.length === 0; i++) await sleep(5) // the double reads its messages on the next tick
+  t.same(c.stops, [{ worker: 'k/0', reason: 'job k no longer runs on this node (evicted by the slowdown guard: job x over its bound)' }])
+  t.same(c.nodes.get('A')!.registry.list().map(w => w.job), [], 'and dropped')
 })

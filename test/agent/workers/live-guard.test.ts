@@ -34,9 +34,9 @@ t.test('a job measured over its bound: the latest colocation on its GPU goes bac
     await agent.client.runOp('ga', { name: 'train_step', args: { step: k }, opId: `step-${k}` })
   }
   await gbDone
-  // An operation in flight when the guard evicts gb is cut off with its worker; the next one is told why.
+  // An operation in flight when the guard evicts gb is cut off with its worker, and says why; so does the next one.
   if ((gbError as { code?: string }).code === 'ERR_WORKER_LOST') {
-    t.match(gbError, { message: /rank 0 of job gb .* is gone: job gb no longer runs on this node/ }, 'the operation in flight ended with its worker')
+    t.match(gbError, { message: /rank 0 of job gb .* is gone: job gb no longer runs on this node \(evicted by the slowdown guard: job ga: measured slowdown/ }, 'the operation in flight ended with its worker, and the eviction\'s reason')
     gbError = await agent.client.runOp('gb', { name: 'noop', opId: 'retry' }).then(() => undefined, err => err)
   }
   t.match(gbError, { code: 'ERR_JOB_NOT_RUNNING', message: /job gb is QUEUED \(evicted by the slowdown guard: job ga: measured slowdown \d+\.\d+ over its bound 1\.5; the latest colocation on its nodes, gb, back to the queue\)/ }, 'gb\'s controller is told why')
