@@ -21,7 +21,7 @@ import { link, rename, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
 import { AgentError } from '../../core/errors.ts'
 import { copyHost, openDirectFile, type DirectFile } from '../../native/index.ts'
-import { parseKey, type Dtype, type StateKey } from './keys.ts'
+import { dtypeBytes, parseKey, type Dtype, type StateKey } from './keys.ts'
 import type { StateManager } from './state-manager.ts'
 import { syncDirectory, writeFileDurably } from '../../core/durable-file.ts'
 
@@ -38,9 +38,11 @@ export interface MaterializeRequest {
   /**
    * Instead of prefix and version: exactly these stored keys, each written
    * whole as the tensor `name`, in this order (a resharded pull's slices,
-   * named as the engine loads them).
+   * named as the engine loads them). An item with `empty` instead of `key`
+   * is a tensor of no elements (a rank whose vocab part is all padding): its
+   * dtype and shape, one dimension 0.
    */
-  tensors?: Array<{ key: string, name: string }>
+  tensors?: Array<{ key: string, name: string } | { empty: { dtype: string, shape: number[] }, name: string }>
   /** More __metadata__ entries (e.g. model, version, layout, tp and rank of a shard). */
   metadata?: Record<string, string>
   /** Output file, e.g. /ckpt/model.safetensors (absolute). */
@@ -191,11 +193,18 @@ function tensorsUnder (state: StateManager, request: MaterializeRequest): Planne
 function namedTensors (state: StateManager, request: MaterializeRequest): PlannedTensor[] {
   if (request.prefix !== undefined || request.version !== undefined) throw new AgentError('ERR_BAD_REQUEST', 'give tensors, or prefix and version, not both')
   const seen = new Set<string>()
-  return request.tensors!.map(({ key, name }, i) => {
-    const k = parseKey(key)
+  return request.tensors!.map((item, i) => {
+    const { name } = item
     if (name === '' || name === '__metadata__') throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].name ${JSON.stringify(name)} cannot name a safetensors tensor`)
     if (seen.has(name)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}]: the name ${name} is given twice`)
     seen.add(name)
+    if ('empty' in item) {
+      const { dtype, shape } = item.empty
+      if (!Object.hasOwn(dtypeBytes, dtype)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].empty.dtype ${JSON.stringify(dtype)} is not one of ${Object.keys(dtypeBytes).join(', ')}`)
+      if (!shape.includes(0)) throw new AgentError('ERR_BAD_REQUEST', `tensors[${i}].empty.shape [${shape.join(', ')}] has no 0 dimension: a tensor with elements is given by its key`)
+      return { name, dtype: dtype as Dtype, shape, bytes: 0, chunks: [] }
+    }
+    const k = parseKey(item.key)
     if (!state.storedKeys(k.text).some(s => s.text === k.text)) throw new AgentError('ERR_KEY_NOT_FOUND', `tensors[${i}]: ${k.text} is not stored`)
     return { name, dtype: k.dtype, shape: k.shape, bytes: k.bytes, chunks: [k] }
   })
@@ -243,6 +252,7 @@ async function writeShard (state: StateManager, path: string, tensors: PlannedTe
 }
 
 async function writeTensor (state: StateManager, file: DirectFile, tensor: PlannedTensor, fileOffset: number): Promise<void> {
+  if (tensor.bytes === 0) return
   if (tensor.chunks.length === 1) {
     const bytes = await state.readHost(tensor.chunks[0]!.text)
     try { await file.write(bytes.range, fileOffset) } finally { bytes.release() }

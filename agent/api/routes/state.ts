@@ -106,7 +106,7 @@ export function registerStateRoutes (app: FastifyInstance, source: StateSource, 
     const path = await confinedPath(request.body.path, pathRoots, 'write', 'the output path')
     const manager = sm()
     const { prefix, tensors } = request.body
-    guard.check(request, () => tensors !== undefined ? guard.ofKeys(tensors.map(x => x.key)) : guard.ofPrefixes([prefix ?? '']), 'read', 'materialize keys')
+    guard.check(request, () => tensors !== undefined ? guard.ofKeys(tensors.flatMap(x => 'key' in x ? [x.key] : [])) : guard.ofPrefixes([prefix ?? '']), 'read', 'materialize keys')
     return await materialize(manager, { ...request.body, path })
   })
 

@@ -66,8 +66,14 @@ export const HintsResultSchema = Type.Object({ ok: Type.Literal(true) })
 export const MaterializeBodySchema = Type.Object({
   prefix: Type.Optional(Type.String({ minLength: 1, maxLength: 1024, description: 'the keys under this prefix at `version`, chunks assembled (or give tensors)' })),
   version: Type.Optional(uint),
-  tensors: Type.Optional(Type.Array(Type.Object({ key: Type.String({ minLength: 1, maxLength: 4096 }), name: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }), {
-    minItems: 1, maxItems: 65_536, description: 'instead of prefix and version: these stored keys, each written whole as the tensor `name`, in this order',
+  tensors: Type.Optional(Type.Array(Type.Union([
+    Type.Object({ key: Type.String({ minLength: 1, maxLength: 4096 }), name: Type.String({ minLength: 1, maxLength: 1024 }) }, { additionalProperties: false }),
+    Type.Object({
+      empty: Type.Object({ dtype: Type.String({ minLength: 1, maxLength: 16 }), shape: Type.Array(uint, { minItems: 1, maxItems: 8 }) }, { additionalProperties: false, description: 'a tensor of no elements (one dimension 0): a rank whose vocab part is all padding' }),
+      name: Type.String({ minLength: 1, maxLength: 1024 }),
+    }, { additionalProperties: false }),
+  ]), {
+    minItems: 1, maxItems: 65_536, description: 'instead of prefix and version: these stored keys, each written whole as the tensor `name`, in this order (or an empty tensor)',
   })),
   metadata: Type.Optional(Type.Record(Type.String({ minLength: 1, maxLength: 256 }), Type.String({ maxLength: 65_536 }), { maxProperties: 64, description: 'more __metadata__ entries of the file' })),
   path: Type.String({ minLength: 2, maxLength: 4096, description: 'absolute output path ending in .safetensors' }),

@@ -148,5 +148,14 @@ t.test('named keys: each written whole under its name, in order, with metadata; 
   await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: 'x' }], prefix: 'weights/', version: 3, path: other }), { message: /not both/ })
   await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: '__metadata__' }], path: other }), { message: /cannot name a safetensors tensor/ })
   await t.rejects(materialize(sm, { path: other }), { message: /give prefix and version, or tensors/ })
+  await t.rejects(materialize(sm, { tensors: [{ key: keyA, name: 'x' }, { empty: { dtype: 'q4', shape: [0, 8] }, name: 'y' }], path: other }), { code: 'ERR_BAD_REQUEST', message: /tensors\[1\]\.empty\.dtype "q4" is not one of/ })
+  await t.rejects(materialize(sm, { tensors: [{ empty: { dtype: 'bf16', shape: [2, 8] }, name: 'y' }], path: other }), { code: 'ERR_BAD_REQUEST', message: /has no 0 dimension/ })
   t.notOk(existsSync(other), 'no file written by a refused request')
+
+  // A tensor of no elements (a rank whose vocab part is all padding) beside a stored one: a valid file safetensors reads.
+  const withEmpty = join(dir, 'empty.safetensors')
+  await materialize(sm, { tensors: [{ key: keyA, name: 'q_proj.weight' }, { empty: { dtype: 'bf16', shape: [0, 512] }, name: 'embed_tokens.weight' }], path: withEmpty })
+  const readEmpty = JSON.parse(execFileSync('python3', ['-c', reader, withEmpty], { encoding: 'utf8' }))
+  t.same(readEmpty['embed_tokens.weight'].shape, [0, 512], 'the empty tensor, with its shape')
+  t.equal(readEmpty['q_proj.weight'].sha256, sha256(a), 'and the stored one intact')
 })

@@ -11,6 +11,19 @@ import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 
 const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
 
+/**
+ * A safetensors file's header, read as the format defines it (readSafetensorsHeader, which publish
+ * uses, refuses tensors of no elements: they cannot become StateManager keys).
+ */
+function rawSafetensorsHeader (file: string): { metadata: Record<string, string>, tensors: Array<{ name: string, shape: number[], start: number, end: number }>, dataStart: number } {
+  const bytes = readFileSync(file)
+  const length = Number(bytes.readBigUInt64LE(0))
+  const json = JSON.parse(bytes.subarray(8, 8 + length).toString()) as Record<string, { shape: number[], data_offsets: [number, number] } | Record<string, string>>
+  const { __metadata__: metadata, ...entries } = json
+  const tensors = Object.entries(entries as Record<string, { shape: number[], data_offsets: [number, number] }>).map(([name, e]) => ({ name, shape: e.shape, start: e.data_offsets[0], end: e.data_offsets[1] }))
+  return { metadata: (metadata ?? {}) as Record<string, string>, tensors, dataStart: 8 + length }
+}
+
 /** Two dev agents sharing a cluster key (16 MiB pools), a Llama-shaped model file and its config.json. */
 async function twoAgentsAndModel (t: Test, withV: boolean) {
   const dir = tempDir(t, 'agentd-w-')
@@ -107,27 +120,31 @@ t.test('--all-ranks --out-dir: every rank\'s shard file from one read of the sou
     t.match(refused.stderr, message)
   }
 
+  // tp 8: vLLM pads vocab 100 to 128, 16 rows a rank: rank 6 holds rows 96..99, rank 7's part is all padding.
   const outDir = join(dir, 'shards')
-  const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0', '--preset', 'llama', '--tp', '4', '--all-ranks', '--out-dir', outDir)
-  t.equal(run.code, 0, run.stderr)
+  const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0', '--preset', 'llama', '--tp', '8', '--all-ranks', '--out-dir', outDir)
+  t.equal(run.code, 0, run.stderr || run.stdout)
   const files = (JSON.parse(run.stdout) as { files: string[] }).files
-  t.same(files, [0, 1, 2, 3].map(r => join(outDir, `m-v0-tp4-rank${r}.safetensors`)), 'one file a rank')
+  t.same(files, [0, 1, 2, 3, 4, 5, 6, 7].map(r => join(outDir, `m-v0-tp8-rank${r}.safetensors`)), 'one file a rank')
   t.equal((JSON.parse(run.stdout) as { bytes: number }).bytes, tensors.reduce((sum, x) => sum + x.data.length, 0), 'the source was read once, whole')
   for (const [rank, file] of files.entries()) {
-    const header = await readSafetensorsHeader(file)
-    t.match(header.metadata, { 'agentd.model': 'm', 'agentd.version': '0', 'agentd.layout': 'llama', 'agentd.tp': '4', 'agentd.rank': String(rank), 'agentd.engine': 'vllm' })
-    t.same(header.tensors.map(x => [x.name, x.shape]), [
-      ['model.embed_tokens.weight', [rank < 3 ? 32 : 4, hidden]],
-      ['model.layers.0.self_attn.q_proj.weight', [16, hidden]],
+    const header = rawSafetensorsHeader(file)
+    t.match(header.metadata, { 'agentd.model': 'm', 'agentd.version': '0', 'agentd.layout': 'llama', 'agentd.tp': '8', 'agentd.rank': String(rank), 'agentd.engine': 'vllm' })
+    const rows = rank < 6 ? 16 : rank === 6 ? 4 : 0
+    t.same(header.tensors.map(x => [x.name, x.shape]).sort(), [
+      ['model.embed_tokens.weight', [rows, hidden]],
       ['model.layers.0.self_attn.k_proj.weight', [8, hidden]],
+      ['model.layers.0.self_attn.q_proj.weight', [8, hidden]],
       ['model.norm.weight', [hidden]],
-    ], `rank ${rank}: vLLM's padded vocab split (128 / 4), two q heads, the kv head it serves`)
+    ], `rank ${rank}: ${rows} vocab rows of its 16 (vLLM's padded split), one q head, the kv head it serves`)
+    if (rows < 16) t.same(JSON.parse(header.metadata['agentd.padded_shapes']!), { 'model.embed_tokens.weight': [16, hidden] }, `rank ${rank}: the engine's parameter is 16 rows, ${16 - rows} of them padding`)
+    else t.equal(header.metadata['agentd.padded_shapes'], undefined, `rank ${rank}: no padding`)
     const bytes = readFileSync(file)
-    const q = header.tensors[1]!
-    t.ok(bytes.subarray(header.dataStart + q.start, header.dataStart + q.end).equals(tensors[1]!.data.subarray(rank * 16 * hidden * 2, (rank + 1) * 16 * hidden * 2)), `rank ${rank}'s q heads, byte-exact`)
-    const k = header.tensors[2]!
-    const kvHead = Math.floor(rank / 2)
-    t.ok(bytes.subarray(header.dataStart + k.start, header.dataStart + k.end).equals(tensors[2]!.data.subarray(kvHead * 8 * hidden * 2, (kvHead + 1) * 8 * hidden * 2)), `rank ${rank}'s kv head ${kvHead}, replicated as vLLM does`)
+    const slice = (name: string): Buffer => { const e = header.tensors.find(x => x.name === name)!; return bytes.subarray(header.dataStart + e.start, header.dataStart + e.end) }
+    t.ok(slice('model.layers.0.self_attn.q_proj.weight').equals(tensors[1]!.data.subarray(rank * 8 * hidden * 2, (rank + 1) * 8 * hidden * 2)), `rank ${rank}'s q head, byte-exact`)
+    const kvHead = Math.floor(rank / 4)
+    t.ok(slice('model.layers.0.self_attn.k_proj.weight').equals(tensors[2]!.data.subarray(kvHead * 8 * hidden * 2, (kvHead + 1) * 8 * hidden * 2)), `rank ${rank}'s kv head ${kvHead}, replicated as vLLM does`)
+    t.ok(slice('model.embed_tokens.weight').equals(tensors[0]!.data.subarray(rank * 16 * hidden * 2, (rank * 16 + rows) * hidden * 2)), `rank ${rank}'s vocab rows, byte-exact${rows === 0 ? ' (an empty tensor)' : ''}`)
   }
   const held = (await b.client.call('GET', '/v1/state/residency') as { keys: Array<{ key: string }> }).keys.map(k => k.key)
   t.equal(held.length, tensors.length, 'afterwards the agent holds the version whole, and no rank\'s slices')
