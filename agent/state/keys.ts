@@ -54,8 +54,13 @@ const keyPattern = new RegExp(
   `^(?<namespace>${segment}(?:/${segment})*)/(?<fqn>${segment}):(?<role>param|grad|buffer|optim\\.[A-Za-z0-9_]+)` +
   `@\\[(?<offsets>${dims})\\]/\\[(?<shape>${dims})\\]:(?<dtype>[a-z0-9_]+)#v(?<version>${uint})$`)
 
-/** Parses a canonical key; ERR_KEY_INVALID with the reason otherwise. */
-export function parseKey (text: unknown): StateKey {
+/**
+ * Parses a canonical key; ERR_KEY_INVALID with the reason otherwise.
+ * `allowEmpty`: a shape dimension may be 0 — a key that names a tensor of no
+ * elements (a pull's slice of a rank whose vocab part is all padding), which
+ * is never stored.
+ */
+export function parseKey (text: unknown, options: { allowEmpty?: boolean } = {}): StateKey {
   if (typeof text !== 'string') throw invalid(text, 'a key must be a string')
   if (text.length === 0 || text.length > maxKeyLength) throw invalid(text, `length must be 1..${maxKeyLength}`)
   const m = keyPattern.exec(text)
@@ -67,7 +72,7 @@ export function parseKey (text: unknown): StateKey {
   const shape = splitDims(g.shape!)
   if (offsets.length !== shape.length) throw invalid(text, `offsets have rank ${offsets.length} but the shape has rank ${shape.length}`)
   if (shape.length > maxRank) throw invalid(text, `rank ${shape.length} exceeds ${maxRank}`)
-  if (shape.some(d => d < 1)) throw invalid(text, 'every shape dimension must be >= 1')
+  if (shape.some(d => d < (options.allowEmpty === true ? 0 : 1))) throw invalid(text, 'every shape dimension must be >= 1')
   const version = Number(g.version)
   const bytes = shape.reduce((a, d) => a * d, 1) * dtypeBytes[dtype as Dtype]
   if (![version, bytes, ...offsets].every(Number.isSafeInteger)) throw invalid(text, 'a number is too large')

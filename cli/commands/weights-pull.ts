@@ -7,13 +7,13 @@
  * --out writes what was pulled to a safetensors file; --all-ranks --out-dir
  * writes every rank's shard file from one read of the source (writeEveryRank).
  */
-import { readFile } from 'node:fs/promises'
-import { mkdir } from 'node:fs/promises'
+import { mkdir, readFile } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
 import type { PullBody } from '../../agent/api/wire/weights.ts'
 import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
+import { parseKey } from '../../agent/state/keys.ts'
 import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
@@ -30,26 +30,10 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
   return Number(text)
 }
 
-/**
- * The tensor name in a weights key's text (`weights/<model>/<name>:param@…`).
- * Read from the text: a key of 0 rows (a rank whose vocab part is all
- * padding) is not a valid StateManager key, so parseKey refuses it.
- */
-function tensorNameOf (model: string, key: string): string {
-  return key.slice(`weights/${model}/`.length, key.lastIndexOf(':param@'))
-}
-
-/** The dtype and shape of a 0-row key's text (`…@[offsets]/[shape]:dtype#vN`), for an empty tensor in a shard file. */
-function emptyTensorOf (key: string): { dtype: string, shape: number[] } {
-  const m = /\/\[([0-9,]*)\]:([a-z0-9]+)#v\d+$/.exec(key)
-  if (m === null) throw new AgentError('ERR_INTERNAL', `cannot read the shape of ${key}`)
-  return { dtype: m[2]!, shape: m[1]!.split(',').map(Number) }
-}
-
 /** The __metadata__ of a rank's shard file: what it is a slice of, and the engine parameters' padded shapes. */
 function shardMetadata (model: string, result: PullResult, layout: { tp: number, rank: number, layout: string, engine: string | undefined }): Record<string, string> {
   // A key of a rank whose vocab part is all padding is not among result.keys: its tensor is named by the key.
-  const nameOf = (key: string): string => result.names[result.keys.indexOf(key)] ?? tensorNameOf(model, key)
+  const nameOf = (key: string): string => result.names[result.keys.indexOf(key)] ?? parseKey(key, { allowEmpty: true }).fqn
   const padded = Object.fromEntries(Object.entries(result.paddedShapes ?? {}).map(([key, shape]) => [nameOf(key), shape]))
   return {
     'agentd.model': model,
@@ -168,7 +152,10 @@ export const weightsPullCommand: Command = {
     const shardOf = (result: PullResult, rank: number) => ({
       // A parameter whose rows here are all padding (its key has 0 rows, not among keys) is written as an empty tensor.
       tensors: [...result.keys.map((key, i) => ({ key, name: result.names[i]! })),
-        ...Object.keys(result.paddedShapes ?? {}).filter(key => !result.keys.includes(key)).map(key => ({ empty: emptyTensorOf(key), name: tensorNameOf(model, key) }))],
+        ...Object.keys(result.paddedShapes ?? {}).filter(key => !result.keys.includes(key)).map(key => {
+          const k = parseKey(key, { allowEmpty: true })
+          return { empty: { dtype: k.dtype, shape: k.shape }, name: k.fqn }
+        })],
       metadata: shardMetadata(model, result, { tp: tp!, rank, layout: preset ?? `rules from ${layoutFile}`, engine: engine ?? (preset !== undefined ? 'vllm' : undefined) }),
     })
     const body = {

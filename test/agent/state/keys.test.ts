@@ -7,6 +7,7 @@ t.test('parses the example key and computes its byte size', async t => {
   t.equal(formatKey(k), k.text)
   t.match(parseKey('j/opt/w:optim.exp_avg_sq@[128]/[64]:f32#v0'), { role: 'optim.exp_avg_sq', bytes: 256 })
   t.match(parseKey('j/s:buffer@[]/[]:i64#v3'), { shape: [], bytes: 8 }, 'a scalar')
+  t.match(parseKey('weights/m/embed.weight:param@[0,0]/[0,64]:bf16#v2', { allowEmpty: true }), { fqn: 'embed.weight', shape: [0, 64], dtype: 'bf16', bytes: 0 }, 'a tensor of no elements, where asked for (a pull\'s all-padding slice)')
 })
 
 t.test('rejects what does not parse, with the reason', async t => {
