@@ -358,7 +358,7 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
  * dispatch overhead of every stage the request ran.
  */
 function historyOf (startS: number, requests: ReadonlyArray<{ arrivalS: number, stageS: readonly number[] }>, dispatchS: number): BatchHistory {
-  return { requests: requests.map(r => ({ offsetS: r.arrivalS - startS, stageS: dispatchS === 0 ? r.stageS : r.stageS.map(s => s > 0 ? s + dispatchS : 0) })) }
+  return { requests: requests.map(r => ({ offsetS: r.arrivalS - startS, stageS: r.stageS.map(s => s > 0 ? s + dispatchS : 0) })) }
 }
 
 function sum (values: readonly number[]): number {

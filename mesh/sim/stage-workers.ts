@@ -7,8 +7,7 @@
  *   decision wants it and is gone the moment one does not (a busy one still
  *   finishes its request and counts until then).
  * - Live (`WorkerLifecycle` with startS, keepWarmS, startConcurrency,
- *   dispatchS): a
- *   wanted worker starts `startS` after a start slot frees (at most
+ *   dispatchS): a wanted worker starts `startS` after a start slot frees (at most
  *   `startConcurrency` start at once across the node: StartPacer); one no
  *   longer wanted turns warm: it still serves its stage's queue and counts as
  *   held until `keepWarmS` after, and a later decision that wants it again

@@ -155,8 +155,6 @@ try {
   const dispatchS = dispatch.perStageS
   const ideal = predict()
   const sim = predict({ startS: workerStartS, keepWarmS: keepWarmMs / 1000, startConcurrency, dispatchS })
-  const simDelay = sim.delay
-  const idealDelay = ideal.delay
   // The calibration's workers are gone before the replay starts (they would count as held).
   await sleep(keepWarmMs + 500)
   const t0 = performance.now() + 500
@@ -196,12 +194,12 @@ try {
   })))
   sampling = false
   await sampler
-  const compared = [...simDelay.keys()].filter(k => live.has(k))
+  const compared = [...sim.delay.keys()].filter(k => live.has(k))
   const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length)
   const liveDelays = compared.map(k => live.get(k)!)
-  const simDelays = compared.map(k => simDelay.get(k)!)
-  const idealDelays = compared.map(k => idealDelay.get(k)!)
-  for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${simDelay.get(k)!.toFixed(3)} s, DistRS model ${idealDelay.get(k)!.toFixed(3)} s`)
+  const simDelays = compared.map(k => sim.delay.get(k)!)
+  const idealDelays = compared.map(k => ideal.delay.get(k)!)
+  for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${sim.delay.get(k)!.toFixed(3)} s, DistRS model ${ideal.delay.get(k)!.toFixed(3)} s`)
   const extra = mean(liveDelays) - mean(simDelays)
   console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage and ${(dispatch.fixedS * 1000).toFixed(1)} ms per request (measured); ${compared.length} batches compared`)
   console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)} (the replayed batches)`)

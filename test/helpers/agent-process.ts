@@ -1,7 +1,7 @@
 /**
  * Spawns real `agentd` processes (on the project's Node; the bundles or the
- * sources, testEntries below) with a temp state dir, for tests that need the daemon as users run it. Every agent
- * is killed in the test's teardown.
+ * sources, testEntries below) with a temp state dir, for tests that need the
+ * daemon as users run it. Every agent is killed in the test's teardown.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { closeSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs'
@@ -43,9 +43,9 @@ function newestSource (dir: string): number {
  * (0.4 s against 1.3 s for `--version`), and the suite starts hundreds of
  * agents. AGENTD_TEST_ENTRY=sources or =bundle decides instead.
  */
-function testEntries (): { agent: string, agentctl: string, bundled: boolean } {
-  const sources = { agent: join(repoRoot, 'agent/main.ts'), agentctl: join(repoRoot, 'cli/agentctl.ts'), bundled: false }
-  const bundles = { agent: builtAgentMain, agentctl: builtAgentctl, bundled: true }
+function testEntries (): { agent: string, agentctl: string } {
+  const sources = { agent: join(repoRoot, 'agent/main.ts'), agentctl: join(repoRoot, 'cli/agentctl.ts') }
+  const bundles = { agent: builtAgentMain, agentctl: builtAgentctl }
   const forced = process.env.AGENTD_TEST_ENTRY
   if (forced === 'sources') return sources
   if (forced === 'bundle') return bundles
