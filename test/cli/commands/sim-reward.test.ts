@@ -44,6 +44,11 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a table', async
   const slow = await simRewardCommand.run(context({ trace: file, policy: 'distrs', 'worker-start-ms': '60000', 'start-concurrency': '1' }))
   const slowDelayS = (slow.json as { avgExtraDelayS: number }).avgExtraDelayS
   t.ok(slowDelayS > result.avgExtraDelayS + 10, `workers that take a minute to start, one at a time, delay batches (${slowDelayS} vs ${result.avgExtraDelayS} s)`)
+  const handOff = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated', 'dispatch-ms': '2000' }))
+  const plain = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated' }))
+  const [withS, withoutS] = [handOff, plain].map(r => (r.json as { batches: Array<{ completedS: number }> }).batches.map(b => b.completedS))
+  // A batch whose last request runs no stage (all stage times 0: done on arrival) ends at the same time either way.
+  t.ok(withS.every((s, i) => s >= withoutS[i]!) && withS.some((s, i) => s >= withoutS[i]! + 2), `a 2 s hand-off at every stage finishes no batch earlier and some 2 s or more later (${withS.join(', ')} vs ${withoutS.join(', ')})`)
 
   const human = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated' }))
   t.match(human.human, /policy\s+zq-dedicated\n/)
@@ -59,6 +64,7 @@ t.test('bad usage exits 2 with a hint', async t => {
   await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'worker-start-ms': '-5' })), /--worker-start-ms must be an integer >= 0, got "-5"/)
   await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'keep-warm-ms': '1.5' })), /--keep-warm-ms must be an integer >= 0/)
   await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'start-concurrency': '0' })), /--start-concurrency must be an integer >= 1, got "0"/)
+  await t.rejects(simRewardCommand.run(context({ trace: 'x.json', policy: 'ideal', 'dispatch-ms': '-1' })), /--dispatch-ms must be an integer >= 0, got "-1"/)
   await t.rejects(simTraceRewardCommand.run(context({ tasks: '2', batch: '8', iterations: '1', seed: '1' })),
     /--iterations must be an integer >= 2, got "1"/)
   await t.rejects(simTraceRewardCommand.run(context({ tasks: 'two', batch: '8', iterations: '3', seed: '1' })), /--tasks must be an integer >= 1, got "two"/)
