@@ -44,7 +44,7 @@ t.test('three agents converge: every agent sees the two others alive with their 
   t.same(info.messages.invalid, { oversized: 0, malformed: 0, schema: 0, signature: 0 })
 })
 
-async function untilAllAlive (run: () => Promise<{ code: number, stdout: string, stderr: string }>, allAlive: (stdout: string) => boolean) {
+async function untilAllAlive (run: () => Promise<{ code: number | null, stdout: string, stderr: string }>, allAlive: (stdout: string) => boolean) {
   const deadline = Date.now() + 30_000
   for (;;) {
     const res = await run()
