@@ -255,13 +255,16 @@ export function stateFamilies (r: ResidencySummary): MetricFamily[] {
     counter('agentd_state_deduplicated_total', 'Offloads answered by a stored or in-flight copy of the same key (no copy made).', one(r.counters.deduplicated)),
     counter('agentd_state_shm_adopted_total', 'Keys stored in place in an adopted shared-memory object (no copy).', one(r.counters.shmAdopted)),
     counter('agentd_state_spilled_total', 'Keys moved from the host pool to NVMe by spilling.', one(r.counters.spilled)),
-    counter('agentd_state_promoted_total', 'Keys read from NVMe back into the host pool (onload, prefetch, serving).', one(r.counters.promoted)),
+    counter('agentd_state_promoted_total', 'Keys read from NVMe back into the host pool (onload, prefetch).', one(r.counters.promoted)),
+    counter('agentd_state_nvme_range_read_bytes_total', 'Bytes read from NVMe by range, the key staying there (weights served from NVMe through the read window).', one(r.counters.rangeReadBytes)),
   ]
 }
 
 export function weightsFamilies (c: WeightsCounters): MetricFamily[] {
   return [
     counter('agentd_weights_served_bytes_total', 'Tensor bytes this agent\'s data server sent to pulling agents.', one(c.server.servedBytes)),
+    counter('agentd_weights_served_shared_reads_total', 'READs of tensor chunks on NVMe answered by a read another puller\'s READ (or read-ahead) had made: one disk read served several.', one(c.server.sharedReads)),
+    gauge('agentd_weights_serve_window_bytes', 'Host-pool bytes the data server holds for chunks read from NVMe (kept for other pullers, or being read).', one(c.server.windowBytes)),
     counter('agentd_weights_pulled_bytes_total', 'Tensor bytes that arrived in this agent\'s pulls (refetched pieces included).', one(c.pulledBytes)),
     counter('agentd_weights_pulls_total', 'Pulls this agent finished, by outcome.', [
       { labels: { outcome: 'completed' }, value: c.pulls.completed },

@@ -69,6 +69,10 @@ export function createHostSpace (components: HostSpaceComponents): HostSpace {
 
   return {
     async allocate (bytes, keep, paced = true) {
+      if (bytes > pool.sizeBytes) {
+        throw new AgentError('ERR_TIER_FULL', `no room for ${bytes} bytes: more than the whole host pool (${pool.sizeBytes} bytes); ` +
+          'a key must fit the pool (state.hostPoolBytes), whatever NVMe holds')
+      }
       for (;;) {
         const extent = tryAllocate(bytes)
         if (extent !== undefined) {

@@ -143,6 +143,8 @@ export interface NvmeTier {
   putAll(items: readonly NvmePutItem[]): Promise<Array<NvmeObject | Error>>
   /** Reads the bytes of `key` into `dst` (dst.length must equal its size). */
   read(key: string, dst: HostRange): Promise<void>
+  /** Reads bytes [offset, offset + dst.length) of a key into `dst` (ERR_OUT_OF_RANGE past its end); unaligned edges go through a bounce buffer. */
+  readRange(key: string, offset: number, dst: HostRange): Promise<void>
   /** Deletes the key: its journal record first, then (with its segment's last key) the file. */
   remove(key: string): Promise<void>
   /**
@@ -332,6 +334,22 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     const tracked = work.catch(() => {})
     background.add(tracked)
     void tracked.finally(() => background.delete(tracked))
+  }
+
+  function committedObject (key: string): NvmeObject {
+    const obj = committed.get(key)
+    if (obj === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${key} is not on the NVMe tier`)
+    return obj
+  }
+
+  /** Reads bytes [at, at + dst.length) of a committed object (one file handle per call: compaction may move the key between calls). */
+  async function readObject (obj: NvmeObject, at: number, dst: HostRange): Promise<void> {
+    const file = openDirectFile(join(objectsDir, obj.object), { directIo })
+    try {
+      await file.read(dst, obj.offset + at, io)
+    } finally {
+      file.close()
+    }
   }
 
   function segmentOf (name: string): Segment {
@@ -715,15 +733,17 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     },
 
     async read (key, dst) {
-      const obj = committed.get(key)
-      if (obj === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${key} is not on the NVMe tier`)
+      const obj = committedObject(key)
       if (dst.length !== obj.bytes) throw new AgentError('ERR_SIZE_MISMATCH', `${key} has ${obj.bytes} bytes, target has ${dst.length}`)
-      const file = openDirectFile(join(objectsDir, obj.object), { directIo })
-      try {
-        await file.read(dst, obj.offset, io)
-      } finally {
-        file.close()
+      await readObject(obj, 0, dst)
+    },
+
+    async readRange (key, offset, dst) {
+      const obj = committedObject(key)
+      if (!Number.isSafeInteger(offset) || offset < 0 || offset + dst.length > obj.bytes) {
+        throw new AgentError('ERR_OUT_OF_RANGE', `bytes ${offset}..${offset + dst.length} are past the ${obj.bytes} bytes of ${key}`)
       }
+      await readObject(obj, offset, dst)
     },
 
     remove: key => removeAll([key]),

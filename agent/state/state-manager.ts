@@ -175,6 +175,8 @@ export interface StateCounters {
   onloadCopies: number
   /** Keys stored in place in an adopted shared-memory object (adoptShm: no copy). */
   shmAdopted: number
+  /** Bytes read from NVMe by readRange (parts of keys that stayed on NVMe). */
+  rangeReadBytes: number
 }
 
 export interface StateManager {
@@ -225,6 +227,18 @@ export interface StateManager {
    * its bytes to the caller until `release()`. Spill and drop wait for the release.
    */
   readHost(key: string): Promise<PinnedBytes>
+  /**
+   * Bytes [offset, offset + length) of a stored key without bringing the
+   * whole key into the pool (a server reading a key larger than the pool):
+   * the host copy's range in place when the key has one (`copied` false,
+   * nothing moves), else that range read from NVMe (O_DIRECT) into a pool
+   * scratch range (`copied` true; the key stays on NVMe only, counted in
+   * `rangeReadBytes`). A host copy stays pinned until `release()` (drop and
+   * spill wait); a copy pins the key only while it is read, and is the
+   * caller's until `release()` (the key may be dropped meanwhile).
+   * ERR_KEY_NOT_FOUND, ERR_OUT_OF_RANGE for a range past the key's bytes.
+   */
+  readRange(key: string, offset: number, length: number): Promise<PinnedBytes & { copied: boolean }>
   /** A scratch range of `bytes` in the host pool (spilling if needed) with a Buffer view for JS writes, freed by `release()`. */
   scratch(bytes: number): Promise<ScratchBytes>
   /**
@@ -342,7 +356,7 @@ export function createStateManager (options: StateManagerOptions, components: St
   const mappings = createShmMappingCache()
   /** Live scratch ranges handed out by scratch(), so adopt() can take their extents. */
   const scratchExtents = new Map<ScratchBytes, Extent>()
-  const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0 }
+  const counters: StateCounters = { offloadCopies: 0, deduplicated: 0, spilled: 0, promoted: 0, onloadCopies: 0, shmAdopted: 0, rangeReadBytes: 0 }
   const adoptedRegions = createAdoptedShmRegions({ logger })
   const owners = createNamespaceOwners()
 
@@ -392,6 +406,34 @@ export function createStateManager (options: StateManagerOptions, components: St
   const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
   const promote = (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> => started().mover.promote(entry, keep)
   const maybeSpill = (): void => { storage?.mover.spillIfAboveWatermark() }
+
+  async function readHost (text: string): Promise<PinnedBytes> {
+    const entry = entries.get(parseKey(text).text)
+    if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
+    const unpin = pin(entry)
+    try {
+      await promote(entry, new Set([text]))
+    } catch (err) {
+      unpin()
+      throw err
+    }
+    entry.lastUseMs = now()
+    const pinned: PinnedBytes = { range: hostRangeOf(entry), release: unpin }
+    if (entry.shm !== undefined) pinned.sharedRegion = entry.shm.region.name
+    return pinned
+  }
+
+  async function scratch (bytes: number): Promise<ScratchBytes> {
+    const extent = await allocateHost(bytes, new Set())
+    let released = false
+    const handle: ScratchBytes = {
+      range: hostPool().range(extent, 0, bytes),
+      view: hostPool().view(extent).subarray(0, bytes),
+      release: () => { if (!released) { released = true; scratchExtents.delete(handle); hostPool().free(extent) } },
+    }
+    scratchExtents.set(handle, extent)
+    return handle
+  }
 
   function parseItems<T extends { key: string }> (items: T[], what: string): StateKey[] {
     if (!Array.isArray(items) || items.length === 0) throw new AgentError('ERR_BAD_REQUEST', `${what}: tensors must be a non-empty array`)
@@ -723,32 +765,33 @@ export function createStateManager (options: StateManagerOptions, components: St
     availability,
     recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
-    async readHost (text) {
+    readHost,
+    async readRange (text, offset, length) {
       const entry = entries.get(parseKey(text).text)
       if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)
-      const unpin = pin(entry)
+      if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0 || offset + length > entry.key.bytes) {
+        throw new AgentError('ERR_OUT_OF_RANGE', `bytes ${offset}..${offset + length} are not within the ${entry.key.bytes} bytes of ${text}`)
+      }
+      if (hasHostCopy(entry) || !entry.onNvme) {
+        const whole = await readHost(text)
+        const range = { ...whole.range, offset: whole.range.offset + offset, length }
+        return { ...whole, range, copied: false }
+      }
+      const unpin = pin(entry) // until the read is done: a drop waits for it, not for the copy's holder
+      let copy: ScratchBytes | undefined
       try {
-        await promote(entry, new Set([text]))
+        copy = await scratch(length)
+        await started().nvme.readRange(entry.key.text, offset, copy.range)
+        counters.rangeReadBytes += length
       } catch (err) {
-        unpin()
+        copy?.release()
         throw err
+      } finally {
+        unpin()
       }
-      entry.lastUseMs = now()
-      const pinned: PinnedBytes = { range: hostRangeOf(entry), release: unpin }
-      if (entry.shm !== undefined) pinned.sharedRegion = entry.shm.region.name
-      return pinned
+      return { range: copy.range, copied: true, release: copy.release }
     },
-    async scratch (bytes) {
-      const extent = await allocateHost(bytes, new Set())
-      let released = false
-      const handle: ScratchBytes = {
-        range: hostPool().range(extent, 0, bytes),
-        view: hostPool().view(extent).subarray(0, bytes),
-        release: () => { if (!released) { released = true; scratchExtents.delete(handle); hostPool().free(extent) } },
-      }
-      scratchExtents.set(handle, extent)
-      return handle
-    },
+    scratch,
     adopt (text, handle) {
       const k = parseKey(text)
       const extent = scratchExtents.get(handle)

@@ -6,7 +6,10 @@
  * accepted by the socket ('drain'), so a slow puller holds at most one reply.
  * Whole-tensor replies are Buffers over the key's host memory (pool, or an
  * adopted shm region; no copy); sliced replies are gathered by native threads
- * (strided gathers, one call per run pattern) into a pool scratch range.
+ * (strided gathers, one call per run pattern) into a pool scratch range. A
+ * tensor only on NVMe is never promoted whole: the chunks a READ covers are
+ * read through the serve window (serve-read-window.ts), shared by the READs
+ * of every puller that asks for them while they are there.
  * Nothing is copied on the event loop. Bytes in an adopted region
  * (`sharedRegion`) may have been changed by its writer after commit: a reply
  * whose checksum the server computes (sliced or unaligned) is sent only after
@@ -67,6 +70,7 @@ import {
   Op, requestHeaderBytes, Status, type ReadRequest, type StatusCode,
 } from './protocol.ts'
 import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
+import { createServeReadWindow, type ServeReadWindow } from './serve-read-window.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
 import type { PartialHolding, VersionStore, WeightsManifest } from './version-store.ts'
 import { defaultWeightsConfig, WeightsSection, weightsConfigProblems, type DataPortLimits } from './weights-config.ts'
@@ -75,6 +79,8 @@ import { defaultWeightsConfig, WeightsSection, weightsConfigProblems, type DataP
 export interface TcpWeightServerOptions {
   /** host:port to listen on; port 0 picks a free one. */
   listen: string
+  /** Pool bytes kept for shared reads of tensors served from NVMe (serve-read-window.ts); 0: an eighth of the host pool. Default 0. */
+  serveWindowBytes?: number
   /** Time a connection has from its accept to a verified AUTH proof, ms. Default 1000. */
   authTimeoutMs?: number
   /** Most connections in their handshake, all addresses together; a newcomer evicts one (module comment). Default 32. */
@@ -123,13 +129,13 @@ function statusOf (err: unknown): StatusCode {
  * changed. Costs a checksum of the covered chunks: only for adopted-region
  * keys, whose writer may still hold a mapping.
  */
-async function verifyCommitted (manifest: WeightsManifest, tensor: WeightsManifest['tensors'][number], range: HostRange, from: number, to: number): Promise<void> {
+async function verifyCommitted (manifest: WeightsManifest, tensor: WeightsManifest['tensors'][number], bytesAt: (offset: number, length: number) => HostRange, from: number, to: number): Promise<void> {
   const chunkBytes = manifest.chunkBytes
   const first = Math.floor(from / chunkBytes)
   const end = Math.ceil(to / chunkBytes)
   const sums = await Promise.all(Array.from({ length: end - first }, (_, i) => {
     const at = (first + i) * chunkBytes
-    return checksum({ memory: range.memory, offset: range.offset + at, length: Math.min(chunkBytes, tensor.bytes - at) })
+    return checksum(bytesAt(at, Math.min(chunkBytes, tensor.bytes - at)))
   }))
   const bad = sums.findIndex((sum, i) => sum !== tensor.chunkChecksums[first + i])
   if (bad >= 0) {
@@ -162,6 +168,18 @@ function dataPortLimits (options: TcpWeightServerOptions): DataPortLimits {
   problems.push(...weightsConfigProblems(limits))
   if (problems.length > 0) throw new AgentError('ERR_ARG_INVALID', `weight server options: ${problems.join('; ')}`, { details: problems })
   return limits
+}
+
+/**
+ * The serve window's bytes: `configured`, or an eighth of the pool for 0; at
+ * most half the pool (kept chunks cannot be spilled: a window as large as
+ * the pool would leave no room for anything else), with a warning.
+ */
+function serveWindowBytes (configured: number, poolBytes: number, logger: Logger): number {
+  if (configured === 0) return Math.floor(poolBytes / 8)
+  const most = Math.floor(poolBytes / 2)
+  if (configured > most) logger.warn({ serveWindowBytes: configured, hostPoolBytes: poolBytes, using: most }, 'weights.serveWindowBytes is more than half the host pool: using half of it')
+  return Math.min(configured, most)
 }
 
 /**
@@ -228,6 +246,13 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
   const noteRefusal = (why: string, remote: string): void => { refused++; refusals.note(why, remote) }
   let server: Server | undefined
   let address = ''
+  /** Made at start (its default size is the started pool's). */
+  let window: ServeReadWindow | undefined
+
+  const started = (): ServeReadWindow => {
+    if (window === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the weights server is not started')
+    return window
+  }
 
   function leavePending (socket: Socket): void {
     const entry = pending.get(socket)
@@ -416,14 +441,16 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       const tensor = manifest.tensors[req.tensorIndex]
       if (tensor === undefined) throw new AgentError('ERR_BAD_REQUEST', `tensor ${req.tensorIndex} does not exist (the version has ${manifest.tensors.length})`)
       const runs = sliceRuns({ name: tensor.name, shape: tensor.shape, elementBytes: dtypeBytes[tensor.dtype] }, req.dim, req.ranges, req.byteOffset, req.byteLength)
-      const pinned = await sm.readHost(tensor.key)
+      let from = Infinity; let to = 0
+      for (const r of runs) { from = Math.min(from, r.offset); to = Math.max(to, r.offset + r.length) }
+      const pinned = await started().read(tensor.key, tensor.bytes, from, to, manifest.chunkBytes)
       try {
-        const sub = (offset: number, length: number): HostRange => ({ memory: pinned.range.memory, offset: pinned.range.offset + offset, length })
+        const sub = (offset: number, length: number): HostRange => ({ memory: pinned.range.memory, offset: pinned.range.offset + offset - pinned.at, length })
         if (runs.length === 1 && req.dim === null) {
-          const range = sub(runs[0]!.offset, runs[0]!.length)
+          const range = sub(from, to - from)
           const chunk = alignedChunk(req, manifest.chunkBytes, tensor.bytes)
           const crc = chunk !== undefined ? tensor.chunkChecksums[chunk]! : await checksum(range)
-          if (chunk === undefined && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, pinned.range, runs[0]!.offset, runs[0]!.offset + runs[0]!.length)
+          if (chunk === undefined && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, sub, from, to)
           await send(Status.ok, requestId, viewHostRange(range), crc)
           return
         }
@@ -437,11 +464,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
             return gatherHost(dst, sub(g.offset, g.stride * (g.runs - 1) + g.runBytes), { runBytes: g.runBytes, runs: g.runs, srcStride: g.stride }, bytes < smallGatherBytes ? { threads: 1 } : {})
           }))
           // After the gather: the scratch is private now, and a change made before or during it shows.
-          if (pinned.sharedRegion !== undefined) {
-            let from = Infinity; let to = 0
-            for (const r of runs) { from = Math.min(from, r.offset); to = Math.max(to, r.offset + r.length) }
-            await verifyCommitted(manifest, tensor, pinned.range, from, to)
-          }
+          if (pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, sub, from, to)
           await send(Status.ok, requestId, scratch.view, await checksum(scratch.range))
         } finally {
           scratch.release()
@@ -465,9 +488,9 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `this agent holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}, not the slice of ${name} asked for; pull it from a full holder`)
       }
       if (req.byteOffset + req.byteLength > held.bytes) throw new AgentError('ERR_BAD_REQUEST', `bytes ${req.byteOffset}..${req.byteOffset + req.byteLength} past the ${held.bytes} bytes of the slice`)
-      const pinned = await sm.readHost(held.key)
+      const pinned = await started().read(held.key, held.bytes, req.byteOffset, req.byteOffset + req.byteLength, manifest.chunkBytes)
       try {
-        const range: HostRange = { memory: pinned.range.memory, offset: pinned.range.offset + req.byteOffset, length: req.byteLength }
+        const range: HostRange = { memory: pinned.range.memory, offset: pinned.range.offset + req.byteOffset - pinned.at, length: req.byteLength }
         const chunk = alignedChunk(req, manifest.chunkBytes, held.bytes)
         await send(Status.ok, requestId, viewHostRange(range), chunk !== undefined ? held.chunkChecksums[chunk]! : await checksum(range))
       } finally {
@@ -498,6 +521,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     get address () { return address },
     async start () {
       const { host, port } = splitHostPort(options.listen)
+      window = createServeReadWindow({ windowBytes: serveWindowBytes(options.serveWindowBytes ?? 0, sm.availability().hostPool.totalBytes, logger) }, { stateManager: sm })
       const s = createServer({ noDelay: true }, handle)
       await new Promise<void>((resolve, reject) => {
         s.once('error', reject)
@@ -516,8 +540,12 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       refusals.stop()
       for (const socket of sockets) socket.destroy()
       await new Promise<void>(resolve => s.close(() => resolve()))
+      window?.clear()
     },
     activePulls: () => [...pulls.values()].map(p => ({ ...p })),
-    counters: () => ({ servedBytes, accepted, refused, pending: pending.size, authenticated }),
+    counters: () => {
+      const reads = window?.stats()
+      return { servedBytes, accepted, refused, pending: pending.size, authenticated, sharedReads: reads?.shared ?? 0, windowBytes: reads?.heldBytes ?? 0 }
+    },
   }
 }

@@ -58,4 +58,8 @@ export interface WeightServerCounters {
   pending: number
   /** Authenticated connections now. */
   authenticated: number
+  /** READs of NVMe chunks answered by a read already in flight or kept in the serve window (serve-read-window.ts). */
+  sharedReads: number
+  /** Pool bytes the serve window holds now (chunks kept or being read from NVMe). */
+  windowBytes: number
 }

@@ -120,6 +120,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
   const server = createTcpWeightServer({
     listen: options.dataListen,
+    serveWindowBytes: options.serveWindowBytes,
     authTimeoutMs: options.authTimeoutMs,
     maxPendingConnections: options.maxPendingConnections,
     maxPendingPerAddress: options.maxPendingPerAddress,

@@ -11,66 +11,28 @@
  * Medians of R runs (default 3). The agents run with durable publishes (NVMe) as in production.
  */
 // bench-requires: iperf3 (iperf3 is the baseline of the full pulls; npm run bench checks this line)
-import { spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync, openSync, writeSync, closeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { spawnAgent, waitReady } from '../helpers/agent-process.ts'
 import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
-import { median } from './bench-stats.ts'
+import { median, MiB } from './bench-stats.ts'
+import { iperfGbPerSecond, llamaLike, llamaLikeTensors, writeSafetensors } from './weights-bench-model.ts'
 
 const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, runs: { type: 'string' }, 'no-region': { type: 'boolean' } } })
 /** --no-region skips the region publish (it needs a second copy of the model in /dev/shm: memory-tight machines). */
 const withRegion = values['no-region'] !== true
 const modelMiB = Number(values['model-mib'] ?? 2048)
 const runs = Number(values.runs ?? 3)
-const MiB = 2 ** 20
+
 const teardowns: Array<() => unknown> = []
 const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
 const dir = mkdtempSync(join(tmpdir(), 'agentd-wb-'))
 t.teardown(() => rmSync(dir, { recursive: true, force: true }))
 
-// A Llama-like layer stack: hidden 4096, 32 heads, 8 kv heads (GQA), intermediate 11008, bf16; layers until MODEL_MIB.
-const hidden = 4096; const heads = 32; const kvHeads = 8; const inter = 11008
-const layer = (i: number): Array<{ name: string, shape: number[] }> => [
-  { name: `model.layers.${i}.self_attn.q_proj.weight`, shape: [hidden, hidden] },
-  { name: `model.layers.${i}.self_attn.k_proj.weight`, shape: [kvHeads * 128, hidden] },
-  { name: `model.layers.${i}.self_attn.v_proj.weight`, shape: [kvHeads * 128, hidden] },
-  { name: `model.layers.${i}.self_attn.o_proj.weight`, shape: [hidden, hidden] },
-  { name: `model.layers.${i}.mlp.gate_proj.weight`, shape: [inter, hidden] },
-  { name: `model.layers.${i}.mlp.up_proj.weight`, shape: [inter, hidden] },
-  { name: `model.layers.${i}.mlp.down_proj.weight`, shape: [hidden, inter] },
-  { name: `model.layers.${i}.input_layernorm.weight`, shape: [hidden] },
-]
-const tensors: Array<{ name: string, shape: number[] }> = [{ name: 'model.embed_tokens.weight', shape: [32000, hidden] }]
-const bytesOf = (s: number[]): number => s.reduce((a, b) => a * b, 1) * 2
-let total = bytesOf(tensors[0]!.shape)
-for (let i = 0; total < modelMiB * MiB; i++) for (const x of layer(i)) { if (total >= modelMiB * MiB) break; tensors.push(x); total += bytesOf(x.shape) }
-
-function writeModel (path: string): void {
-  const header: Record<string, unknown> = { __metadata__: { num_attention_heads: String(heads), num_key_value_heads: String(kvHeads) } }
-  let offset = 0
-  for (const x of tensors) { header[x.name] = { dtype: 'BF16', shape: x.shape, data_offsets: [offset, offset + bytesOf(x.shape)] }; offset += bytesOf(x.shape) }
-  let json = Buffer.from(JSON.stringify(header))
-  json = Buffer.concat([json, Buffer.alloc((8 - json.length % 8) % 8, 0x20)])
-  const fd = openSync(path, 'w')
-  const len = Buffer.alloc(8); len.writeBigUInt64LE(BigInt(json.length))
-  writeSync(fd, len); writeSync(fd, json)
-  const block = Buffer.alloc(16 * MiB)
-  for (let i = 0; i < block.length; i += 4) block.writeUInt32LE((i * 2654435761) >>> 0, i)
-  for (let left = offset; left > 0; left -= block.length) writeSync(fd, block, 0, Math.min(block.length, left))
-  closeSync(fd)
-}
-
-function iperf (streams: number): number {
-  const server = spawn('iperf3', ['-s', '-1', '-p', '5299'], { stdio: 'ignore' })
-  spawnSync('sleep', ['0.5'])
-  const out = spawnSync('iperf3', ['-c', '127.0.0.1', '-p', '5299', '-P', String(streams), '-t', '4', '-J'], { encoding: 'utf8' })
-  server.kill()
-  const parsed = JSON.parse(out.stdout) as { end: { sum_received: { bits_per_second: number } } }
-  return parsed.end.sum_received.bits_per_second / 8 / 1e9
-}
+const { tensors, bytes: total } = llamaLikeTensors(modelMiB)
+const { heads, kvHeads } = llamaLike
 
 let stopping = false
 const gb = (x: number): string => `${x.toFixed(2)} GB/s`
@@ -83,7 +45,7 @@ try {
     '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${8 * total}`, '--set', 'weights.retainVersions=2', '--set', 'mesh.enabled=false']
   const aDir = join(dir, 'a'); const bDir = join(dir, 'b')
   const file = join(dir, 'model.safetensors')
-  writeModel(file) // before the agents start: a synchronous 2 GiB write would stall their log pipes
+  writeSafetensors(file, tensors, { num_attention_heads: String(heads), num_key_value_heads: String(kvHeads) }) // before the agents start: a synchronous 2 GiB write would stall their log pipes
   // Reserving and pre-faulting multi-GiB pools takes a while on a loaded machine.
   const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir, pool(1.3)), waitReady: false })
   const b = await spawnAgent(t, { stateDir: bDir, args: args(bDir, pool(1.1)), waitReady: false })
@@ -126,7 +88,7 @@ try {
       const res = await b.client.weightsPull({ from: address, model: 'bench', version, streams })
       if (res.bytesReceived !== total) throw new Error(`received ${res.bytesReceived}, expected ${total}`)
       pulls.push(total / res.seconds / 1e9)
-      baseline.push(iperf(streams))
+      baseline.push(iperfGbPerSecond(streams))
     }
     fullSeconds[streams] = pulls.map(p => total / p / 1e9)
     console.log(`full pull S=${streams}: median ${gb(median(pulls))} [${pulls.map(x => x.toFixed(2)).join(', ')}]; iperf3 -P ${streams}: median ${gb(median(baseline))} [${baseline.map(x => x.toFixed(2)).join(', ')}]; ratio ${(median(pulls) / median(baseline)).toFixed(3)}`)

@@ -110,7 +110,7 @@ export const ResidencySchema = Type.Object({
   namespaces: Type.Array(Type.Object({ namespace: Type.String(), keys: uint, logicalBytes: uint, storedBytes: uint, quotaBytes: Type.Union([uint, Type.Null()]) })),
   hostPool: Type.Object({ freeBytes: uint, largestFreeBytes: uint, fragmentation: Type.Number() }),
   shm: Type.Object({ regions: uint, bytes: uint }, { description: 'adopted shared-memory mappings holding host copies outside the pool (zero-copy weight publishes)' }),
-  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint, shmAdopted: uint }),
+  counters: Type.Object({ offloadCopies: uint, deduplicated: uint, spilled: uint, promoted: uint, onloadCopies: uint, shmAdopted: uint, rangeReadBytes: uint }),
   keys: Type.Optional(Type.Array(ResidencyKeySchema, { description: 'the page: selected keys in key order (absent with summary=true)' })),
   nextCursor: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: 'pass it as cursor for the keys after the page; null when none follows (absent with summary=true)' })),
 })

@@ -49,7 +49,7 @@ const residency: ResidencySummary = {
   namespaces: [{ namespace: 'job1/actor', keys: 4, logicalBytes: 16 * MiB, storedBytes: 4 * MiB, quotaBytes: 8 * MiB }, { namespace: 'job2/"x"', keys: 1, logicalBytes: MiB, storedBytes: MiB, quotaBytes: null }],
   hostPool: { freeBytes: 60 * MiB, largestFreeBytes: 60 * MiB, fragmentation: 0 },
   shm: { regions: 1, bytes: 2 * MiB },
-  counters: { offloadCopies: 4, deduplicated: 12, spilled: 1, promoted: 2, onloadCopies: 3, shmAdopted: 5 },
+  counters: { offloadCopies: 4, deduplicated: 12, spilled: 1, promoted: 2, onloadCopies: 3, shmAdopted: 5, rangeReadBytes: 6 },
   keyCounts: { host: 4, nvme: 1 },
 }
 
@@ -117,6 +117,7 @@ t.test('StateManager: tiers, keys, namespaces and counters; the device tier come
   t.equal(sampleValue(m, 'agentd_state_spilled_total'), 1)
   t.equal(sampleValue(m, 'agentd_state_promoted_total'), 2)
   t.equal(sampleValue(m, 'agentd_state_shm_adopted_total'), 5)
+  t.equal(sampleValue(m, 'agentd_state_nvme_range_read_bytes_total'), 6)
   t.equal(sampleValue(m, 'agentd_gpu_memory_capacity_bytes', { gpu: '1' }), 80 * 2 ** 30)
   t.equal(sampleValue(m, 'agentd_gpu_memory_free_bytes', { gpu: '0' }), 10 * 2 ** 30)
   t.equal(sampleValue(m, 'agentd_gpu_memory_free_bytes', { gpu: '1' }), undefined, 'unknown free memory is absent, not 0')
@@ -154,7 +155,7 @@ t.test('device lock: holds, waiters, grants, waits, wait time, timeouts and rele
 })
 
 t.test('weights, mesh, leader, jobs, reward: their views as series', async t => {
-  const weights: WeightsCounters = { server: { servedBytes: 1000, accepted: 3, refused: 1, pending: 0, authenticated: 2 }, pulledBytes: 500, pulls: { completed: 2, failed: 1 }, pulling: 1, serving: 2, versions: 3 }
+  const weights: WeightsCounters = { server: { servedBytes: 1000, accepted: 3, refused: 1, pending: 0, authenticated: 2, sharedReads: 7, windowBytes: 4096 }, pulledBytes: 500, pulls: { completed: 2, failed: 1 }, pulling: 1, serving: 2, versions: 3 }
   const info = {
     peerId: 'p', node: 'n', incarnation: 3, addresses: [], announce: { ip: '127.0.0.1', source: 'dev loopback' }, listen: [], clusterKeyFile: '', connections: 4, topicPeers: 3, meshPeers: 2,
     seeds: [], members: { alive: 3, suspect: 1, dead: 2 },
@@ -171,6 +172,8 @@ t.test('weights, mesh, leader, jobs, reward: their views as series', async t => 
   const m = await scrape({ weights: () => ({ counters: () => weights }), mesh: () => ({ info: () => info }), leader: () => ({ view: () => leaderView }), jobs: () => ({ list: () => jobs }), reward: () => reward })
   t.equal(sampleValue(m, 'agentd_weights_served_bytes_total'), 1000)
   t.equal(sampleValue(m, 'agentd_weights_pulled_bytes_total'), 500)
+  t.equal(sampleValue(m, 'agentd_weights_served_shared_reads_total'), 7)
+  t.equal(sampleValue(m, 'agentd_weights_serve_window_bytes'), 4096)
   t.equal(sampleValue(m, 'agentd_weights_pulls_total', { outcome: 'failed' }), 1)
   t.equal(sampleValue(m, 'agentd_weights_active_pulls', { direction: 'serving' }), 2)
   t.equal(sampleValue(m, 'agentd_weights_connections', { state: 'authenticated' }), 2)

@@ -44,6 +44,14 @@ t.test('nothing to spill and nothing in flight: ERR_TIER_FULL naming the NVMe fi
   await t.rejects(space.allocate(KiB, new Set()), { code: 'ERR_TIER_FULL', message: /no room for 1024 bytes: .* \(NVMe 7 of 9 bytes used\)/ })
 })
 
+t.test('more than the whole pool: ERR_TIER_FULL saying so, without spilling anything', async t => {
+  const p = await pool(t)
+  let spills = 0
+  const space = createHostSpace({ pool: p, nvme, spill: async () => { spills++; return 0 }, pinnedPoolBytes: () => 0 })
+  await t.rejects(space.allocate(64 * KiB + 1, new Set()), { code: 'ERR_TIER_FULL', message: 'no room for 65537 bytes: more than the whole host pool (65536 bytes); a key must fit the pool (state.hostPoolBytes), whatever NVMe holds' })
+  t.equal(spills, 0, 'nothing spilled for an allocation that can never fit')
+})
+
 t.test('nothing to spill but a copy in flight: waits for it, then allocates', async t => {
   const p = await pool(t)
   const filling: Extent = p.allocate(64 * KiB)

@@ -68,6 +68,8 @@ class StateCounters(TypedDict):
     onloadCopies: int
     #: Keys stored in place in an adopted shared-memory object (a weights region publish): no copy.
     shmAdopted: int
+    #: Bytes read from NVMe by range without promoting the key (weights served from NVMe).
+    rangeReadBytes: int
 
 
 class ShmUsage(TypedDict):
