@@ -79,8 +79,10 @@ import { defaultWeightsConfig, WeightsSection, weightsConfigProblems, type DataP
 export interface TcpWeightServerOptions {
   /** host:port to listen on; port 0 picks a free one. */
   listen: string
-  /** Pool bytes kept for shared reads of tensors served from NVMe (serve-read-window.ts); 0: an eighth of the host pool. Default 0. */
+  /** Pool bytes kept for shared reads of tensors served from NVMe (serve-read-window.ts); 0: the default (serveWindowBytes below). Default 0. */
   serveWindowBytes?: number
+  /** The published chunk size (weights.chunkBytes): sizes the default serve window. Default 4 MiB. */
+  chunkBytes?: number
   /** Time a connection has from its accept to a verified AUTH proof, ms. Default 1000. */
   authTimeoutMs?: number
   /** Most connections in their handshake, all addresses together; a newcomer evicts one (module comment). Default 32. */
@@ -103,6 +105,9 @@ export interface TcpWeightServerComponents {
   auth: DataAuth
   logger: Logger
 }
+
+/** Chunks the default serve window holds at least (serveWindowBytes). */
+const sharedChunks = 32
 
 /** Gathers under 1 MiB run on one native thread (splitting them costs more than it buys). */
 const smallGatherBytes = 2 ** 20
@@ -171,13 +176,16 @@ function dataPortLimits (options: TcpWeightServerOptions): DataPortLimits {
 }
 
 /**
- * The serve window's bytes: `configured`, or an eighth of the pool for 0; at
- * most half the pool (kept chunks cannot be spilled: a window as large as
- * the pool would leave no room for anything else), with a warning.
+ * The serve window's bytes: `configured`; for 0, an eighth of the pool but at
+ * least `sharedChunks` chunks (four pullers of 4 streams with 2 READs in
+ * flight each span 32 chunks: a window smaller than that drops chunks before
+ * the other pullers reach them). At most half the pool (kept chunks cannot
+ * be spilled: a window as large as the pool would leave no room for anything
+ * else), with a warning when the configured value is more.
  */
-function serveWindowBytes (configured: number, poolBytes: number, logger: Logger): number {
-  if (configured === 0) return Math.floor(poolBytes / 8)
+function serveWindowBytes (configured: number, poolBytes: number, chunkBytes: number, logger: Logger): number {
   const most = Math.floor(poolBytes / 2)
+  if (configured === 0) return Math.min(most, Math.max(Math.floor(poolBytes / 8), sharedChunks * chunkBytes))
   if (configured > most) logger.warn({ serveWindowBytes: configured, hostPoolBytes: poolBytes, using: most }, 'weights.serveWindowBytes is more than half the host pool: using half of it')
   return Math.min(configured, most)
 }
@@ -521,7 +529,8 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     get address () { return address },
     async start () {
       const { host, port } = splitHostPort(options.listen)
-      window = createServeReadWindow({ windowBytes: serveWindowBytes(options.serveWindowBytes ?? 0, sm.availability().hostPool.totalBytes, logger) }, { stateManager: sm })
+      const poolBytes = sm.availability().hostPool.totalBytes
+      window = createServeReadWindow({ windowBytes: serveWindowBytes(options.serveWindowBytes ?? 0, poolBytes, options.chunkBytes ?? defaultWeightsConfig.chunkBytes, logger) }, { stateManager: sm })
       const s = createServer({ noDelay: true }, handle)
       await new Promise<void>((resolve, reject) => {
         s.once('error', reject)

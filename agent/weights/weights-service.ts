@@ -121,6 +121,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const server = createTcpWeightServer({
     listen: options.dataListen,
     serveWindowBytes: options.serveWindowBytes,
+    chunkBytes: options.chunkBytes,
     authTimeoutMs: options.authTimeoutMs,
     maxPendingConnections: options.maxPendingConnections,
     maxPendingPerAddress: options.maxPendingPerAddress,

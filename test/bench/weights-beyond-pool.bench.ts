@@ -20,10 +20,13 @@
  *    have started, after the publish, after B's first pull into keys (before
  *    its first pull into a file) and at the end: the peak's growth against
  *    the pool size, and what the end's RSS is (anonymous, file, shared).
+ * Here server and puller share one machine and one disk: the bound that
+ * applies is also measured (fio reading and writing at once).
  * fio runs with the NVMe tier's I/O (4 MiB blocks, queue depth 8) on a file
  * of the model's size in the bench's temp dir, the agents' NVMe directory's
  * file system.
- * Usage: node test/bench/weights-beyond-pool.bench.ts [--model-mib N] [--pool-mib P] [--runs R]
+ * Usage: node test/bench/weights-beyond-pool.bench.ts [--model-mib N] [--pool-mib P] [--serve-window-mib W] [--runs R]
+ * (--serve-window-mib: A's weights.serveWindowBytes; default the agent's, an eighth of the pool).
  * Medians of R runs (default 3), each run's values in brackets.
  */
 // bench-requires: iperf3 fio (iperf3 and fio are the baselines of the pulls; npm run bench checks this line)
@@ -35,10 +38,10 @@ import { agentctlMain, agentMain, runNode, spawnAgent, waitReady, type AgentProc
 import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
 import type { PullResult } from '../../agent/api/wire/weights.ts'
 import { median, MiB } from './bench-stats.ts'
-import { fioGbPerSecond } from './fio.ts'
+import { fioGbPerSecond, fioReadWhileWriting } from './fio.ts'
 import { bf16Bytes, iperfGbPerSecond, llamaLike, llamaLikeTensors, writeSafetensors } from './weights-bench-model.ts'
 
-const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, 'pool-mib': { type: 'string' }, runs: { type: 'string' } } })
+const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, 'pool-mib': { type: 'string' }, 'serve-window-mib': { type: 'string' }, runs: { type: 'string' } } })
 const modelMiB = Number(values['model-mib'] ?? 2048)
 const poolMiB = Number(values['pool-mib'] ?? Math.floor(modelMiB / 8))
 const runs = Number(values.runs ?? 3)
@@ -90,7 +93,8 @@ try {
   const keyFile = join(dir, 'cluster.key')
   writeFileSync(keyFile, generateClusterKey(), { mode: 0o600 })
   const args = (state: string): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn', '--set', 'mesh.enabled=false',
-    '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${3 * total}`, '--set', 'weights.retainVersions=2']
+    '--set', `state.hostPoolBytes=${poolBytes}`, '--set', `state.nvmeCapacityBytes=${3 * total}`, '--set', 'weights.retainVersions=2',
+    ...(values['serve-window-mib'] !== undefined ? ['--set', `weights.serveWindowBytes=${Number(values['serve-window-mib']) * MiB}`] : [])]
   const file = join(dir, 'model.safetensors')
   // Before the agents start: a synchronous multi-GiB write would stall their log pipes.
   writeSafetensors(file, tensors, { num_attention_heads: String(llamaLike.heads), num_key_value_heads: String(llamaLike.kvHeads) })
@@ -126,6 +130,7 @@ try {
   }
 
   const keysGbps: number[] = []; const keysServeRead: number[] = []; const iperf: number[] = []; const fioWrite: number[] = []; const fioRead: number[] = []
+  const fioBothRead: number[] = []; const fioBothWrite: number[] = []
   const fileGbps: number[] = []; const filePullGbps: number[] = []; const fileWriteGbps: number[] = []; const ctlStart: number[] = []
   const fourGbps: number[] = []; const fourRead: number[] = []; const fourRange: number[] = []; const fourPromoted: number[] = []
   const fioFile = join(dir, 'fio.bin')
@@ -143,6 +148,9 @@ try {
     iperf.push(iperfGbPerSecond(streams))
     fioWrite.push(fioGbPerSecond({ rw: 'write', file: fioFile, sizeBytes: fioBytes, ...nvmeIo }))
     fioRead.push(fioGbPerSecond({ rw: 'read', file: fioFile, sizeBytes: fioBytes, ...nvmeIo }))
+    const both = fioReadWhileWriting({ readFile: fioFile, writeFile: `${fioFile}.w`, sizeBytes: fioBytes, ...nvmeIo })
+    fioBothRead.push(both.read); fioBothWrite.push(both.write)
+    rmSync(`${fioFile}.w`)
 
     // 3. into a file, as an operator does: the command's wall time, agentctl's start included.
     await dropPulled(b)
@@ -180,6 +188,9 @@ try {
   console.log(`pull into B's keys, ${streams} streams: median ${gb(median(keysGbps))} ${list(keysGbps)}; A's NVMe reads / model ${list(keysServeRead, 3)} (approximate)`)
   console.log(`  iperf3 -P ${streams}: median ${gb(median(iperf))} ${list(iperf)}; fio write: median ${gb(median(fioWrite))} ${list(fioWrite)}; fio read: median ${gb(median(fioRead))} ${list(fioRead)} (O_DIRECT, ${mib(nvmeIo.blockBytes)} blocks, qd ${nvmeIo.queueDepth}, ${mib(fioBytes)})`)
   console.log(`  pull / min(iperf3, fio write): ${ratioNet.toFixed(3)} (goal >= 0.8); pull / fio read (A serves from NVMe): ${(median(keysGbps) / median(fioRead)).toFixed(3)} (goal >= 0.85)`)
+  const sameDisk = Math.min(median(iperf), median(fioBothRead), median(fioBothWrite))
+  console.log(`  one machine, one disk (A reads while B writes): fio read and write at once: read median ${gb(median(fioBothRead))} ${list(fioBothRead)}, write median ${gb(median(fioBothWrite))} ${list(fioBothWrite)}; ` +
+    `pull / min(iperf3, both) ${(median(keysGbps) / sameDisk).toFixed(3)}`)
   console.log(`pull into a file (agentctl weights pull --out, wall time): median ${gb(median(fileGbps))} ${list(fileGbps)}; its pull: median ${gb(median(filePullGbps))} ${list(filePullGbps)}; ` +
     `the file's write (the rest less agentctl's start, median ${median(ctlStart).toFixed(2)} s): median ${gb(median(fileWriteGbps))} ${list(fileWriteGbps)}; file / min(iperf3, fio write) ${(median(fileGbps) / Math.min(median(iperf), median(fioWrite))).toFixed(3)}`)
   console.log(`${pullers.length} pullers at once: aggregate median ${gb(median(fourGbps))} ${list(fourGbps)}; A's NVMe reads / model median ${median(fourRead).toFixed(3)} ${list(fourRead, 3)} (goal ~1, not ${pullers.length}; approximate: ` +
