@@ -120,36 +120,48 @@ class TorchCpuTest(unittest.TestCase):
         self.assertEqual(agent.client.residency(prefix=self.ns + "/")["keys"], [])
 
     def test_a_ranks_shard_pulls_into_torch_tensors_of_the_engines_shapes(self) -> None:
-        gen = torch.Generator().manual_seed(5)
-        hidden, vocab = 16, 100  # vLLM pads the vocab to 128: 64 rows a rank at tp 2, rank 1 holds 36 real ones
-        full = {
-            "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=gen).to(torch.bfloat16),
-            "model.layers.0.self_attn.q_proj.weight": torch.randn(8 * 4, hidden, generator=gen),
-            "model.layers.0.self_attn.k_proj.weight": torch.randn(2 * 4, hidden, generator=gen),
-            "model.layers.0.self_attn.o_proj.weight": torch.randn(hidden, 8 * 4, generator=gen),
-            "model.norm.weight": torch.randn(hidden, generator=gen),
-        }
-        model = self._testMethodName.replace("_", "-")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "m.safetensors")
-            write_safetensors(path, full, {"num_attention_heads": "8", "num_key_value_heads": "2"})
-            agent.client.call("POST", "/v1/weights/publish", {"model": model, "version": 1, "source": {"kind": "safetensors", "path": path}})
-        self.addCleanup(lambda: agent.client.drop(prefix=f"weights/{model}/"))
-        self.addCleanup(lambda: agent.client.call("POST", "/v1/weights/retire", {"model": model, "version": 1}))
-        address = agent.client.call("GET", "/v1/status")["weights"]["address"]
+        model, full, address = publish_small_model(self)
         shard = self.torch_client.pull_shard(model, tp=2, rank=1, version=1, from_address=address)
-        self.assertEqual(sorted(shard), sorted(full))
-        embed = shard["model.embed_tokens.weight"]
-        self.assertEqual(list(embed.shape), [64, hidden], "the engine's parameter: the padded vocab's half")
-        self.assertTrue(torch.equal(embed[:36], full["model.embed_tokens.weight"][64:]), "the real rows")
-        self.assertTrue(torch.equal(embed[36:], torch.zeros(28, hidden, dtype=torch.bfloat16)), "padding rows are zeros")
-        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.q_proj.weight"], full["model.layers.0.self_attn.q_proj.weight"][16:]))
-        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.k_proj.weight"], full["model.layers.0.self_attn.k_proj.weight"][4:]))
-        self.assertTrue(torch.equal(shard["model.layers.0.self_attn.o_proj.weight"], full["model.layers.0.self_attn.o_proj.weight"][:, 16:]))
-        self.assertTrue(torch.equal(shard["model.norm.weight"], full["model.norm.weight"]))
+        check_rank1_of_tp2(self, shard, full)
         with self.assertRaises(AgentError) as refused:
             self.torch_client.pull_shard(model, tp=3, rank=0, version=1, from_address=address)
         self.assertEqual(refused.exception.code, "ERR_LAYOUT_INVALID")
+
+
+def publish_small_model(test: unittest.TestCase) -> "tuple[str, dict[str, torch.Tensor], str]":
+    """Publishes a small Llama-shaped model (vocab 100, 8 heads, 2 KV heads) as version 1 of a model named after the test, retired and dropped at cleanup; (model, its tensors, the agent's data address)."""
+    gen = torch.Generator().manual_seed(5)
+    hidden, vocab = 16, 100
+    full = {
+        "model.embed_tokens.weight": torch.randn(vocab, hidden, generator=gen).to(torch.bfloat16),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(8 * 4, hidden, generator=gen),
+        "model.layers.0.self_attn.k_proj.weight": torch.randn(2 * 4, hidden, generator=gen),
+        "model.layers.0.self_attn.o_proj.weight": torch.randn(hidden, 8 * 4, generator=gen),
+        "model.norm.weight": torch.randn(hidden, generator=gen),
+    }
+    model = test._testMethodName.replace("_", "-")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.safetensors")
+        write_safetensors(path, full, {"num_attention_heads": "8", "num_key_value_heads": "2"})
+        agent.client.call("POST", "/v1/weights/publish", {"model": model, "version": 1, "source": {"kind": "safetensors", "path": path}})
+    test.addCleanup(lambda: agent.client.drop(prefix=f"weights/{model}/"))
+    test.addCleanup(lambda: agent.client.call("POST", "/v1/weights/retire", {"model": model, "version": 1}))
+    return model, full, agent.client.call("GET", "/v1/status")["weights"]["address"]
+
+
+def check_rank1_of_tp2(test: unittest.TestCase, shard: "dict[str, torch.Tensor]", full: "dict[str, torch.Tensor]") -> None:
+    """Rank 1 of tp 2 of publish_small_model's model, as vLLM loads it (compared on the CPU)."""
+    shard = {name: x.cpu() for name, x in shard.items()}
+    test.assertEqual(sorted(shard), sorted(full))
+    embed = shard["model.embed_tokens.weight"]
+    # vLLM pads the vocab to 128: 64 rows a rank at tp 2, rank 1 holds 36 real ones
+    test.assertEqual(list(embed.shape), [64, 16], "the engine's parameter: the padded vocab's half")
+    test.assertTrue(torch.equal(embed[:36], full["model.embed_tokens.weight"][64:]), "the real rows")
+    test.assertTrue(torch.equal(embed[36:], torch.zeros(28, 16, dtype=torch.bfloat16)), "padding rows are zeros")
+    test.assertTrue(torch.equal(shard["model.layers.0.self_attn.q_proj.weight"], full["model.layers.0.self_attn.q_proj.weight"][16:]))
+    test.assertTrue(torch.equal(shard["model.layers.0.self_attn.k_proj.weight"], full["model.layers.0.self_attn.k_proj.weight"][4:]))
+    test.assertTrue(torch.equal(shard["model.layers.0.self_attn.o_proj.weight"], full["model.layers.0.self_attn.o_proj.weight"][:, 16:]))
+    test.assertTrue(torch.equal(shard["model.norm.weight"], full["model.norm.weight"]))
 
 
 def cuda_unavailable() -> str:
@@ -186,6 +198,13 @@ class TorchCudaTest(unittest.TestCase):
         host = torch.zeros(chunk.shape)
         self.torch_client.onload({key: host})
         self.assertTrue(torch.equal(host, chunk.cpu()), "a CPU onload of a CUDA offload")
+
+    def test_a_ranks_shard_pulls_into_cuda_tensors(self) -> None:
+        model, full, address = publish_small_model(self)
+        shard = self.torch_client.pull_shard(model, tp=2, rank=1, version=1, from_address=address, device="cuda")
+        self.assertTrue(all(x.is_cuda for x in shard.values()), "every tensor of the shard in device memory")
+        torch.cuda.synchronize()
+        check_rank1_of_tp2(self, shard, full)
 
 
 if __name__ == "__main__":
