@@ -25,6 +25,9 @@ function rawSafetensorsHeader (file: string): { metadata: Record<string, string>
 }
 
 /** Two dev agents sharing a cluster key, with host pools of `poolBytes` and weights chunks of `chunkBytes`, and agentctl on each. */
+/** Peak resident memory of a process (VmHWM), bytes. */
+const peakRssOf = (pid: number): number => Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024
+
 async function twoAgents (t: Test, poolBytes: number, chunkBytes: number) {
   const dir = tempDir(t, 'agentd-w-')
   const keyFile = clusterKeyFile(dir)
@@ -169,8 +172,12 @@ t.test('--all-ranks of a model 12x the pools: the version spills to NVMe, each r
   const address = (await a.client.status()).weights!.address!
 
   const outDir = join(dir, 'shards')
+  const peakBefore = peakRssOf(b.proc.pid!)
   const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'big', '--version', '0', '--layout', layout, '--tp', '2', '--all-ranks', '--out-dir', outDir)
   t.equal(run.code, 0, run.stderr || run.stdout)
+  // The version (48 MiB) and both shards (24 MiB each) pass through B's 4 MiB pool: none of them is ever in its memory whole.
+  const growth = peakRssOf(b.proc.pid!) - peakBefore
+  t.ok(growth < 16 * 2 ** 20, `B's peak RSS grew ${(growth / 2 ** 20).toFixed(1)} MiB writing every rank's shard of a 48 MiB model (bound 16 MiB)`)
   const files = (JSON.parse(run.stdout) as { files: string[] }).files
   t.equal(files.length, 2, 'one file a rank')
   for (const [rank, file] of files.entries()) {
