@@ -182,8 +182,9 @@ export const weightsPullCommand: Command = {
     if (allRanks) written = await writeEveryRank({ client, signal }, { model, version: result.version, tp: tp!, dir: resolve(outDir!), whole: result, layoutOf, shardOf })
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {
-      json: { version: result.version, bytes: result.bytes, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(written !== undefined ? { files: written.files } : {}) },
+      json: { version: result.version, bytes: result.bytes, bytesReceived: result.bytesReceived, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(written !== undefined ? { files: written.files } : {}) },
       human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
+        `${result.bytesReceived < result.bytes ? `, ${formatBytes(result.bytes - result.bytesReceived)} of it already here` : ''}` +
         `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
         `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}` +
         `${result.paddedShapes !== undefined ? `\n${Object.entries(result.paddedShapes).map(([key, shape]) => `${key}: the engine's parameter is [${shape.join(', ')}] (vocab padding)`).join('\n')}` : ''}`,

@@ -195,3 +195,30 @@ t.test('--all-ranks of a model 12x the pools: the version spills to NVMe, each r
   t.equal(residency.keys.length, 48, 'afterwards the agent holds the version whole, and no rank\'s slices')
   t.ok(residency.keys.filter(k => k.tier === 'nvme').length >= 40, `most of it on NVMe (${residency.keys.filter(k => k.tier === 'nvme').length} of 48 keys): the pool holds 4 MiB`)
 })
+
+t.test('--out with part of a version already here (a pull cut off earlier) fetches only the rest; the file is whole', { skip }, async t => {
+  const { dir, a, b, ctl } = await twoAgents(t, 4 * 2 ** 20, 262144)
+  const tensors = Array.from({ length: 24 }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], 60 + i)) // 24 MiB, 6x the pools
+  const model = join(dir, 'm.safetensors')
+  writeSafetensors(model, tensors)
+  t.equal((await ctl(a, 'weights', 'publish', '--model', 'm', '--from-safetensors', model)).code, 0)
+  const address = (await a.client.status()).weights!.address!
+  const first = await b.client.weightsPull({ from: address, model: 'm', version: 0 })
+  // What a pull cut off after 10 tensors keeps (test/agent/weights/pull-window.test.ts cuts one for real): drop the other 14.
+  await b.client.call('POST', '/v1/state/drop', { keys: first.keys.slice(10) })
+  const out = join(dir, 'm-copy.safetensors')
+  const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0', '--out', out)
+  t.equal(run.code, 0, run.stderr)
+  const result = JSON.parse(run.stdout) as { bytes: number, bytesReceived: number }
+  t.equal(result.bytes, 24 * 2 ** 20)
+  t.equal(result.bytesReceived, 14 * 2 ** 20, 'only the 14 missing tensors were fetched')
+  const header = rawSafetensorsHeader(out)
+  const bytes = readFileSync(out)
+  for (const i of [0, 9, 10, 23]) {
+    const e = header.tensors.find(x => x.name === tensors[i]!.name)!
+    t.ok(bytes.subarray(header.dataStart + e.start, header.dataStart + e.end).equals(tensors[i]!.data), `${tensors[i]!.name} byte-exact (${i < 10 ? 'kept' : 'fetched'})`)
+  }
+  const human = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0')
+  t.match(human.stdout, /pulled m v0: 24 tensors, 24\.0 MiB in [\d.]+ s \([^)]+\), 24\.0 MiB of it already here/)
+})
+
