@@ -4,8 +4,10 @@
  *
  * Contracts:
  * - Units: bytes.
- * - `allocate` tries the pool; when it is full it asks `spill` for the bytes
- *   (never spilling keys in `keep`) and tries again. When spilling frees
+ * - `allocate` tries the pool; when it is full it first asks `reclaim` (pool
+ *   memory held by caches, e.g. the weight server's read window, which can go
+ *   at once without a copy), then `spill` for the bytes (never spilling keys
+ *   in `keep`), and tries again. When spilling frees
  *   nothing but pool space is busy (pinned keys, extents being filled) it
  *   waits for `released()` and tries again; when nothing is busy either it
  *   fails with ERR_TIER_FULL. It returns an extent the caller owns and frees.
@@ -48,11 +50,14 @@ export interface HostSpaceComponents {
   pinnedPoolBytes(): number
   /** Called after every successful allocation (e.g. TierMover.spillIfAboveWatermark). Default: nothing. */
   allocated?: () => void
+  /** Frees pool memory held by caches, at least `wantBytes` if it can, at once; returns the bytes freed. Default: none. */
+  reclaim?: (wantBytes: number) => number
 }
 
 export function createHostSpace (components: HostSpaceComponents): HostSpace {
   const { pool, nvme, spill, pinnedPoolBytes } = components
   const allocated = components.allocated ?? (() => {})
+  const reclaim = components.reclaim ?? (() => 0)
   /** Allocations waiting for pool space held by copies in flight. */
   const waiting: Array<() => void> = []
   let fillingBytes = 0
@@ -79,6 +84,7 @@ export function createHostSpace (components: HostSpaceComponents): HostSpace {
           if (paced) allocated()
           return extent
         }
+        if (reclaim(bytes) > 0) continue
         const freed = await spill(bytes, keep)
         if (freed === 0 && pinnedPoolBytes() + fillingBytes > 0) {
           // Pool space is held by copies in flight (pinned keys, extents being filled):

@@ -242,6 +242,14 @@ export interface StateManager {
   /** A scratch range of `bytes` in the host pool (spilling if needed) with a Buffer view for JS writes, freed by `release()`. */
   scratch(bytes: number): Promise<ScratchBytes>
   /**
+   * Registers a cache holding scratch ranges it could free at once (the
+   * weight server's read window): when an allocation finds the pool full,
+   * `reclaim(wantBytes)` is asked first, before keys are spilled, and must
+   * release what it can synchronously and return the bytes it freed. The
+   * returned function unregisters it.
+   */
+  poolReclaimer(reclaim: (wantBytes: number) => number): () => void
+  /**
    * Stores a filled scratch range as `key` without copying (its length must be
    * the key's byte size); the scratch is consumed either way. Returns false
    * when the key was already stored (deduplicated: the scratch is freed).
@@ -406,6 +414,16 @@ export function createStateManager (options: StateManagerOptions, components: St
   const allocateHost = (bytes: number, keep: ReadonlySet<string>): Promise<Extent> => started().space.allocate(bytes, keep)
   const promote = (entry: StoredEntry, keep: ReadonlySet<string>): Promise<void> => started().mover.promote(entry, keep)
   const maybeSpill = (): void => { storage?.mover.spillIfAboveWatermark() }
+  /** Caches in the pool that give their memory back under pressure (poolReclaimer). */
+  const reclaimers = new Set<(wantBytes: number) => number>()
+  const reclaimPool = (wantBytes: number): number => {
+    let freed = 0
+    for (const reclaim of reclaimers) {
+      if (freed >= wantBytes) break
+      freed += reclaim(wantBytes - freed)
+    }
+    return freed
+  }
 
   async function readHost (text: string): Promise<PinnedBytes> {
     const entry = entries.get(parseKey(text).text)
@@ -719,7 +737,7 @@ export function createStateManager (options: StateManagerOptions, components: St
         pool.close()
         throw err
       }
-      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.makeRoom(bytes, keep), pinnedPoolBytes, allocated: () => mover.spillIfAboveWatermark() })
+      const space = createHostSpace({ pool, nvme, spill: (bytes, keep) => mover.makeRoom(bytes, keep), pinnedPoolBytes, allocated: () => mover.spillIfAboveWatermark(), reclaim: reclaimPool })
       const mover = createTierMover(options, { logger, pool, nvme, space, index: entries, queue: spillQueue, counters, track })
       storage = { pool, nvme, recovered, space, mover }
       const slice = createSlicer()
@@ -766,6 +784,10 @@ export function createStateManager (options: StateManagerOptions, components: St
     recovery: () => storage?.recovered,
     storedKeys: (prefix = '') => [...entries.values()].filter(e => e.key.text.startsWith(prefix)).map(e => e.key),
     readHost,
+    poolReclaimer (reclaim) {
+      reclaimers.add(reclaim)
+      return () => { reclaimers.delete(reclaim) }
+    },
     async readRange (text, offset, length) {
       const entry = entries.get(parseKey(text).text)
       if (entry === undefined) throw new AgentError('ERR_KEY_NOT_FOUND', `${text} is not stored on this node`)

@@ -20,8 +20,10 @@
  *   `readAheadChunks` chunks of the key into the window, when they fit
  *   without dropping chunks in use, so the disk reads while the network sends.
  * - Bound: kept chunks take at most `windowBytes` of the pool; they are
- *   dropped least recently used first when a new read needs room, and all of
- *   them once no READ used them for `idleMs`. Chunks in use (a reply being
+ *   dropped least recently used first when a new read needs room, all of
+ *   them once no READ used them for `idleMs`, and as many as an allocation
+ *   of the StateManager needs when the pool is full (poolReclaimer: before
+ *   it spills keys). Chunks in use (a reply being
  *   sent) are never dropped: a READ that finds the window full of them still
  *   reads, so what is in use is bounded by the connections (the server
  *   handles one request per connection at a time) times the largest READ;
@@ -67,7 +69,7 @@ export interface ServeReadWindow {
   /** Bytes [from, to) of `key` (of `keyBytes` bytes), within the covering `chunkBytes` chunks; call release() once the reply is sent. */
   read(key: string, keyBytes: number, from: number, to: number, chunkBytes: number): Promise<WindowBytes>
   stats(): ServeReadWindowStats
-  /** Drops every kept chunk (at stop); chunks in use are freed when released. */
+  /** Drops every kept chunk and leaves the StateManager's reclaimers (at stop); chunks in use are freed when released. */
   clear(): void
 }
 
@@ -92,6 +94,14 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
   const slots = new Map<string, Slot>()
   const stats: ServeReadWindowStats = { heldBytes: 0, shared: 0, nvmeReads: 0, readAheads: 0 }
   let idleTimer: NodeJS.Timeout | undefined
+  const unregister = sm.poolReclaimer(wantBytes => {
+    const before = stats.heldBytes
+    for (const slot of [...slots.values()]) {
+      if (before - stats.heldBytes >= wantBytes) break
+      if (slot.users === 0 && slot.pinned !== undefined) drop(slot)
+    }
+    return before - stats.heldBytes
+  })
 
   const slotId = (key: string, at: number, end: number): string => `${at}-${end}:${key}`
 
@@ -184,6 +194,7 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
     stats: () => ({ ...stats }),
     clear () {
       clearTimeout(idleTimer)
+      unregister()
       for (const slot of [...slots.values()]) drop(slot)
     },
   }

@@ -44,6 +44,22 @@ t.test('nothing to spill and nothing in flight: ERR_TIER_FULL naming the NVMe fi
   await t.rejects(space.allocate(KiB, new Set()), { code: 'ERR_TIER_FULL', message: /no room for 1024 bytes: .* \(NVMe 7 of 9 bytes used\)/ })
 })
 
+t.test('a full pool asks the caches to give memory back before it spills keys', async t => {
+  const p = await pool(t)
+  const cached = p.allocate(64 * KiB)
+  const asked: string[] = []
+  const space = createHostSpace({
+    pool: p,
+    nvme,
+    spill: async () => { asked.push('spill'); return 0 },
+    pinnedPoolBytes: () => 0,
+    reclaim: want => { asked.push(`reclaim ${want}`); p.free(cached); return 64 * KiB },
+  })
+  const extent = await space.allocate(16 * KiB, new Set())
+  t.ok(extent.length >= 16 * KiB)
+  t.same(asked, [`reclaim ${16 * KiB}`], 'the cache gave way; no key was spilled')
+})
+
 t.test('more than the whole pool: ERR_TIER_FULL saying so, without spilling anything', async t => {
   const p = await pool(t)
   let spills = 0

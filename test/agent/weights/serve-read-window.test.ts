@@ -130,3 +130,21 @@ t.test('a key with a host copy is read in place: no copy, nothing kept, pinned w
   t.equal(await drop, 1)
   window.clear()
 })
+
+t.test('kept chunks give way when the pool is full: an allocation takes them before it would fail', async t => {
+  const bytes = 3 * MiB
+  const { sm } = await nvmeOnly(t, [keyOf(3, bytes)], bytes)
+  const key = keyOf(3, bytes)
+  const window = createServeReadWindow({ windowBytes: 2 * MiB, readAheadChunks: 0 }, { stateManager: sm })
+  for (let c = 0; c < 8; c++) (await window.read(key, bytes, c * chunk, (c + 1) * chunk, chunk)).release()
+  t.equal(window.stats().heldBytes, 2 * MiB, 'the window keeps 2 MiB of the 4 MiB pool')
+  // Nothing else in the pool can spill: 3 MiB fit only if the window lets go of what it keeps.
+  const scratch = await sm.scratch(3 * MiB)
+  t.ok(window.stats().heldBytes <= MiB, `the window gave back what the allocation needed (${window.stats().heldBytes} bytes kept)`)
+  scratch.release()
+  window.clear()
+  // Unregistered: a full pool with nothing to spill fails as before, and the cleared window is not asked.
+  const held = await sm.scratch(3 * MiB)
+  await t.rejects(sm.scratch(2 * MiB), { code: 'ERR_TIER_FULL' })
+  held.release()
+})
