@@ -169,6 +169,7 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
       const at = Math.floor(from / chunkBytes) * chunkBytes
       const end = Math.min(keyBytes, Math.max(at + chunkBytes, Math.ceil(to / chunkBytes) * chunkBytes))
       let slot = slots.get(slotId(key, at, end))
+      const missed = slot === undefined
       if (slot !== undefined) {
         stats.shared++
         slot.users++
@@ -177,7 +178,6 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
       } else {
         makeRoom(end - at)
         slot = start(key, at, end, 1)
-        if (end - at === chunkBytes || end === keyBytes) readAhead(key, keyBytes, end, chunkBytes)
       }
       const used = slot
       try {
@@ -187,6 +187,8 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
         throw err
       }
       const pinned = used.pinned!
+      // Only a key read from NVMe is read ahead (a host copy is read in place: nothing to gain).
+      if (missed && pinned.copied && end - at === chunkBytes) readAhead(key, keyBytes, end, chunkBytes)
       const bytes: WindowBytes = { at, range: pinned.range, release: () => release(used) }
       if (pinned.sharedRegion !== undefined) bytes.sharedRegion = pinned.sharedRegion
       return bytes

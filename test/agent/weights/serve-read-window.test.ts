@@ -121,6 +121,7 @@ t.test('a key with a host copy is read in place: no copy, nothing kept, pinned w
   const r = await window.read(keyOf(2, bytes), bytes, chunk, 2 * chunk, chunk)
   t.ok(Buffer.from(viewHostRange(r.range)).equals(data.subarray(chunk, 2 * chunk)))
   t.equal(window.stats().heldBytes, 0, 'nothing kept for a host copy')
+  t.equal(window.stats().readAheads, 0, 'nothing read ahead for a host copy')
   t.equal(sm.residency().counters.rangeReadBytes, 0, 'nothing read from NVMe')
   let dropped = false
   const drop = sm.drop({ keys: [keyOf(2, bytes)] }).then(n => { dropped = true; return n })
