@@ -281,7 +281,9 @@ t.test('descendsFrom: a process, its child and grandchild descend from it; not t
   t.teardown(() => { shell.kill('SIGKILL') })
   let grandchild: number | undefined
   for (const deadline = performance.now() + 5000; grandchild === undefined && performance.now() < deadline; await sleep(20)) {
-    grandchild = Number(readdirSync('/proc').find(d => /^\d+$/.test(d) && readFileSync(`/proc/${d}/stat`, 'utf8').includes(`) S ${shell.pid} `)) ?? NaN) || undefined
+    // A process listed by readdir may be gone before its stat is read (other tests run beside this one).
+    const statOf = (d: string): string => { try { return readFileSync(`/proc/${d}/stat`, 'utf8') } catch { return '' } }
+    grandchild = Number(readdirSync('/proc').find(d => /^\d+$/.test(d) && statOf(d).includes(`) S ${shell.pid} `)) ?? NaN) || undefined
   }
   t.ok(grandchild !== undefined, 'the shell started sleep')
   t.ok(table.descendsFrom(shell.pid!, self), 'the child descends from this process')
