@@ -33,7 +33,9 @@
  *
  * Reported: mean and max extra delay per replayed batch, live and simulated,
  * the live extra delay over the live model's prediction (goal: within 20 %),
- * and the worker-seconds each held per resource (live: the agent's live
+ * the workers held over each batch's window (its start to T; all tasks'
+ * workers, live sampled every 100 ms, the model's mean over the seeds), and
+ * the worker-seconds each held per resource (live: the agent's live
  * workers sampled every 100 ms from the first replayed batch's start, which
  * includes workers still held for the history batches then).
  *
@@ -89,12 +91,40 @@ const trace = scaledTrace()
 const startConcurrency = 4
 /** Planner seeds a prediction averages over: DistRS's search samples, and one seed's plan can differ from another's by a GPU worker. */
 const plannerSeeds = 8
-/** The replay's prediction: per batch extra delay and worker-seconds, each the mean over plannerSeeds seeds. */
-function predict (workers?: WorkerLifecycle): { delay: Map<string, number>, cpuSeconds: number, gpuSeconds: number } {
-  const runs = Array.from({ length: plannerSeeds }, (_, i) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: i + 1, workers }))
+/** Workers held per resource from each `atS` on, in time order. */
+type HeldTimeline = Array<{ atS: number, cpu: number, gpu: number }>
+
+/** Time-weighted mean of the workers a timeline holds over [fromS, toS). */
+function meanHeld (timeline: HeldTimeline, fromS: number, toS: number): { cpu: number, gpu: number } {
+  const total = { cpu: 0, gpu: 0 }
+  for (const [i, point] of timeline.entries()) {
+    const from = Math.max(fromS, point.atS)
+    const to = Math.min(toS, timeline[i + 1]?.atS ?? toS)
+    if (to <= from) continue
+    total.cpu += point.cpu * (to - from)
+    total.gpu += point.gpu * (to - from)
+  }
+  const span = Math.max(1e-9, toS - fromS)
+  return { cpu: total.cpu / span, gpu: total.gpu / span }
+}
+
+/** A replayed batch's window: from its start (the trainer's hint) to T, when it would finish with no extra delay. */
+const batchWindows = new Map<string, { fromS: number, toS: number }>(trace.tasks.flatMap(task => task.batches.slice(1).map((b, i) =>
+  [`${task.id}#${i + 1}`, { fromS: b.startS, toS: Math.max(...b.requests.map(q => q.arrivalS + q.stageS.reduce((a, x) => a + x, 0))) }] as const)))
+
+/**
+ * The replay's prediction: per batch extra delay and the workers held over the batch's window (all tasks'),
+ * and worker-seconds, each the mean over plannerSeeds seeds.
+ */
+function predict (workers?: WorkerLifecycle): { delay: Map<string, number>, held: Map<string, { cpu: number, gpu: number }>, cpuSeconds: number, gpuSeconds: number } {
+  const runs = Array.from({ length: plannerSeeds }, (_, i) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: i + 1, workers, recordAllocation: true }))
   const meanOf = (f: (r: typeof runs[number]) => number): number => runs.reduce((sum, r) => sum + f(r), 0) / runs.length
   const delay = new Map(runs[0]!.batches.map((b, i) => [`${b.task}#${b.index}`, meanOf(r => r.batches[i]!.extraDelayS)]))
-  return { delay, cpuSeconds: meanOf(r => r.cpuSeconds), gpuSeconds: meanOf(r => r.gpuSeconds) }
+  const held = new Map([...batchWindows].map(([k, w]) => {
+    const each = runs.map(r => meanHeld(r.allocation!, w.fromS, w.toS))
+    return [k, { cpu: each.reduce((a, x) => a + x.cpu, 0) / runs.length, gpu: each.reduce((a, x) => a + x.gpu, 0) / runs.length }] as const
+  }))
+  return { delay, held, cpuSeconds: meanOf(r => r.cpuSeconds), gpuSeconds: meanOf(r => r.gpuSeconds) }
 }
 
 /** Seconds a Python process takes to start, import the worker's client and get one answer from the agent: median of 5. */
@@ -165,12 +195,18 @@ try {
   // the first replayed batch's start (the simulator's window; the history batches run live before it).
   const replayFromS = Math.min(...trace.tasks.map(task => task.batches[1]!.startS))
   const held = { cpu: 0, gpu: 0 }
+  const liveTimeline: HeldTimeline = []
   let sampling = true
   const sampler = (async () => {
     for (let last = performance.now(); sampling; await sleep(100)) {
       const status = await agent.client.rewardStatus().catch(() => undefined)
       const nowMs = performance.now()
-      if (status !== undefined && clock() >= replayFromS) for (const st of status.stages) held[st.resource as 'cpu' | 'gpu'] += st.workers * (nowMs - last) / 1000
+      if (status !== undefined) {
+        const now = { atS: clock(), cpu: 0, gpu: 0 }
+        for (const st of status.stages) now[st.resource as 'cpu' | 'gpu'] += st.workers
+        liveTimeline.push(now)
+        if (now.atS >= replayFromS) { held.cpu += now.cpu * (nowMs - last) / 1000; held.gpu += now.gpu * (nowMs - last) / 1000 }
+      }
       last = nowMs
     }
   })()
@@ -199,7 +235,13 @@ try {
   const liveDelays = compared.map(k => live.get(k)!)
   const simDelays = compared.map(k => sim.delay.get(k)!)
   const idealDelays = compared.map(k => ideal.delay.get(k)!)
-  for (const k of compared) console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${sim.delay.get(k)!.toFixed(3)} s, DistRS model ${ideal.delay.get(k)!.toFixed(3)} s`)
+  for (const k of compared) {
+    const w = batchWindows.get(k)!
+    const liveHeld = meanHeld(liveTimeline, w.fromS, w.toS)
+    const modelHeld = sim.held.get(k)!
+    console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${sim.delay.get(k)!.toFixed(3)} s, DistRS model ${ideal.delay.get(k)!.toFixed(3)} s; ` +
+      `workers held over its window (all tasks), cpu/gpu: live ${liveHeld.cpu.toFixed(1)}/${liveHeld.gpu.toFixed(1)}, live model ${modelHeld.cpu.toFixed(1)}/${modelHeld.gpu.toFixed(1)}`)
+  }
   const extra = mean(liveDelays) - mean(simDelays)
   console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage and ${(dispatch.fixedS * 1000).toFixed(1)} ms per request (measured); ${compared.length} batches compared`)
   console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)} (the replayed batches)`)
