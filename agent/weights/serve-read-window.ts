@@ -60,8 +60,7 @@ export interface ServeReadWindowStats {
   heldBytes: number
   /** READs answered by a read already in flight or kept. */
   shared: number
-  /** Reads of NVMe chunks started (demand and read-ahead). */
-  nvmeReads: number
+  /** Chunks read ahead (the bytes read from NVMe are the StateManager's rangeReadBytes). */
   readAheads: number
 }
 
@@ -92,38 +91,48 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
   const idleMs = options.idleMs ?? 2000
   /** Kept and in-flight slots in least recently used order (Map order: re-inserted on use). */
   const slots = new Map<string, Slot>()
-  const stats: ServeReadWindowStats = { heldBytes: 0, shared: 0, nvmeReads: 0, readAheads: 0 }
+  const stats: ServeReadWindowStats = { heldBytes: 0, shared: 0, readAheads: 0 }
   let idleTimer: NodeJS.Timeout | undefined
   const unregister = sm.poolReclaimer(wantBytes => {
     const before = stats.heldBytes
-    for (const slot of [...slots.values()]) {
-      if (before - stats.heldBytes >= wantBytes) break
-      if (slot.users === 0 && slot.pinned !== undefined) drop(slot)
-    }
+    dropUnused(() => before - stats.heldBytes >= wantBytes)
     return before - stats.heldBytes
   })
 
   const slotId = (key: string, at: number, end: number): string => `${at}-${end}:${key}`
 
+  /** Takes the slot out of the window (no longer findable or counted); its bytes go when its last user releases them. */
+  function forget (slot: Slot): void {
+    if (!slot.kept) return
+    slot.kept = false
+    slots.delete(slot.id)
+    stats.heldBytes -= slot.bytes
+  }
+
   function drop (slot: Slot): void {
-    if (slot.kept) { slot.kept = false; slots.delete(slot.id); stats.heldBytes -= slot.bytes }
+    forget(slot)
     if (slot.users === 0) slot.pinned?.release()
   }
 
-  /** Drops unused kept slots, least recently used first, until `bytes` more fit; whether they do. */
-  function makeRoom (bytes: number): boolean {
+  /** Drops kept slots nobody uses (read, not in use), least recently used first, until `enough()`; the Map allows deleting while iterating. */
+  function dropUnused (enough: () => boolean, unusedSince = Infinity): void {
     for (const slot of slots.values()) {
-      if (stats.heldBytes + bytes <= windowBytes) break
-      if (slot.users === 0 && slot.pinned !== undefined) drop(slot)
+      if (enough()) return
+      if (slot.users === 0 && slot.pinned !== undefined && slot.lastUseMs <= unusedSince) drop(slot)
     }
-    return stats.heldBytes + bytes <= windowBytes
+  }
+
+  /** Drops unused kept slots until `bytes` more fit; whether they do. */
+  function makeRoom (bytes: number): boolean {
+    const fits = (): boolean => stats.heldBytes + bytes <= windowBytes
+    dropUnused(fits)
+    return fits()
   }
 
   function armIdleTimer (): void {
     clearTimeout(idleTimer)
     idleTimer = setTimeout(() => {
-      const before = Date.now() - idleMs
-      for (const slot of [...slots.values()]) if (slot.users === 0 && slot.pinned !== undefined && slot.lastUseMs <= before) drop(slot)
+      dropUnused(() => false, Date.now() - idleMs)
       if (slots.size > 0) armIdleTimer()
     }, idleMs).unref()
   }
@@ -134,11 +143,10 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
     stats.heldBytes += slot.bytes
     slot.ready = sm.readRange(key, at, end - at).then(pinned => {
       slot.pinned = pinned
-      if (pinned.copied) stats.nvmeReads++
-      else if (slot.kept) { slot.kept = false; slots.delete(slot.id); stats.heldBytes -= slot.bytes } // a host copy: read in place, not kept
+      if (!pinned.copied) forget(slot) // a host copy: read in place, not kept
       if (!slot.kept && slot.users === 0) pinned.release()
     }, err => {
-      if (slot.kept) { slot.kept = false; slots.delete(slot.id); stats.heldBytes -= slot.bytes }
+      forget(slot)
       throw err
     })
     return slot
@@ -197,7 +205,7 @@ export function createServeReadWindow (options: ServeReadWindowOptions, componen
     clear () {
       clearTimeout(idleTimer)
       unregister()
-      for (const slot of [...slots.values()]) drop(slot)
+      for (const slot of slots.values()) drop(slot)
     },
   }
 }

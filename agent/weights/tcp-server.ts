@@ -532,10 +532,16 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       const poolBytes = sm.availability().hostPool.totalBytes
       window = createServeReadWindow({ windowBytes: serveWindowBytes(options.serveWindowBytes ?? 0, poolBytes, options.chunkBytes ?? defaultWeightsConfig.chunkBytes, logger) }, { stateManager: sm })
       const s = createServer({ noDelay: true }, handle)
-      await new Promise<void>((resolve, reject) => {
-        s.once('error', reject)
-        s.listen({ host, port }, () => { s.off('error', reject); resolve() })
-      })
+      try {
+        await new Promise<void>((resolve, reject) => {
+          s.once('error', reject)
+          s.listen({ host, port }, () => { s.off('error', reject); resolve() })
+        })
+      } catch (err) {
+        window.clear() // leaves the StateManager's reclaimers: a failed start holds nothing
+        window = undefined
+        throw err
+      }
       s.on('error', err => logger.error({ err }, 'weights server error'))
       server = s
       const bound = s.address() as { address: string, port: number }
