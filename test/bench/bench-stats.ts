@@ -5,6 +5,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
+import { processMemory } from '../helpers/process-memory.ts'
 
 export function median (values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b)
@@ -78,5 +79,5 @@ export function processCpuSeconds (pid: number): number {
 
 /** Resident set size of a running process, bytes (VmRSS of /proc/<pid>/status). */
 export function processRssBytes (pid: number): number {
-  return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024
+  return processMemory(pid).now
 }

@@ -30,7 +30,7 @@
  * Medians of R runs (default 3), each run's values in brackets.
  */
 // bench-requires: iperf3 fio (iperf3 and fio are the baselines of the pulls; npm run bench checks this line)
-import { readFileSync, rmSync, statSync, writeFileSync, mkdtempSync } from 'node:fs'
+import { rmSync, statSync, writeFileSync, mkdtempSync } from 'node:fs'
 import { loadavg, tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -38,6 +38,7 @@ import { agentctlMain, agentMain, runNode, spawnAgent, waitReady, type AgentProc
 import { generateClusterKey } from '../../mesh/membership/cluster-key.ts'
 import type { PullResult } from '../../agent/api/wire/weights.ts'
 import { median, MiB } from './bench-stats.ts'
+import { processMemory, type ProcessMemory } from '../helpers/process-memory.ts'
 import { fioGbPerSecond, fioReadWhileWriting } from './fio.ts'
 import { bf16Bytes, iperfGbPerSecond, llamaLike, llamaLikeTensors, writeSafetensors } from './weights-bench-model.ts'
 
@@ -58,9 +59,9 @@ const poolBytes = poolMiB * MiB
 const meanTensorBytes = total / tensors.length
 const largestTensorBytes = Math.max(...tensors.map(x => bf16Bytes(x.shape)))
 
-/** What this bench reads of GET /v1/state/residency. rangeReadBytes: NVMe bytes read by range without promoting a key (absent from older agents). */
+/** What this bench reads of GET /v1/state/residency. rangeReadBytes: NVMe bytes read by range without promoting a key. */
 interface Residency {
-  counters: { promoted: number, rangeReadBytes?: number }
+  counters: { promoted: number, rangeReadBytes: number }
   keyCounts: { host: number, nvme: number }
   tiers: Record<'host' | 'nvme', { usedBytes: number }>
 }
@@ -68,21 +69,9 @@ const residency = (agent: AgentProcess, query = ''): Promise<Residency> => agent
 
 /** NVMe bytes A read between two residency snapshots: ranges read, plus whole keys promoted at the mean tensor size (approximate). */
 const nvmeReadBytes = (before: Residency, after: Residency): { bytes: number, rangeBytes: number, promoted: number } => {
-  const rangeBytes = (after.counters.rangeReadBytes ?? 0) - (before.counters.rangeReadBytes ?? 0)
+  const rangeBytes = after.counters.rangeReadBytes - before.counters.rangeReadBytes
   const promoted = after.counters.promoted - before.counters.promoted
   return { bytes: rangeBytes + promoted * meanTensorBytes, rangeBytes, promoted }
-}
-
-interface Memory { peak: number, now: number, anon: number, file: number, shmem: number }
-/**
- * Resident set of a process, bytes, from /proc/<pid>/status: VmHWM (peak),
- * VmRSS and its parts. The kernel updates the recorded peak lazily (VmHWM
- * may read lower later than it did), so the peak is the highest VmHWM read.
- */
-function memoryOf (pid: number): Memory {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
-  const kib = (field: string): number => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)![1]) * 1024
-  return { peak: kib('VmHWM'), now: kib('VmRSS'), anon: kib('RssAnon'), file: kib('RssFile'), shmem: kib('RssShmem') }
 }
 
 let stopping = false
@@ -108,8 +97,8 @@ try {
   const [a, b] = [agents[0]!, agents[1]!]
   const pullers = agents.slice(1)
   /** Memory of every agent at each phase: started, published, B's first pull into keys, end. */
-  const memory: Memory[][] = []
-  const readMemory = (): void => { memory.push(agents.map(agent => memoryOf(agent.proc.pid!))) }
+  const memory: ProcessMemory[][] = []
+  const readMemory = (): void => { memory.push(agents.map(agent => processMemory(agent.proc.pid!))) }
   readMemory()
   console.log(`model: ${tensors.length} tensors, ${mib(total)} bf16 (Llama-like, GQA ${llamaLike.heads}/${llamaLike.kvHeads}, mean tensor ${mib(meanTensorBytes)}, largest ${mib(largestTensorBytes)}); ` +
     `host pools ${mib(poolBytes)} (model/pool ${(total / poolBytes).toFixed(1)}x); ${runs} runs; agent ${basename(agentMain)}; load average ${loadavg().map(x => x.toFixed(1)).join(' ')}`)
@@ -196,7 +185,7 @@ try {
   console.log(`${pullers.length} pullers at once: aggregate median ${gb(median(fourGbps))} ${list(fourGbps)}; A's NVMe reads / model median ${median(fourRead).toFixed(3)} ${list(fourRead, 3)} (goal ~1, not ${pullers.length}; approximate: ` +
     `range reads ${list(fourRange, 3)} + promoted keys ${list(fourPromoted, 0)} x mean tensor ${mib(meanTensorBytes)})`)
   agents.forEach((_, i) => {
-    const [start, published, pulled, end] = memory.map(phase => phase[i]!) as [Memory, Memory, Memory, Memory]
+    const [start, published, pulled, end] = memory.map(phase => phase[i]!) as [ProcessMemory, ProcessMemory, ProcessMemory, ProcessMemory]
     const peak = Math.max(...memory.map(phase => phase[i]!.peak))
     console.log(`RSS ${names[i]!.padEnd(2)}${i === 0 ? ' (server)' : ' (puller)'}: started ${mib(start.now)}, published ${mib(published.now)}, B pulled ${mib(pulled.now)}, ` +
       `end ${mib(end.now)} (anon ${mib(end.anon)}, file ${mib(end.file)}, shmem ${mib(end.shmem)}); peak ${mib(start.peak)} -> ${mib(peak)}: growth ${mib(peak - start.peak)} = ${((peak - start.peak) / poolBytes).toFixed(2)}x the pool`)

@@ -8,6 +8,7 @@ import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-
 import { capabilities } from '../../../native/index.ts'
 import { clusterKeyFile, tensor, writeSafetensors } from './weights-fixtures.ts'
 import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
+import { processMemory } from '../../helpers/process-memory.ts'
 
 const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
 
@@ -25,9 +26,6 @@ function rawSafetensorsHeader (file: string): { metadata: Record<string, string>
 }
 
 /** Two dev agents sharing a cluster key, with host pools of `poolBytes` and weights chunks of `chunkBytes`, and agentctl on each. */
-/** Peak resident memory of a process (VmHWM), bytes. */
-const peakRssOf = (pid: number): number => Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024
-
 async function twoAgents (t: Test, poolBytes: number, chunkBytes: number) {
   const dir = tempDir(t, 'agentd-w-')
   const keyFile = clusterKeyFile(dir)
@@ -172,11 +170,11 @@ t.test('--all-ranks of a model 12x the pools: the version spills to NVMe, each r
   const address = (await a.client.status()).weights!.address!
 
   const outDir = join(dir, 'shards')
-  const peakBefore = peakRssOf(b.proc.pid!)
+  const peakBefore = processMemory(b.proc.pid!).peak
   const run = await ctl(b, '--json', 'weights', 'pull', '--from', address, '--model', 'big', '--version', '0', '--layout', layout, '--tp', '2', '--all-ranks', '--out-dir', outDir)
   t.equal(run.code, 0, run.stderr || run.stdout)
   // The version (48 MiB) and both shards (24 MiB each) pass through B's 4 MiB pool: none of them is ever in its memory whole.
-  const growth = peakRssOf(b.proc.pid!) - peakBefore
+  const growth = processMemory(b.proc.pid!).peak - peakBefore
   t.ok(growth < 16 * 2 ** 20, `B's peak RSS grew ${(growth / 2 ** 20).toFixed(1)} MiB writing every rank's shard of a 48 MiB model (bound 16 MiB)`)
   const files = (JSON.parse(run.stdout) as { files: string[] }).files
   t.equal(files.length, 2, 'one file a rank')

@@ -2,10 +2,11 @@
 // to NVMe, whole and sliced, served by an agent whose own pool is as small; room checked before a byte
 // moves; a pull cut off and repeated fetches only what is missing. Peak RSS bounded by the pools.
 import t from 'tap'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { AgentError } from '../../../core/errors.ts'
 import { keyBytes, MiB, sharedKey, tensor, weightsNode, writeSafetensors, type FixtureTensor } from './weights-fixtures.ts'
+import { processMemory } from '../../helpers/process-memory.ts'
 
 const pool = 4 * MiB
 /** 48 MiB in 48 tensors of 1 MiB: twelve times either agent's pool. */
@@ -15,8 +16,8 @@ const total = (ts: FixtureTensor[]): number => ts.reduce((s, x) => s + x.data.le
 /** Peak resident memory since the last reset (VmHWM), bytes; reset() starts a new peak (clear_refs 5). */
 const peakRss = {
   reset: (): void => writeFileSync('/proc/self/clear_refs', '5'),
-  read: (): number => Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024,
-  now: (): number => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) * 1024,
+  read: (): number => processMemory('self').peak,
+  now: (): number => processMemory('self').now,
 }
 
 t.test('a model 12x the pools: whole and sliced pulls through the window, served from NVMe, byte-exact, memory bounded', async t => {
