@@ -231,24 +231,33 @@ async function writeShard (state: StateManager, path: string, tensors: PlannedTe
     await file.sync()
     file.close()
     file = undefined
-    if (overwrite) {
-      await rename(tmp, path)
-    } else {
-      const linked = await link(tmp, path).then(() => true, (err: NodeJS.ErrnoException) => {
-        if (err.code === 'EEXIST') throw new AgentError('ERR_BAD_REQUEST', `${path} exists; pass overwrite to replace it`)
-        // A filesystem without hard links: the check before writing is then the only guard.
-        if (err.code === 'EPERM' || err.code === 'ENOTSUP' || err.code === 'EOPNOTSUPP') return false
-        throw err
-      })
-      if (linked) await unlink(tmp)
-      else await rename(tmp, path)
-    }
-    await syncDirectory(dirname(path))
+    await putInPlace(tmp, path, overwrite)
   } catch (err) {
     file?.close()
     await unlink(tmp).catch(() => {})
     throw err
   }
+}
+
+/**
+ * Puts a written, fsynced file under its final name: renamed over it when
+ * `overwrite`, else linked, which fails (ERR_BAD_REQUEST) when the name exists
+ * by then; the directory is fsynced. On failure `tmp` is left to the caller.
+ */
+export async function putInPlace (tmp: string, path: string, overwrite: boolean): Promise<void> {
+  if (overwrite) {
+    await rename(tmp, path)
+  } else {
+    const linked = await link(tmp, path).then(() => true, (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EEXIST') throw new AgentError('ERR_BAD_REQUEST', `${path} exists; pass overwrite to replace it`)
+      // A filesystem without hard links: the check before writing is then the only guard.
+      if (err.code === 'EPERM' || err.code === 'ENOTSUP' || err.code === 'EOPNOTSUPP') return false
+      throw err
+    })
+    if (linked) await unlink(tmp)
+    else await rename(tmp, path)
+  }
+  await syncDirectory(dirname(path))
 }
 
 async function writeTensor (state: StateManager, file: DirectFile, tensor: PlannedTensor, fileOffset: number): Promise<void> {

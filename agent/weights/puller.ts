@@ -33,6 +33,13 @@
  *   slice the pool alone (checked before a byte moves, ERR_TIER_FULL).
  * - A pull that fails keeps the slices it stored (a repeat fetches only the
  *   rest), unless the version is gone or its source sent corrupt bytes.
+ * - With `out`, the slices go to one safetensors file instead of keys
+ *   (pull-file.ts): each verified piece is written at its place as it lands,
+ *   through a few pool buffers of a piece each (as many as the window holds,
+ *   at most one per request in flight), so no slice needs the pool whole and
+ *   nothing is stored or spilled. Slices this agent holds as keys are copied
+ *   from them; a repeat of a pull that stopped keeps the pieces the file
+ *   already holds. Nothing is registered for serving.
  * Memory: the window (host pool) plus 64 KiB per connection.
  */
 import type { Logger } from 'pino'
@@ -46,6 +53,8 @@ import { layoutId, planReshard, sameSlice, type TargetLayout, type TensorSlice }
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
 import type { PullResult } from '../api/wire/weights.ts'
+import { createPieceBuffers, openPullFile, type PullFile, type PullFileTarget } from './pull-file.ts'
+import type { HostRange } from '../../native/index.ts'
 
 export interface PullRequest {
   /** host:port of the serving agent's data server. */
@@ -63,6 +72,8 @@ export interface PullRequest {
    * pull goes on from the next one, keeping the pieces that landed.
    */
   fallbacks?: string[]
+  /** Write the slices to this safetensors file instead of StateManager keys. */
+  out?: PullFileTarget
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
@@ -224,16 +235,31 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     let refetchedPieces = 0
     let reconnects = 0
     const step = (s: TensorSlice): number => s.dim === null || partial !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
-    const needed = slices.map((s, i) => !stored.has(keys[i]!) && s.bytes > 0)
-    for (let i = 0; i < slices.length; i++) if (!needed[i]) doneBytes += slices[i]!.bytes
+    /** Offsets of a slice's pieces. */
+    const offsetsOf = (i: number): number[] => Array.from({ length: Math.ceil(slices[i]!.bytes / step(slices[i]!)) }, (_, n) => n * step(slices[i]!))
+    const pieceLength = (i: number, at: number): number => Math.min(step(slices[i]!), slices[i]!.bytes - at)
+    let file: PullFile | undefined
     try {
-      checkRoom(request.model, version, slices, needed)
+      if (request.out !== undefined) {
+        file = await openPullFile(request.out, {
+          model: request.model, version, slices: slices.map(s => ({ slice: s, dtype: manifest.tensors[s.index]!.dtype })), pieceBytes: slices.map(step),
+          ...(layout !== undefined ? { layout: { tp: layout.tp, rank: layout.rank } } : {}),
+        }, sm)
+      } else {
+        checkRoom(request.model, version, slices, slices.map((s, i) => !stored.has(keys[i]!) && s.bytes > 0))
+      }
     } catch (err) {
       first.close()
       throw err
     }
+    /** A piece still to fetch: not stored as part of a key here, not in the file already. */
+    const missing = (i: number, at: number): boolean => !stored.has(keys[i]!) && file?.has(i, at) !== true
+    const needed = slices.map((s, i) => s.bytes > 0 && offsetsOf(i).some(at => missing(i, at)))
+    for (let i = 0; i < slices.length; i++) for (const at of offsetsOf(i)) if (!missing(i, at)) doneBytes += pieceLength(i, at)
     const windowLimit = windowBytes()
+    const buffers = file !== undefined ? createPieceBuffers(sm, Math.max(0, ...slices.map(step)), Math.max(1, Math.min(request.streams * depth, Math.floor(windowLimit / Math.max(1, ...slices.map(step)))))) : undefined
     try {
+      if (file !== undefined) await copyStoredSlices(file)
       request.onProgress?.(doneBytes, totalBytes)
 
       // The shared queue: the pieces of the slices in the window, in order, refetches first. The window
@@ -241,7 +267,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       const queue: Piece[] = []
       const again: Piece[] = []
       let remaining = 0
-      for (let i = 0; i < slices.length; i++) if (needed[i]) remaining += piecesLeft[i] = Math.ceil(slices[i]!.bytes / step(slices[i]!))
+      for (let i = 0; i < slices.length; i++) if (needed[i]) remaining += piecesLeft[i] = offsetsOf(i).filter(at => missing(i, at)).length
       let nextSlice = 0
       let inWindow = 0
       let admitting = false
@@ -264,11 +290,14 @@ export function createPuller (options: PullerOptions, components: PullerComponen
             const i = nextSlice
             if (!needed[i]) { nextSlice++; continue }
             const s = slices[i]!
-            if (inWindow > 0 && inWindow + s.bytes > windowLimit) break
-            inWindow += s.bytes
-            scratches[i] = await sm.scratch(s.bytes)
+            if (file === undefined) {
+              // Into keys, a slice passes through the window whole; into a file, only its pieces do (the piece buffers).
+              if (inWindow > 0 && inWindow + s.bytes > windowLimit) break
+              inWindow += s.bytes
+              scratches[i] = await sm.scratch(s.bytes)
+            }
             nextSlice++
-            for (let at = 0; at < s.bytes; at += step(s)) queue.push({ slice: i, offset: at, length: Math.min(step(s), s.bytes - at), attempts: 0 })
+            for (const at of offsetsOf(i)) if (missing(i, at)) queue.push({ slice: i, offset: at, length: pieceLength(i, at), attempts: 0 })
             wake()
           }
         } catch (err) {
@@ -288,8 +317,9 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           await new Promise<void>(resolve => waiting.push(resolve))
         }
       }
-      /** A slice's last piece landed: checksummed for a sliced pull, stored, and out of the window. */
+      /** A slice's last piece landed: checksummed for a sliced pull, stored, and out of the window (into a file: its pieces are written). */
       const store = async (i: number): Promise<void> => {
+        if (file !== undefined) return
         const scratch = scratches[i]!
         if (layout !== undefined) sliceSums[i] = await chunkChecksums(scratch.range, manifest.chunkBytes)
         scratches[i] = undefined
@@ -351,57 +381,86 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         for (let piece = await take(); piece !== undefined; piece = await take()) {
           if (failure !== undefined) { retry(piece); return }
           const s = slices[piece.slice]!
-          const dst = scratches[piece.slice]!
-          let crc: number
+          const dst = await pieceTarget(piece)
           try {
-            crc = (await stream.read({
-              model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
-            }, dst.view.subarray(piece.offset, piece.offset + piece.length))).crc32c
-          } catch (err) {
-            retry(piece)
-            const code = (err as AgentError).code
-            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
-              // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
-              if (from !== source) { stream.close(); throw err }
-              if (moveToFallback(err, 'weights source stopped serving the version: resuming from another holder')) { stream.close(); throw err }
-            }
-            if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
-            throw err
+            if (!await fetchPiece(stream, from, piece, s, dst, landed)) return
+          } finally {
+            dst.release()
           }
-          bytesReceived += piece.length
-          components.received?.(piece.length)
-          const got = await checksum({ memory: dst.range.memory, offset: dst.range.offset + piece.offset, length: piece.length })
-          const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
-          // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
-          const expected = s.dim === null && onChunk
-            ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
-            : partial !== undefined && onChunk ? partial.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
-          if (got !== crc || got !== expected) {
-            refetchedPieces++
-            logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
-            if (++piece.attempts >= maxAttempts) {
-              fail(new AgentError('ERR_DATA_CORRUPT', `${s.name} bytes ${piece.offset}..${piece.offset + piece.length} failed the checksum ${maxAttempts} times (crc32c ${got.toString(16)}, expected ${expected.toString(16)})`))
-              return
-            }
-            retry(piece)
-            continue
-          }
-          landed()
-          doneBytes += piece.length
-          request.onProgress?.(doneBytes, totalBytes)
-          remaining--
-          piecesLeft[piece.slice] = piecesLeft[piece.slice]! - 1
-          if (piecesLeft[piece.slice] === 0) {
-            try {
-              await store(piece.slice)
-            } catch (err) {
-              fail(err as Error)
-              return
-            }
-            void admit()
-          }
-          if (remaining === 0) finished.resolve()
         }
+      }
+
+      /** Where a piece lands: its place in the slice's window scratch, or (into a file) a piece buffer. */
+      async function pieceTarget (piece: Piece): Promise<{ range: HostRange, view: Buffer, release(): void }> {
+        if (buffers !== undefined) {
+          const b = await buffers.acquire()
+          return { range: { ...b.range, length: piece.length }, view: b.view.subarray(0, piece.length), release: () => buffers.release(b) }
+        }
+        const scratch = scratches[piece.slice]!
+        return { range: { ...scratch.range, offset: scratch.range.offset + piece.offset, length: piece.length }, view: scratch.view.subarray(piece.offset, piece.offset + piece.length), release: () => {} }
+      }
+
+      /**
+       * Fetches one piece into `dst`, verifies it and (into a file) writes it; false when the lane
+       * should stop (the pull failed). Throws when the stream failed: the piece is back in the queue.
+       */
+      async function fetchPiece (stream: WeightStream, from: string, piece: Piece, s: TensorSlice, dst: { range: HostRange, view: Buffer }, landed: () => void): Promise<boolean> {
+        let crc: number
+        try {
+          crc = (await stream.read({
+            model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
+          }, dst.view)).crc32c
+        } catch (err) {
+          retry(piece)
+          const code = (err as AgentError).code
+          if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
+            // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
+            if (from !== source) { stream.close(); throw err }
+            if (moveToFallback(err, 'weights source stopped serving the version: resuming from another holder')) { stream.close(); throw err }
+          }
+          if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
+          throw err
+        }
+        bytesReceived += piece.length
+        components.received?.(piece.length)
+        const got = await checksum(dst.range)
+        const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
+        // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
+        const expected = s.dim === null && onChunk
+          ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
+          : partial !== undefined && onChunk ? partial.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
+        if (got !== crc || got !== expected) {
+          refetchedPieces++
+          logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
+          if (++piece.attempts >= maxAttempts) {
+            fail(new AgentError('ERR_DATA_CORRUPT', `${s.name} bytes ${piece.offset}..${piece.offset + piece.length} failed the checksum ${maxAttempts} times (crc32c ${got.toString(16)}, expected ${expected.toString(16)})`))
+            return false
+          }
+          retry(piece)
+          return true
+        }
+        landed()
+        try {
+          await file?.write(piece.slice, piece.offset, dst.range, got)
+        } catch (err) {
+          fail(err as Error)
+          return false
+        }
+        doneBytes += piece.length
+        request.onProgress?.(doneBytes, totalBytes)
+        remaining--
+        piecesLeft[piece.slice] = piecesLeft[piece.slice]! - 1
+        if (piecesLeft[piece.slice] === 0) {
+          try {
+            await store(piece.slice)
+          } catch (err) {
+            fail(err as Error)
+            return false
+          }
+          void admit()
+        }
+        if (remaining === 0) finished.resolve()
+        return true
       }
 
       const workers = Array.from({ length: Math.min(request.streams, Math.max(1, remaining)) }, (_, i) =>
@@ -428,7 +487,9 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         // Slices of a version that is gone, or from a source that sent corrupt bytes, are not kept; after a
         // transfer failure (source unreachable, the caller gone) they are, and a repeat fetches the rest.
         const code = (pullError as AgentError).code
-        if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_DATA_CORRUPT' || code === 'ERR_LAYOUT_INVALID') {
+        const unusable = code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_DATA_CORRUPT' || code === 'ERR_LAYOUT_INVALID'
+        await file?.close(unusable)
+        if (unusable) {
           if (adopted.length > 0) await sm.drop({ keys: adopted }).catch(dropErr => logger.warn({ err: (dropErr as Error).message }, 'could not drop the slices of a failed pull'))
         } else if (adopted.length > 0) {
           logger.info({ model: request.model, version, slices: adopted.length }, 'pull failed: the slices that landed are kept for a repeat')
@@ -444,19 +505,37 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         if (slices[i]!.bytes > 0) { resultKeys.push(keys[i]!); names.push(slices[i]!.name) }
         if (slices[i]!.paddedShape !== undefined) paddedShapes[keys[i]!] = slices[i]!.paddedShape!
       }
-      if (components.versions !== undefined) {
+      const written = await file?.finish()
+      if (components.versions !== undefined && file === undefined) {
         if (layout === undefined) await registerFullCopy(components.versions, manifest, keys)
         else await registerPartial(components.versions, manifest, layout, slices, keys, sliceSums, needed)
       }
       const seconds = (performance.now() - began) / 1000
-      logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo }, 'weights pulled')
+      logger.info({ model: request.model, version, bytes: totalBytes, bytesReceived, seconds, streams: request.streams, refetchedPieces, reconnects, switchedTo, ...(written !== undefined ? { file: written } : {}) }, 'weights pulled')
       return {
-        from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length, keys: resultKeys, names, refetchedPieces, reconnects, switchedTo,
+        from: startedFrom, model: request.model, version, bytes: totalBytes, bytesReceived, seconds, tensors: slices.length,
+        // Into a file, nothing is stored: no keys.
+        keys: written === undefined ? resultKeys : [], names: written === undefined ? names : [], refetchedPieces, reconnects, switchedTo,
         ...(Object.keys(paddedShapes).length > 0 ? { paddedShapes } : {}),
+        ...(written !== undefined ? { file: written } : {}),
       }
     } finally {
       for (const s of scratches) s?.release()
+      buffers?.dispose()
+      await file?.close(false)
       first.close()
+    }
+
+    /** Into a file: the pieces of slices this agent holds as keys, copied from them (they were verified when stored). */
+    async function copyStoredSlices (to: PullFile): Promise<void> {
+      for (let i = 0; i < slices.length; i++) {
+        if (!stored.has(keys[i]!) || slices[i]!.bytes === 0) continue
+        for (const at of offsetsOf(i)) {
+          if (to.has(i, at)) continue
+          const bytes = await sm.readRange(keys[i]!, at, pieceLength(i, at))
+          try { await to.write(i, at, bytes.range, await checksum(bytes.range)) } finally { bytes.release() }
+        }
+      }
     }
   }
 

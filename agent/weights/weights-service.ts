@@ -14,6 +14,7 @@ import { pickHolder, weightsAdvert } from './holders.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
 import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
 import { createPuller, type PullResult } from './puller.ts'
+import type { PullFileTarget } from './pull-file.ts'
 import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
@@ -56,6 +57,8 @@ export interface PullOptions {
   /** Full holders of the same version to resume from if `from` drops it mid-pull (a pull without `from` gets them from the mesh). */
   fallbacks?: string[]
   streams?: number
+  /** Write to this safetensors file instead of keys (puller.ts, pull-file.ts). */
+  out?: PullFileTarget
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
@@ -174,6 +177,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
           onProgress: (done, totalBytes) => { progress.doneBytes = done; progress.totalBytes = totalBytes; o.onProgress?.(done, totalBytes) },
           ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
           ...(o.signal !== undefined ? { signal: o.signal } : {}),
+          ...(o.out !== undefined ? { out: o.out } : {}),
         })
         ok = true
         return result

@@ -4,16 +4,16 @@
  * finds in its mesh view) into its StateManager, where
  * rollout workers onload the keys. A progress bar (bytes, rate, time left) on
  * a terminal unless --quiet; --json prints { version, bytes, seconds, tensors }.
- * --out writes what was pulled to a safetensors file; --all-ranks --out-dir
- * writes every rank's shard file from one read of the source (writeEveryRank).
+ * --out writes the version (or the rank's shard) to a safetensors file
+ * instead, straight from the network (the agent stores nothing; a repeat
+ * resumes what a stopped pull left); --all-ranks --out-dir writes every
+ * rank's shard file from one read of the source (writeEveryRank).
  */
 import { mkdir, readFile } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { PullResult } from '../../agent/weights/puller.ts'
 import type { PullBody } from '../../agent/api/wire/weights.ts'
-import type { MaterializeResult } from '../../agent/state/materialize.ts'
 import { AgentError } from '../../core/errors.ts'
-import { parseKey } from '../../agent/state/keys.ts'
 import { UsageError, type Command, type CommandContext } from './command.ts'
 import { formatBytes } from './table.ts'
 import { layoutPresetNames } from '../../agent/weights/layout-presets.ts'
@@ -22,7 +22,6 @@ import { presetOptionsOf } from '../../agent/weights/model-config.ts'
 import { vocabEngines } from '../../agent/weights/reshard.ts'
 import { choiceFlag } from './flags.ts'
 import { followWeightsProgress } from './weights-progress.ts'
-import { fetchEveryKey } from './inspect-residency.ts'
 
 const positiveInt = (name: string, text: string | undefined): number | undefined => {
   if (text === undefined) return undefined
@@ -30,58 +29,30 @@ const positiveInt = (name: string, text: string | undefined): number | undefined
   return Number(text)
 }
 
-/** The __metadata__ of a rank's shard file: what it is a slice of, and the engine parameters' padded shapes. */
-function shardMetadata (model: string, result: PullResult, layout: { tp: number, rank: number, layout: string, engine: string | undefined }): Record<string, string> {
-  // A key of a rank whose vocab part is all padding is not among result.keys: its tensor is named by the key.
-  const nameOf = (key: string): string => result.names[result.keys.indexOf(key)] ?? parseKey(key, { allowEmpty: true }).fqn
-  const padded = Object.fromEntries(Object.entries(result.paddedShapes ?? {}).map(([key, shape]) => [nameOf(key), shape]))
-  return {
-    'agentd.model': model,
-    'agentd.version': String(result.version),
-    'agentd.layout': layout.layout,
-    'agentd.tp': String(layout.tp),
-    'agentd.rank': String(layout.rank),
-    ...(layout.engine !== undefined ? { 'agentd.engine': layout.engine } : {}),
-    ...(Object.keys(padded).length > 0 ? { 'agentd.padded_shapes': JSON.stringify(padded) } : {}),
-  }
-}
-
 /**
  * --all-ranks: every rank's shard file from the version this agent now holds
- * whole (`whole`, one read of the source): rank by rank, the agent pulls that
- * rank's slices from its own data server (local copies, no network), writes
- * the file, and drops the slice keys the pull added (a slice that is a whole
- * tensor is the version's own key, and keys held before stay), so at most one
- * rank's slices are held beside the version.
+ * whole (one read of the source): rank by rank, the agent pulls that rank's
+ * slices from its own data server (local copies, no network) straight into
+ * the rank's file; nothing more is stored.
  */
 async function writeEveryRank (
   { client, signal }: Pick<CommandContext, 'client' | 'signal'>,
-  o: { model: string, version: number, tp: number, dir: string, whole: PullResult, layoutOf(rank: number): PullBody['layout'], shardOf(result: PullResult, rank: number): object },
-): Promise<MaterializeResult> {
+  o: { model: string, version: number, tp: number, dir: string, layoutOf(rank: number): PullBody['layout'], metadata: Record<string, string> },
+): Promise<string[]> {
   const own = (await client.status()).weights?.address
   if (own === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the agent reports no weights data address: its weights subsystem is not running')
   await mkdir(o.dir, { recursive: true })
-  // Keys held before (the version's, and any other's under its namespace) are never dropped.
-  const kept = new Set([...o.whole.keys, ...((await fetchEveryKey({ client, signal }, { namespace: `weights/${o.model}` })).keys ?? []).map(k => k.key)])
-  const written: MaterializeResult = { files: [], index: null, tensors: 0, bytes: 0 }
+  const files: string[] = []
   for (let rank = 0; rank < o.tp; rank++) {
-    const result = await client.weightsPull({ model: o.model, version: o.version, from: own, layout: o.layoutOf(rank) }, { signal })
-    try {
-      const path = join(o.dir, `${o.model}-v${o.version}-tp${o.tp}-rank${rank}.safetensors`)
-      const w = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { ...o.shardOf(result, rank), path, overwrite: true }, { signal, idleTimeoutMs: 0 })
-      written.files.push(...w.files)
-      written.tensors += w.tensors
-      written.bytes += w.bytes
-    } finally {
-      const added = result.keys.filter(k => !kept.has(k))
-      if (added.length > 0) await client.call('POST', '/v1/state/drop', { keys: added }, { signal })
-    }
+    const path = join(o.dir, `${o.model}-v${o.version}-tp${o.tp}-rank${rank}.safetensors`)
+    const result = await client.weightsPull({ model: o.model, version: o.version, from: own, layout: o.layoutOf(rank), out: { path, overwrite: true, metadata: o.metadata } }, { signal })
+    files.push(result.file!)
   }
-  return written
+  return files
 }
 
 export const weightsPullCommand: Command = {
-  summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager',
+  summary: 'pull a version (or this rank\'s resharded slices) from another agent into this agent\'s StateManager, or into a safetensors file',
   usage: '[--from HOST:PORT] --model M [--version N|latest] [--layout F.json | --preset llama|qwen] [--tp T --rank R] [--config config.json | --heads H --kv-heads K] [--engine vllm|sglang|megatron] [--streams S] [--out F.safetensors | --all-ranks --out-dir DIR] [--quiet]',
   options: {
     from: { type: 'string', value: 'HOST:PORT', description: 'the serving agent\'s data address; default: an alive agent that advertises the version in the mesh' },
@@ -96,7 +67,7 @@ export const weightsPullCommand: Command = {
     'kv-heads': { type: 'string', value: 'K', description: 'key/value heads (GQA); default: --config, else the metadata, else --heads' },
     engine: { type: 'string', description: 'the engine whose vocab split a preset follows (default vllm; megatron pads to 128 x tp)', complete: vocabEngines },
     streams: { type: 'string', value: 'S', description: 'parallel connections (1..64); default the agent\'s weights.streams (4)' },
-    out: { type: 'string', value: 'F.safetensors', description: 'also write what was pulled to this file: the whole version, or with a layout this rank\'s shard (tensors named as in the version, sliced shapes; metadata names model, version, layout, tp, rank and vocab padding)', complete: 'file' },
+    out: { type: 'string', value: 'F.safetensors', description: 'write to this file instead of the agent\'s keys, straight from the network: the whole version, or with a layout this rank\'s shard (tensors named as in the version, sliced shapes; metadata names model, version, layout, tp, rank and vocab padding); replaces the file; a repeat of a pull that stopped fetches only what the file lacks', complete: 'file' },
     'all-ranks': { type: 'boolean', description: 'with a layout and --tp (no --rank): write every rank\'s shard into --out-dir from one read of the source (the version is pulled whole into this agent, then sliced here)' },
     'out-dir': { type: 'string', value: 'DIR', description: 'with --all-ranks: the folder for one shard file per rank, <model>-v<version>-tp<T>-rank<R>.safetensors (created if missing)', complete: 'file' },
     quiet: { type: 'boolean', description: 'no progress bar (there is none either when stderr is not a terminal, or with --json)' },
@@ -149,20 +120,15 @@ export const weightsPullCommand: Command = {
     const engine = values.engine !== undefined ? choiceFlag('weights pull', values.engine, 'engine', vocabEngines) : undefined
     const streams = positiveInt('streams', values.streams as string | undefined)
     const layoutOf = (rank: number): PullBody['layout'] => ({ tp: tp!, rank, ...(rules !== undefined ? { rules } : {}), ...(preset !== undefined ? { preset } : {}), ...(heads !== undefined ? { heads } : {}), ...(kvHeads !== undefined ? { kvHeads } : {}), ...(intermediateSize !== undefined ? { intermediateSize } : {}), ...(engine !== undefined ? { engine } : {}) })
-    const shardOf = (result: PullResult, rank: number) => ({
-      // A parameter whose rows here are all padding (its key has 0 rows, not among keys) is written as an empty tensor.
-      tensors: [...result.keys.map((key, i) => ({ key, name: result.names[i]! })),
-        ...Object.keys(result.paddedShapes ?? {}).filter(key => !result.keys.includes(key)).map(key => {
-          const k = parseKey(key, { allowEmpty: true })
-          return { empty: { dtype: k.dtype, shape: k.shape }, name: k.fqn }
-        })],
-      metadata: shardMetadata(model, result, { tp: tp!, rank, layout: preset ?? `rules from ${layoutFile}`, engine: engine ?? (preset !== undefined ? 'vllm' : undefined) }),
-    })
+    // What the agent cannot know: the layout's name and whose vocab split it follows (it adds model, version, tp, rank, padding).
+    const vocabEngine = engine ?? (preset !== undefined ? 'vllm' : undefined)
+    const shardMetadata: Record<string, string> = sliced ? { 'agentd.layout': preset ?? `rules from ${layoutFile}`, ...(vocabEngine !== undefined ? { 'agentd.engine': vocabEngine } : {}) } : {}
     const body = {
       model, version,
       ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
       ...(sliced && !allRanks ? { layout: layoutOf(Number(rankText)) } : {}),
+      ...(out !== undefined ? { out: { path: resolve(out), overwrite: true, metadata: shardMetadata } } : {}),
     }
     const bar = followWeightsProgress(client, list => {
       const mine = list.pulling.find(p => (from === undefined || p.from === from) && p.model === model)
@@ -174,19 +140,16 @@ export const weightsPullCommand: Command = {
     } finally {
       bar.stop()
     }
-    let written: MaterializeResult | undefined
-    if (out !== undefined) {
-      const target = sliced ? shardOf(result, Number(rankText)) : { prefix: `weights/${model}/`, version: result.version }
-      written = await client.call<MaterializeResult>('POST', '/v1/state/materialize', { ...target, path: resolve(out), overwrite: true }, { signal, idleTimeoutMs: 0 })
-    }
-    if (allRanks) written = await writeEveryRank({ client, signal }, { model, version: result.version, tp: tp!, dir: resolve(outDir!), whole: result, layoutOf, shardOf })
+    const files = allRanks
+      ? await writeEveryRank({ client, signal }, { model, version: result.version, tp: tp!, dir: resolve(outDir!), layoutOf, metadata: shardMetadata })
+      : result.file !== undefined ? [result.file] : undefined
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {
-      json: { version: result.version, bytes: result.bytes, bytesReceived: result.bytesReceived, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(written !== undefined ? { files: written.files } : {}) },
+      json: { version: result.version, bytes: result.bytes, bytesReceived: result.bytesReceived, seconds: result.seconds, tensors: result.tensors, ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(files !== undefined ? { files } : {}) },
       human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
         `${result.bytesReceived < result.bytes ? `, ${formatBytes(result.bytes - result.bytesReceived)} of it already here` : ''}` +
         `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
-        `${written !== undefined ? `\nwrote ${written.files.join(', ')}` : ''}` +
+        `${files !== undefined ? `\nwrote ${files.join(', ')}` : ''}` +
         `${result.paddedShapes !== undefined ? `\n${Object.entries(result.paddedShapes).map(([key, shape]) => `${key}: the engine's parameter is [${shape.join(', ')}] (vocab padding)`).join('\n')}` : ''}`,
     }
   },

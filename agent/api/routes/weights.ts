@@ -104,9 +104,10 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
   })
 
   app.post<{ Body: PullBody }>('/v1/weights/pull', {
-    schema: { summary: 'Pull a version (or this rank\'s slices of it) from another agent into this agent\'s StateManager; answers when every byte is verified', body: PullBodySchema, response: { 200: PullResultSchema, ...errorResponses } },
+    schema: { summary: 'Pull a version (or this rank\'s slices of it) from another agent into this agent\'s StateManager, or into one safetensors file (out); answers when every byte is verified', body: PullBodySchema, response: { 200: PullResultSchema, ...errorResponses } },
   }, async (request, reply): Promise<PullResult> => {
-    const { from, model, version, layout, streams } = request.body
+    const { from, model, version, layout, streams, out } = request.body
+    const outPath = out !== undefined ? await confinedPath(out.path, pathRoots, 'write', 'the output path') : undefined
     // A caller that hangs up cancels its pull: the window is released; the slices already stored stay (a repeat resumes).
     const abort = new AbortController()
     reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort(new AgentError('ERR_WEIGHTS_TRANSFER', 'the caller went away')) })
@@ -114,6 +115,7 @@ export function registerWeightsRoutes (app: FastifyInstance, source: WeightsSour
       model, version: version === 'latest' ? -1 : version, signal: abort.signal,
       ...(from !== undefined ? { from } : {}),
       ...(streams !== undefined ? { streams } : {}),
+      ...(out !== undefined ? { out: { ...out, path: outPath! } } : {}),
       ...(layout !== undefined
         ? {
             layout: {

@@ -51,6 +51,11 @@ export const PullBodySchema = Type.Object({
   version: VersionOrLatest,
   layout: Type.Optional(LayoutBody),
   streams: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+  out: Type.Optional(Type.Object({
+    path: Type.String({ minLength: 1, maxLength: 4096, pattern: '^/.*\\.safetensors$', description: 'absolute path of the file (inside api.pathRoots); it gets its name once complete, the bytes land in <path>.pull-partial, journaled in <path>.pull-journal (a repeat resumes)' }),
+    overwrite: Type.Optional(Type.Boolean({ description: 'replace a file that exists (default: refuse, before a byte moves)' })),
+    metadata: Type.Optional(Type.Record(Type.String({ maxLength: 256 }), Type.String({ maxLength: 65536 }), { description: 'more __metadata__ entries; agentd.model, agentd.version, agentd.tp, agentd.rank and agentd.padded_shapes are set by the agent' })),
+  }, { additionalProperties: false, description: 'write the version (or this rank\'s shard) to one safetensors file straight from the network, instead of StateManager keys: nothing is stored, no slice needs the host pool whole' })),
 }, { additionalProperties: false })
 
 /** POST /v1/weights/retire. */
@@ -73,6 +78,7 @@ export const PullResultSchema = Type.Object({
   refetchedPieces: uint,
   reconnects: uint,
   switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),
+  file: Type.Optional(Type.String({ description: 'with out: the file written (keys and names are then empty)' })),
 })
 
 export const WeightsManifestSchema = Type.Object({

@@ -2,7 +2,7 @@
 // model's config.json (published with the version, or given to the pull), vLLM's padded vocab split
 // with the padded shape reported, a rank whose vocab part is all padding, and the refusals.
 import t, { type Test } from 'tap'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { capabilities } from '../../../native/index.ts'
@@ -194,7 +194,7 @@ t.test('--all-ranks of a model 12x the pools: the version spills to NVMe, each r
   t.ok(residency.keys.filter(k => k.tier === 'nvme').length >= 40, `most of it on NVMe (${residency.keys.filter(k => k.tier === 'nvme').length} of 48 keys): the pool holds 4 MiB`)
 })
 
-t.test('--out with part of a version already here (a pull cut off earlier) fetches only the rest; the file is whole', { skip }, async t => {
+t.test('--out with part of a version already here as keys copies that part from them and fetches only the rest; the file is whole', { skip }, async t => {
   const { dir, a, b, ctl } = await twoAgents(t, 4 * 2 ** 20, 262144)
   const tensors = Array.from({ length: 24 }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], 60 + i)) // 24 MiB, 6x the pools
   const model = join(dir, 'm.safetensors')
@@ -216,7 +216,49 @@ t.test('--out with part of a version already here (a pull cut off earlier) fetch
     const e = header.tensors.find(x => x.name === tensors[i]!.name)!
     t.ok(bytes.subarray(header.dataStart + e.start, header.dataStart + e.end).equals(tensors[i]!.data), `${tensors[i]!.name} byte-exact (${i < 10 ? 'kept' : 'fetched'})`)
   }
+  t.equal((await b.client.call('GET', '/v1/state/residency') as { keys: unknown[] }).keys.length, 10, 'a pull into a file stores nothing: the agent holds the 10 keys it held')
   const human = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0')
-  t.match(human.stdout, /pulled m v0: 24 tensors, 24\.0 MiB in [\d.]+ s \([^)]+\), 24\.0 MiB of it already here/)
+  t.match(human.stdout, /pulled m v0: 24 tensors, 24\.0 MiB in [\d.]+ s \([^)]+\), 10\.0 MiB of it already here/)
+})
+
+t.test('--out: the pulling agent killed halfway and restarted; the repeat fetches only what the file lacks', { skip }, async t => {
+  const dir = tempDir(t, 'agentd-w-')
+  const keyFile = clusterKeyFile(dir)
+  const args = (state: string, pool: number): string[] => ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--set', 'weights.chunkBytes=262144', '--set', `state.hostPoolBytes=${pool}`]
+  const aDir = tempDir(t); const bDir = tempDir(t)
+  const a = await spawnAgent(t, { stateDir: aDir, args: args(aDir, 128 * 2 ** 20) })
+  // 128 MiB, 32x B's pool: long enough to be cut halfway on a fast machine.
+  const tensors = Array.from({ length: 64 }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [1024, 1024], 200 + i))
+  const model = join(dir, 'm.safetensors')
+  writeSafetensors(model, tensors)
+  t.equal((await runNode(agentctlMain, ['--socket', a.socketPath, 'weights', 'publish', '--model', 'm', '--from-safetensors', model])).code, 0)
+  const address = (await a.client.status()).weights!.address!
+  const out = join(dir, 'copy.safetensors')
+  const pullArgs = (b: { socketPath: string }): string[] => ['--socket', b.socketPath, '--json', 'weights', 'pull', '--from', address, '--model', 'm', '--version', '0', '--streams', '1', '--out', out]
+
+  const b1 = await spawnAgent(t, { stateDir: bDir, args: args(bDir, 4 * 2 ** 20) })
+  const cut = runNode(agentctlMain, pullArgs(b1))
+  // Kill B (SIGKILL: no cleanup) once its journal lists a quarter of the model.
+  const journal = `${out}.pull-journal`
+  for (let lines = 0; lines < 128 && !existsSync(out);) {
+    await new Promise(resolve => setTimeout(resolve, 2))
+    lines = existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').length - 2 : 0
+  }
+  t.notOk(existsSync(out), 'the pull was cut before it completed')
+  b1.proc.kill('SIGKILL')
+  await b1.exited
+  t.not((await cut).code, 0, 'the cut pull failed')
+  const journaled = readFileSync(journal, 'utf8').trim().split('\n').slice(1).flatMap(l => { try { return [JSON.parse(l) as { l: number }] } catch { return [] } }).reduce((s, p) => s + p.l, 0)
+
+  const b2 = await spawnAgent(t, { stateDir: bDir, args: args(bDir, 4 * 2 ** 20) })
+  const repeat = await runNode(agentctlMain, pullArgs(b2))
+  t.equal(repeat.code, 0, repeat.stderr)
+  const result = JSON.parse(repeat.stdout) as { bytes: number, bytesReceived: number, files: string[] }
+  t.equal(result.bytes, 128 * 2 ** 20)
+  t.ok(result.bytesReceived <= result.bytes - journaled + 2 ** 20 && result.bytesReceived < result.bytes, `the repeat fetched ${result.bytesReceived / 2 ** 20} MiB of 128 (${journaled / 2 ** 20} MiB journaled before the kill)`)
+  t.same(result.files, [out])
+  const header = rawSafetensorsHeader(out)
+  const bytes = readFileSync(out)
+  t.ok(tensors.every(x => { const e = header.tensors.find(h => h.name === x.name)!; return bytes.subarray(header.dataStart + e.start, header.dataStart + e.end).equals(x.data) }), 'every tensor byte-exact')
 })
 
