@@ -127,8 +127,12 @@ export function * chunkRuns (chunk: StateKey, shape: readonly number[]): Generat
   }
 }
 
-/** The safetensors header for `tensors` laid out in order, padded to 8 bytes. */
-export function safetensorsHeader (tensors: readonly PlannedTensor[], metadata: Record<string, string>): Buffer {
+/**
+ * The safetensors header for `tensors` laid out in order, its JSON padded
+ * with spaces so that the data starts at a multiple of `alignment` (8, or a
+ * multiple of it: 4096 lets the data be written with O_DIRECT).
+ */
+export function safetensorsHeader (tensors: readonly PlannedTensor[], metadata: Record<string, string>, alignment = 8): Buffer {
   const header: Record<string, unknown> = { __metadata__: metadata }
   let offset = 0
   for (const t of tensors) {
@@ -136,7 +140,7 @@ export function safetensorsHeader (tensors: readonly PlannedTensor[], metadata: 
     offset += t.bytes
   }
   const json = Buffer.from(JSON.stringify(header))
-  const padded = Math.ceil(json.length / 8) * 8
+  const padded = Math.ceil((8 + json.length) / alignment) * alignment - 8
   const out = Buffer.alloc(8 + padded, 0x20)
   out.writeBigUInt64LE(BigInt(padded), 0)
   json.copy(out, 8)
