@@ -84,10 +84,10 @@ t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts
   const shard = await ctl(b, 'weights', 'pull', '--from', address, '--model', 'bare', '--version', '0', '--preset', 'llama', '--tp', '2', '--rank', '1', '--config', config, '--out', shardFile)
   t.equal(shard.code, 0, shard.stderr)
   const header = await readSafetensorsHeader(shardFile)
-  t.same(header.tensors.map(x => [x.name, x.shape]), [
+  t.same(header.tensors.map(x => [x.name, x.shape]).sort(), [
     ['model.embed_tokens.weight', [36, hidden]],
-    ['model.layers.0.self_attn.q_proj.weight', [32, hidden]],
     ['model.layers.0.self_attn.k_proj.weight', [8, hidden]],
+    ['model.layers.0.self_attn.q_proj.weight', [32, hidden]],
     ['model.layers.0.self_attn.v_proj.weight', [8, hidden]],
     ['model.norm.weight', [hidden]],
   ])
@@ -95,7 +95,7 @@ t.test('publish --config, pull --preset with vLLM\'s vocab split and head counts
   t.same(JSON.parse(header.metadata['agentd.padded_shapes']!), { 'model.embed_tokens.weight': [64, hidden] })
   const bytes = readFileSync(shardFile)
   const q = tensors[1]!
-  const entry = header.tensors[1]!
+  const entry = header.tensors.find(x => x.name === q.name)!
   t.ok(bytes.subarray(header.dataStart + entry.start, header.dataStart + entry.end).equals(q.data.subarray(32 * hidden * 2, 64 * hidden * 2)), 'rank 1\'s q heads, byte-exact')
 
   // Published with --config, the version carries them; rank 7 of 8's vocab part is all padding.
