@@ -96,6 +96,8 @@ export const errorCodes = [
   'ERR_WEIGHTS_AUTH',
   'ERR_WEIGHTS_PROTOCOL',
   'ERR_WEIGHTS_TRANSFER',
+  // ERR_WEIGHTS_NOT_HELD: a swarm source does not hold that tensor yet (it is pulling the version itself); take it elsewhere.
+  'ERR_WEIGHTS_NOT_HELD',
   // reward service (agent/reward/)
   'ERR_REWARD_CONFLICT',
   'ERR_REWARD_FULL',

@@ -84,6 +84,7 @@ export const errorStatus = {
   ERR_WEIGHTS_AUTH: 401,
   ERR_WEIGHTS_PROTOCOL: 502,
   ERR_WEIGHTS_TRANSFER: 502,
+  ERR_WEIGHTS_NOT_HELD: 404,
   // reward service (agent/reward/)
   ERR_REWARD_CONFLICT: 409,
   ERR_REWARD_FULL: 429,

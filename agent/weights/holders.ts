@@ -30,10 +30,10 @@ export interface WeightsHolder {
  * the newest version of every model first, then the second newest, … up to
  * maxAdvertisedVersions entries.
  */
-export function weightsAdvert (address: string, versions: ReadonlyArray<{ model: string, version: number, layout?: string }>): AvailabilitySections {
-  const byModel = new Map<string, Array<{ version: number, layout?: string }>>()
-  for (const v of versions) byModel.set(v.model, [...(byModel.get(v.model) ?? []), { version: v.version, ...(v.layout !== undefined ? { layout: v.layout } : {}) }])
-  const ranked: Array<{ model: string, version: number, layout?: string, rank: number }> = []
+export function weightsAdvert (address: string, versions: ReadonlyArray<{ model: string, version: number, layout?: string, pulling?: true }>): AvailabilitySections {
+  const byModel = new Map<string, Array<{ version: number, layout?: string, pulling?: true }>>()
+  for (const v of versions) byModel.set(v.model, [...(byModel.get(v.model) ?? []), { version: v.version, ...(v.layout !== undefined ? { layout: v.layout } : {}), ...(v.pulling === true ? { pulling: true as const } : {}) }])
+  const ranked: Array<{ model: string, version: number, layout?: string, pulling?: true, rank: number }> = []
   for (const [model, list] of byModel) {
     for (const [rank, v] of list.sort((a, b) => b.version - a.version).entries()) ranked.push({ model, ...v, rank })
   }
@@ -70,7 +70,7 @@ export function findHolders (peers: readonly PeerView[], model: string, version:
   for (const p of peers) {
     const address = p.record?.addresses.weights
     if (p.state !== 'alive' || address === undefined) continue
-    const entries = (p.record?.weights ?? []).filter(w => w.model === model && (version === latestVersion || w.version === version) && (w.layout === undefined || w.layout === layout))
+    const entries = (p.record?.weights ?? []).filter(w => w.model === model && w.pulling !== true && (version === latestVersion || w.version === version) && (w.layout === undefined || w.layout === layout))
     if (entries.length === 0) continue
     const top = Math.max(...entries.map(w => w.version))
     const full = entries.some(w => w.version === top && w.layout === undefined)
@@ -98,4 +98,25 @@ export function pickHolder (peers: readonly PeerView[], model: string, version: 
   const pool = partial.length > 0 ? partial : best
   const chosen = pool[Math.min(pool.length - 1, Math.floor(random() * pool.length))]!
   return { ...chosen, fallbacks: best.filter(h => h.layout === undefined && h !== chosen).map(h => h.address) }
+}
+
+/**
+ * Swarm peers of a whole pull of `version` (PROTOCOL.md "Swarm"): data
+ * addresses of alive peers that hold it whole or are pulling it whole, but
+ * not `except` (the pull's own source), in random order (`random` in [0, 1)).
+ */
+export function swarmPeers (peers: readonly PeerView[], model: string, version: number, except: string, random: () => number = Math.random): string[] {
+  const found: string[] = []
+  for (const p of peers) {
+    const address = p.record?.addresses.weights
+    if (p.state !== 'alive' || address === undefined) continue
+    if (!(p.record?.weights ?? []).some(w => w.model === model && w.version === version && w.layout === undefined)) continue
+    const reachable = reachableAddress(address, p.addresses)
+    if (reachable !== except) found.push(reachable)
+  }
+  for (let i = found.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [found[i], found[j]] = [found[j]!, found[i]!]
+  }
+  return found
 }

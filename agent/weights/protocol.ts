@@ -38,11 +38,11 @@ export const modelNamePattern = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/
 /** "latest committed version" in a MANIFEST request. */
 export const latestVersion = -1
 
-export const Op = { auth: 1, manifest: 2, read: 3 } as const
-export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6 } as const
+export const Op = { auth: 1, manifest: 2, read: 3, have: 4 } as const
+export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6, notHeld: 7 } as const
 export type StatusCode = typeof Status[keyof typeof Status]
 
-const statusNames: Record<number, string> = { 0: 'ok', 1: 'not found', 2: 'retired', 3: 'bad request', 4: 'internal error', 5: 'unauthorized', 6: 'corrupt' }
+const statusNames: Record<number, string> = { 0: 'ok', 1: 'not found', 2: 'retired', 3: 'bad request', 4: 'internal error', 5: 'unauthorized', 6: 'corrupt', 7: 'not held yet' }
 export const statusName = (status: number): string => statusNames[status] ?? `status ${status}`
 
 export function protocolError (message: string): AgentError {
@@ -95,7 +95,7 @@ export function encodeRequestHeader (op: number, requestId: number, bodyLength: 
 export function decodeRequestHeader (b: Buffer): RequestHeader {
   if (b.readUInt32LE(0) !== requestMagic) throw protocolError('bad request magic')
   const op = b.readUInt8(4)
-  if (op !== Op.manifest && op !== Op.read) throw protocolError(`unknown op ${op}`)
+  if (op !== Op.manifest && op !== Op.read && op !== Op.have) throw protocolError(`unknown op ${op}`)
   const bodyLength = b.readUInt32LE(12)
   if (bodyLength > maxRequestBodyBytes) throw protocolError(`request body of ${bodyLength} bytes exceeds ${maxRequestBodyBytes}`)
   return { op, requestId: b.readUInt32LE(8), bodyLength }
@@ -118,6 +118,33 @@ export function decodeManifestRequest (b: Buffer): { model: string, version: num
   if (b.length !== 10 + len) throw protocolError('MANIFEST body length mismatch')
   return { model: checkModel(b.subarray(10).toString('utf8')), version: checkVersion(version, true) }
 }
+
+/** What a source holds of a version (HAVE): per tensor, stored (served) or being fetched; one bit each, tensor i at bit i % 8 of byte i / 8. */
+export interface Have {
+  tensors: number
+  held: Uint8Array
+  fetching: Uint8Array
+}
+
+/** HAVE payload: u32 tensor count, then the held and the fetching bitmaps, ceil(count / 8) bytes each. */
+export function encodeHave (have: Have): Buffer {
+  const n = Math.ceil(have.tensors / 8)
+  const b = Buffer.alloc(4 + 2 * n)
+  b.writeUInt32LE(have.tensors, 0)
+  Buffer.from(have.held.buffer, have.held.byteOffset, n).copy(b, 4)
+  Buffer.from(have.fetching.buffer, have.fetching.byteOffset, n).copy(b, 4 + n)
+  return b
+}
+
+export function decodeHave (b: Buffer): Have {
+  if (b.length < 4) throw protocolError('HAVE payload too short')
+  const tensors = b.readUInt32LE(0)
+  const n = Math.ceil(tensors / 8)
+  if (b.length !== 4 + 2 * n) throw protocolError('HAVE payload length mismatch')
+  return { tensors, held: Uint8Array.from(b.subarray(4, 4 + n)), fetching: Uint8Array.from(b.subarray(4 + n)) }
+}
+
+export const hasBit = (bits: Uint8Array, i: number): boolean => ((bits[i >> 3] ?? 0) & (1 << (i & 7))) !== 0
 
 /** A READ: bytes [byteOffset, byteOffset + byteLength) of a tensor's slice (dim null = the whole tensor). */
 export interface ReadRequest {

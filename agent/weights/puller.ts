@@ -54,6 +54,8 @@ import type { WeightStream, WeightStreamConnector } from './transport.ts'
 import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
 import type { PullResult } from '../api/wire/weights.ts'
 import { createPieceBuffers, openPullFile, type PullFile, type PullFileTarget } from './pull-file.ts'
+import { createPullSchedule, type Piece, type PullSource } from './pull-schedule.ts'
+import type { SwarmHoldings } from './swarm-holdings.ts'
 import type { HostRange } from '../../native/index.ts'
 
 export interface PullRequest {
@@ -74,6 +76,12 @@ export interface PullRequest {
   fallbacks?: string[]
   /** Write the slices to this safetensors file instead of StateManager keys. */
   out?: PullFileTarget
+  /**
+   * Swarm peers (data addresses): agents pulling the same version whole, or
+   * holding it; a whole pull fetches from them the tensors they hold
+   * (pull-schedule.ts), at most maxPeers of them.
+   */
+  peers?: (version: number) => string[]
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
@@ -96,7 +104,16 @@ export interface PullerOptions {
    * than this still goes alone. 0 or absent: an eighth of the host pool.
    */
   windowBytes?: number
+  /** How long the primary source leaves a tensor to a swarm peer that is fetching it, ms. Default 5000. */
+  peerWaitMs?: number
+  /** How often a swarm peer is asked what it holds, ms. Default 250. */
+  haveIntervalMs?: number
+  /** A READ a swarm peer has not answered in this long drops the peer, ms. Default 10000. */
+  pieceTimeoutMs?: number
 }
+
+/** Most swarm peers one pull fetches from at once. */
+export const maxPeers = 8
 
 export interface PullerComponents {
   stateManager: StateManager
@@ -106,17 +123,12 @@ export interface PullerComponents {
   logger: Logger
   /** Told the size of every piece that arrives from a serving agent (checksum failures included), as it arrives: the service's byte counter. */
   received?: (bytes: number) => void
+  /** Where a whole pull into keys is served while it arrives (swarm-holdings.ts). */
+  swarm?: SwarmHoldings
 }
 
 export interface Puller {
   pull(request: PullRequest): Promise<PullResult>
-}
-
-interface Piece {
-  slice: number
-  offset: number
-  length: number
-  attempts: number
 }
 
 /** The key a pulled slice is stored under: global offsets for one range; a fused multi-range slice is named by its layout. */
@@ -147,6 +159,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
   const maxAttempts = options.maxAttempts ?? 4
   const maxReconnects = options.maxReconnects ?? 5
   const chunkBytes = Math.min(options.chunkBytes, maxReadBytes)
+  const pieceTimeoutMs = options.pieceTimeoutMs ?? 10_000
 
   /** The pull window, bytes: the option, else an eighth of the host pool. */
   const windowBytes = (): number => (options.windowBytes ?? 0) > 0 ? options.windowBytes! : Math.floor(sm.availability().hostPool.totalBytes / 8)
@@ -223,8 +236,6 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     const keys = slices.map(s => sliceKey(request.model, version, manifest, s, layout))
     const stored = new Set(sm.storedKeys(`weights/${request.model}/`).map(k => k.text))
     const scratches: Array<ScratchBytes | undefined> = slices.map(() => undefined)
-    /** Pieces of each slice still to land; a slice is stored (adopted) when its count reaches 0. */
-    const piecesLeft: number[] = slices.map(() => 0)
     /** Chunk checksums of each stored slice, taken before it left the window (a sliced pull registers them). */
     const sliceSums: number[][] = slices.map(() => [])
     /** Keys this pull stored: dropped again when the version turns out gone or corrupt, kept (a repeat resumes) otherwise. */
@@ -257,79 +268,44 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     const needed = slices.map((s, i) => s.bytes > 0 && offsetsOf(i).some(at => missing(i, at)))
     for (let i = 0; i < slices.length; i++) for (const at of offsetsOf(i)) if (!missing(i, at)) doneBytes += pieceLength(i, at)
     const windowLimit = windowBytes()
+    /** Ends this pull's swarm seed (the holding served while it arrives), once the pull is over. */
+    let endSeed = (): void => {}
     const buffers = file !== undefined ? createPieceBuffers(sm, Math.max(0, ...slices.map(step)), Math.max(1, Math.min(request.streams * depth, Math.floor(windowLimit / Math.max(1, ...slices.map(step)))))) : undefined
     try {
       if (file !== undefined) await copyStoredSlices(file)
       request.onProgress?.(doneBytes, totalBytes)
 
-      // The shared queue: the pieces of the slices in the window, in order, refetches first. The window
-      // admits slices in order while their bytes fit (one at least); a stored slice makes room.
-      const queue: Piece[] = []
-      const again: Piece[] = []
-      let remaining = 0
-      for (let i = 0; i < slices.length; i++) if (needed[i]) remaining += piecesLeft[i] = offsetsOf(i).filter(at => missing(i, at)).length
-      let nextSlice = 0
-      let inWindow = 0
-      let admitting = false
-      const finished = Promise.withResolvers<void>()
-      if (remaining === 0) finished.resolve()
-      let failure: Error | undefined
-      /** Lanes waiting for pieces (the window full, or every piece in flight). */
-      let waiting: Array<() => void> = []
-      const wake = (): void => { const w = waiting; waiting = []; for (const f of w) f() }
-      const fail = (err: Error): void => { if (failure === undefined) { failure = err; finished.reject(err); wake() } }
-      /** A piece goes back to the queue (a refetch, or its connection failed): a waiting lane may take it. */
-      const retry = (piece: Piece): void => { again.push(piece); wake() }
-      const allHandedOut = (): boolean => nextSlice >= slices.length && queue.length === 0 && again.length === 0
-      /** Admits slices into the window (allocating their scratch) while they fit; runs one at a time. */
-      const admit = async (): Promise<void> => {
-        if (admitting) return
-        admitting = true
-        try {
-          while (failure === undefined && nextSlice < slices.length) {
-            const i = nextSlice
-            if (!needed[i]) { nextSlice++; continue }
-            const s = slices[i]!
-            if (file === undefined) {
-              // Into keys, a slice passes through the window whole; into a file, only its pieces do (the piece buffers).
-              if (inWindow > 0 && inWindow + s.bytes > windowLimit) break
-              inWindow += s.bytes
-              scratches[i] = await sm.scratch(s.bytes)
-            }
-            nextSlice++
-            for (const at of offsetsOf(i)) if (missing(i, at)) queue.push({ slice: i, offset: at, length: pieceLength(i, at), attempts: 0 })
-            wake()
-          }
-        } catch (err) {
-          fail(err as Error)
-        } finally {
-          admitting = false
-          wake()
-        }
-      }
-      /** The next piece to fetch; undefined once every piece is handed out (or the pull failed). */
-      const take = async (): Promise<Piece | undefined> => {
-        for (;;) {
-          if (failure !== undefined) return undefined
-          const piece = again.pop() ?? queue.shift()
-          if (piece !== undefined) return piece
-          if (allHandedOut()) return undefined
-          await new Promise<void>(resolve => waiting.push(resolve))
-        }
-      }
+      const primary: PullSource = { address: startedFrom, primary: true, bytes: 0 }
+      const seed = layout === undefined && file === undefined && partial === undefined
+        ? components.swarm?.begin({ ...manifest, tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) })
+        : undefined
+      endSeed = () => { seed?.end() }
+      for (let i = 0; i < slices.length; i++) if (!needed[i] && slices[i]!.bytes > 0) seed?.stored(slices[i]!.index)
+      const schedule = createPullSchedule({
+        slices: slices.map(s => ({ index: s.index, bytes: s.bytes })),
+        pieces: slices.map((_, i) => needed[i] ? offsetsOf(i).filter(at => missing(i, at)).map(at => ({ offset: at, length: pieceLength(i, at) })) : []),
+        // Into keys, a slice passes through the window whole; into a file, only its pieces do (the piece buffers).
+        ...(file === undefined ? { windowBytes: windowLimit } : {}),
+        primary,
+        peerWaitMs: options.peerWaitMs ?? 5000,
+        allocate: async i => { if (file === undefined) scratches[i] = await sm.scratch(slices[i]!.bytes) },
+        admitted: i => seed?.fetching(slices[i]!.index, true),
+      })
+      const fail = (err: Error): void => schedule.fail(err)
       /** A slice's last piece landed: checksummed for a sliced pull, stored, and out of the window (into a file: its pieces are written). */
       const store = async (i: number): Promise<void> => {
-        if (file !== undefined) return
-        const scratch = scratches[i]!
-        if (layout !== undefined) sliceSums[i] = await chunkChecksums(scratch.range, manifest.chunkBytes)
-        scratches[i] = undefined
-        sm.adopt(keys[i]!, scratch)
-        adopted.push(keys[i]!)
-        inWindow -= slices[i]!.bytes
+        if (file === undefined) {
+          const scratch = scratches[i]!
+          if (layout !== undefined) sliceSums[i] = await chunkChecksums(scratch.range, manifest.chunkBytes)
+          scratches[i] = undefined
+          sm.adopt(keys[i]!, scratch)
+          adopted.push(keys[i]!)
+          seed?.stored(slices[i]!.index)
+        }
+        schedule.release(i)
       }
       const onAbort = (): void => fail(request.signal!.reason as Error)
       request.signal?.addEventListener('abort', onAbort, { once: true })
-      void admit()
 
       async function connection (initial: WeightStream | undefined): Promise<void> {
         let stream = initial
@@ -343,7 +319,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         async function fetchOver (): Promise<void> {
           let failures = 0
           let lastError: Error | undefined
-          while (failure === undefined && remaining > 0) {
+          while (schedule.failure === undefined && schedule.remaining > 0) {
             if (stream === undefined || stream.closed) {
               if (stream !== undefined) {
                 if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${source}`)
@@ -368,22 +344,54 @@ export function createPuller (options: PullerOptions, components: PullerComponen
               }
             }
             const s = stream
-            await Promise.all(Array.from({ length: depth }, () => lane(s, streamFrom, () => { failures = 0 }).catch(err => { lastError = err as Error })))
-            if (failure !== undefined) return
-            if (!s.closed && remaining > 0 && allHandedOut()) return // others hold the rest
+            await Promise.all(Array.from({ length: depth }, () => lane(s, primary, streamFrom, () => { failures = 0 }).catch(err => { lastError = err as Error })))
+            if (schedule.failure !== undefined || schedule.remaining === 0) return
             if (lastError !== undefined && !s.closed) s.close()
           }
         }
       }
 
-      /** Fetches pieces over one stream until the queue is empty or the stream fails (its piece goes back). */
-      async function lane (stream: WeightStream, from: string, landed: () => void): Promise<void> {
-        for (let piece = await take(); piece !== undefined; piece = await take()) {
-          if (failure !== undefined) { retry(piece); return }
+      /**
+       * A swarm peer: one connection, `depth` lanes fetching what its HAVE
+       * (asked every haveIntervalMs) says it holds. Any failure, a READ
+       * slower than pieceTimeoutMs or a bad chunk drops it for this pull
+       * (its slices go to the primary); the pull itself goes on.
+       */
+      async function peerConnection (peer: PullSource): Promise<void> {
+        let stream: WeightStream | undefined
+        const drop = (reason: string): void => {
+          if (peer.dropped === undefined) logger.warn({ model: request.model, version, peer: peer.address, reason }, 'weights swarm peer dropped')
+          schedule.drop(peer, reason)
+          stream?.close()
+        }
+        try {
+          stream = await connector.open(peer.address, request.signal !== undefined ? { signal: request.signal } : {})
+          schedule.addPeer(peer)
+          const s = stream
+          const haves = (async () => {
+            while (schedule.failure === undefined && schedule.remaining > 0 && peer.dropped === undefined) {
+              peer.have = await s.have(request.model, version)
+              if (peer.have.tensors !== manifest.tensors.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `HAVE names ${peer.have.tensors} tensors, the manifest ${manifest.tensors.length}`)
+              schedule.wake()
+              await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 250).unref())
+            }
+          })()
+          await Promise.all([haves, ...Array.from({ length: depth }, () => lane(s, peer, peer.address, () => {}))])
+        } catch (err) {
+          drop((err as Error).message)
+        } finally {
+          stream?.close()
+        }
+      }
+
+      /** Fetches pieces over one stream until nothing is left for its source or the stream fails (its piece goes back). */
+      async function lane (stream: WeightStream, from: PullSource, address: string, landed: () => void): Promise<void> {
+        for (let piece = await schedule.take(from); piece !== undefined; piece = await schedule.take(from)) {
+          if (schedule.failure !== undefined) { schedule.retry(piece); return }
           const s = slices[piece.slice]!
           const dst = await pieceTarget(piece)
           try {
-            if (!await fetchPiece(stream, from, piece, s, dst, landed)) return
+            if (!await fetchPiece(stream, from, address, piece, s, dst, landed)) return
           } finally {
             dst.release()
           }
@@ -404,22 +412,28 @@ export function createPuller (options: PullerOptions, components: PullerComponen
        * Fetches one piece into `dst`, verifies it and (into a file) writes it; false when the lane
        * should stop (the pull failed). Throws when the stream failed: the piece is back in the queue.
        */
-      async function fetchPiece (stream: WeightStream, from: string, piece: Piece, s: TensorSlice, dst: { range: HostRange, view: Buffer }, landed: () => void): Promise<boolean> {
+      async function fetchPiece (stream: WeightStream, src: PullSource, from: string, piece: Piece, s: TensorSlice, dst: { range: HostRange, view: Buffer }, landed: () => void): Promise<boolean> {
         let crc: number
+        const timer = src.primary ? undefined : setTimeout(() => { schedule.drop(src, `no answer within ${pieceTimeoutMs} ms`); stream.close() }, pieceTimeoutMs)
         try {
           crc = (await stream.read({
             model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
           }, dst.view)).crc32c
         } catch (err) {
-          retry(piece)
+          schedule.retry(piece)
+          // A peer that fails is dropped (its slices go to the primary); the pull goes on.
+          if (!src.primary) throw err
           const code = (err as AgentError).code
           if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND') {
             // The source dropped the version: go on from the next holder (landed pieces stay), once per source.
             if (from !== source) { stream.close(); throw err }
             if (moveToFallback(err, 'weights source stopped serving the version: resuming from another holder')) { stream.close(); throw err }
           }
-          if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT') fail(err as Error)
+          // A primary that does not hold a tensor yet is itself pulling the version: not a source of record.
+          if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_LAYOUT_INVALID' || code === 'ERR_DATA_CORRUPT' || code === 'ERR_WEIGHTS_NOT_HELD') fail(err as Error)
           throw err
+        } finally {
+          clearTimeout(timer)
         }
         bytesReceived += piece.length
         components.received?.(piece.length)
@@ -431,15 +445,21 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           : partial !== undefined && onChunk ? partial.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
         if (got !== crc || got !== expected) {
           refetchedPieces++
+          if (!src.primary) {
+            // Checked against the publisher's manifest: a peer that serves a bad chunk serves no more.
+            schedule.retry(piece)
+            throw new AgentError('ERR_DATA_CORRUPT', `served ${s.name} bytes ${piece.offset}..${piece.offset + piece.length} with crc32c ${got.toString(16)}, the manifest says ${expected.toString(16)}`)
+          }
           logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
           if (++piece.attempts >= maxAttempts) {
             fail(new AgentError('ERR_DATA_CORRUPT', `${s.name} bytes ${piece.offset}..${piece.offset + piece.length} failed the checksum ${maxAttempts} times (crc32c ${got.toString(16)}, expected ${expected.toString(16)})`))
             return false
           }
-          retry(piece)
+          schedule.retry(piece)
           return true
         }
         landed()
+        src.bytes += piece.length
         try {
           await file?.write(piece.slice, piece.offset, dst.range, got)
         } catch (err) {
@@ -448,39 +468,42 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         }
         doneBytes += piece.length
         request.onProgress?.(doneBytes, totalBytes)
-        remaining--
-        piecesLeft[piece.slice] = piecesLeft[piece.slice]! - 1
-        if (piecesLeft[piece.slice] === 0) {
+        if (schedule.landed(piece)) {
           try {
             await store(piece.slice)
           } catch (err) {
             fail(err as Error)
             return false
           }
-          void admit()
         }
-        if (remaining === 0) finished.resolve()
         return true
       }
 
-      const workers = Array.from({ length: Math.min(request.streams, Math.max(1, remaining)) }, (_, i) =>
+      const workers = Array.from({ length: Math.min(request.streams, Math.max(1, schedule.remaining)) }, (_, i) =>
         connection(i === 0 ? first : undefined).catch(err => {
           // A connection that gives up fails the pull only if no other connection is left to finish it.
           logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
           return err as Error
         }))
+      // Swarm peers serve whole tensors: whole pulls only, and never from a partial source.
+      const peers = layout === undefined && partial === undefined && schedule.remaining > 0
+        ? [...new Set(request.peers?.(version) ?? [])].filter(a => a !== startedFrom).slice(0, maxPeers).map((address): PullSource => ({ address, primary: false, bytes: 0 }))
+        : []
+      const peersDone = Promise.all(peers.map(peerConnection))
       const settled = Promise.all(workers).then(results => {
         const lastError = results.find((r): r is Error => r instanceof Error)
-        if (remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${source} stopped with ${remaining} pieces left`))
+        if (schedule.remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${source} stopped with ${schedule.remaining} pieces left`))
       })
       let pullError: Error | undefined
       try {
-        await finished.promise
+        await schedule.finished
       } catch (err) {
         pullError = err as Error
       } finally {
         fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
+        for (const p of peers) if (p.dropped === undefined && schedule.remaining > 0) schedule.drop(p, 'the pull stopped')
         await settled.catch(() => {})
+        await peersDone
         request.signal?.removeEventListener('abort', onAbort)
       }
       if (pullError !== undefined) {
@@ -518,8 +541,11 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         keys: written === undefined ? resultKeys : [], names: written === undefined ? names : [], refetchedPieces, reconnects, switchedTo,
         ...(Object.keys(paddedShapes).length > 0 ? { paddedShapes } : {}),
         ...(written !== undefined ? { file: written } : {}),
+        sources: Object.fromEntries([primary, ...peers].filter(p => p.bytes > 0).map(p => [p.address, p.bytes])),
+        ...(peers.some(p => p.dropped !== undefined && p.dropped !== 'the pull stopped') ? { droppedSources: peers.filter(p => p.dropped !== undefined && p.dropped !== 'the pull stopped').map(p => ({ address: p.address, reason: p.dropped! })) } : {}),
       }
     } finally {
+      endSeed()
       for (const s of scratches) s?.release()
       buffers?.dispose()
       await file?.close(false)

@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { AgentError } from '../../core/errors.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  decodeHello, decodeReplyHeader, encodeAuth, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
+  decodeHave, decodeHello, decodeReplyHeader, encodeAuth, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
   Op, proofBytes, protocolError, replyHeaderBytes, Status, statusName, type ReadRequest,
 } from './protocol.ts'
 import { splitHostPort } from './tcp-server.ts'
@@ -142,7 +142,8 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
       }
       if (done.status === Status.ok) { done.pending.resolve({ crc32c: done.crc32c, payload: done.pending.into === null ? bytes : null }); return }
       const text = bytes.toString('utf8')
-      const code = done.status === Status.retired ? 'ERR_WEIGHTS_RETIRED' : done.status === Status.notFound ? 'ERR_WEIGHTS_NOT_FOUND' : done.status === Status.corrupt ? 'ERR_DATA_CORRUPT' : 'ERR_WEIGHTS_PROTOCOL'
+      const code = done.status === Status.retired ? 'ERR_WEIGHTS_RETIRED' : done.status === Status.notFound ? 'ERR_WEIGHTS_NOT_FOUND' : done.status === Status.corrupt ? 'ERR_DATA_CORRUPT'
+        : done.status === Status.notHeld ? 'ERR_WEIGHTS_NOT_HELD' : 'ERR_WEIGHTS_PROTOCOL'
       done.pending.reject(new AgentError(code, `${address}: ${statusName(done.status)}: ${text}`))
     }
 
@@ -207,6 +208,10 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         o.signal?.throwIfAborted()
         const reply = await request(Op.manifest, encodeManifestRequest(model, version), null)
         return JSON.parse(reply.payload!.toString('utf8')) as WeightsManifest
+      },
+      async have (model, version) {
+        const reply = await request(Op.have, encodeManifestRequest(model, version), null)
+        return decodeHave(reply.payload!)
       },
       async read (req: ReadRequest, into: Buffer) {
         if (into.length !== req.byteLength) throw new AgentError('ERR_ARG_INVALID', `read of ${req.byteLength} bytes into a buffer of ${into.length}`)

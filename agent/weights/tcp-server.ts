@@ -66,9 +66,10 @@ import { dtypeBytes } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  authBytes, decodeAuth, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHello, encodeReplyHeader,
-  Op, requestHeaderBytes, Status, type ReadRequest, type StatusCode,
+  authBytes, decodeAuth, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHave, encodeHello, encodeReplyHeader,
+  latestVersion, Op, requestHeaderBytes, Status, type Have, type ReadRequest, type StatusCode,
 } from './protocol.ts'
+import type { SwarmHolding, SwarmHoldings } from './swarm-holdings.ts'
 import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
 import { createServeReadWindow, type ServeReadWindow } from './serve-read-window.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
@@ -104,6 +105,8 @@ export interface TcpWeightServerComponents {
   versions: VersionStore
   auth: DataAuth
   logger: Logger
+  /** Versions this agent is pulling whole: their stored tensors are served too (swarm-holdings.ts). */
+  swarm?: SwarmHoldings
 }
 
 /** Chunks the default serve window holds at least (serveWindowBytes). */
@@ -122,6 +125,7 @@ export function splitHostPort (address: string): { host: string, port: number } 
 function statusOf (err: unknown): StatusCode {
   const code = (err as AgentError).code
   if (code === 'ERR_WEIGHTS_RETIRED') return Status.retired
+  if (code === 'ERR_WEIGHTS_NOT_HELD') return Status.notHeld
   if (code === 'ERR_DATA_CORRUPT') return Status.corrupt
   if (code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_KEY_NOT_FOUND') return Status.notFound
   if (code === 'ERR_LAYOUT_INVALID' || code === 'ERR_WEIGHTS_PROTOCOL' || code === 'ERR_BAD_REQUEST') return Status.badRequest
@@ -238,7 +242,31 @@ function refusalLog (logger: Logger, intervalMs: number): { note(reason: string,
 }
 
 export function createTcpWeightServer (options: TcpWeightServerOptions, components: TcpWeightServerComponents): WeightServer {
-  const { stateManager: sm, versions, auth, logger } = components
+  const { stateManager: sm, versions, auth, logger, swarm } = components
+
+  /**
+   * The version a request names: committed here, or (an exact version) being
+   * pulled whole here, served as it arrives. Otherwise the version store's error.
+   */
+  function lookup (model: string, version: number): { manifest: WeightsManifest, seeding?: SwarmHolding } {
+    try {
+      return { manifest: versions.get(model, version) }
+    } catch (err) {
+      const seeding = version !== latestVersion && (err as AgentError).code === 'ERR_WEIGHTS_NOT_FOUND' ? swarm?.get(model, version) : undefined
+      if (seeding === undefined) throw err
+      return { manifest: seeding.manifest, seeding }
+    }
+  }
+
+  /** HAVE of a committed version: every tensor (a partial holding's slices are no tensors: none). */
+  function haveOf (model: string, version: number): Have {
+    const { manifest, seeding } = lookup(model, version)
+    if (seeding !== undefined) return seeding.have()
+    const n = Math.ceil(manifest.tensors.length / 8)
+    const held = new Uint8Array(n)
+    if (manifest.partial === undefined) for (let i = 0; i < manifest.tensors.length; i++) held[i >> 3]! |= 1 << (i & 7)
+    return { tensors: manifest.tensors.length, held, fetching: new Uint8Array(n) }
+  }
   const limits = dataPortLimits(options)
   const sockets = new Set<Socket>()
   /** Connections in their handshake, in accept order (oldest first), with their address key and accept sequence number. */
@@ -423,12 +451,20 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       try {
         if (op === Op.manifest) {
           const req = decodeManifestRequest(body)
-          const json = Buffer.from(JSON.stringify(versions.get(req.model, req.version)))
+          const json = Buffer.from(JSON.stringify(lookup(req.model, req.version).manifest))
           await send(Status.ok, requestId, json, 0)
           return
         }
+        if (op === Op.have) {
+          const req = decodeManifestRequest(body)
+          await send(Status.ok, requestId, encodeHave(haveOf(req.model, req.version)), 0)
+          return
+        }
         const req = decodeReadRequest(body)
-        const manifest = versions.get(req.model, req.version)
+        const { manifest, seeding } = lookup(req.model, req.version)
+        if (seeding !== undefined && !seeding.held(req.tensorIndex)) {
+          throw new AgentError('ERR_WEIGHTS_NOT_HELD', `this agent is pulling ${req.model} v${req.version} itself and does not hold tensor ${req.tensorIndex} yet`)
+        }
         const pull = pulls.get(socket) ?? { remote, model: req.model, version: req.version, bytesSent: 0, connectedAtMs: Date.now() }
         Object.assign(pull, { model: req.model, version: req.version })
         pulls.set(socket, pull)

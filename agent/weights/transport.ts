@@ -10,7 +10,7 @@
  * sliced reads = one RDMA READ per contiguous source run (sliceRuns), so no
  * server-side gather is needed.
  */
-import type { ReadRequest } from './protocol.ts'
+import type { Have, ReadRequest } from './protocol.ts'
 import type { WeightsManifest } from './version-store.ts'
 import type { ActivePull } from '../api/wire/weights.ts'
 
@@ -25,6 +25,8 @@ export interface WeightStream {
    * ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER (connection lost).
    */
   read(request: ReadRequest, into: Buffer): Promise<{ crc32c: number }>
+  /** What the server holds of exact `version` (every tensor for a full holder; a swarm seed: what arrived so far, and what it is fetching). */
+  have(model: string, version: number): Promise<Have>
   /** Closes the connection; pending requests reject. Idempotent. */
   close(): void
   readonly closed: boolean

@@ -10,7 +10,8 @@ import type { StateManager } from '../state/state-manager.ts'
 import type { AvailabilitySections } from '../../mesh/membership/availability-publisher.ts'
 import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import { createDataAuth } from './data-auth.ts'
-import { pickHolder, weightsAdvert } from './holders.ts'
+import { pickHolder, swarmPeers, weightsAdvert } from './holders.ts'
+import { createSwarmHoldings } from './swarm-holdings.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
 import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
 import { createPuller, type PullResult } from './puller.ts'
@@ -59,6 +60,8 @@ export interface PullOptions {
   streams?: number
   /** Write to this safetensors file instead of keys (puller.ts, pull-file.ts). */
   out?: PullFileTarget
+  /** Swarm peers to fetch tensors from (data addresses); absent: the mesh's agents pulling or holding the version whole. */
+  peers?: string[]
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
@@ -121,6 +124,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const auth = createDataAuth(components.clusterKey)
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
+  const swarm = createSwarmHoldings(() => components.availabilityChanged?.())
   const server = createTcpWeightServer({
     listen: options.dataListen,
     serveWindowBytes: options.serveWindowBytes,
@@ -131,12 +135,12 @@ export function createWeightsService (options: WeightsServiceOptions, components
     maxConnections: options.maxConnections,
     frameTimeoutMs: options.frameTimeoutMs,
     idleTimeoutMs: options.idleTimeoutMs,
-  }, { stateManager, versions, auth, logger })
+  }, { stateManager, versions, auth, logger, swarm })
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
   const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes }, {
-    stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes },
+    stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes }, swarm,
   })
 
   return {
@@ -178,6 +182,8 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
           ...(o.signal !== undefined ? { signal: o.signal } : {}),
           ...(o.out !== undefined ? { out: o.out } : {}),
+          // The swarm: other agents of the mesh pulling or holding the version whole.
+          ...(o.peers !== undefined ? { peers: () => o.peers! } : components.meshPeers !== undefined ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
         })
         ok = true
         return result
@@ -208,7 +214,10 @@ export function createWeightsService (options: WeightsServiceOptions, components
       serving: server.activePulls().length,
       versions: versions.list().length,
     }),
-    advert: () => weightsAdvert(server.address, versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) }))),
+    advert: () => weightsAdvert(server.address, [
+      ...versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) })),
+      ...swarm.list().map(h => ({ model: h.model, version: h.version, pulling: true as const })),
+    ]),
   }
 
   /**

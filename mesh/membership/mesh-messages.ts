@@ -64,6 +64,7 @@ export const AvailabilityRecordSchema = Type.Object({
     model: Type.String({ maxLength: 512 }),
     version: Type.Integer({ minimum: 0 }),
     layout: Type.Optional(Type.String({ maxLength: 128, description: 'set when only these (layout, rank) slices are served: a layout id (weights/reshard.ts layoutId)' })),
+    pulling: Type.Optional(Type.Literal(true, { description: 'the agent is pulling this version whole and serves the tensors that arrived (the weight swarm)' })),
   }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
   election: Type.Optional(ElectionAdvertSchema),
   truncated: Type.Optional(Type.Object({

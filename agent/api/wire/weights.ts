@@ -79,6 +79,8 @@ export const PullResultSchema = Type.Object({
   reconnects: uint,
   switchedTo: Type.Array(Type.String(), { description: 'data addresses the pull resumed from after its source dropped the version' }),
   file: Type.Optional(Type.String({ description: 'with out: the file written (keys and names are then empty)' })),
+  sources: Type.Record(Type.String(), uint, { description: 'verified payload bytes per source (data address): the holder pulled from, and swarm peers' }),
+  droppedSources: Type.Optional(Type.Array(Type.Object({ address: Type.String(), reason: Type.String() }), { description: 'swarm peers no longer used by this pull, and why (failed, too slow, or served a chunk that did not match the manifest)' })),
 })
 
 export const WeightsManifestSchema = Type.Object({

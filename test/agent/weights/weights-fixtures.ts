@@ -98,10 +98,15 @@ export interface Proxy {
  * Forwards connections to `target`. `tamper` sees each server→client chunk
  * with the running byte count of its connection and may return a changed
  * chunk or 'cut' (the connection is destroyed, both sides).
+ * `uplinkBytesPerSecond`: server→client bytes of all connections together
+ * are paced to this rate (the server's uplink).
  */
 export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer, connectionBytes: number, connection: number) => Buffer | 'cut' = c => c,
   /** Connection n reaches the server only after the returned promise settles (undefined: at once). */
-  hold: (connection: number) => Promise<unknown> | undefined = () => undefined): Promise<Proxy> {
+  hold: (connection: number) => Promise<unknown> | undefined = () => undefined,
+  uplinkBytesPerSecond?: number): Promise<Proxy> {
+  /** When the paced uplink is free again, ms (performance.now()). */
+  let uplinkFreeAt = 0
   const [host, port] = target.split(':') as [string, string]
   let total = 0
   let connections = 0
@@ -127,6 +132,13 @@ export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer,
       seen += chunk.length
       if (out === 'cut') { client.destroy(); upstream.destroy(); return }
       total += out.length
+      if (uplinkBytesPerSecond !== undefined) {
+        const now = performance.now()
+        uplinkFreeAt = Math.max(uplinkFreeAt, now) + out.length / uplinkBytesPerSecond * 1000
+        upstream.pause()
+        setTimeout(() => { if (!client.destroyed) client.write(out); upstream.resume() }, uplinkFreeAt - now)
+        return
+      }
       if (!client.write(out)) { upstream.pause(); client.once('drain', () => upstream.resume()) }
     })
     client.resume()

@@ -1,0 +1,108 @@
+// The weight swarm (PROTOCOL.md "Swarm"): pullers of one version fetch the tensors that arrived at
+// each other instead of all from the publisher, whose uplink is paced by a proxy; a peer that serves a
+// corrupt chunk, one whose connection is cut and one that is not there are dropped and the pull completes
+// byte-exact from the others. Real StateManagers, weight services and TCP on loopback.
+import t, { type Test } from 'tap'
+import { join } from 'node:path'
+import { keyBytes, MiB, sharedKey, tcpProxy, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
+
+const layers = (seed: number, count: number): FixtureTensor[] => Array.from({ length: count }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], seed + i))
+const total = (ts: FixtureTensor[]): number => ts.reduce((s, x) => s + x.data.length, 0)
+
+async function publisher (t: Test, tensors: FixtureTensor[]): Promise<NodeFixture> {
+  const a = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
+  const file = join(a.dir, 'm.safetensors')
+  writeSafetensors(file, tensors)
+  await a.weights.publish({ model: 'm', version: 1, source: { kind: 'safetensors', path: file } })
+  return a
+}
+
+/** One cluster key per test. */
+const keys = new WeakMap<object, Uint8Array>()
+function sharedKeyOf (t: Test): Uint8Array {
+  let key = keys.get(t)
+  if (key === undefined) { key = sharedKey(); keys.set(t, key) }
+  return key
+}
+
+async function checkWhole (t: Test, node: NodeFixture, result: { keys: string[] }, tensors: FixtureTensor[], who: string): Promise<void> {
+  let exact = 0
+  for (const [i, x] of tensors.entries()) if ((await keyBytes(node.sm, result.keys[i]!)).equals(x.data)) exact++
+  t.equal(exact, tensors.length, `${who}: every tensor byte-exact`)
+}
+
+t.test('four pullers of one version at once: most bytes come from each other, the publisher uploads far less than four copies', async t => {
+  const tensors = layers(1, 32) // 32 MiB
+  const a = await publisher(t, tensors)
+  // The publisher's uplink: 24 MiB/s for everyone together (four copies would take over 5 s).
+  const uplink = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 24 * MiB)
+  const pullers = await Promise.all([0, 1, 2, 3].map(() => weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)))
+  const addresses = pullers.map(b => b.weights.address())
+  const results = await Promise.all(pullers.map((b, i) => b.weights.pull({
+    from: uplink.address, model: 'm', version: 1, streams: 2, peers: addresses.filter((_, j) => j !== i),
+  })))
+  const fromPublisher = uplink.forwarded()
+  const fromPeers = results.map(r => Object.entries(r.sources).filter(([address]) => address !== uplink.address).reduce((s, [, bytes]) => s + bytes, 0))
+  t.ok(fromPublisher < 2.2 * total(tensors), `the publisher sent ${(fromPublisher / total(tensors)).toFixed(2)} copies of the model (4 pullers; bound 2.2)`)
+  t.ok(fromPeers.reduce((s, b) => s + b, 0) > total(tensors), `peers served ${(fromPeers.reduce((s, b) => s + b, 0) / MiB).toFixed(0)} MiB of the ${4 * total(tensors) / MiB} MiB pulled`)
+  for (const [i, r] of results.entries()) {
+    t.equal(r.bytes, total(tensors))
+    t.equal(Object.values(r.sources).reduce((s, b) => s + b, 0), total(tensors), `puller ${i}: bytes per source add up to the model`)
+    await checkWhole(t, pullers[i]!, r, tensors, `puller ${i}`)
+  }
+  t.same(results.flatMap(r => r.droppedSources ?? []), [], 'no peer was dropped')
+  // Each puller now holds the version whole, and serves it as a full copy.
+  t.same(pullers.map(b => b.weights.list().versions.map(v => v.version)), [[1], [1], [1], [1]])
+})
+
+t.test('a peer that serves a corrupt chunk is dropped and named; the pull completes byte-exact from the publisher', async t => {
+  const tensors = layers(40, 24)
+  const a = await publisher(t, tensors)
+  const holder = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
+  await holder.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  // Past the handshake and the first replies, every server→client chunk gets one byte flipped.
+  const corrupt = await tcpProxy(t, holder.weights.address(), (chunk, seen) => {
+    if (seen < 64 * 1024) return chunk
+    const copy = Buffer.from(chunk)
+    copy[copy.length >> 1] = copy[copy.length >> 1]! ^ 0x5a
+    return copy
+  })
+  const slowPublisher = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 16 * MiB)
+  const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [corrupt.address] })
+  t.match(r.droppedSources, [{ address: corrupt.address, reason: /crc32c [0-9a-f]+, the manifest says [0-9a-f]+/ }], 'the corrupt peer is named with what it did')
+  t.equal(r.sources[corrupt.address], undefined, 'and no byte from it was kept')
+  await checkWhole(t, b, r, tensors, 'the puller')
+})
+
+t.test('a peer whose connection is cut mid-pull, and one that is not there, are dropped; the pull completes', async t => {
+  const tensors = layers(70, 24)
+  const a = await publisher(t, tensors)
+  const holder = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
+  await holder.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  const cut = await tcpProxy(t, holder.weights.address(), (chunk, seen) => seen + chunk.length > 3 * MiB ? 'cut' : chunk)
+  const slowPublisher = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 16 * MiB)
+  const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [cut.address, '127.0.0.1:1'] })
+  t.equal(r.droppedSources?.length, 2, 'both peers dropped')
+  t.ok((r.sources[cut.address] ?? 0) > 0, `the cut peer served ${((r.sources[cut.address] ?? 0) / MiB).toFixed(1)} MiB before it went away, kept`)
+  await checkWhole(t, b, r, tensors, 'the puller')
+})
+
+t.test('a whole pull serves what arrived while it runs (HAVE, READ); a tensor not there yet is refused, not waited for', async t => {
+  const tensors = layers(90, 16)
+  const a = await publisher(t, tensors)
+  const slow = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 8 * MiB)
+  const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const c = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const pulling = b.weights.pull({ from: slow.address, model: 'm', version: 1, streams: 1 })
+  // While B pulls (about 2 s), C pulls from B alone: B's stored tensors come at once, the rest are refused.
+  await new Promise(resolve => setTimeout(resolve, 600))
+  await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, streams: 1 }), { code: 'ERR_WEIGHTS_NOT_HELD' })
+  const listed = b.weights.list().versions
+  t.same(listed, [], 'B does not list the version as held while it pulls')
+  await pulling
+  const r = await c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, streams: 1 })
+  t.ok(r.bytesReceived < total(tensors), `C's repeat from B, now a full holder, fetched only what was missing (${(r.bytesReceived / MiB).toFixed(0)} MiB)`)
+  await checkWhole(t, c, r, tensors, 'C')
+})
