@@ -11,10 +11,17 @@
  *   fallbacks) can fetch every slice. Without peers it takes them in order.
  * - Peers (the swarm, PROTOCOL.md "Swarm") fetch only the tensors their
  *   HAVE says they hold, chosen at random among those (pullers spread over
- *   different tensors). The primary takes, at random, what no live peer
- *   holds or fetches; a tensor a peer has been fetching for `peerWaitMs`
- *   without holding it becomes the primary's too (a slow or stuck peer does
- *   not hold a pull up).
+ *   different tensors). The primary takes what no live peer holds or
+ *   fetches, walking the slices in order from a random start (pullers that
+ *   start together begin far apart and meet late: fewer take the same
+ *   tensor from the publisher in the moment before their HAVEs tell); a tensor a peer has been fetching for `peerWaitMs`
+ *   without holding it becomes the primary's too (a stuck peer does not hold
+ *   a pull up). Once the pull has peers, the primary fetches at most
+ *   `primarySlices` slices at a time: the publisher's uplink is shared by
+ *   every puller, and a tensor fetched by many at once reaches none soon.
+ *   So it does until `swarmProbeUntil` too (pullers that start together
+ *   have not heard of each other yet; a pull alone then goes on at full
+ *   depth).
  * - A dropped peer (failed, timed out, served a bad chunk) gives its slices
  *   to the primary; pieces it had in flight come back through `retry`.
  * Pure bookkeeping: no I/O besides `allocate`.
@@ -50,6 +57,10 @@ export interface PullScheduleOptions {
   primary: PullSource
   /** How long the primary leaves a tensor to a peer fetching it. */
   peerWaitMs: number
+  /** Slices the primary fetches at once while the pull has peers. Default 2. */
+  primarySlices?: number
+  /** Until this time (Date.now()), the primary is held to `primarySlices` even without peers: pullers starting together find each other first. */
+  swarmProbeUntil?: number
   /** Runs when a slice is admitted, before its pieces are queued (its scratch). */
   allocate(slice: number): Promise<void>
   /** Tells that a slice was admitted (its tensor is being fetched). */
@@ -83,6 +94,8 @@ export interface PullSchedule {
 export function createPullSchedule (o: PullScheduleOptions): PullSchedule {
   const random = o.random ?? Math.random
   const peers: PullSource[] = []
+  /** Where the primary of a pull that may have peers starts walking the slices. */
+  const ringStart = Math.floor(random() * o.slices.length)
   const owner: Array<PullSource | undefined> = o.slices.map(() => undefined)
   const piecesLeft = o.pieces.map(p => p.length)
   /** Slices with pieces to fetch, not admitted yet, in order. */
@@ -115,7 +128,8 @@ export function createPullSchedule (o: PullScheduleOptions): PullSchedule {
 
   /** A slice `source` may be given now; else when to look again (the primary waiting on a peer). */
   function choose (source: PullSource): { slice?: number, retryAt?: number } {
-    if (source.primary && peers.length === 0) return { slice: unadmitted.values().next().value }
+    // A pull that cannot have peers walks its slices in order (sequential reads at the source).
+    if (source.primary && peers.length === 0 && o.swarmProbeUntil === undefined) return { slice: unadmitted.values().next().value }
     const now = Date.now()
     const candidates: number[] = []
     let retryAt: number | undefined
@@ -129,6 +143,7 @@ export function createPullSchedule (o: PullScheduleOptions): PullSchedule {
       else if (may.at !== undefined) retryAt = Math.min(retryAt ?? Infinity, may.at)
     }
     if (candidates.length === 0) return retryAt !== undefined ? { retryAt } : {}
+    if (source.primary) return { slice: candidates.find(i => i >= ringStart) ?? candidates[0]! }
     return { slice: candidates[Math.floor(random() * candidates.length)]! }
   }
 
@@ -137,6 +152,9 @@ export function createPullSchedule (o: PullScheduleOptions): PullSchedule {
     if (admitting) return { admitted: false }
     const { slice, retryAt } = choose(source)
     if (slice === undefined) return { admitted: false, ...(retryAt !== undefined ? { retryAt } : {}) }
+    if (source.primary && (peers.length > 0 || Date.now() < (o.swarmProbeUntil ?? 0)) && owner.filter((w, i) => w === source && piecesLeft[i]! > 0).length >= (o.primarySlices ?? 2)) {
+      return { admitted: false, ...(peers.length === 0 ? { retryAt: o.swarmProbeUntil! } : {}) }
+    }
     const bytes = o.slices[slice]!.bytes
     if (o.windowBytes !== undefined && inWindow > 0 && inWindow + bytes > o.windowBytes) return { admitted: false }
     admitting = true

@@ -104,12 +104,16 @@ export interface PullerOptions {
    * than this still goes alone. 0 or absent: an eighth of the host pool.
    */
   windowBytes?: number
-  /** How long the primary source leaves a tensor to a swarm peer that is fetching it, ms. Default 5000. */
+  /** How long the primary source leaves a tensor to a swarm peer that is fetching it, ms (a peer that fails is dropped at once; this bounds one that stalls). Default 30000. */
   peerWaitMs?: number
-  /** How often a swarm peer is asked what it holds, ms. Default 250. */
+  /** How often a swarm peer is asked what it holds, ms. Default 100. */
   haveIntervalMs?: number
   /** A READ a swarm peer has not answered in this long drops the peer, ms. Default 10000. */
   pieceTimeoutMs?: number
+  /** How often a pull asks again who its swarm peers are, ms. Default 250. */
+  peerRefreshMs?: number
+  /** How long a whole pull that may have swarm peers fetches only a few slices from its source while it looks for them, ms. Default 500. */
+  swarmProbeMs?: number
 }
 
 /** Most swarm peers one pull fetches from at once. */
@@ -287,7 +291,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         // Into keys, a slice passes through the window whole; into a file, only its pieces do (the piece buffers).
         ...(file === undefined ? { windowBytes: windowLimit } : {}),
         primary,
-        peerWaitMs: options.peerWaitMs ?? 5000,
+        peerWaitMs: options.peerWaitMs ?? 30_000,
+        ...(request.peers !== undefined && layout === undefined && partial === undefined ? { swarmProbeUntil: Date.now() + (options.swarmProbeMs ?? 500) } : {}),
         allocate: async i => { if (file === undefined) scratches[i] = await sm.scratch(slices[i]!.bytes) },
         admitted: i => seed?.fetching(slices[i]!.index, true),
       })
@@ -352,28 +357,34 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
 
       /**
-       * A swarm peer: one connection, `depth` lanes fetching what its HAVE
-       * (asked every haveIntervalMs) says it holds. Any failure, a READ
-       * slower than pieceTimeoutMs or a bad chunk drops it for this pull
-       * (its slices go to the primary); the pull itself goes on.
+       * A swarm peer: one connection with `depth` lanes fetching what its HAVE
+       * says it holds, and one asking HAVE every haveIntervalMs (apart, so the
+       * answer never waits behind payloads: a stale HAVE makes pullers take
+       * the same tensor from the publisher). Any failure, a READ slower than
+       * pieceTimeoutMs or a bad chunk drops the peer for this pull (its slices
+       * go to the primary); the pull itself goes on.
        */
       async function peerConnection (peer: PullSource): Promise<void> {
         let stream: WeightStream | undefined
+        let haveStream: WeightStream | undefined
         const drop = (reason: string): void => {
           if (peer.dropped === undefined) logger.warn({ model: request.model, version, peer: peer.address, reason }, 'weights swarm peer dropped')
           schedule.drop(peer, reason)
           stream?.close()
+          haveStream?.close()
         }
         try {
-          stream = await connector.open(peer.address, request.signal !== undefined ? { signal: request.signal } : {})
+          const signal = request.signal !== undefined ? { signal: request.signal } : {}
+          ;[stream, haveStream] = await Promise.all([connector.open(peer.address, signal), connector.open(peer.address, signal)])
           schedule.addPeer(peer)
           const s = stream
+          const h = haveStream
           const haves = (async () => {
             while (schedule.failure === undefined && schedule.remaining > 0 && peer.dropped === undefined) {
-              peer.have = await s.have(request.model, version)
+              peer.have = await h.have(request.model, version)
               if (peer.have.tensors !== manifest.tensors.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `HAVE names ${peer.have.tensors} tensors, the manifest ${manifest.tensors.length}`)
               schedule.wake()
-              await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 250).unref())
+              await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 100).unref())
             }
           })()
           await Promise.all([haves, ...Array.from({ length: depth }, () => lane(s, peer, peer.address, () => {}))])
@@ -381,6 +392,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           drop((err as Error).message)
         } finally {
           stream?.close()
+          haveStream?.close()
         }
       }
 
@@ -485,11 +497,22 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
           return err as Error
         }))
-      // Swarm peers serve whole tensors: whole pulls only, and never from a partial source.
-      const peers = layout === undefined && partial === undefined && schedule.remaining > 0
-        ? [...new Set(request.peers?.(version) ?? [])].filter(a => a !== startedFrom).slice(0, maxPeers).map((address): PullSource => ({ address, primary: false, bytes: 0 }))
-        : []
-      const peersDone = Promise.all(peers.map(peerConnection))
+      // Swarm peers serve whole tensors: whole pulls only, and never from a partial source. Asked for
+      // again every peerRefreshMs: pullers that start together learn of each other as their adverts spread.
+      const peers: PullSource[] = []
+      const peerTasks: Array<Promise<void>> = []
+      const discover = (): void => {
+        if (layout !== undefined || partial !== undefined || request.peers === undefined || schedule.remaining === 0 || schedule.failure !== undefined) return
+        for (const address of new Set(request.peers(version))) {
+          if (address === startedFrom || peers.some(p => p.address === address) || peers.filter(p => p.dropped === undefined).length >= maxPeers) continue
+          const peer: PullSource = { address, primary: false, bytes: 0 }
+          peers.push(peer)
+          peerTasks.push(peerConnection(peer))
+        }
+      }
+      discover()
+      const discovery = setInterval(discover, options.peerRefreshMs ?? 250)
+      discovery.unref()
       const settled = Promise.all(workers).then(results => {
         const lastError = results.find((r): r is Error => r instanceof Error)
         if (schedule.remaining > 0) fail(lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `pull from ${source} stopped with ${schedule.remaining} pieces left`))
@@ -501,9 +524,10 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         pullError = err as Error
       } finally {
         fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
+        clearInterval(discovery)
         for (const p of peers) if (p.dropped === undefined && schedule.remaining > 0) schedule.drop(p, 'the pull stopped')
         await settled.catch(() => {})
-        await peersDone
+        await Promise.all(peerTasks)
         request.signal?.removeEventListener('abort', onAbort)
       }
       if (pullError !== undefined) {

@@ -31,6 +31,11 @@ export interface NetnsLab {
   partition(groups: readonly (readonly number[])[]): Promise<void>
   /** Every host on one network again. */
   heal(): Promise<void>
+  /**
+   * Shapes every host's uplink (what it sends out of eth0) to `mbit` Mbit/s
+   * with a token bucket (tc tbf), as a node's NIC or top-of-rack port would.
+   */
+  shapeUplinks(mbit: number): Promise<void>
   destroy(): Promise<void>
 }
 
@@ -107,6 +112,11 @@ export async function createNetnsLab (t: Teardown, size: number): Promise<NetnsL
       })
     },
     heal: () => place(() => 0),
+    async shapeUplinks (mbit) {
+      // A burst of ~10 ms at the rate (at least 32 KiB), a queue of 50 ms.
+      const burst = Math.max(32 * 1024, Math.round(mbit * 1e6 / 8 / 100))
+      await Promise.all(hosts.map(h => run('ip', ['netns', 'exec', h.ns, 'tc', 'qdisc', 'replace', 'dev', 'eth0', 'root', 'tbf', 'rate', `${mbit}mbit`, 'burst', String(burst), 'latency', '50ms'], { timeout: 10_000 })))
+    },
     destroy,
   }
 }
