@@ -74,6 +74,8 @@ export interface PullRequest {
    * pull goes on from the next one, keeping the pieces that landed.
    */
   fallbacks?: string[]
+  /** Full holders of `version` now (asked once `fallbacks` ran out: e.g. swarm peers that finished their pull since it started). */
+  laterHolders?: (version: number) => string[]
   /** Write the slices to this safetensors file instead of StateManager keys. */
   out?: PullFileTarget
   /**
@@ -230,7 +232,9 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     const switchedTo: string[] = []
     /** Goes on from the next fallback holder, if one is left: logged and recorded in switchedTo. */
     const moveToFallback = (err: unknown, message: string): boolean => {
-      const next = fallbacks.shift()
+      // The list given at the start, then whoever holds the version whole now (a swarm peer that finished).
+      const tried = new Set([request.from, ...switchedTo])
+      const next = fallbacks.shift() ?? request.laterHolders?.(version).find(a => !tried.has(a))
       if (next === undefined) return false
       logger.warn({ model: request.model, version, from: source, to: next, err: (err as Error).message }, message)
       source = next

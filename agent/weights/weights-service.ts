@@ -10,7 +10,7 @@ import type { StateManager } from '../state/state-manager.ts'
 import type { AvailabilitySections } from '../../mesh/membership/availability-publisher.ts'
 import type { PeerView } from '../../mesh/membership/mesh-views.ts'
 import { createDataAuth } from './data-auth.ts'
-import { pickHolder, swarmPeers, weightsAdvert } from './holders.ts'
+import { findHolders, pickHolder, swarmPeers, weightsAdvert } from './holders.ts'
 import { createSwarmHoldings } from './swarm-holdings.ts'
 import { presetOptionsFromMetadata, presetRules, type PresetOptions } from './layout-presets.ts'
 import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegion } from './publisher.ts'
@@ -183,6 +183,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.signal !== undefined ? { signal: o.signal } : {}),
           ...(o.out !== undefined ? { out: o.out } : {}),
           // The swarm: other agents of the mesh pulling or holding the version whole.
+          ...(components.meshPeers !== undefined ? { laterHolders: (version: number) => findHolders(components.meshPeers?.() ?? [], o.model, version).filter(h => h.layout === undefined && h.version === version).map(h => h.address) } : {}),
           ...(o.peers !== undefined ? { peers: () => o.peers! } : components.meshPeers !== undefined ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
         })
         ok = true

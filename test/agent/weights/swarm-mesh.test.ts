@@ -1,0 +1,85 @@
+// The weight swarm with real agents in network namespaces, one mesh, every uplink shaped (tc tbf):
+// pullers without --from find the publisher and each other in the mesh; a puller killed mid-swarm does
+// not stop the others; the publisher killed once a peer holds the version whole does not either.
+// Byte-exactness checked on what each agent exports of its keys. Needs root (network namespaces).
+import t from 'tap'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { createNetnsLab, netnsSkipReason } from '../../helpers/netns-lab.ts'
+import { startTestMesh, type MeshAgent, type TestMesh } from '../../helpers/test-mesh.ts'
+import { agentctlMain, runNode } from '../../helpers/agent-process.ts'
+import { capabilities } from '../../../native/index.ts'
+import { MiB, tensor, writeSafetensors, type FixtureTensor } from './weights-fixtures.ts'
+import type { PullResult } from '../../../agent/api/wire/weights.ts'
+
+const skip = !capabilities.addon.loaded ? `the weights subsystem needs the native addon (${capabilities.addon.error})` : await netnsSkipReason()
+
+/** The tensors of an agent's copy of `version`, exported with state materialize, by name. */
+async function exported (agent: MeshAgent, version: number, dir: string): Promise<Map<string, Buffer>> {
+  const out = join(dir, `${agent.name}-v${version}.safetensors`)
+  const run = await runNode(agentctlMain, ['--socket', agent.socketPath, 'state', 'materialize', '--prefix', 'weights/m/', '--version', String(version), '--out', out, '--overwrite'])
+  if (run.code !== 0) throw new Error(`materialize on ${agent.name}: ${run.stderr}`)
+  const bytes = readFileSync(out)
+  const length = Number(bytes.readBigUInt64LE(0))
+  const { __metadata__: _, ...entries } = JSON.parse(bytes.subarray(8, 8 + length).toString()) as Record<string, { data_offsets: [number, number] }>
+  return new Map(Object.entries(entries).map(([name, e]) => [name, bytes.subarray(8 + length + e.data_offsets[0], 8 + length + e.data_offsets[1])]))
+}
+
+async function publish (mesh: TestMesh, publisher: MeshAgent, version: number, tensors: FixtureTensor[]): Promise<void> {
+  const file = join(mesh.dir, `v${version}.safetensors`)
+  writeSafetensors(file, tensors)
+  const run = await runNode(agentctlMain, ['--socket', publisher.socketPath, 'weights', 'publish', '--model', 'm', '--version', String(version), '--from-safetensors', file])
+  if (run.code !== 0) throw new Error(`publish: ${run.stderr}`)
+  const others = mesh.agents.filter(a => a !== publisher && a.proc.exitCode === null && a.proc.signalCode === null)
+  await mesh.waitFor(others, peers => peers.some(p => p.peerId === publisher.peerId && (p.record?.weights ?? []).some(w => w.model === 'm' && w.version === version)), 30_000, `v${version} advertised`)
+}
+
+const fromPeers = (r: PullResult, publisher: MeshAgent): number => Object.entries(r.sources).filter(([a]) => !a.startsWith(`${publisher.host!.address}:`)).reduce((s, [, b]) => s + b, 0)
+
+t.test('pullers find each other in the mesh; a puller killed mid-swarm and then the publisher killed do not stop the others', { skip }, async t => {
+  const lab = await createNetnsLab(t, 5)
+  await lab.shapeUplinks(100)
+  const mesh = await startTestMesh(t, {
+    nodes: 5,
+    hosts: lab.hosts,
+    args: ['--set', 'state.enabled=true', '--set', `state.hostPoolBytes=${128 * MiB}`, '--set', 'weights.dataListen=0.0.0.0:7461', '--set', 'weights.chunkBytes=262144'],
+  })
+  await mesh.waitConverged()
+  const [publisher, ...pullers] = mesh.agents as [MeshAgent, ...MeshAgent[]]
+  // 24 MiB in 24 tensors: about 2 s for one puller over a 100 Mbit/s uplink.
+  const v1 = Array.from({ length: 24 }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], 300 + i))
+  await publish(mesh, publisher, 1, v1)
+
+  // Four pullers at once; the fourth killed after 800 ms.
+  const pulls = pullers.map(p => p.client.weightsPull({ model: 'm', version: 1 }))
+  const victim = pullers[3]!
+  await new Promise(resolve => setTimeout(resolve, 800))
+  victim.proc.kill('SIGKILL')
+  const results = await Promise.allSettled(pulls)
+  t.equal(results[3]!.status, 'rejected', 'the killed puller\'s pull failed')
+  for (const [i, r] of results.slice(0, 3).entries()) {
+    t.equal(r.status, 'fulfilled', `puller ${i} completed${r.status === 'rejected' ? `: ${(r.reason as Error).message}` : ''}`)
+    if (r.status !== 'fulfilled') continue
+    t.equal(r.value.bytes, 24 * MiB)
+    const copy = await exported(pullers[i]!, 1, mesh.dir)
+    t.ok(v1.every(x => copy.get(x.name)?.equals(x.data) === true), `puller ${i}: every tensor byte-exact`)
+  }
+  const peerBytes = results.slice(0, 3).reduce((s, r) => s + (r.status === 'fulfilled' ? fromPeers(r.value, publisher) : 0), 0)
+  t.ok(peerBytes > 0, `the pullers got ${(peerBytes / MiB).toFixed(1)} MiB from each other`)
+
+  // v2: puller 0 pulls it whole first; then pullers 1 and 2 start, and the publisher is killed.
+  const v2 = v1.map((x, i) => tensor(x.name, 'bf16', x.shape, 500 + i))
+  await publish(mesh, publisher, 2, v2)
+  await pullers[0]!.client.weightsPull({ model: 'm', version: 2 })
+  await mesh.waitFor([pullers[1]!, pullers[2]!], peers => peers.some(p => p.peerId === pullers[0]!.peerId && (p.record?.weights ?? []).some(w => w.version === 2 && w.pulling !== true)), 30_000, 'puller 0 advertising v2 whole')
+  const late = [pullers[1]!, pullers[2]!].map(p => p.client.weightsPull({ model: 'm', version: 2 }))
+  await new Promise(resolve => setTimeout(resolve, 300))
+  publisher.proc.kill('SIGKILL')
+  for (const [i, r] of (await Promise.allSettled(late)).entries()) {
+    t.equal(r.status, 'fulfilled', `puller ${i + 1} completed without the publisher${r.status === 'rejected' ? `: ${(r.reason as Error).message}` : ''}`)
+    if (r.status !== 'fulfilled') continue
+    t.ok(fromPeers(r.value, publisher) > 0, `puller ${i + 1} got ${(fromPeers(r.value, publisher) / MiB).toFixed(1)} MiB from peers (switched to ${JSON.stringify(r.value.switchedTo)})`)
+    const copy = await exported(pullers[i + 1]!, 2, mesh.dir)
+    t.ok(v2.every(x => copy.get(x.name)?.equals(x.data) === true), `puller ${i + 1}: v2 byte-exact`)
+  }
+})
