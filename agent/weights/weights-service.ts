@@ -22,7 +22,7 @@ import { createTcpWeightServer } from './tcp-server.ts'
 import type { ActivePull, WeightServerCounters } from './transport.ts'
 import { createVersionStore, type DamagedVersion, type ModelOwner, type WeightsManifest } from './version-store.ts'
 import type { WeightsConfig } from './weights-config.ts'
-import type { PublishInProgress, PullInProgress, VersionSummary } from '../api/wire/weights.ts'
+import type { PublishInProgress, PullInProgress, VersionList, VersionSummary } from '../api/wire/weights.ts'
 
 export interface WeightsServiceOptions extends WeightsConfig {
   /** Directory of the manifest files (<stateDir>/weights). */
@@ -82,7 +82,7 @@ export interface WeightsService {
   publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
   /** Versions held, manifests found damaged at start, connections pulling from this agent, and the pulls and publishes this agent is making. */
-  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[], publishing: PublishInProgress[] }
+  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[], publishing: PublishInProgress[], distributing: VersionList['distributing'] }
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
   /** Who owns `model` here (version-store.ts "Ownership"): a uid, 'agent', or undefined when nobody does. */
@@ -203,6 +203,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
       pulls: server.activePulls(),
       pulling: [...pulling].map(p => ({ ...p })),
       publishing: [...publishing].map(p => ({ ...p })),
+      distributing: distributing(),
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),
@@ -219,6 +220,26 @@ export function createWeightsService (options: WeightsServiceOptions, components
       ...versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) })),
       ...swarm.list().map(h => ({ model: h.model, version: h.version, pulling: true as const })),
     ]),
+  }
+
+  /** Versions pulled whole somewhere (mesh adverts with `pulling`, and this agent's swarm holdings): who holds and who pulls each. */
+  function distributing (): VersionList['distributing'] {
+    const peers = components.meshPeers?.() ?? []
+    const here = swarm.list()
+    const found = new Map<string, { model: string, version: number }>()
+    for (const h of here) found.set(`${h.model}\u0000${h.version}`, h)
+    for (const p of peers) for (const w of p.record?.weights ?? []) if (p.state === 'alive' && w.pulling === true) found.set(`${w.model}\u0000${w.version}`, w)
+    return [...found.values()].map(({ model, version }) => {
+      const adverts = peers.filter(p => p.state === 'alive').map(p => (p.record?.weights ?? []).find(w => w.model === model && w.version === version && w.layout === undefined))
+      const mine = here.find(h => h.model === model && h.version === version)
+      const holdsHere = versions.list().some(m => m.model === model && m.version === version && m.partial === undefined)
+      return {
+        model, version,
+        holders: adverts.filter(w => w !== undefined && w.pulling !== true).length + (holdsHere ? 1 : 0),
+        pulling: adverts.filter(w => w?.pulling === true).length + (mine !== undefined ? 1 : 0),
+        ...(mine !== undefined ? { here: { tensors: mine.tensors, heldTensors: mine.heldTensors, heldBytes: mine.heldBytes, totalBytes: mine.totalBytes } } : {}),
+      }
+    }).sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version)
   }
 
   /**

@@ -1,4 +1,7 @@
-/** agentctl weights list: versions on this agent (model, version, tensors, size, the model's owner), damaged manifests, who is pulling from it, and its own pulls. */
+/**
+ * agentctl weights list: versions on this agent (model, version, tensors, size, the model's owner), damaged
+ * manifests, who is pulling from it, its own pulls, and the versions being distributed in the mesh (the swarm).
+ */
 import type { Command } from './command.ts'
 import { formatBytes, formatTable } from './table.ts'
 
@@ -15,6 +18,9 @@ export const weightsListCommand: Command = {
     const damaged = body.damaged.map(d => [d.model, String(d.version), d.reason, d.file])
     const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
     const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
+    // The swarm: versions being pulled whole in the mesh, with how many agents hold them whole and pull them.
+    const distributing = body.distributing.map(d => [d.model, String(d.version), String(d.holders), String(d.pulling),
+      d.here !== undefined ? `${d.here.heldTensors}/${d.here.tensors} tensors, ${formatBytes(d.here.heldBytes)} / ${formatBytes(d.here.totalBytes)}` : '-'])
     return {
       json: body,
       human: [
@@ -24,6 +30,7 @@ export const weightsListCommand: Command = {
         ...(damaged.length > 0 ? [formatTable(['DAMAGED MODEL', 'VERSION', 'WHY', 'MANIFEST'], damaged)] : []),
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
         ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
+        ...(distributing.length > 0 ? [formatTable(['DISTRIBUTING', 'VERSION', 'HOLDERS', 'PULLING', 'SERVED HERE'], distributing)] : []),
       ].join('\n\n'),
     }
   },

@@ -127,6 +127,12 @@ export const VersionListSchema = Type.Object({
   pulls: Type.Array(ActivePullSchema, { description: 'connections pulling from this agent' }),
   pulling: Type.Array(PullInProgressSchema, { description: 'pulls this agent is making' }),
   publishing: Type.Array(PublishInProgressSchema, { description: 'publishes this agent is making' }),
+  distributing: Type.Array(Type.Object({
+    model: Type.String(), version: uint,
+    holders: uint,
+    pulling: uint,
+    here: Type.Optional(Type.Object({ tensors: uint, heldTensors: uint, heldBytes: uint, totalBytes: uint }, { description: 'this agent\'s own pull of it, as it serves it' })),
+  }), { description: 'versions being pulled whole somewhere in the mesh (the swarm): agents holding each whole and agents pulling it (this one included), from the mesh adverts' }),
 })
 
 export const WeightsRegionSchema = Type.Object({

@@ -99,8 +99,11 @@ t.test('a whole pull serves what arrived while it runs (HAVE, READ); a tensor no
   // While B pulls (about 2 s), C pulls from B alone: B's stored tensors come at once, the rest are refused.
   await new Promise(resolve => setTimeout(resolve, 600))
   await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, streams: 1 }), { code: 'ERR_WEIGHTS_NOT_HELD' })
-  const listed = b.weights.list().versions
-  t.same(listed, [], 'B does not list the version as held while it pulls')
+  const listed = b.weights.list()
+  t.same(listed.versions, [], 'B does not list the version as held while it pulls')
+  t.match(listed.distributing, [{ model: 'm', version: 1, holders: 0, pulling: 1, here: { tensors: 16, totalBytes: total(tensors) } }], 'but as being distributed, with what it serves of it')
+  const here = listed.distributing[0]?.here
+  t.ok(here !== undefined && here.heldTensors > 0 && here.heldTensors < 16 && here.heldBytes === here.heldTensors * MiB, `${here?.heldTensors} of 16 tensors held so far`)
   await pulling
   const r = await c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, streams: 1 })
   t.ok(r.bytesReceived < total(tensors), `C's repeat from B, now a full holder, fetched only what was missing (${(r.bytesReceived / MiB).toFixed(0)} MiB)`)

@@ -23,7 +23,7 @@ function stubAgent (kind: 'publish' | 'pull', polls: number): { client: AgentCli
   const list = (): VersionList => {
     const doneBytes = Math.min(totalBytes, calls * 4 * MiB)
     return {
-      address: '127.0.0.1:7070', versions: [], damaged: [], pulls: [],
+      address: '127.0.0.1:7070', versions: [], damaged: [], pulls: [], distributing: [],
       pulling: kind === 'pull' ? [{ from: '10.0.0.5:7070', model: 'm', version: 'latest', doneBytes, totalBytes }] : [],
       publishing: kind === 'publish' ? [{ model: 'm', version: 'next', stage: 'checksumming', doneBytes, totalBytes }] : [],
     }
@@ -31,7 +31,7 @@ function stubAgent (kind: 'publish' | 'pull', polls: number): { client: AgentCli
   const client = {
     weights: async () => { calls++; if (calls >= polls) finish!(); return list() },
     weightsPublish: async () => { await done; return { model: 'm', version: 3, totalBytes, durable: false, tensors: [{}] } },
-    weightsPull: async () => { await done; return { version: 3, bytes: totalBytes, seconds: 1, tensors: 1, refetchedPieces: 0, reconnects: 0 } },
+    weightsPull: async () => { await done; return { version: 3, bytes: totalBytes, seconds: 1, tensors: 1, refetchedPieces: 0, reconnects: 0, sources: { '10.0.0.5:7070': totalBytes } } },
   } as unknown as AgentClient
   return { client, polled: () => calls }
 }
