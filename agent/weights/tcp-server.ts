@@ -98,6 +98,8 @@ export interface TcpWeightServerOptions {
   idleTimeoutMs?: number
   /** Least time between two log lines counting refusals before authentication, ms. Default 10000. */
   refusalLogIntervalMs?: number
+  /** Tensor bytes per second sent to all pullers together; 0 or absent: no limit. */
+  uploadBytesPerSecond?: number
 }
 
 export interface TcpWeightServerComponents {
@@ -285,6 +287,18 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
   /** Made at start (its default size is the started pool's). */
   let window: ServeReadWindow | undefined
 
+  /** When the paced uplink is free again (performance.now()), with uploadBytesPerSecond. */
+  let uplinkFreeAt = 0
+  /** Waits for `bytes` of the upload budget: READ replies leave at uploadBytesPerSecond, all connections together. */
+  async function paceUpload (bytes: number): Promise<void> {
+    const rate = options.uploadBytesPerSecond ?? 0
+    if (rate <= 0) return
+    const now = performance.now()
+    const start = Math.max(now, uplinkFreeAt)
+    uplinkFreeAt = start + bytes / rate * 1000
+    if (start > now) await new Promise(resolve => setTimeout(resolve, start - now))
+  }
+
   const started = (): ServeReadWindow => {
     if (window === undefined) throw new AgentError('ERR_UNAVAILABLE', 'the weights server is not started')
     return window
@@ -461,6 +475,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           return
         }
         const req = decodeReadRequest(body)
+        await paceUpload(req.byteLength)
         const { manifest, seeding } = lookup(req.model, req.version)
         if (seeding !== undefined && !seeding.held(req.tensorIndex)) {
           throw new AgentError('ERR_WEIGHTS_NOT_HELD', `this agent is pulling ${req.model} v${req.version} itself and does not hold tensor ${req.tensorIndex} yet`)

@@ -17,6 +17,8 @@ export const WeightsSection = Type.Object({
   maxConnections: Type.Integer({ minimum: 1, maximum: 65_536, description: 'Authenticated data connections; one that authenticates beyond it is closed (the puller retries). Connections in their handshake do not count. Default: 256.' }),
   frameTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'Once the first byte of a request frame arrived on an authenticated data connection, time the rest of the frame has to arrive, in milliseconds; then the connection is closed. Default: 5000.' }),
   idleTimeoutMs: Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'An authenticated data connection with no request in progress and no bytes moving either way for this long is closed, in milliseconds; 0: never. Default: 300000 (5 min).' }),
+  uploadBytesPerSecond: Type.Integer({ minimum: 0, maximum: 2 ** 40, description: 'Tensor bytes per second the data server sends, all pullers together (a rollout node serving swarm peers keeps the rest of its uplink for its own work); 0: no limit. Default: 0.' }),
+  swarmPeerTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A swarm peer that has not answered a READ of this pull\'s within this many milliseconds is dropped for the rest of the pull (its tensors go back to the pull\'s source). Default: 10000.' }),
 }, { additionalProperties: false })
 
 export type WeightsConfig = Static<typeof WeightsSection>
@@ -36,6 +38,8 @@ export const defaultWeightsConfig: WeightsConfig = {
   maxConnections: 256,
   frameTimeoutMs: 5000,
   idleTimeoutMs: 300_000,
+  uploadBytesPerSecond: 0,
+  swarmPeerTimeoutMs: 10_000,
 }
 
 export const devWeightsConfig: WeightsConfig = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0' }

