@@ -82,7 +82,7 @@ export interface WeightsService {
   publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
   /** Versions held, manifests found damaged at start, connections pulling from this agent, and the pulls and publishes this agent is making. */
-  list(): { versions: VersionSummary[], damaged: DamagedVersion[], pulls: ActivePull[], pulling: PullInProgress[], publishing: PublishInProgress[], distributing: VersionList['distributing'] }
+  list(): Pick<VersionList, 'versions' | 'damaged' | 'pulls' | 'pulling' | 'publishing' | 'distributing' | 'droppedPeers'>
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
   /** Who owns `model` here (version-store.ts "Ownership"): a uid, 'agent', or undefined when nobody does. */
@@ -119,6 +119,9 @@ export function resolveLayout (spec: LayoutSpec, manifest: WeightsManifest): Tar
   return { tp: spec.tp, rank: spec.rank, rules }
 }
 
+/** Dropped swarm peers `list()` remembers. */
+const maxDroppedPeers = 16
+
 export function createWeightsService (options: WeightsServiceOptions, components: WeightsServiceComponents): WeightsService {
   const { stateManager, logger } = components
   const auth = createDataAuth(components.clusterKey)
@@ -140,6 +143,8 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
+  /** Swarm peers this agent's pulls dropped, newest last (at most maxDroppedPeers). */
+  const droppedPeers: VersionList['droppedPeers'] = []
   const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes, pieceTimeoutMs: options.swarmPeerTimeoutMs }, {
     stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes }, swarm,
   })
@@ -188,6 +193,8 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.peers !== undefined ? { peers: () => o.peers! } : components.meshPeers !== undefined ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
         })
         ok = true
+        for (const d of result.droppedSources ?? []) droppedPeers.push({ ...d, model: result.model, version: result.version, atMs: Date.now() })
+        droppedPeers.splice(0, Math.max(0, droppedPeers.length - maxDroppedPeers))
         return result
       } finally {
         pulling.delete(progress)
@@ -205,6 +212,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
       pulling: [...pulling].map(p => ({ ...p })),
       publishing: [...publishing].map(p => ({ ...p })),
       distributing: distributing(),
+      droppedPeers: droppedPeers.map(d => ({ ...d })),
     }),
     manifest: (model, version) => versions.get(model, version),
     retire: (model, version) => versions.retire(model, version),

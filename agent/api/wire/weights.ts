@@ -133,6 +133,7 @@ export const VersionListSchema = Type.Object({
     pulling: uint,
     here: Type.Optional(Type.Object({ tensors: uint, heldTensors: uint, heldBytes: uint, totalBytes: uint }, { description: 'this agent\'s own pull of it, as it serves it' })),
   }), { description: 'versions being pulled whole somewhere in the mesh (the swarm): agents holding each whole and agents pulling it (this one included), from the mesh adverts' }),
+  droppedPeers: Type.Array(Type.Object({ address: Type.String(), reason: Type.String(), model: Type.String(), version: uint, atMs: uint }), { description: 'swarm peers this agent\'s completed pulls stopped using, and why (the last 16)' }),
 })
 
 export const WeightsRegionSchema = Type.Object({

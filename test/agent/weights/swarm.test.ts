@@ -74,6 +74,7 @@ t.test('a peer that serves a corrupt chunk is dropped and named; the pull comple
   const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [corrupt.address] })
   t.match(r.droppedSources, [{ address: corrupt.address, reason: /crc32c [0-9a-f]+, the manifest says [0-9a-f]+/ }], 'the corrupt peer is named with what it did')
   t.equal(r.sources[corrupt.address], undefined, 'and no byte from it was kept')
+  t.match(b.weights.list().droppedPeers, [{ address: corrupt.address, model: 'm', version: 1, reason: /crc32c/ }], 'weights list names it too')
   await checkWhole(t, b, r, tensors, 'the puller')
 })
 
@@ -134,4 +135,20 @@ t.test('a peer that stops answering is dropped after swarmPeerTimeoutMs; an uplo
   const seconds = (performance.now() - began) / 1000
   t.ok(seconds >= 1.7, `16 MiB from a server limited to 8 MiB/s took ${seconds.toFixed(2)} s (at least 1.7)`)
   await checkWhole(t, c, paced, tensors, 'the paced puller')
+})
+
+t.test('a version retired at the publisher while it spreads stops everywhere: the pulls fail, no seed serves it', async t => {
+  const tensors = layers(150, 16)
+  const a = await publisher(t, tensors)
+  const slow = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 8 * MiB)
+  const [b, c] = await Promise.all([0, 1].map(() => weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)))
+  const pulls = [b!, c!].map((x, i) => x.weights.pull({ from: slow.address, model: 'm', version: 1, streams: 2, peers: [[c!, b!][i]!.weights.address()] }))
+  await new Promise(resolve => setTimeout(resolve, 700))
+  t.ok(b!.weights.list().distributing.length + c!.weights.list().distributing.length > 0, 'both seed the version while pulling')
+  await a.weights.retire('m', 1)
+  for (const r of await Promise.allSettled(pulls)) t.match(r, { status: 'rejected', reason: { code: 'ERR_WEIGHTS_RETIRED' } })
+  for (const x of [b!, c!]) {
+    t.same(x.weights.list().distributing, [], 'no longer seeded')
+    t.same(x.sm.storedKeys('weights/'), [], 'and its tensors dropped')
+  }
 })

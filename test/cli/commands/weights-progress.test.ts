@@ -23,7 +23,7 @@ function stubAgent (kind: 'publish' | 'pull', polls: number): { client: AgentCli
   const list = (): VersionList => {
     const doneBytes = Math.min(totalBytes, calls * 4 * MiB)
     return {
-      address: '127.0.0.1:7070', versions: [], damaged: [], pulls: [], distributing: [],
+      address: '127.0.0.1:7070', versions: [], damaged: [], pulls: [], distributing: [], droppedPeers: [],
       pulling: kind === 'pull' ? [{ from: '10.0.0.5:7070', model: 'm', version: 'latest', doneBytes, totalBytes }] : [],
       publishing: kind === 'publish' ? [{ model: 'm', version: 'next', stage: 'checksumming', doneBytes, totalBytes }] : [],
     }
