@@ -34,7 +34,7 @@ if (!capabilities.addon.loaded) {
     const pulled = await ctl(b, '--json', 'weights', 'pull', '--from', address!, '--model', 'm', '--streams', '2')
     t.equal(pulled.code, 0, pulled.stderr)
     const result = JSON.parse(pulled.stdout) as Record<string, unknown>
-    t.same(Object.keys(result).sort(), ['bytes', 'bytesReceived', 'seconds', 'tensors', 'version'])
+    t.same(Object.keys(result).sort(), ['bytes', 'bytesReceived', 'seconds', 'sources', 'tensors', 'version'])
     t.match(result, { version: 0, bytes: tensors[0]!.data.length + tensors[1]!.data.length, tensors: 2 })
 
     const out = join(dir, 'copy.safetensors')
