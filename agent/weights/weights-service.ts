@@ -175,6 +175,9 @@ export function createWeightsService (options: WeightsServiceOptions, components
       const chosen = o.from !== undefined ? { address: o.from, fallbacks: o.fallbacks ?? [] } : holderOf(o.model, o.version, o.layout)
       const from = chosen.address
       const progress: PullInProgress = { from, model: o.model, version: o.version === -1 ? 'latest' : o.version, doneBytes: 0, totalBytes: 0 }
+      // A swarm needs other agents with a data server in the mesh. Without any, the pull walks its tensors in
+      // order, as pulls from one source do (concurrent pullers of one server then share its NVMe reads).
+      const swarmPossible = (components.meshPeers?.() ?? []).some(p => p.state === 'alive' && p.record?.addresses.weights !== undefined)
       pulling.add(progress)
       let ok = false
       try {
@@ -190,7 +193,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.out !== undefined ? { out: o.out } : {}),
           // The swarm: other agents of the mesh pulling or holding the version whole.
           ...(components.meshPeers !== undefined ? { laterHolders: (version: number) => findHolders(components.meshPeers?.() ?? [], o.model, version).filter(h => h.layout === undefined && h.version === version).map(h => h.address) } : {}),
-          ...(o.peers !== undefined ? { peers: () => o.peers! } : components.meshPeers !== undefined ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
+          ...(o.peers !== undefined ? { peers: () => o.peers! } : swarmPossible ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
         })
         ok = true
         for (const d of result.droppedSources ?? []) droppedPeers.push({ ...d, model: result.model, version: result.version, atMs: Date.now() })
