@@ -364,19 +364,16 @@ export function createPuller (options: PullerOptions, components: PullerComponen
        * A swarm peer: one connection with `depth` lanes fetching what its HAVE
        * says it holds, and one asking HAVE every haveIntervalMs (apart, so the
        * answer never waits behind payloads: a stale HAVE makes pullers take
-       * the same tensor from the publisher). Any failure, a READ slower than
-       * pieceTimeoutMs or a bad chunk drops the peer for this pull (its slices
-       * go to the primary); the pull itself goes on.
+       * the same tensor from the publisher). Any failure, a READ or HAVE slower
+       * than pieceTimeoutMs or a bad chunk drops the peer for this pull (its
+       * slices go to the primary); the pull itself goes on. When the pull ends,
+       * both connections are closed (a silent peer never holds it up).
        */
       async function peerConnection (peer: PullSource): Promise<void> {
         let stream: WeightStream | undefined
         let haveStream: WeightStream | undefined
-        const drop = (reason: string): void => {
-          if (peer.dropped === undefined) logger.warn({ model: request.model, version, peer: peer.address, reason }, 'weights swarm peer dropped')
-          schedule.drop(peer, reason)
-          stream?.close()
-          haveStream?.close()
-        }
+        const close = (): void => { stream?.close(); haveStream?.close() }
+        closePeers.push(close)
         try {
           const signal = request.signal !== undefined ? { signal: request.signal } : {}
           ;[stream, haveStream] = await Promise.all([connector.open(peer.address, signal), connector.open(peer.address, signal)])
@@ -385,7 +382,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           const h = haveStream
           const haves = (async () => {
             while (schedule.failure === undefined && schedule.remaining > 0 && peer.dropped === undefined) {
-              peer.have = await h.have(request.model, version)
+              const timer = setTimeout(() => { schedule.drop(peer, `no HAVE answer within ${pieceTimeoutMs} ms`); h.close() }, pieceTimeoutMs)
+              try { peer.have = await h.have(request.model, version) } finally { clearTimeout(timer) }
               if (peer.have.tensors !== manifest.tensors.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `HAVE names ${peer.have.tensors} tensors, the manifest ${manifest.tensors.length}`)
               schedule.wake()
               await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 100).unref())
@@ -393,10 +391,13 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           })()
           await Promise.all([haves, ...Array.from({ length: depth }, () => lane(s, peer, peer.address, () => {}))])
         } catch (err) {
-          drop((err as Error).message)
+          // A failure after the pull ended is the pull closing the connections, not the peer's doing.
+          if (schedule.failure === undefined && peer.dropped === undefined) {
+            logger.warn({ model: request.model, version, peer: peer.address, reason: (err as Error).message }, 'weights swarm peer dropped')
+            schedule.drop(peer, (err as Error).message)
+          }
         } finally {
-          stream?.close()
-          haveStream?.close()
+          close()
         }
       }
 
@@ -505,6 +506,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       // again every peerRefreshMs: pullers that start together learn of each other as their adverts spread.
       const peers: PullSource[] = []
       const peerTasks: Array<Promise<void>> = []
+      /** Closes each peer's connections (pending requests reject): run when the pull ends. */
+      const closePeers: Array<() => void> = []
       const discover = (): void => {
         if (layout !== undefined || partial !== undefined || request.peers === undefined || schedule.remaining === 0 || schedule.failure !== undefined) return
         for (const address of new Set(request.peers(version))) {
@@ -529,7 +532,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       } finally {
         fail(new AgentError('ERR_WEIGHTS_TRANSFER', 'pull finished')) // stops lanes still looping
         clearInterval(discovery)
-        for (const p of peers) if (p.dropped === undefined && schedule.remaining > 0) schedule.drop(p, 'the pull stopped')
+        for (const close of closePeers) close()
         await settled.catch(() => {})
         await Promise.all(peerTasks)
         request.signal?.removeEventListener('abort', onAbort)
@@ -570,7 +573,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         ...(Object.keys(paddedShapes).length > 0 ? { paddedShapes } : {}),
         ...(written !== undefined ? { file: written } : {}),
         sources: Object.fromEntries([primary, ...peers].filter(p => p.bytes > 0).map(p => [p.address, p.bytes])),
-        ...(peers.some(p => p.dropped !== undefined && p.dropped !== 'the pull stopped') ? { droppedSources: peers.filter(p => p.dropped !== undefined && p.dropped !== 'the pull stopped').map(p => ({ address: p.address, reason: p.dropped! })) } : {}),
+        ...(peers.some(p => p.dropped !== undefined) ? { droppedSources: peers.filter(p => p.dropped !== undefined).map(p => ({ address: p.address, reason: p.dropped! })) } : {}),
       }
     } finally {
       endSeed()

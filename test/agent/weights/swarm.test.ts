@@ -113,7 +113,7 @@ t.test('a whole pull serves what arrived while it runs (HAVE, READ); a tensor no
   await checkWhole(t, c, r, tensors, 'C')
 })
 
-t.test('a peer that stops answering is dropped after swarmPeerTimeoutMs; an upload limit paces what a server sends', async t => {
+t.test('a peer that stops answering READs, or HAVE, is dropped after swarmPeerTimeoutMs; an upload limit paces what a server sends', async t => {
   const tensors = layers(120, 16)
   const a = await publisher(t, tensors)
   const holder = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
@@ -121,9 +121,11 @@ t.test('a peer that stops answering is dropped after swarmPeerTimeoutMs; an uplo
   // Past the handshake and the first replies, the proxy forwards nothing more: the connection stays open, silent.
   const silent = await tcpProxy(t, holder.weights.address(), (chunk, seen) => seen > 64 * 1024 ? Buffer.alloc(0) : chunk)
   const slowPublisher = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 16 * MiB)
+  // Silent right after the handshake (HELLO 40 bytes, AUTH reply 56): not even HAVE is answered.
+  const mute = await tcpProxy(t, holder.weights.address(), (chunk, seen) => seen + chunk.length <= 96 ? chunk : Buffer.alloc(0))
   const b = await weightsNode(t, sharedKeyOf(t), { swarmPeerTimeoutMs: 500 }, undefined, 16 * MiB)
-  const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [silent.address] })
-  t.match(r.droppedSources, [{ address: silent.address, reason: /no answer within 500 ms/ }])
+  const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [silent.address, mute.address] })
+  t.match(r.droppedSources, [{ address: silent.address, reason: /no answer within 500 ms/ }, { address: mute.address, reason: /no HAVE answer within 500 ms/ }])
   await checkWhole(t, b, r, tensors, 'the puller')
 
   // A holder limited to 8 MiB/s sends 16 MiB in no less than about 2 s, whoever asks.
