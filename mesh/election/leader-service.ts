@@ -552,6 +552,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         mesh.setDecisionHandler(undefined)
         await calls.stop()
         await decisionLog.flush()
+        await replicated.close()
       })()
       return stopped
     },

@@ -66,6 +66,11 @@ export interface ReplicatedLog {
    * replaces what is held with `s`, whatever it is, durable on resolve.
    */
   reset(s: LogSnapshot): Promise<void>
+  /**
+   * Waits for the writes in flight, then releases the file. Idempotent; a
+   * write after it fails with ERR_ELECTION_STATE (the owner stopped).
+   */
+  close(): Promise<void>
 }
 
 export const emptyPosition: LogPosition = { epoch: 0, seq: 0 }
@@ -97,8 +102,10 @@ export async function openReplicatedLog (stateDir: string): Promise<ReplicatedLo
     }
   }
   let appender: FileHandle | undefined
+  let closed = false
   let size = Buffer.byteLength(text)
   const write = async (s: LogSnapshot): Promise<void> => {
+    if (closed) throw new AgentError('ERR_ELECTION_STATE', `${file} is closed: the election stopped`)
     const line = `${JSON.stringify(s)}\n`
     const bytes = Buffer.byteLength(line)
     if (appender === undefined || size + bytes > Math.max(compactAfterBytes, 8 * bytes)) {
@@ -121,7 +128,12 @@ export async function openReplicatedLog (stateDir: string): Promise<ReplicatedLo
     }
     size += bytes
   }
-  return createReplicatedLog(held, write)
+  const close = async (): Promise<void> => {
+    closed = true
+    await appender?.close()
+    appender = undefined
+  }
+  return createReplicatedLog(held, write, close)
 }
 
 const emptySnapshot: LogSnapshot = { voterSetId: '', epoch: 0, seq: 0, entries: {} }
@@ -129,8 +141,9 @@ const emptySnapshot: LogSnapshot = { voterSetId: '', epoch: 0, seq: 0, entries: 
 /**
  * The log over any durable writer (`write` resolves once `s` survives a
  * crash): openReplicatedLog's file, or memory with delays in tests.
+ * `release` frees the writer once the writes in flight are done.
  */
-export function createReplicatedLog (initial: LogSnapshot, write: (s: LogSnapshot) => Promise<void>): ReplicatedLog {
+export function createReplicatedLog (initial: LogSnapshot, write: (s: LogSnapshot) => Promise<void>, release: () => Promise<void> = async () => {}): ReplicatedLog {
   let held = initial
   let chain: Promise<void> = Promise.resolve()
   /** Writes `held` as it is now; writes are serialized, so the store ends with the latest state. */
@@ -164,6 +177,10 @@ export function createReplicatedLog (initial: LogSnapshot, write: (s: LogSnapsho
       // Either way the answer waits until what it reports is durable (`base` may still be in flight).
       await (newer ? persist() : chain)
       return { epoch: kept.epoch, seq: kept.seq }
+    },
+    close () {
+      chain = chain.catch(() => {}).then(release)
+      return chain
     },
   }
 }

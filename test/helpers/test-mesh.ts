@@ -124,7 +124,7 @@ export async function startTestMesh (t: Teardown, options: TestMeshOptions): Pro
         try {
           const { peers } = await o.client.meshPeers()
           if (check(peers, o)) pending.delete(o)
-          else last = `${o.name} sees ${peers.map(p => `${p.node || p.peerId.slice(-6)}:${p.state}`).join(' ')}`
+          else last = `${o.name} sees ${peers.map(p => `${p.node || p.peerId.slice(-6)}:${p.state}${p.reason !== undefined ? `(${p.reason})` : ''}`).join(' ')}`
         } catch (err) { last = `${o.name}: ${(err as Error).message}` }
       }))
       if (pending.size === 0) break

@@ -104,5 +104,8 @@ t.test('allocation into 15k holes (every other key of 30k dropped) costs what it
   }
   const ratios = runs[0]!
   t.comment(`1,000-key batch into holes / without holes: ${fmt(ratios)}`)
-  t.ok(median(ratios) <= 2, `within 2x (${median(ratios).toFixed(2)}x)`)
+  // A bound on complexity, not the goal: test/bench/state-scale.bench.ts holds allocation into holes to
+  // 2x on a quiet machine; under a parallel test run (another file's agents thrashing the caches) the
+  // scattered holes measured up to 2.04x; an allocator that scans the holes costs more with each of the 15k.
+  t.ok(median(ratios) <= 3, `within 3x (${median(ratios).toFixed(2)}x)`)
 })

@@ -11,11 +11,25 @@ t.test('appends survive a reopen; a torn last line is skipped', async t => {
   const dir = tempDir(t)
   const log = await openReplicatedLog(dir)
   for (let i = 1; i <= 5; i++) await log.append('vs', 2, `k${i}`, i).durable
+  await log.close()
   appendFileSync(join(dir, 'replicated-log.jsonl'), '{"voterSetId":"vs","epoch":2,"seq":6,"entr')
   const again = await openReplicatedLog(dir)
   t.same(again.last('vs'), { epoch: 2, seq: 5 }, 'the last complete snapshot')
   t.same(again.snapshot('vs').entries, { k1: 1, k2: 2, k3: 3, k4: 4, k5: 5 })
   t.same(again.last('other'), { epoch: 0, seq: 0 }, 'another voter set starts empty')
+  await again.close()
+})
+
+t.test('close waits for the write in flight, releases the file, and fails later writes', async t => {
+  const dir = tempDir(t)
+  const log = await openReplicatedLog(dir)
+  const inFlight = log.append('vs', 1, 'a', 1).durable
+  await log.close()
+  await inFlight
+  t.same((await openReplicatedLog(dir)).last('vs'), { epoch: 1, seq: 1 }, 'the write in flight at close is durable')
+  await t.rejects(log.append('vs', 1, 'b', 2).durable, { code: 'ERR_ELECTION_STATE' }, 'a write after close')
+  await log.close()
+  t.pass('a second close is a no-op')
 })
 
 t.test('a damaged line before the last is an error, not a silent rollback', async t => {
@@ -23,6 +37,7 @@ t.test('a damaged line before the last is an error, not a silent rollback', asyn
   writeFileSync(join(dir, 'replicated-log.jsonl'), 'garbage\n{"voterSetId":"vs","epoch":1,"seq":1,"entries":{}}\n')
   const log = await openReplicatedLog(dir)
   t.same(log.last('vs'), { epoch: 1, seq: 1 }, 'the last line is good: older damage does not matter')
+  await log.close()
   writeFileSync(join(dir, 'replicated-log.jsonl'), '{"voterSetId":"vs","epoch":1,"seq":1,"entries":{}}\n{bad}\n{"voterSetId":"vs","epoch":1,"seq":2,"entr')
   await t.rejects(openReplicatedLog(dir), { code: 'ERR_ELECTION_STATE' }, 'two unreadable lines at the end: reported')
 })
@@ -34,6 +49,7 @@ t.test('the file is compacted to its last snapshot', async t => {
   for (let i = 1; i <= 40; i++) await log.append('vs', 1, 'blob', `${big}${i}`).durable
   const file = join(dir, 'replicated-log.jsonl')
   t.ok(statSync(file).size < 1024 * 1024 + 70 * 1024, `bounded (${statSync(file).size} bytes for 40 snapshots of 64 KiB)`)
+  await log.close()
   t.same((await openReplicatedLog(dir)).last('vs'), { epoch: 1, seq: 40 })
   t.ok(readFileSync(file, 'utf8').endsWith(`${big}40"}}\n`), 'the newest snapshot is last')
 })
@@ -47,4 +63,5 @@ t.test('accept adopts only newer snapshots: a higher epoch wins over a longer lo
   t.same(log.snapshot('vs').entries, { c: 9 })
   t.ok(positionBefore({ epoch: 3, seq: 9 }, { epoch: 4, seq: 1 }))
   t.notOk(positionBefore({ epoch: 4, seq: 1 }, { epoch: 4, seq: 1 }))
+  await log.close()
 })
