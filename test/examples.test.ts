@@ -1,4 +1,4 @@
-// The files in examples/ work as the examples README shows them: the workflow plans, the reward trace
+// The files in examples/ work as the examples README shows them: the workflow and the RLinf config plan, the reward trace
 // replays, and the live job runs on a dev agent with examples/worker.py as its worker (real agent,
 // real Python process; skipped with the reason where no Python has torch).
 import t from 'tap'
@@ -14,6 +14,12 @@ t.test('plan workflow examples/workflow.json', async t => {
   const r = await runNode(agentctlMain, ['plan', 'workflow', example('workflow.json')])
   t.equal(r.code, 0, r.stderr)
   t.match(r.stdout, /COMPONENT\s+GPUS\s+MODE\nrollout\s+/)
+})
+
+t.test('plan workflow examples/rlinf-grpo.yaml', async t => {
+  const r = await runNode(agentctlMain, ['plan', 'workflow', example('rlinf-grpo.yaml')])
+  t.equal(r.code, 0, r.stderr)
+  t.match(r.stdout, /paste into the config:\ncluster:\n {2}component_placement:\n/)
 })
 
 t.test('sim reward --trace examples/reward-trace.json', async t => {

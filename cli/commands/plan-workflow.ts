@@ -1,10 +1,17 @@
 /**
- * agentctl plan workflow F: the RLinf §3.4 workflow planner
- * (mesh/policies/workflow/) over a profiled workflow graph
- * (format in mesh/policies/workflow/workflow-input.ts): GPU ranges per
- * component, collocated or disaggregated, and the pipeline granularity.
- * Runs locally; needs no agent.
+ * agentctl plan workflow F: the RLinf §3.4 workflow planner, local, no agent.
+ * - F a `.yaml`/`.yml` RLinf training config: RLinf's own auto-placement
+ *   (mesh/policies/workflow/rlinf-*.ts) over the keys it reads, its cost
+ *   models and its rules; prints the mode, the predicted iteration time, each
+ *   component's GPUs, the `cluster.component_placement` block to paste into
+ *   the config, the runners-up and how each cost was derived.
+ * - F a JSON profiled workflow graph (mesh/policies/workflow/workflow-input.ts),
+ *   for graphs RLinf cannot express: GPU ranges per component, collocated or
+ *   disaggregated, and the pipeline granularity.
  */
+import { parseRlinfConfig, type RlinfJob } from '../../mesh/policies/workflow/rlinf-config.ts'
+import { rlinfCostModel } from '../../mesh/policies/workflow/rlinf-cost-models.ts'
+import { componentPlacementOf, planRlinf, type RlinfMode, type RlinfPlacement } from '../../mesh/policies/workflow/rlinf-planner.ts'
 import { parseWorkflow } from '../../mesh/policies/workflow/workflow-input.ts'
 import { planWorkflow, type WorkflowPlanNode } from '../../mesh/policies/workflow/workflow-planner.ts'
 import { UsageError, type Command } from './command.ts'
@@ -12,27 +19,78 @@ import { readInputFile } from './flags.ts'
 import { formatTable } from './table.ts'
 
 export const planWorkflowCommand: Command = {
-  summary: 'plan GPU placement of an RL workflow graph: collocated vs pipelined (local, no agent)',
+  summary: 'plan GPU placement of an RL workflow: an RLinf config (YAML) or a workflow graph (JSON); local, no agent',
   usage: 'F',
-  arguments: [{ name: 'F', description: 'the profiled workflow graph, JSON (mesh/policies/workflow/workflow-input.ts)', complete: 'file' }],
+  arguments: [{ name: 'F', description: 'an RLinf training config (.yaml, .yml: its profile_data and the keys RLinf\'s auto-placement reads) or a profiled workflow graph (JSON, mesh/policies/workflow/workflow-input.ts)', complete: 'file' }],
   examples: [
-    { what: 'plan a workflow on the GPUs it names', run: 'agentctl plan workflow math-workflow.json' },
-    { what: 'the plan as JSON (RLinf\'s component_placement among it)', run: 'agentctl plan workflow math-workflow.json --json' },
+    { what: 'plan an RLinf job as RLinf\'s auto-placement would, from its config', run: 'agentctl plan workflow qwen2.5-7b-grpo.yaml' },
+    { what: 'plan a workflow graph of our own on the GPUs it names', run: 'agentctl plan workflow math-workflow.json' },
+    { what: 'the plan as JSON (mode, iterationS, components, componentPlacement)', run: 'agentctl plan workflow math-workflow.json --json' },
   ],
   async run ({ positionals }) {
     const path = positionals[0]
-    if (path === undefined) throw new UsageError('plan workflow: the workflow file F is required')
-    const plan = planWorkflow(parseWorkflow(await readInputFile(path, 'workflow'), path))
-    const human = [
-      `iteration ${plan.iterationS.toFixed(1)} s, pipeline granularity ${plan.granularity}`,
-      '',
-      formatTable(['COMPONENT', 'GPUS', 'MODE'], plan.components.map(c => [c.name, `${c.gpus[0]}-${c.gpus[1] - 1}`, c.mode])),
-      '',
-      'schedule:',
-      describe(plan.plan, '  '),
-    ].join('\n')
-    return { json: plan, human }
+    if (path === undefined) throw new UsageError('plan workflow: the workflow file F is required (an RLinf config .yaml or a workflow graph .json)')
+    const text = await readInputFile(path, 'workflow')
+    return /\.ya?ml$/i.test(path) ? planRlinfConfig(text, path) : planWorkflowGraph(text, path)
   },
+}
+
+function planRlinfConfig (text: string, path: string): { json: unknown, human: string } {
+  const job = parseRlinfConfig(text, path)
+  const model = rlinfCostModel(job)
+  const plan = planRlinf(model, job.taskType)
+  const costModels = model.components.map(c => c.model)
+  const human = [
+    `${path}: ${job.taskType}, ${clusterLine(job)}`,
+    `mode        ${plan.mode}`,
+    `iteration   ${plan.iterationS.toFixed(1)} s predicted`,
+    '',
+    formatTable(['COMPONENT', 'GPUS', 'COUNT'], plan.components.map(c => [c.name, `${c.gpus[0]}-${c.gpus[1] - 1}`, String(c.gpus[1] - c.gpus[0])])),
+    '',
+    'paste into the config:',
+    placementYaml(plan.componentPlacement),
+    '',
+    plan.runnersUp.length === 0 ? 'no other valid plan' : 'runners-up:',
+    ...(plan.runnersUp.length === 0 ? [] : [formatTable(['MODE', 'ITERATION_S', 'PLACEMENT'], plan.runnersUp.map(p => [p.mode, p.iterationS.toFixed(1), placementLine(p)]))]),
+    '',
+    'cost models (RLinf\'s, from profile_data):',
+    ...costModels.map(m => `  ${m}`),
+  ].join('\n')
+  return { json: { ...plan, costModels }, human }
+}
+
+function planWorkflowGraph (text: string, path: string): { json: unknown, human: string } {
+  const plan = planWorkflow(parseWorkflow(text, path))
+  const modes = new Set(plan.components.map(c => c.mode))
+  const mode: RlinfMode = modes.size > 1 ? 'hybrid' : modes.has('collocated') ? 'collocated' : 'disaggregated'
+  const componentPlacement = componentPlacementOf(mode, plan.components)
+  const human = [
+    `mode        ${mode}`,
+    `iteration   ${plan.iterationS.toFixed(1)} s, pipeline granularity ${plan.granularity}`,
+    '',
+    formatTable(['COMPONENT', 'GPUS', 'MODE'], plan.components.map(c => [c.name, `${c.gpus[0]}-${c.gpus[1] - 1}`, c.mode])),
+    '',
+    'as RLinf\'s cluster.component_placement:',
+    placementYaml(componentPlacement),
+    '',
+    'schedule:',
+    describe(plan.plan, '  '),
+  ].join('\n')
+  return { json: { mode, ...plan, componentPlacement }, human }
+}
+
+function clusterLine (job: RlinfJob): string {
+  return job.gpusPerNodeAssumed
+    ? `${job.totalGpus} GPUs (8 per node assumed: the config has no cluster.num_gpus_per_node)`
+    : `${job.totalGpus} GPUs`
+}
+
+function placementYaml (placement: Record<string, string>): string {
+  return ['cluster:', '  component_placement:', ...Object.entries(placement).map(([k, v]) => `    ${k}: ${v}`)].join('\n')
+}
+
+function placementLine (p: RlinfPlacement): string {
+  return Object.entries(p.componentPlacement).map(([k, v]) => `${k}: ${v}`).join(', ')
 }
 
 function describe (node: WorkflowPlanNode, indent: string): string {

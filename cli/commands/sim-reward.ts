@@ -14,7 +14,7 @@ import { formatTable } from './table.ts'
 
 export const simRewardCommand: Command = {
   summary: 'replay a reward trace through a scaling policy (local, no agent)',
-  usage: `--trace F --policy ${rewardPolicyNames.join('|')} [--worker-start-ms N] [--keep-warm-ms N] [--start-concurrency N] [--dispatch-ms N]`,
+  usage: `--trace F --policy ${rewardPolicyNames.join('|')} [--worker-start-ms N] [--keep-warm-ms N] [--start-concurrency N] [--dispatch-ms N] [--replay-history]`,
   options: {
     trace: { type: 'string', value: 'F', description: 'the reward trace, JSON (mesh/sim/reward-trace.ts; agentctl sim trace reward makes one)', complete: 'file' },
     policy: { type: 'string', description: 'the scaling policy: DistRS\'s (distrs) or a baseline', complete: rewardPolicyNames },
@@ -22,6 +22,7 @@ export const simRewardCommand: Command = {
     'keep-warm-ms': { type: 'string', value: 'N', description: 'how long a worker no longer wanted keeps serving (and counting) before it stops, like the agent\'s reward.workerKeepWarmMs (default 0)' },
     'start-concurrency': { type: 'string', value: 'N', description: 'workers starting at once, like the agent\'s reward.workerStartConcurrency (default: no limit)' },
     'dispatch-ms': { type: 'string', value: 'N', description: 'what the live service adds to each stage a request runs: the worker\'s fetch answer, its completion report, the hand-off (default 0)' },
+    'replay-history': { type: 'boolean', description: 'run each task\'s first batch too, as the live service does: planned without history (a cold start), its workers held and kept warm into the next batch; it is not reported (default: the first batch is only history, DistRS\'s replay)' },
   },
   examples: [
     { what: 'replay a generated trace under DistRS\'s policy', run: 'agentctl sim reward --trace reward.json --policy distrs' },
@@ -34,7 +35,7 @@ export const simRewardCommand: Command = {
     const policy = choiceFlag('sim reward', values.policy, 'policy', rewardPolicyNames)
     const workers = workerLifecycleFlags(values)
     const trace = parseRewardTrace(await readInputFile(file, 'trace file'), file)
-    const result = simulateRewardService(trace, createRewardScalingPolicy(policy), { workers })
+    const result = simulateRewardService(trace, createRewardScalingPolicy(policy), { workers, replayHistory: values['replay-history'] === true })
     return { json: result, human: renderRewardSimulation(result) }
   },
 }

@@ -8,6 +8,9 @@
  * - The first batch of each task is its history (not replayed); later batches
  *   start at their `startS` (the trainer's hint) and their requests arrive at
  *   `arrivalS`, open loop: a late batch does not shift the task's later batches.
+ *   With options.replayHistory the first batch runs too, as it does live: planned
+ *   without history (a cold start), its workers held, and kept warm into the
+ *   next batch with the live life cycle; it is not reported (nothing predicts it).
  * - The policy decides when a batch arrives, i.e. when its first request
  *   reaches the service (§5.1: "decisions are made only when the first
  *   requests of a new batch arrive"), and when a batch completes; its pools
@@ -84,6 +87,15 @@ export interface RewardSimulationOptions {
    * snapshot then, as the live proxy does.
    */
   workers?: WorkerLifecycle
+  /**
+   * Run each task's first batch as well, as the live service does: its task
+   * has no history yet (a cold-start plan), its workers are held and, with a
+   * keep-warm, still there for the next batch. It is left out of `batches` and
+   * the delays (the comparison starts at the second batch); its workers count
+   * in the worker-seconds and the allocation. Default false: the first batch
+   * is only history (DistRS's replay).
+   */
+  replayHistory?: boolean
 }
 
 interface SimRequest {
@@ -127,6 +139,8 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const history: Record<string, BatchHistory> = {}
   const active: SimBatch[] = []
   const replayed: SimBatch[] = []
+  /** The first batches, when options.replayHistory: run, not reported. */
+  const warmUps: SimBatch[] = []
   const pools = new Map<string, PoolState>()
   const heldBy = { cpu: 0, gpu: 0 }
   const seconds = { cpu: 0, gpu: 0 }
@@ -140,10 +154,11 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
   const decidesAtHint = lifecycle.startS > 0
   const dispatchS = lifecycle.dispatchS ?? 0
 
+  const replayHistory = options.replayHistory === true
   for (const task of trace.tasks) {
-    history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests, dispatchS)
+    if (!replayHistory) history[task.id] = historyOf(task.batches[0]!.startS, task.batches[0]!.requests, dispatchS)
     for (const [index, recorded] of task.batches.entries()) {
-      if (index === 0) continue
+      if (index === 0 && !replayHistory) continue
       const batch: SimBatch = {
         task: task.id,
         index,
@@ -157,12 +172,13 @@ export function simulateRewardService (trace: RewardTrace, policy: RewardScaling
       for (const r of recorded.requests) {
         batch.requests.push({ batch, arrivalS: r.arrivalS, stageS: r.stageS, stage: 0, state: 'pending', startedS: Number.NaN, priorityS: Infinity, enqueuedS: 0, seq: 0 })
       }
-      replayed.push(batch)
+      if (index === 0) warmUps.push(batch)
+      else replayed.push(batch)
       queue.at(batch.startS, () => startBatch(batch))
     }
   }
   queue.runUntil()
-  const stranded = replayed.filter(b => b.remaining > 0)
+  const stranded = [...warmUps, ...replayed].filter(b => b.remaining > 0)
   if (stranded.length > 0) {
     throw new Error(`policy ${policy.name} left ${stranded.reduce((n, b) => n + b.remaining, 0)} requests of ${stranded.length} batches without workers (first: task ${stranded[0]!.task} batch ${stranded[0]!.index})`)
   }

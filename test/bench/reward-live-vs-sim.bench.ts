@@ -28,16 +28,18 @@
  * each request at its arrival, on one clock from the replay's start, and waits
  * for every result; a batch's extra delay is its completion minus T =
  * max_i(arrival_i + sum_j s_ij) (DistRS Eq. 1-2), as the simulator computes it.
- * The first batch of each task is the planner's history (not compared, as in
- * the simulator, but run live so the live planner has it too).
+ * The first batch of each task is the planner's history: not compared, but run
+ * live so the live planner has it too, and run by the live model as well
+ * (`--replay-history`): planned cold, its workers kept warm into the next
+ * batch, as live. DistRS's model takes it as history only.
  *
  * Reported: mean and max extra delay per replayed batch, live and simulated,
  * the live extra delay over the live model's prediction (goal: within 20 %),
  * the workers held over each batch's window (its start to T; all tasks'
  * workers, live sampled every 100 ms, the model's mean over the seeds), and
- * the worker-seconds each held per resource (live: the agent's live
- * workers sampled every 100 ms from the first replayed batch's start, which
- * includes workers still held for the history batches then).
+ * the worker-seconds each held per resource from the first replayed batch's
+ * start to the last result (live: the agent's live workers sampled every
+ * 100 ms; this includes workers still held for the history batches then).
  *
  *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 2] [--batch 16] [--iterations 3] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 60000/scale]
  */
@@ -108,6 +110,9 @@ function meanHeld (timeline: HeldTimeline, fromS: number, toS: number): { cpu: n
   return { cpu: total.cpu / span, gpu: total.gpu / span }
 }
 
+/** The first replayed batch's start: worker-seconds are compared from here on. */
+const replayFromS = Math.min(...trace.tasks.map(task => task.batches[1]!.startS))
+
 /** A replayed batch's window: from its start (the trainer's hint) to T, when it would finish with no extra delay. */
 const batchWindows = new Map<string, { fromS: number, toS: number }>(trace.tasks.flatMap(task => task.batches.slice(1).map((b, i) =>
   [`${task.id}#${i + 1}`, { fromS: b.startS, toS: Math.max(...b.requests.map(q => q.arrivalS + q.stageS.reduce((a, x) => a + x, 0))) }] as const)))
@@ -117,14 +122,21 @@ const batchWindows = new Map<string, { fromS: number, toS: number }>(trace.tasks
  * and worker-seconds, each the mean over plannerSeeds seeds.
  */
 function predict (workers?: WorkerLifecycle): { delay: Map<string, number>, held: Map<string, { cpu: number, gpu: number }>, cpuSeconds: number, gpuSeconds: number } {
-  const runs = Array.from({ length: plannerSeeds }, (_, i) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: i + 1, workers, recordAllocation: true }))
+  const replayHistory = workers !== undefined
+  const runs = Array.from({ length: plannerSeeds }, (_, i) => simulateRewardService(trace, createRewardScalingPolicy('distrs'), { seed: i + 1, workers, recordAllocation: true, replayHistory }))
   const meanOf = (f: (r: typeof runs[number]) => number): number => runs.reduce((sum, r) => sum + f(r), 0) / runs.length
   const delay = new Map(runs[0]!.batches.map((b, i) => [`${b.task}#${b.index}`, meanOf(r => r.batches[i]!.extraDelayS)]))
   const held = new Map([...batchWindows].map(([k, w]) => {
     const each = runs.map(r => meanHeld(r.allocation!, w.fromS, w.toS))
     return [k, { cpu: each.reduce((a, x) => a + x.cpu, 0) / runs.length, gpu: each.reduce((a, x) => a + x.gpu, 0) / runs.length }] as const
   }))
-  return { delay, held, cpuSeconds: meanOf(r => r.cpuSeconds), gpuSeconds: meanOf(r => r.gpuSeconds) }
+  // Over the window live is sampled in: the first replayed batch's start to the last completion.
+  const heldSeconds = (r: typeof runs[number]): { cpu: number, gpu: number } => {
+    const toS = Math.max(...r.batches.map(b => b.completedS))
+    const m = meanHeld(r.allocation!, replayFromS, toS)
+    return { cpu: m.cpu * (toS - replayFromS), gpu: m.gpu * (toS - replayFromS) }
+  }
+  return { delay, held, cpuSeconds: meanOf(r => heldSeconds(r).cpu), gpuSeconds: meanOf(r => heldSeconds(r).gpu) }
 }
 
 /** Seconds a Python process takes to start, import the worker's client and get one answer from the agent: median of 5. */
@@ -193,7 +205,6 @@ try {
   const live = new Map<string, number>()
   // Worker-seconds held live, per resource: the agent's live workers per stage, sampled every 100 ms from
   // the first replayed batch's start (the simulator's window; the history batches run live before it).
-  const replayFromS = Math.min(...trace.tasks.map(task => task.batches[1]!.startS))
   const held = { cpu: 0, gpu: 0 }
   const liveTimeline: HeldTimeline = []
   let sampling = true
@@ -244,7 +255,7 @@ try {
   }
   const extra = mean(liveDelays) - mean(simDelays)
   console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage and ${(dispatch.fixedS * 1000).toFixed(1)} ms per request (measured); ${compared.length} batches compared`)
-  console.log(`worker-seconds held: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)} (from the first replayed batch's start to the last result); live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)} (the replayed batches)`)
+  console.log(`worker-seconds held from the first replayed batch's start to the last result: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)}; live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)}`)
   console.log(`extra delay: live mean ${mean(liveDelays).toFixed(3)} s (max ${Math.max(...liveDelays).toFixed(3)}), live model mean ${mean(simDelays).toFixed(3)} s (max ${Math.max(...simDelays).toFixed(3)}), DistRS model mean ${mean(idealDelays).toFixed(3)} s; live over the live model ${extra.toFixed(3)} s = ${(100 * extra / Math.max(1e-9, mean(simDelays))).toFixed(0)} % of the prediction (goal within 20 %), ${(100 * extra / trace.maxExtraDelayS).toFixed(0)} % of D`)
 } finally {
   for (const fn of teardowns.reverse()) await fn()

@@ -44,6 +44,10 @@ t.test('generate a trace, replay it, print the issue\'s JSON and a table', async
   const slow = await simRewardCommand.run(context({ trace: file, policy: 'distrs', 'worker-start-ms': '60000', 'start-concurrency': '1' }))
   const slowDelayS = (slow.json as { avgExtraDelayS: number }).avgExtraDelayS
   t.ok(slowDelayS > result.avgExtraDelayS + 10, `workers that take a minute to start, one at a time, delay batches (${slowDelayS} vs ${result.avgExtraDelayS} s)`)
+  const replayed = await simRewardCommand.run(context({ trace: file, policy: 'distrs', 'worker-start-ms': '5000', 'start-concurrency': '1', 'keep-warm-ms': '60000', 'replay-history': true }))
+  const replayedResult = replayed.json as { batches: unknown[], planner: { calls: number } }
+  t.equal(replayedResult.batches.length, 4, '--replay-history runs the first batches but does not report them')
+  t.equal(replayedResult.planner.calls, 18, 'and plans them: three more decisions for each of the two first batches')
   const handOff = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated', 'dispatch-ms': '2000' }))
   const plain = await simRewardCommand.run(context({ trace: file, policy: 'zq-dedicated' }))
   const completions = (r: typeof plain): number[] => (r.json as { batches: Array<{ completedS: number }> }).batches.map(b => b.completedS)

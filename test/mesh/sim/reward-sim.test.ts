@@ -92,6 +92,27 @@ t.test('live workers: decided at the hint, started one at a time, kept warm betw
   t.throws(() => simulateRewardService(twoBatches, staticAllocationPolicy([1], 'fcfs'), { workers: { startS: -1, keepWarmS: 0, startConcurrency: 4 } }), /start-up time/, 'the replay checks the life cycle it is given')
 })
 
+t.test('replayHistory: the first batch runs as live runs it, planned cold, and leaves its workers warm for the next', async t => {
+  // One request per batch, s = 2; batch 1's hint comes while batch 0's worker is still warm.
+  const trace: RewardTrace = {
+    stages: [{ name: 'run', resource: 'cpu', cost: 1, timeoutS: 10 }],
+    maxExtraDelayS: 1,
+    tasks: [{ id: 'a', batches: [0, 3].map(startS => ({ startS, requests: [{ arrivalS: startS, stageS: [2] }] })) }],
+  }
+  const fixed = staticAllocationPolicy([1], 'fcfs')
+  const histories: Array<[number, number | undefined]> = []
+  const recording: RewardScalingPolicy = { ...fixed, decide: s => { histories.push([s.nowS, s.history.a?.requests.length]); return fixed.decide(s) } }
+  const workers = { startS: 1, keepWarmS: 10, startConcurrency: 4 }
+  const replayed = simulateRewardService(trace, recording, { workers, replayHistory: true })
+  // Batch 0: hint at 0, worker up at 1, runs 1-3. Batch 1 (hint and arrival at 3) takes the warm worker: 3-5, T = 5.
+  t.same(replayed.batches, [{ task: 'a', index: 1, earliestS: 5, completedS: 5, extraDelayS: 0 }], 'only the second batch is reported; it finds a warm worker')
+  t.same(histories[0], [0, undefined], 'the first batch is planned without history (a cold start)')
+  t.same(histories.at(-1), [5, 1], 'the second with the first batch\'s, as it ran')
+  t.equal(replayed.cpuSeconds, 15, 'held from the first hint until the keep-warm after the last batch ran out; the first batch\'s worker counts')
+  const historyOnly = simulateRewardService(trace, fixed, { workers })
+  t.same(historyOnly.batches, [{ task: 'a', index: 1, earliestS: 5, completedS: 6, extraDelayS: 1 }], 'without it the second batch starts cold')
+})
+
 t.test('the replay and the planner\'s SIMULATE agree on batch completions (EBF and FCFS)', async t => {
   for (let seed = 1; seed <= 12; seed++) {
     const trace = generateRewardTrace({ tasks: 2, batchSize: 40, iterations: 2, seed, staggerS: 30 })
