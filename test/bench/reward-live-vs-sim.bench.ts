@@ -207,6 +207,8 @@ try {
   // the first replayed batch's start (the simulator's window; the history batches run live before it).
   const held = { cpu: 0, gpu: 0 }
   const liveTimeline: HeldTimeline = []
+  /** The planner's history as live measured it: per task and batch, its mean time per stage, ms (reward status). */
+  const liveHistory = new Map<string, Array<number | null>>()
   let sampling = true
   const sampler = (async () => {
     for (let last = performance.now(); sampling; await sleep(100)) {
@@ -216,6 +218,7 @@ try {
         const now = { atS: clock(), cpu: 0, gpu: 0 }
         for (const st of status.stages) now[st.resource as 'cpu' | 'gpu'] += st.workers
         liveTimeline.push(now)
+        for (const tk of status.tasks) if (tk.historyBatch !== null) liveHistory.set(`${tk.task}#${tk.historyBatch}`, tk.historyStageMs)
         if (now.atS >= replayFromS) { held.cpu += now.cpu * (nowMs - last) / 1000; held.gpu += now.gpu * (nowMs - last) / 1000 }
       }
       last = nowMs
@@ -253,6 +256,18 @@ try {
     console.log(`batch ${k}: extra delay live ${live.get(k)!.toFixed(3)} s, live model ${sim.delay.get(k)!.toFixed(3)} s, DistRS model ${ideal.delay.get(k)!.toFixed(3)} s; ` +
       `workers held over its window (all tasks), cpu/gpu: live ${liveHeld.cpu.toFixed(1)}/${liveHeld.gpu.toFixed(1)}, live model ${modelHeld.cpu.toFixed(1)}/${modelHeld.gpu.toFixed(1)}`)
   }
+  // The history each batch left for the next, live against the trace's stage times plus the measured
+  // dispatch overhead (what the model's history holds), per batch index over the tasks.
+  const historyRatios = trace.tasks[0]!.batches.map((_, index) => trace.stages.map((_, j) => {
+    const ratios = trace.tasks.flatMap(task => {
+      const live = liveHistory.get(`${task.id}#${index}`)?.[j]
+      const ran = task.batches[index]!.requests.filter(q => q.stageS[j]! > 0)
+      if (live === undefined || live === null || ran.length === 0) return []
+      return [live / (1000 * (ran.reduce((a, q) => a + q.stageS[j]!, 0) / ran.length + dispatchS))]
+    })
+    return ratios.length === 0 ? Number.NaN : mean(ratios)
+  }))
+  console.log(`planner history, live mean stage time / the model's, per batch (${trace.stages.map(st => st.name).join(', ')}): ${historyRatios.map((r, i) => `#${i} ${r.map(x => x.toFixed(2)).join('/')}`).join('  ')}`)
   const extra = mean(liveDelays) - mean(simDelays)
   console.log(`trace: ${trace.tasks.length} tasks x ${values.iterations} batches of ${values.batch} (first of each is history), times / ${scale}, D ${trace.maxExtraDelayS} s, workers kept warm ${keepWarmMs} ms, start-up ${(workerStartS * 1000).toFixed(0)} ms (measured), ${startConcurrency} at once, dispatch ${(dispatchS * 1000).toFixed(1)} ms per stage and ${(dispatch.fixedS * 1000).toFixed(1)} ms per request (measured); ${compared.length} batches compared`)
   console.log(`worker-seconds held from the first replayed batch's start to the last result: live cpu ${held.cpu.toFixed(1)}, gpu ${held.gpu.toFixed(1)}; live model cpu ${sim.cpuSeconds.toFixed(1)}, gpu ${sim.gpuSeconds.toFixed(1)}; DistRS model cpu ${ideal.cpuSeconds.toFixed(1)}, gpu ${ideal.gpuSeconds.toFixed(1)}`)

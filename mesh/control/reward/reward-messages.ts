@@ -199,7 +199,11 @@ export interface RewardLease {
 export interface RewardStatus {
   leaderId: string
   stages: Array<{ name: string, resource: 'cpu' | 'gpu', queued: number, running: number, workers: number }>
-  tasks: Array<{ task: string, activeBatches: number, completedBatches: number, historyRequests: number }>
+  /**
+   * historyBatch: the completed batch the planner's history of the task comes from (null: none yet);
+   * historyStageMs: per stage, the mean time of the history's requests that ran it, ms (null: none ran it).
+   */
+  tasks: Array<{ task: string, activeBatches: number, completedBatches: number, historyRequests: number, historyBatch: number | null, historyStageMs: Array<number | null> }>
   batches: Array<{ task: string, batch: number, size: number, done: number, queued: number, running: number, ageS: number }>
   nodes: Array<{ node: string, nodeName: string, cpuCores: number, gpus: number, lastReportS: number, workers: Record<string, number> }>
   requests: { held: number, queued: number, running: number, done: number }

@@ -763,7 +763,14 @@ export function createRewardProxy (options: RewardProxyOptions, components: Rewa
       const tasks = new Map<string, RewardStatus['tasks'][number]>()
       const taskOf = (task: string): RewardStatus['tasks'][number] => {
         let entry = tasks.get(task)
-        if (entry === undefined) tasks.set(task, entry = { task, activeBatches: 0, completedBatches: 0, historyRequests: history.get(task)?.requests.length ?? 0 })
+        if (entry === undefined) {
+          const h = history.get(task)
+          const stageMs = plannerStages.map((_, j) => {
+            const ran = (h?.requests ?? []).filter(r => r.stageS[j]! > 0)
+            return ran.length === 0 ? null : Math.round(ran.reduce((sum, r) => sum + r.stageS[j]!, 0) / ran.length * 1e4) / 10
+          })
+          tasks.set(task, entry = { task, activeBatches: 0, completedBatches: 0, historyRequests: h?.requests.length ?? 0, historyBatch: h?.batch ?? null, historyStageMs: stageMs })
+        }
         return entry
       }
       for (const key of completedBatches.keys()) taskOf(key.slice(0, key.lastIndexOf('#'))).completedBatches++

@@ -276,7 +276,7 @@ t.test('a batch spanning a leader change keeps its start, its priority and every
   // A submitting agent hands over results of an older completed batch: the history stays batch 4.
   proxy.resync({ batches: [{ task: 't', batch: 2, size: 1, doneIds: ['z'], ageMs: 1, finished: [{ requestId: 'z', offsetMs: 0, stageS: [9, 0] }] }] })
   t.equal(proxy.history()[0]!.history.batch, 4, 'an older batch completed again by a resync does not replace it')
-  t.match(proxy.status().tasks, [{ task: 't', historyRequests: 2 }])
+  t.match(proxy.status().tasks, [{ task: 't', historyRequests: 2, historyBatch: 4, historyStageMs: [650, null] }], 'the status names the history\'s batch and its mean stage times (verify: none ran it)')
   proxy.stop()
 })
 
