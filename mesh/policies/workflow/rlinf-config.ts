@@ -103,8 +103,8 @@ function readJob (r: KeyReader): RlinfJob | undefined {
   const actorMp = parallel('actor.model', 'tensor_model_parallel_size', 'pipeline_model_parallel_size')
   const inferenceMp = parallel('inference.model', 'tensor_model_parallel_size', 'pipeline_model_parallel_size', actorMp)
   const actorS = actorCost(r)
-  const rolloutS = r.number('profile_data.rollout_cost', { positive: true })
-  const inferenceS = recomputeLogprobs === true ? r.number('profile_data.inference_cost', { positive: true }) : undefined
+  const rolloutS = r.seconds('profile_data.rollout_cost')
+  const inferenceS = recomputeLogprobs === true ? r.seconds('profile_data.inference_cost') : undefined
   if (totalGpus === undefined || groupSize === undefined || nMinibatches === undefined || recomputeLogprobs === undefined ||
     rolloutBatchSize === undefined || maxRunningRequests === undefined || rolloutMp === undefined || actorMp === undefined || inferenceMp === undefined ||
     actorS === undefined || rolloutS === undefined || (recomputeLogprobs && inferenceS === undefined)) return undefined
@@ -134,7 +134,7 @@ function readJob (r: KeyReader): RlinfJob | undefined {
 function actorCost (r: KeyReader): number | undefined {
   const both = r.has('profile_data.actor_cost') && r.has('profile_data.trainer_cost')
   if (both) { r.issue('profile_data.trainer_cost', 'give actor_cost or trainer_cost, not both'); return undefined }
-  return r.number(r.has('profile_data.trainer_cost') ? 'profile_data.trainer_cost' : 'profile_data.actor_cost', { positive: true })
+  return r.seconds(r.has('profile_data.trainer_cost') ? 'profile_data.trainer_cost' : 'profile_data.actor_cost')
 }
 
 interface KeyReader {
@@ -142,7 +142,8 @@ interface KeyReader {
   issue(key: string, message: string): void
   has(key: string): boolean
   integer(key: string, o: { min: number, optional?: boolean }): number | undefined
-  number(key: string, o: { positive: boolean }): number | undefined
+  /** Seconds > 0. */
+  seconds(key: string): number | undefined
   boolean(key: string): boolean | undefined
   choice<T extends string>(key: string, choices: readonly T[]): T | undefined
   /** A mapping of environments per instance (integer keys) to seconds (> 0). */
@@ -181,43 +182,42 @@ function createKeyReader (root: Record<string, unknown>): KeyReader {
     return got
   }
   const shown = (v: unknown): string => JSON.stringify(v) ?? String(v)
+  /** Reports a missing key, unless resolving it already reported why. */
+  const missing = (key: string, why: string): undefined => {
+    if (!issues.some(i => i.key === key)) issue(key, `missing: ${why}`)
+    return undefined
+  }
   return {
     issues,
     issue,
     has: key => lookup(key.split('.')).found,
     integer (key, o) {
       const got = resolved(key)
-      if (!got.found || got.value === null) {
-        if (!o.optional && !issues.some(i => i.key === key)) issue(key, 'missing: RLinf\'s auto-placement reads it')
-        return undefined
-      }
+      if (!got.found || got.value === null) return o.optional ? undefined : missing(key, 'RLinf\'s auto-placement reads it')
       if (!Number.isSafeInteger(got.value) || (got.value as number) < o.min) { issue(key, `expected an integer >= ${o.min}, got ${shown(got.value)}`); return undefined }
       return got.value as number
     },
-    number (key, o) {
+    seconds (key) {
       const got = resolved(key)
-      if (!got.found || got.value === null) {
-        if (!issues.some(i => i.key === key)) issue(key, 'missing: the profiled seconds per iteration, collocated on all GPUs')
-        return undefined
-      }
-      if (typeof got.value !== 'number' || !Number.isFinite(got.value) || (o.positive && got.value <= 0)) { issue(key, `expected seconds > 0, got ${shown(got.value)}`); return undefined }
+      if (!got.found || got.value === null) return missing(key, 'the profiled seconds per iteration, collocated on all GPUs')
+      if (typeof got.value !== 'number' || !Number.isFinite(got.value) || got.value <= 0) { issue(key, `expected seconds > 0, got ${shown(got.value)}`); return undefined }
       return got.value
     },
     boolean (key) {
       const got = resolved(key)
-      if (!got.found) { if (!issues.some(i => i.key === key)) issue(key, 'missing: it decides whether inference is a component'); return undefined }
+      if (!got.found) return missing(key, 'it decides whether inference is a component')
       if (typeof got.value !== 'boolean') { issue(key, `expected true or false, got ${shown(got.value)}`); return undefined }
       return got.value
     },
     choice (key, choices) {
       const got = resolved(key)
-      if (!got.found) { if (!issues.some(i => i.key === key)) issue(key, `missing: one of ${choices.join(', ')}`); return undefined }
+      if (!got.found) return missing(key, `one of ${choices.join(', ')}`)
       if (!choices.includes(got.value as never)) { issue(key, `expected one of ${choices.join(', ')}, got ${shown(got.value)}`); return undefined }
       return got.value as (typeof choices)[number]
     },
     profilePoints (key) {
       const got = resolved(key)
-      if (!got.found) { if (!issues.some(i => i.key === key)) issue(key, 'missing: seconds per iteration keyed by environments per instance'); return undefined }
+      if (!got.found) return missing(key, 'seconds per iteration keyed by environments per instance')
       if (typeof got.value !== 'object' || got.value === null || Array.isArray(got.value)) { issue(key, `expected a mapping of environments per instance to seconds, got ${shown(got.value)}`); return undefined }
       const points = new Map<number, number>()
       for (const [k, v] of Object.entries(got.value)) {

@@ -70,6 +70,11 @@ export function planRlinf (model: RlinfCostModel, taskType: 'reasoning' | 'embod
   const tables = new Map<number, Table>()
   const key = (i: number, j: number): number => i * (n + 1) + j
   const table = (i: number, j: number): Table => tables.get(key(i, j))!
+  /** S then T on the same g GPUs: both placeable there, no pipeline inside a reasoning plan, an ending actor on all g. */
+  const collocatedValid = (S: Table, T: Table, g: number, endsWithActor: boolean): boolean =>
+    S.mode[g] !== NONE && T.mode[g] !== NONE && !(pure && (S.mode[g] === DISAGGREGATED || T.mode[g] === DISAGGREGATED)) && !(endsWithActor && T.lastGpus[g] !== g)
+  /** S (mode sm) pipelined into T (mode tm): both placeable, no collocated part inside a reasoning pipeline. */
+  const pipelineValid = (sm: number, tm: number): boolean => sm !== NONE && tm !== NONE && !(pure && (sm === COLLOCATED || tm === COLLOCATED))
   const newTable = (): Table => ({
     mode: new Uint8Array(G + 1),
     iterationS: new Float64Array(G + 1).fill(Infinity),
@@ -106,8 +111,7 @@ export function planRlinf (model: RlinfCostModel, taskType: 'reasoning' | 'embod
           const S = table(i, k)
           const T = table(k, j)
           // Collocated: both on the same g GPUs.
-          if (S.mode[g] !== NONE && T.mode[g] !== NONE && !(pure && (S.mode[g] === DISAGGREGATED || T.mode[g] === DISAGGREGATED)) &&
-            !(endsWithActor && T.lastGpus[g] !== g)) {
+          if (collocatedValid(S, T, g, endsWithActor)) {
             const it = S.iterationS[g]! + T.iterationS[g]!
             if (it <= t.iterationS[g]!) {
               t.mode[g] = COLLOCATED
@@ -131,8 +135,7 @@ export function planRlinf (model: RlinfCostModel, taskType: 'reasoning' | 'embod
             const gt = g - gs
             const sm = S.mode[gs]!
             const tm = T.mode[gt]!
-            if (sm === NONE || tm === NONE) continue
-            if (pure && (sm === COLLOCATED || tm === COLLOCATED)) continue
+            if (!pipelineValid(sm, tm)) continue
             const bS = S.asSourceS[gs]!
             const bT = T.asSinkS[gt]!
             const warmup = (sm === DISAGGREGATED ? S.warmupS[gs]! : bS) + (tm === DISAGGREGATED ? T.warmupS[gt]! : bT)
@@ -198,21 +201,15 @@ export function planRlinf (model: RlinfCostModel, taskType: 'reasoning' | 'embod
   /** The best plan of every other (cut, schedule) at the top, each valid by the same rules. */
   function runnersUp (chosen: RlinfPlacement): RlinfPlacement[] {
     const out: RlinfPlacement[] = []
-    const endsWithActor = actorLast
     for (let k = 1; k < n; k++) {
       const S = table(0, k)
       const T = table(k, n)
-      if (S.mode[G] !== NONE && T.mode[G] !== NONE && !(pure && (S.mode[G] === DISAGGREGATED || T.mode[G] === DISAGGREGATED)) &&
-        !(endsWithActor && T.lastGpus[G] !== G)) {
-        out.push(describe(0, n, G, k, COLLOCATED, G))
-      }
-      if (endsWithActor) continue
+      if (collocatedValid(S, T, G, actorLast)) out.push(describe(0, n, G, k, COLLOCATED, G))
+      if (actorLast) continue
       let bestGs = -1
       let bestS = Infinity
       for (let gs = 1; gs <= G - 2; gs++) {
-        const sm = S.mode[gs]!
-        const tm = T.mode[G - gs]!
-        if (sm === NONE || tm === NONE || (pure && (sm === COLLOCATED || tm === COLLOCATED))) continue
+        if (!pipelineValid(S.mode[gs]!, T.mode[G - gs]!)) continue
         const it = iterationOf(0, n, G, k, DISAGGREGATED, gs)
         if (it <= bestS) { bestS = it; bestGs = gs }
       }
