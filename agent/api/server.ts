@@ -13,6 +13,7 @@ import { ErrorBodySchema } from './wire/errors.ts'
 import { createClientErrorHandler, createErrorHandler, notFoundHandler } from './error-mapping.ts'
 import { capConnections, defaultConnectionLimits, receptionTimeoutOptions } from './connection-limits.ts'
 import { requestValidatorBuilder, schemaErrorFormatter } from './request-validation.ts'
+import { lazySchemaCompilers } from './lazy-schema-compilers.ts'
 import { claimSocketPath, setSocketPermissions } from './socket-path.ts'
 import { createNamespaceGuard, installAuthorization, resolveAdminGroup } from './authorization.ts'
 import { registerStatusRoutes, type StatusSource } from './routes/status.ts'
@@ -61,6 +62,12 @@ export interface ApiServerOptions {
    * an API on a socket. Default: false (such callers fail admin and ownership checks).
    */
   trustUnidentifiedCallers?: boolean
+  /**
+   * Compile every route's schemas while building the app, so that a schema
+   * that does not compile fails the build (the tests set it). Default false:
+   * each route compiles at its first request (lazy-schema-compilers.ts).
+   */
+  compileSchemasNow?: boolean
   version: string
 }
 
@@ -133,12 +140,13 @@ export async function createApiServer (options: ApiServerOptions, components: Ap
 
 /** The fastify app with every route, not yet listening (tests use `inject`). */
 export async function buildApiApp (
-  options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots' | 'requestTimeoutMs' | 'adminGroup' | 'trustUnidentifiedCallers'>,
+  options: Pick<ApiServerOptions, 'bodyLimitBytes' | 'version' | 'pathRoots' | 'requestTimeoutMs' | 'adminGroup' | 'trustUnidentifiedCallers' | 'compileSchemasNow'>,
   components: ApiServerComponents,
 ): Promise<FastifyInstance> {
   const requestTimeoutMs = options.requestTimeoutMs ?? defaultConnectionLimits.requestTimeoutMs
   const adminGroup = options.adminGroup ?? ''
   const adminGid = await resolveAdminGroup(adminGroup)
+  const compilers = lazySchemaCompilers(requestValidatorBuilder())
   const app = Fastify({
     logger: false,
     bodyLimit: options.bodyLimitBytes,
@@ -148,7 +156,7 @@ export async function buildApiApp (
     requestTimeout: requestTimeoutMs,
     http: receptionTimeoutOptions(requestTimeoutMs),
     clientErrorHandler: createClientErrorHandler(components.logger, requestTimeoutMs),
-    schemaController: { compilersFactory: { buildValidator: requestValidatorBuilder() } },
+    schemaController: { compilersFactory: { buildValidator: compilers.buildValidator, buildSerializer: compilers.buildSerializer } },
     schemaErrorFormatter,
   })
   app.addSchema(ErrorBodySchema)
@@ -186,5 +194,6 @@ export async function buildApiApp (
   registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) }, authorization, namespaces)
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
+  if (options.compileSchemasNow === true) compilers.compileAll()
   return app
 }

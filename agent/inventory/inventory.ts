@@ -1,9 +1,9 @@
 /**
  * Node inventory (Nomad-style fingerprinting) through `systeminformation`:
- * CPUs, memory, disks and filesystems (with NVMe flag), network interfaces and
- * GPUs. Missing hardware is a state, not an error: on a node without GPUs the
- * probe returns `gpus.detected = false` with the reason. A GPU list from the
- * config replaces detection.
+ * CPUs, memory, disks and filesystems (with NVMe flag) and GPUs; network
+ * interfaces from /sys (network-interfaces.ts). Missing hardware is a state,
+ * not an error: on a node without GPUs the probe returns `gpus.detected =
+ * false` with the reason. A GPU list from the config replaces detection.
  */
 import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
@@ -11,7 +11,7 @@ import { promisify } from 'node:util'
 import si from 'systeminformation'
 import type { GpuOverrideConfig } from './inventory-config.ts'
 import type { GpuInventory, NodeInventory } from './schema.ts'
-import { isVirtualInterfaceName } from '../../mesh/membership/announce-address.ts'
+import { probeNetworkInterfaces } from './network-interfaces.ts'
 
 export type { NodeInventory } from './schema.ts'
 
@@ -22,10 +22,9 @@ export interface InventoryOptions {
 }
 
 export async function probeInventory (options: InventoryOptions): Promise<NodeInventory> {
-  const [cpu, mem, blocks, fs, nics, gpus] = await Promise.all([
-    si.cpu(), si.mem(), si.blockDevices(), si.fsSize(), si.networkInterfaces(), probeGpus(options.gpuOverride),
+  const [cpu, mem, blocks, fs, network, gpus] = await Promise.all([
+    si.cpu(), si.mem(), si.blockDevices(), si.fsSize(), probeNetworkInterfaces(), probeGpus(options.gpuOverride),
   ])
-  const nicList = Array.isArray(nics) ? nics : [nics]
   return {
     hostname: options.hostname,
     cpu: { model: `${cpu.manufacturer} ${cpu.brand}`.trim(), cores: cpu.cores, physicalCores: cpu.physicalCores, sockets: cpu.processors },
@@ -40,16 +39,7 @@ export async function probeInventory (options: InventoryOptions): Promise<NodeIn
       mountPoints: blocks.filter(p => p.name.startsWith(d.name) && p.mount !== '').map(p => p.mount),
     })),
     filesystems: fs.map(f => ({ mountPoint: f.mount, fsType: f.type, device: f.fs, sizeBytes: f.size, availableBytes: f.available })),
-    network: nicList.map(n => ({
-      name: n.iface,
-      mac: n.mac,
-      ipv4: n.ip4 !== '' ? [n.ip4] : [],
-      ipv6: n.ip6 !== '' ? [n.ip6] : [],
-      mtu: n.mtu ?? null,
-      speedMbps: n.speed !== null && n.speed > 0 ? n.speed : null,
-      virtual: n.internal || n.virtual || isVirtualInterfaceName(n.iface),
-      up: n.operstate === 'up' || n.internal,
-    })),
+    network,
     gpus,
     probedAtMs: Date.now(),
   }
