@@ -22,6 +22,12 @@
  * (a batch's extra delay then by half a second either way); the live
  * planner's seed is its own. The goal is against the live model.
  *
+ * Sample size: a batch's extra delay is tens of milliseconds on this clock and
+ * one batch in a few lands half a second late (live and in the model alike),
+ * so a mean over the 4 batches of 2 tasks x 3 iterations swung from -39 % to
+ * +36 % between runs; the default 3 tasks x 8 iterations compares 21 batches
+ * (about a minute). Run it several times and take the median.
+ *
  * The trace is `agentctl sim trace reward` (--tasks, --batch, --iterations,
  * --seed) with every time divided by --scale (so a run takes about a minute)
  * and D = --d-s. Live, the trainer sends each batch's hint at its start and
@@ -41,7 +47,7 @@
  * start to the last result (live: the agent's live workers sampled every
  * 100 ms; this includes workers still held for the history batches then).
  *
- *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 2] [--batch 16] [--iterations 3] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 60000/scale]
+ *   node_modules/.bin/node test/bench/reward-live-vs-sim.bench.ts [--tasks 3] [--batch 16] [--iterations 8] [--seed 1] [--scale 100] [--d-s 1] [--cores 64] [--keep-warm-ms 60000/scale]
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -59,9 +65,9 @@ import type { RewardTrace } from '../../mesh/sim/reward-trace.ts'
 
 const { values } = parseArgs({
   options: {
-    tasks: { type: 'string', default: '2' },
+    tasks: { type: 'string', default: '3' },
     batch: { type: 'string', default: '16' },
-    iterations: { type: 'string', default: '3' },
+    iterations: { type: 'string', default: '8' },
     seed: { type: 'string', default: '1' },
     scale: { type: 'string', default: '100' },
     'd-s': { type: 'string', default: '1' },
