@@ -73,8 +73,13 @@ export interface DecisionLogComponents {
   mayDecide(peer: string): boolean
   /** The persisted position: highest epoch seen, its leader, last seq applied in it. */
   persisted(): DecisionPosition
-  /** Persists the position; resolves once durable. Called before a decision is applied. */
-  persist(position: DecisionPosition): Promise<void>
+  /**
+   * Persists the position of voter set `voterSetId`; resolves once durable. Called before a
+   * decision is applied. A position for a voter set the election has left since is not written:
+   * the new domain starts from its own (empty) position, and an old epoch written into it would
+   * fence off every epoch of the new domain below it.
+   */
+  persist(position: DecisionPosition, voterSetId: string): Promise<void>
   /** Called for each applied decision, in order; must not throw. */
   apply(decision: AppliedDecision): void
   /** Called when a snapshot replaces the desired state (at log index `seq`). */
@@ -160,16 +165,25 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
   async function process (batch: DecisionBatch): Promise<BatchVerdict> {
     followDomain()
     if (batch.voterSetId !== components.voterSetId() || !components.mayDecide(batch.from)) return 'ignored'
+    /**
+     * Persists for the batch's voter set; false when the election moved to another one while
+     * the position was written: the rest of the batch is dropped (the next batch follows the
+     * new domain from its own persisted position).
+     */
+    const persist = async (p: DecisionPosition): Promise<boolean> => {
+      await components.persist(p, batch.voterSetId)
+      return components.voterSetId() === batch.voterSetId
+    }
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }
     if (batch.epoch > epoch) {
-      await components.persist({ ...position(), epoch: batch.epoch, leader: batch.from })
+      if (!await persist({ ...position(), epoch: batch.epoch, leader: batch.from })) return 'ignored'
       epoch = batch.epoch
       epochLeader = batch.from
       // What waits for a gap is dropped: the new epoch's first batch carries the committed state, which holds it.
       pending = new Map()
     }
     if (epochLeader === null) {
-      await components.persist({ ...position(), leader: batch.from })
+      if (!await persist({ ...position(), leader: batch.from })) return 'ignored'
       epochLeader = batch.from
     }
     if (epochLeader !== batch.from) {
@@ -178,30 +192,32 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
       return 'stale'
     }
     for (const d of batch.decisions) if (d.seq > appliedSeq) pending.set(d.seq, d)
-    const drain = async (): Promise<void> => {
+    /** Applies what continues the applied position; false when the voter set changed meanwhile. */
+    const drain = async (): Promise<boolean> => {
       for (let next = pending.get(appliedSeq + 1); next !== undefined; next = pending.get(appliedSeq + 1)) {
         pending.delete(next.seq)
-        await components.persist({ ...position(), seq: next.seq, appliedEpoch: epoch })
+        if (!await persist({ ...position(), seq: next.seq, appliedEpoch: epoch })) return false
         appliedSeq = next.seq
         appliedEpoch = epoch
         counts.applied++
         record({ atMs: Date.now(), epoch, leader: batch.from, seq: next.seq, kind: next.kind, outcome: 'applied', digest: decisionDigest(next.kind, next.payload) })
         components.apply({ epoch, leader: batch.from, seq: next.seq, kind: next.kind, payload: next.payload })
       }
+      return true
     }
-    await drain()
+    if (!await drain()) return 'ignored'
     const state = batch.state
     const repair = state !== undefined && state.seq <= appliedSeq && appliedEpoch < epoch && state.seq > 0
     if (state !== undefined && (state.seq > appliedSeq || repair)) {
       // A gap the recent decisions cannot fill, or uncommitted decisions to replace: the committed state as of state.seq.
-      await components.persist({ ...position(), seq: state.seq, appliedEpoch: epoch })
+      if (!await persist({ ...position(), seq: state.seq, appliedEpoch: epoch })) return 'ignored'
       appliedSeq = state.seq
       appliedEpoch = epoch
       for (const s of [...pending.keys()]) if (s <= appliedSeq) pending.delete(s)
       counts.snapshots++
       record({ atMs: Date.now(), epoch, leader: batch.from, seq: appliedSeq, kind: 'snapshot', outcome: 'snapshot', ...(repair ? { reason: 'repair' } : {}), digest: decisionDigest('snapshot', state.entries) })
       components.adoptState(epoch, batch.from, state.seq, state.entries)
-      await drain()
+      if (!await drain()) return 'ignored'
     }
     // Valid for the current epoch: forwarded even when nothing was new here (others may need it).
     return 'accepted'

@@ -144,8 +144,15 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
 
   const health = createLocalHealth({ lagThresholdMs: Math.max(50, config.probeTimeoutMs / 2), recoverMs: 2 * config.probeIntervalMs })
   let refuting: Promise<void> | undefined
+  /**
+   * Set when stop() begins: a leaving agent refutes nothing more. A refutation
+   * raised the incarnation above the goodbye's and made every observer drop the
+   * goodbye as stale (the agent was then seen dead for a refused connection
+   * instead of "left").
+   */
+  let leaving = false
   const refute = (atLeast: number, why: string): void => {
-    if (refuting !== undefined || atLeast < incarnation.current) return
+    if (leaving || refuting !== undefined || atLeast < incarnation.current) return
     refuting = (async () => {
       const next = await incarnation.raiseAbove(atLeast)
       log.info({ incarnation: next, why }, 'refuting with a higher incarnation')
@@ -282,6 +289,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
 
     stop () {
       stopped ??= (async () => {
+        leaving = true
         detector.stop()
         await sync.stop()
         dialer.stop()
@@ -289,6 +297,8 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
         publisher.stop()
         health.stop()
         if (started) {
+          // The goodbye carries the incarnation of everything this agent published: a refutation in flight settles first.
+          await refuting
           await publishMessage({ kind: 'dead', from: self, subject: self, incarnation: incarnation.current, reason: 'left', sentAtMs: Date.now() })
             .then(() => new Promise(resolve => setTimeout(resolve, 200)))
             .catch(() => {})

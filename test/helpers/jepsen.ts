@@ -147,16 +147,20 @@ export async function runJepsen (lab: NetnsLab, cluster: ElectionCluster, option
     await lab.heal()
     const began = performance.now()
     let target: number | undefined
+    let targetFrom = ''
     for (;;) {
       const views = await Promise.all(agents.map(a => a.client.leader({ signal: AbortSignal.timeout(1000) }).catch(() => undefined)))
       const acting = views.find(v => v?.acting === true)
-      if (target === undefined && acting !== undefined) target = acting.commitSeq ?? undefined
+      if (target === undefined && acting !== undefined) {
+        target = acting.commitSeq ?? undefined
+        targetFrom = `commit index ${target} of ${acting.selfId.slice(-6)} acting in epoch ${acting.epoch}, ${Math.round(performance.now() - began)} ms after the heal`
+      }
       const ok = (v: LeaderViewBody | undefined): boolean => v !== undefined && acting !== undefined && v.leaderId === acting.leaderId && v.epoch === acting.epoch && target !== undefined && v.applied.seq >= target
       if (views.every(ok)) { result.convergenceMs.push(performance.now() - began); return }
       if (performance.now() - began > 30_000) {
         // An agent that does not answer: whether it still runs, and the end of its log.
         const silent = agents.filter((_, i) => views[i] === undefined).map(a => `--- ${a.name} (${a.proc.exitCode === null && a.proc.signalCode === null ? 'running' : `exited ${a.proc.exitCode ?? a.proc.signalCode}`}):\n${a.output().slice(-3000)}`)
-        throw new Error(`no convergence 30 s after a heal: ${views.map(v => v === undefined ? 'no answer' : `${v.self} ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.seq}`).join('; ')}\n${silent.join('\n')}`)
+        throw new Error(`no convergence 30 s after a heal (target: ${targetFrom || 'no agent acting'}): ${views.map(v => v === undefined ? 'no answer' : `${v.selfId.slice(-6)} ${v.self}${v.acting ? ' acting' : ''} commit ${v.commitSeq ?? '-'} leader ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.epoch}/${v.applied.seq}`).join('; ')}\n${silent.join('\n')}`)
       }
       await sleep(25)
     }

@@ -152,3 +152,40 @@ t.test('when the election moves to another voter set, the log continues from the
   t.same(applied.map(d => `${d.epoch}/${d.seq}/${d.leader}`), [`3/1/${B}`])
   t.equal(store.epoch, 3, 'the new domain\'s epoch is persisted')
 })
+
+t.test('a batch of the old voter set in flight when the election moves writes nothing into the new set\'s position', async t => {
+  // The etcd restore: agents applying the old domain's epoch 9 while they learn the new cluster id.
+  // The old batch's later writes used to land in the new domain's (reset) position, and every
+  // epoch of the new domain below 9 was then refused: the new leader's decisions never applied.
+  const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const store = { voterSetId: 'old', epoch: 8, leader: A as string | null, seq: 2 }
+  const writes: string[] = []
+  let slow: PromiseWithResolvers<void> | undefined
+  const applied: AppliedDecision[] = []
+  const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
+    voterSetId: () => store.voterSetId,
+    mayDecide: (peer: string) => [A, B].includes(peer),
+    persisted: () => ({ epoch: store.epoch, leader: store.leader, seq: store.seq, appliedEpoch: store.epoch }),
+    async persist (p, voterSetId) {
+      writes.push(`${voterSetId} ${p.epoch}/${p.seq}`)
+      if (voterSetId === store.voterSetId) Object.assign(store, { epoch: p.epoch, leader: p.leader, seq: p.seq })
+      if (slow !== undefined) await slow.promise
+    },
+    apply: d => applied.push(d),
+    adoptState: () => {},
+  })
+  t.equal(await log.receive(batch(A, 8, [3], { voterSetId: 'old' })), 'accepted')
+  slow = Promise.withResolvers<void>()
+  const inFlight = log.receive(batch(B, 9, [4, 5], { voterSetId: 'old' }))
+  await new Promise(resolve => setImmediate(resolve))
+  // The election learns the new domain while the epoch-9 write is in flight; the store resets the position.
+  Object.assign(store, { voterSetId: 'new', epoch: 0, leader: null, seq: 0 })
+  slow.resolve()
+  slow = undefined
+  t.equal(await inFlight, 'ignored', 'the rest of the old batch is dropped')
+  t.same(store, { voterSetId: 'new', epoch: 0, leader: null, seq: 0 }, 'the new domain\'s position is untouched')
+  t.equal(await log.receive(batch(A, 3, [1], { voterSetId: 'new' })), 'accepted', 'epoch 3 of the new domain applies')
+  t.same(applied.map(d => `${d.epoch}/${d.seq}`), ['8/3', '3/1'], 'no decision of the old batch was applied after the move')
+  t.same(writes.filter(w => w.startsWith('old')), ['old 8/3', 'old 9/3'], 'the old batch wrote once, before the move')
+})
