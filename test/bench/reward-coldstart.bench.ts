@@ -87,7 +87,8 @@ async function runOnce (name: keyof typeof configurations): Promise<{ p99: numbe
       for (let i = 0; i < size; i++) await trainer!.client.rewardSubmit({ task: 'math', batch: b, requestId: `math-${b}-${i}`, payload: { stageMs: { verify: stageMs } } })
       for (let i = 0; i < size; i++) {
         for (;;) {
-          const r = await trainer!.client.rewardResult(`math-${b}-${i}`, 5000)
+          // Long polls shorter than the client's 5 s timeout: a 5 s poll answered on time could still lose that race under load.
+          const r = await trainer!.client.rewardResult(`math-${b}-${i}`, 2000)
           if (r.state === 'done') break
         }
       }
