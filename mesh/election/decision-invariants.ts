@@ -25,20 +25,27 @@ export interface InvariantViolation {
 
 export function checkDecisionInvariants (logs: ReadonlyMap<string, readonly DecisionLogEntry[]>): InvariantViolation[] {
   const violations: InvariantViolation[] = []
-  const leaderOf = new Map<number, { leader: string, agent: string }>()
+  /** Leader per epoch, keyed by voter set too: a move to another voter set ('moved') starts its epochs over. */
+  const leaderOf = new Map<string, { leader: string, agent: string }>()
   const digestOf = new Map<string, { digest: string, agent: string }>()
   for (const [agent, entries] of logs) {
     let last: { epoch: number, seq: number } | undefined
+    let voterSet = ''
     for (const e of entries) {
       if (e.outcome === 'rejected') continue
+      if (e.outcome === 'moved') {
+        voterSet = e.reason ?? ''
+        last = { epoch: e.epoch, seq: e.seq }
+        continue
+      }
       if (e.outcome === 'resumed') {
         // A restart continues from the persisted position; lines written behind it may be lost to a kill.
         if (last !== undefined && e.seq < last.seq) violations.push({ invariant: 'no-stale-apply', agent, detail: `resumed at ${e.seq} after applying ${last.seq}` })
         last = { epoch: Math.max(e.epoch, last?.epoch ?? 0), seq: e.seq }
         continue
       }
-      const known = leaderOf.get(e.epoch)
-      if (known === undefined) leaderOf.set(e.epoch, { leader: e.leader, agent })
+      const known = leaderOf.get(`${voterSet}|${e.epoch}`)
+      if (known === undefined) leaderOf.set(`${voterSet}|${e.epoch}`, { leader: e.leader, agent })
       else if (known.leader !== e.leader) {
         violations.push({ invariant: 'one-leader-per-epoch', agent, detail: `epoch ${e.epoch}: applied a decision of ${e.leader}, ${known.agent} one of ${known.leader}` })
       }

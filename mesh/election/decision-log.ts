@@ -37,7 +37,7 @@ import { appendFile } from 'node:fs/promises'
 import { createHash } from 'node:crypto'
 import type { Decision, DecisionBatch } from '../membership/mesh-messages.ts'
 
-export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot' | 'resumed'
+export type DecisionOutcome = 'applied' | 'rejected' | 'snapshot' | 'resumed' | 'moved'
 
 export interface DecisionLogEntry {
   /** Wall clock when logged, ms since the epoch. */
@@ -98,7 +98,7 @@ export interface DecisionLog {
   /** Processes one batch; batches are processed one at a time in arrival order. */
   receive(batch: DecisionBatch): Promise<BatchVerdict>
   entries(): DecisionLogEntry[]
-  /** Highest epoch seen and its leader, the last log index applied and its epoch. */
+  /** Highest epoch seen and its leader, the last log index applied and its epoch: in the voter set the election is in now. */
   position(): DecisionPosition
   counts(): { applied: number, rejected: number, snapshots: number, violations: number }
   /** Resolves once every entry logged so far is appended to the file. */
@@ -152,6 +152,7 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
   const followDomain = (): void => {
     const id = components.voterSetId()
     if (id === domain) return
+    const moved = domain !== undefined && domain !== ''
     domain = id
     const p = components.persisted()
     epoch = p.epoch
@@ -159,6 +160,8 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
     appliedSeq = p.seq
     appliedEpoch = p.appliedEpoch
     pending = new Map()
+    // Epochs of the new voter set are not comparable with the old one's (decision-invariants.ts starts over here).
+    if (moved) record({ atMs: Date.now(), epoch, leader: epochLeader ?? '', seq: appliedSeq, kind: 'voter-set', outcome: 'moved', reason: `voter set ${id}`, digest: '' })
   }
   const position = (): DecisionPosition => ({ epoch, leader: epochLeader, seq: appliedSeq, appliedEpoch })
 
@@ -230,7 +233,9 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
       return result
     },
     entries: () => [...memory],
-    position,
+    // The position of the voter set the election is in now: after a move, the new set's, before any
+    // batch of it arrived (the leader's fencing reads it to decide whether it may act at all).
+    position: () => { followDomain(); return position() },
     counts: () => ({ ...counts }),
     flush: () => fileChain,
   }

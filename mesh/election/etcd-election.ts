@@ -290,9 +290,12 @@ export function createEtcdElection (config: ElectionConfig, components: EtcdElec
       }
       if (s.voterSetId === voterSetId) return s
       // Written under our prefix by a leader of another etcd cluster id: this cluster's state restored into a
-      // new etcd cluster (a snapshot restore gives it a new id). Continued in this domain, not dropped.
-      log.warn({ key: desiredKey, stored: s.voterSetId, voterSetId, storedSeq: s.seq }, 'etcd holds a desired state written under another etcd cluster id (restored from a snapshot?): continuing from it')
-      return { ...s, voterSetId }
+      // new etcd cluster (a snapshot restore gives it a new id). Continued in this domain, not dropped: its
+      // entries and seq go on, its epoch (a create revision of the other cluster) means nothing here. Kept, it
+      // fenced off every leader of this cluster below it: the first append failed ("the log already holds
+      // epoch 9") and the new cluster decided nothing until its revisions passed the old ones.
+      log.warn({ key: desiredKey, stored: s.voterSetId, voterSetId, storedSeq: s.seq, storedEpoch: s.epoch }, 'etcd holds a desired state written under another etcd cluster id (restored from a snapshot?): continuing from it')
+      return { ...s, voterSetId, epoch: 0 }
     },
   }
 }

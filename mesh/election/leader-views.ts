@@ -27,7 +27,7 @@ export const DecisionLogEntrySchema = Type.Object({
   leader: Type.String(),
   seq: Type.Integer(),
   kind: Type.String(),
-  outcome: Type.Union([Type.Literal('applied'), Type.Literal('rejected'), Type.Literal('snapshot'), Type.Literal('resumed')], { description: 'resumed: the agent restarted at this persisted position (seq: the last index applied before)' }),
+  outcome: Type.Union([Type.Literal('applied'), Type.Literal('rejected'), Type.Literal('snapshot'), Type.Literal('resumed'), Type.Literal('moved')], { description: 'resumed: the agent restarted at this persisted position (seq: the last index applied before); moved: the election moved to another voter set (reason names it), whose epochs start over' }),
   reason: Type.Optional(Type.String()),
   digest: Type.String(),
 })

@@ -114,9 +114,15 @@ t.test('etcd backend: a new leader that cannot read the committed state yet deci
 
 t.test('etcd backend: the desired state restored into a new etcd cluster (another cluster id) is continued, not dropped', { skip: backendSkip('etcd') }, async t => {
   const before = await startEtcd(t)
+  // The old cluster's revisions run ahead of the new one's, as in a cluster that lived a while: the old
+  // leader's epoch (its key's create revision) is then above every epoch the new cluster starts with.
+  // The restored state used to keep it, and the new cluster's leaders could not append below it.
+  const padding = createEtcdClient({ endpoints: [before.endpoint], requestTimeoutMs: 2000 })
+  for (let i = 0; i < 20; i++) await padding.createIfAbsent(`/padding/${i}`, 'x', '0')
   const proxy = await startEtcdProxy(t, before.endpoint)
   const cluster = await startElectionCluster(t, { servers: 3, etcd: { endpoint: proxy.endpoint } })
   const first = { ...await waitForLeader(cluster.agents, cluster.agents, 20_000), voterSetId: (await cluster.agents[0]!.client.leader()).voterSetId }
+  t.ok(first.epoch > 20, `the old cluster's leader epoch ${first.epoch} is above what the new cluster starts with`)
   await cluster.agents[0]!.client.submitJob(jepsenJob('before-restore'))
   const desiredKey = '/agentd/election.desired'
   const old = createEtcdClient({ endpoints: [before.endpoint], requestTimeoutMs: 2000 })
