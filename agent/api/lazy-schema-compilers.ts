@@ -45,7 +45,7 @@ export function lazySchemaCompilers (validators: ValidatorBuilder): LazySchemaCo
       }
       pending.add(compile)
       const standIn: Validator = data => {
-        const real = compile()
+        const real = compiled ?? compile()
         const result = real(data)
         // Ajv sets .errors on its function after each call; fastify reads them from the one it holds.
         standIn.errors = real.errors

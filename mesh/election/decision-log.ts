@@ -74,12 +74,12 @@ export interface DecisionLogComponents {
   /** The persisted position: highest epoch seen, its leader, last seq applied in it. */
   persisted(): DecisionPosition
   /**
-   * Persists the position of voter set `voterSetId`; resolves once durable. Called before a
-   * decision is applied. A position for a voter set the election has left since is not written:
-   * the new domain starts from its own (empty) position, and an old epoch written into it would
-   * fence off every epoch of the new domain below it.
+   * Persists the position; resolves once durable. Called before a decision is applied, and only
+   * while the position belongs to the voter set the election is in (process() stops a batch whose
+   * set the election left during a write: an old epoch written into the new set's position would
+   * fence off every epoch of it below that).
    */
-  persist(position: DecisionPosition, voterSetId: string): Promise<void>
+  persist(position: DecisionPosition): Promise<void>
   /** Called for each applied decision, in order; must not throw. */
   apply(decision: AppliedDecision): void
   /** Called when a snapshot replaces the desired state (at log index `seq`). */
@@ -174,7 +174,7 @@ export function createDecisionLog (options: DecisionLogOptions, components: Deci
      * new domain from its own persisted position).
      */
     const persist = async (p: DecisionPosition): Promise<boolean> => {
-      await components.persist(p, batch.voterSetId)
+      await components.persist(p)
       return components.voterSetId() === batch.voterSetId
     }
     if (batch.epoch < epoch) { reject(batch, `epoch ${batch.epoch} < ${epoch}`); return 'stale' }

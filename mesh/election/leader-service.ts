@@ -227,8 +227,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     voterSetId: () => election.voterSetId(),
     mayDecide: peer => election.mayDecide(peer),
     persisted: () => { const p = store.current(); return { epoch: p.highestEpoch, leader: p.epochLeader, seq: p.appliedSeq, appliedEpoch: p.appliedEpoch } },
-    // A position of a voter set the election has left is not written into the new one's (decision-log.ts).
-    persist: (p, voterSetId) => voterSetId === election.voterSetId() ? store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq, appliedEpoch: p.appliedEpoch }) : Promise.resolve(),
+    persist: p => store.save({ highestEpoch: p.epoch, epochLeader: p.leader, appliedSeq: p.seq, appliedEpoch: p.appliedEpoch }),
     apply (d) {
       desired[d.kind] = d.payload
       if (d.kind === 'leader') leadershipChanged()
