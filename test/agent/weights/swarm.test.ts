@@ -144,11 +144,12 @@ t.test('a version retired at the publisher while it spreads stops everywhere: th
   const a = await publisher(t, tensors)
   const slow = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 8 * MiB)
   const [b, c] = await Promise.all([0, 1].map(() => weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)))
-  const pulls = [b!, c!].map((x, i) => x.weights.pull({ from: slow.address, model: 'm', version: 1, streams: 2, peers: [[c!, b!][i]!.weights.address()] }))
+  // Settled from the start: retire stops serving at once and then writes durably, and the pulls fail meanwhile.
+  const pulls = Promise.allSettled([b!, c!].map((x, i) => x.weights.pull({ from: slow.address, model: 'm', version: 1, streams: 2, peers: [[c!, b!][i]!.weights.address()] })))
   await new Promise(resolve => setTimeout(resolve, 700))
   t.ok(b!.weights.list().distributing.length + c!.weights.list().distributing.length > 0, 'both seed the version while pulling')
   await a.weights.retire('m', 1)
-  for (const r of await Promise.allSettled(pulls)) t.match(r, { status: 'rejected', reason: { code: 'ERR_WEIGHTS_RETIRED' } })
+  for (const r of await pulls) t.match(r, { status: 'rejected', reason: { code: 'ERR_WEIGHTS_RETIRED' } })
   for (const x of [b!, c!]) {
     t.same(x.weights.list().distributing, [], 'no longer seeded')
     t.same(x.sm.storedKeys('weights/'), [], 'and its tensors dropped')
