@@ -95,6 +95,7 @@ export function createRewardService (options: RewardServiceOptions, components: 
     workerRestartBackoffMs: config.workerRestartBackoffMs,
     workerStopGraceMs: config.workerStopGraceMs,
     workerStartConcurrency: config.workerStartConcurrency,
+    workerNice: config.workerNice,
     workerKeepWarmMs: config.workerKeepWarmMs,
   }, { logger: components.logger, selfId, callLeader: (m, b, o) => leader.callLeader(m, b, o), desiredState: () => leader.desiredState(), onApplied: l => leader.onApplied(l) })
   // Per worker: the lease it runs, and the timer that terminates it once the

@@ -29,6 +29,13 @@
  * a task reuse them instead of stopping and starting them again; a warm
  * worker is stopped earlier when a wanted one needs its cores or its GPU.
  *
+ * Workers run workerNice nicer than the agent (setpriority right after the
+ * spawn, before the interpreter has done much): 60 Python processes starting
+ * on a few cores otherwise delay the agent's event loop by hundreds of
+ * milliseconds, long enough for the mesh to suspect it and the leader to
+ * change. An unprivileged agent cannot undo it, so it holds for the worker's
+ * life; under no contention it costs the worker nothing.
+ *
  * External workers: a process started outside the supervisor (a fleet of
  * reward-model servers, a worker under another process manager) registers
  * for a stage with a number of slots (registerExternal); each slot is a
@@ -39,6 +46,7 @@
  * signalled by the agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { getPriority, setPriority } from 'node:os'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { LeaderCallOptions } from '../../mesh/election/leader-calls.ts'
@@ -62,6 +70,8 @@ export interface WorkerSupervisorOptions {
   workerStopGraceMs: number
   /** Workers starting at once, at most. */
   workerStartConcurrency: number
+  /** Added to the agent's niceness for each worker (at most 19). Default 0. */
+  workerNice?: number
   /** A worker the plan no longer wants here keeps running this long, ms (0: stopped at once). */
   workerKeepWarmMs: number
   /** A started worker counts as up once it fetched work, or after this long, ms. Default 2000. */
@@ -159,6 +169,9 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
   let reportSeq = Date.now()
   let reporting = false
 
+  /** The niceness workers get; undefined: the agent's (nothing to set). */
+  const workerNiceness = (options.workerNice ?? 0) > 0 ? Math.min(19, getPriority() + options.workerNice!) : undefined
+
   const idOf = (stage: string, index: number): string => `${options.nodeName}/${stage}/${index}`
 
   const freeGpu = (): number | undefined => {
@@ -184,6 +197,14 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       CUDA_VISIBLE_DEVICES: slot.gpu !== undefined ? String(slot.gpu) : '',
     }
     const proc = spawn(command!, args, { env, stdio: ['ignore', 'ignore', 'pipe'] })
+    if (proc.pid !== undefined && workerNiceness !== undefined) {
+      try {
+        setPriority(proc.pid, workerNiceness)
+      } catch (err) {
+        // ESRCH: it exited already (its exit is handled as any other).
+        if ((err as { info?: { code?: string } }).info?.code !== 'ESRCH') log.warn({ err: (err as Error).message, workerId: slot.workerId }, 'could not lower the reward worker\'s priority')
+      }
+    }
     slot.proc = proc
     slot.state = 'running'
     slot.startedMs = performance.now()

@@ -44,6 +44,7 @@ export const RewardSection = Type.Object({
   workerRestartBackoffMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'First delay before a crashed worker is restarted; doubles per crash in a row, up to 64 times this, in milliseconds. Default: 500.' }),
   workerStopGraceMs: Type.Integer({ minimum: 10, maximum: 600_000, description: 'A worker asked to stop (SIGTERM) is killed after this long, in milliseconds. Default: 5000.' }),
   workerStartConcurrency: Type.Integer({ minimum: 1, maximum: 1024, description: 'Workers an agent starts at once, at most: the next starts when one has fetched work or has run 2 s (a cold start of dozens of workers neither stalls the agent nor starves it of CPU at once). Default: 4.' }),
+  workerNice: Type.Integer({ minimum: 0, maximum: 19, description: 'Workers run this much nicer than the agent (its niceness plus this, at most 19): on a node whose cores the workers saturate (a cold start of dozens of them, a stage that computes flat out) the agent\'s heartbeats, gossip and election still get the CPU when they need it, so the node is not declared dead and the leader does not change. Workers lose nothing to it while the node has idle cores. 0 = the agent\'s own. Default: 10.' }),
   workerKeepWarmMs: Type.Integer({ minimum: 0, maximum: 3_600_000, description: 'A worker the plan no longer wants on its agent keeps running (and serving its stage) this long, so the next batch of a task reuses it instead of starting a new one; it is stopped earlier when a wanted worker needs its cores or GPU. 0 = stop at once. In milliseconds. Default: 60000.' }),
 }, { additionalProperties: false })
 
@@ -67,6 +68,7 @@ export const defaultRewardConfig: RewardConfig = {
   workerRestartBackoffMs: 500,
   workerStopGraceMs: 5000,
   workerStartConcurrency: 4,
+  workerNice: 10,
   workerKeepWarmMs: 60_000,
 }
 

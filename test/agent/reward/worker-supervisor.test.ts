@@ -5,11 +5,13 @@
  * - start-up is paced: at most workerStartConcurrency workers starting at once;
  * - workers the plan no longer wants stay warm and are reused by the next
  *   plan (the same processes), until workerKeepWarmMs runs out;
- * - a warm worker gives its cores to a wanted worker of another stage.
+ * - a warm worker gives its cores to a wanted worker of another stage;
+ * - workers run workerNice nicer than the agent.
  */
 import t from 'tap'
 import pino from 'pino'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { getPriority } from 'node:os'
 import { createWorkerSupervisor, type WorkerSupervisor } from '../../../agent/reward/worker-supervisor.ts'
 import { rewardWorkersKind } from '../../../mesh/control/reward/reward-messages.ts'
 import type { AppliedDecision } from '../../../mesh/election/decision-log.ts'
@@ -18,12 +20,12 @@ import type { Teardown } from '../../helpers/agent-process.ts'
 
 const stage = (name: string): RewardStageSpec => ({ name, resource: 'cpu', command: ['sleep', '30'], coresPerWorker: 1, timeoutMs: 10_000 })
 
-function supervisor (t: Teardown, o: { cpuCores: number, keepWarmMs: number, startGraceMs?: number }): { s: WorkerSupervisor, plan(workers: Record<string, number>): void } {
+function supervisor (t: Teardown, o: { cpuCores: number, keepWarmMs: number, startGraceMs?: number, nice?: number }): { s: WorkerSupervisor, plan(workers: Record<string, number>): void } {
   let listener: ((d: AppliedDecision) => void) | undefined
   let seq = 0
   const s = createWorkerSupervisor({
     stages: [stage('parse'), stage('verify')], socketPath: '/nonexistent', nodeName: 'n', cpuCores: o.cpuCores, gpus: 0,
-    heartbeatIntervalMs: 100, workerRestartBackoffMs: 100, workerStopGraceMs: 500, workerStartConcurrency: 3, workerKeepWarmMs: o.keepWarmMs, startGraceMs: o.startGraceMs ?? 600,
+    heartbeatIntervalMs: 100, workerRestartBackoffMs: 100, workerStopGraceMs: 500, workerStartConcurrency: 3, workerKeepWarmMs: o.keepWarmMs, startGraceMs: o.startGraceMs ?? 600, ...(o.nice !== undefined ? { workerNice: o.nice } : {}),
   }, {
     logger: pino({ level: 'silent' }), selfId: 'me', callLeader: async () => ({ ok: true }), desiredState: () => ({}),
     onApplied: l => { listener = l; return () => { listener = undefined } },
@@ -86,4 +88,15 @@ t.test('a warm worker gives its core to a wanted worker of another stage', async
   for (const deadline = performance.now() + 10_000; live(s, 'running').length < 3 && performance.now() < deadline;) await sleep(50)
   const states = s.workers().filter(w => w.state !== 'stopping').map(w => `${w.workerId} ${w.state}`).sort()
   t.same(states, ['n/parse/0 running', 'n/parse/1 warm', 'n/verify/0 running', 'n/verify/1 running'], '4 cores: the wanted 3 and one warm; the other warm one stopped')
+})
+
+t.test('workers run workerNice nicer than the agent, at most 19; 0 leaves them at the agent\'s', async t => {
+  const own = getPriority()
+  for (const [nice, expected] of [[5, Math.min(19, own + 5)], [19, 19], [0, own]] as const) {
+    const { s, plan } = supervisor(t, { cpuCores: 16, keepWarmMs: 0, nice })
+    plan({ verify: 2 })
+    for (const deadline = performance.now() + 5000; live(s).length < 2 && performance.now() < deadline;) await sleep(20)
+    t.same(live(s).map(w => getPriority(w.pid)), [expected, expected], `workerNice ${nice}: both workers at niceness ${expected} (the agent's is ${own})`)
+    await s.stop()
+  }
 })
