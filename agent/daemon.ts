@@ -314,8 +314,10 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     }),
     subsystem({
       // The reward service on this agent: trainers' submissions and results, and the supervised reward workers.
+      // Workers are known by SO_PEERCRED (the addon): without it every fetch would be refused and the
+      // queued requests would wait for ever behind workers that look alive.
       id: 'reward',
-      requires: ['leader', 'inventory', 'mesh'],
+      requires: ['leader', 'inventory', 'mesh', 'native'],
       async create (context) {
         if (!config.reward.enabled) return { skip: 'disabled by config (reward.enabled = false)' }
         const { inventory } = context.get('inventory')

@@ -96,7 +96,7 @@ export interface AgentClient {
   /** A job reports it finished (POST /v1/jobs/:id/complete). */
   completeJob(id: string, options?: RequestOptions): Promise<JobCompleteAnswer>
   /** Runs an operation on every rank of a live job; answers when all ran it (POST /v1/jobs/:id/ops; no idle timeout). */
-  runOp(job: string, body: { name: string, args?: unknown, opId?: string }, options?: RequestOptions): Promise<OpAnswer>
+  runOp(job: string, body: { name: string, args?: unknown, opId?: string, component?: string, iteration?: number, granularity?: number }, options?: RequestOptions): Promise<OpAnswer>
   /** The leader's operation scheduler (GET /v1/jobs/top). */
   jobsTop(options?: RequestOptions): Promise<JobsTop>
   /** This node's workers of live jobs (GET /v1/workers). */

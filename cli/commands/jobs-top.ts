@@ -2,8 +2,10 @@
  * agentctl jobs top: the acting leader's operation scheduler (GET
  * /v1/jobs/top): per node the resident job and the operation holding its
  * lock; per job its queue, operations run, switches, and time spent
- * switching vs running vs waiting.
+ * switching vs running vs waiting; and each job's measured time per
+ * iteration of its workflow components (what `plan workflow --job` uses).
  */
+import type { JobsTop } from '../../agent/api/wire/workers.ts'
 import type { Command } from './command.ts'
 import { formatTable } from './table.ts'
 
@@ -26,7 +28,14 @@ export const jobsTopCommand: Command = {
         formatTable(['JOB', 'PENDING', 'RUNNING', 'OPS', 'FAILED', 'SWITCHES', 'RUN', 'SWITCH', 'QUEUED', 'SLOWDOWN'], top.jobs.map(j => [
           j.job, String(j.pending), j.running ?? '-', String(j.ops), String(j.failed), String(j.switches), s(j.runMs), s(j.switchMs), s(j.queuedMs), j.measuredSlowdown === null ? '-' : j.measuredSlowdown.toFixed(2),
         ])),
+        ...components(top),
       ].join('\n'),
     }
   },
+}
+
+/** The measured workflow components, a row per (job, component, GPUs, granularity); nothing when none was measured. */
+function components (top: JobsTop): string[] {
+  const rows = top.jobs.flatMap(j => j.components.map(c => [j.job, c.component, String(c.gpus), c.granularity === null ? '-' : String(c.granularity), String(c.iterations), String(c.ops), `${(c.iterationMs / 1000).toFixed(3)} s`]))
+  return rows.length === 0 ? [] : ['', formatTable(['JOB', 'COMPONENT', 'GPUS', 'GRANULARITY', 'ITERATIONS', 'OPS', 'PER_ITERATION'], rows)]
 }

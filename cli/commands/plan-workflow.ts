@@ -5,10 +5,17 @@
  *   models and its rules; prints the mode, the predicted iteration time, each
  *   component's GPUs, the `cluster.component_placement` block to paste into
  *   the config, the runners-up and how each cost was derived.
+ *   With --job ID, profile_data comes from the live job's measured run times
+ *   (the acting leader's, through the agent at --socket: GET /v1/jobs/top;
+ *   mesh/policies/workflow/measured-profile-data.ts), and each key says
+ *   whether it was measured, extrapolated to the config's GPUs or taken from
+ *   the config.
  * - F a JSON profiled workflow graph (mesh/policies/workflow/workflow-input.ts),
  *   for graphs RLinf cannot express: GPU ranges per component, collocated or
  *   disaggregated, and the pipeline granularity.
  */
+import { AgentError } from '../../core/errors.ts'
+import { rlinfJobFromMeasurements, type ProfileSource } from '../../mesh/policies/workflow/measured-profile-data.ts'
 import { parseRlinfConfig, type RlinfJob } from '../../mesh/policies/workflow/rlinf-config.ts'
 import { rlinfCostModel } from '../../mesh/policies/workflow/rlinf-cost-models.ts'
 import { componentPlacementOf, planRlinf, type RlinfMode, type RlinfPlacement } from '../../mesh/policies/workflow/rlinf-planner.ts'
@@ -19,24 +26,36 @@ import { readInputFile } from './flags.ts'
 import { formatTable } from './table.ts'
 
 export const planWorkflowCommand: Command = {
-  summary: 'plan GPU placement of an RL workflow: an RLinf config (YAML) or a workflow graph (JSON); local, no agent',
-  usage: 'F',
+  summary: 'plan GPU placement of an RL workflow: an RLinf config (YAML), its profile entered or measured on a live job (--job), or a workflow graph (JSON)',
+  usage: 'F [--job ID]',
+  options: {
+    job: { type: 'string', value: 'ID', description: 'plan from live job ID\'s measured run times (operations run with a component) instead of the config\'s profile_data; asks the agent at --socket. RLinf configs only' },
+  },
   arguments: [{ name: 'F', description: 'an RLinf training config (.yaml, .yml: its profile_data and the keys RLinf\'s auto-placement reads) or a profiled workflow graph (JSON, mesh/policies/workflow/workflow-input.ts)', complete: 'file' }],
   examples: [
     { what: 'plan an RLinf job as RLinf\'s auto-placement would, from its config', run: 'agentctl plan workflow qwen2.5-7b-grpo.yaml' },
+    { what: 'plan it from what live job grpo-small measured, extrapolated to the config\'s GPUs', run: 'agentctl plan workflow qwen2.5-7b-grpo.yaml --job grpo-small' },
     { what: 'plan a workflow graph of our own on the GPUs it names', run: 'agentctl plan workflow math-workflow.json' },
     { what: 'the plan as JSON (mode, iterationS, components, componentPlacement)', run: 'agentctl plan workflow math-workflow.json --json' },
   ],
-  async run ({ positionals }) {
+  async run ({ positionals, values, client, signal }) {
     const path = positionals[0]
     if (path === undefined) throw new UsageError('plan workflow: the workflow file F is required (an RLinf config .yaml or a workflow graph .json)')
+    const rlinf = /\.ya?ml$/i.test(path)
+    const jobId = typeof values.job === 'string' ? values.job : undefined
+    if (jobId !== undefined && !rlinf) throw new UsageError('plan workflow: --job plans an RLinf config (.yaml, .yml) from measurements; a workflow graph carries its own profile')
     const text = await readInputFile(path, 'workflow')
-    return /\.ya?ml$/i.test(path) ? planRlinfConfig(text, path) : planWorkflowGraph(text, path)
+    if (!rlinf) return planWorkflowGraph(text, path)
+    if (jobId === undefined) return planRlinfConfig(parseRlinfConfig(text, path), path)
+    const top = await client.jobsTop({ signal })
+    const live = top.jobs.find(j => j.job === jobId)
+    if (live === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `the leader has run no operation of job ${jobId} (it measures a job's operations while it leads)`)
+    const measured = rlinfJobFromMeasurements(text, path, jobId, live.components)
+    return planRlinfConfig(measured.job, path, measured.sources)
   },
 }
 
-function planRlinfConfig (text: string, path: string): { json: unknown, human: string } {
-  const job = parseRlinfConfig(text, path)
+function planRlinfConfig (job: RlinfJob, path: string, sources?: ProfileSource[]): { json: unknown, human: string } {
   const model = rlinfCostModel(job)
   const plan = planRlinf(model, job.taskType)
   const costModels = model.components.map(c => c.model)
@@ -55,8 +74,9 @@ function planRlinfConfig (text: string, path: string): { json: unknown, human: s
     '',
     'cost models (RLinf\'s, from profile_data):',
     ...costModels.map(m => `  ${m}`),
+    ...(sources === undefined ? [] : ['', 'profile_data:', formatTable(['KEY', 'SOURCE', 'HOW'], sources.map(x => [x.key, x.source, x.detail]))]),
   ].join('\n')
-  return { json: { ...plan, costModels }, human }
+  return { json: { ...plan, costModels, ...(sources !== undefined ? { profileSources: sources } : {}) }, human }
 }
 
 function planWorkflowGraph (text: string, path: string): { json: unknown, human: string } {

@@ -6,7 +6,7 @@
  */
 import { Type, type Static } from '@sinclair/typebox'
 import { jobIdPattern } from '../../../mesh/control/jobs/job-spec.ts'
-import { opNamePattern } from '../../../mesh/control/jobs/op-wire.ts'
+import { opNamePattern, opProfileFields } from '../../../mesh/control/jobs/op-wire.ts'
 import { MemorySpecSchema } from './state.ts'
 export { JobsTopSchema, OpAnswerSchema, opIdPattern, opNamePattern, maxOpJsonBytes, type JobsTop, type OpAnswer } from '../../../mesh/control/jobs/op-wire.ts'
 
@@ -76,4 +76,5 @@ export const OpBodySchema = Type.Object({
   name: Type.String({ description: 'an operation every worker of the job registered' }),
   args: Type.Optional(Type.Unknown({ description: 'JSON for the handlers, at most 64 KiB' })),
   opId: Type.Optional(Type.String({ description: 'idempotency id (default: a fresh one)' })),
+  ...opProfileFields,
 }, { additionalProperties: false })

@@ -82,6 +82,11 @@ def serve(agent, worker_id, stop, parent_alive):
                 if time.monotonic() - unreachable_since > AGENT_GONE_S:
                     print("the agent is gone: exiting", file=sys.stderr, flush=True)
                     return 0
+            elif err.code == "ERR_FORBIDDEN":
+                # The agent does not take this process for the worker: asking again cannot help. Exiting
+                # shows the supervisor (and its log) a crash instead of a worker that looks alive and idle.
+                print(f"fetch refused: {err}", file=sys.stderr, flush=True)
+                return 2
             elif err.code not in RETRYABLE:
                 print(f"fetch failed: {err}", file=sys.stderr, flush=True)
             time.sleep(0.2)

@@ -48,6 +48,7 @@ import { AgentError } from '../../../core/errors.ts'
 import { selectRunnable, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask } from '../../policies/runtime/hrrs.ts'
 import type { JobRecord, JobTable } from './job-table.ts'
 import type { OpDispatch } from './op-dispatch.ts'
+import { createComponentProfile, type ComponentProfile } from './component-profile.ts'
 import type { DispatchAnswer, JobsTop, OpAnswer, OpRequest, RankResult, VersionsAnswer } from './op-wire.ts'
 
 export interface OpSchedulerOptions {
@@ -80,6 +81,8 @@ export interface MeasuredJob {
   queuedMs: number
   /** Mean run time per operation name, ms. */
   byName: Map<string, { count: number, totalMs: number }>
+  /** Run time per workflow component (operations submitted with one). */
+  components: ComponentProfile
 }
 
 export interface OpScheduler {
@@ -137,7 +140,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   }
   const statsOf = (job: string): MeasuredJob => {
     let s = stats.get(job)
-    if (s === undefined) { s = { ops: 0, failed: 0, switches: 0, runMs: 0, switchMs: 0, queuedMs: 0, byName: new Map() }; stats.set(job, s) }
+    if (s === undefined) { s = { ops: 0, failed: 0, switches: 0, runMs: 0, switchMs: 0, queuedMs: 0, byName: new Map(), components: createComponentProfile() }; stats.set(job, s) }
     return s
   }
   const nextVersion = (): number => {
@@ -271,6 +274,8 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     byName.count++
     byName.totalMs += runMs
     s.byName.set(op.request.name, byName)
+    const { component, iteration, granularity } = op.request
+    if (component !== undefined) s.components.record({ component, ...(iteration !== undefined ? { iteration } : {}), ...(granularity !== undefined ? { granularity } : {}) }, job.nodes.length * job.spec.gpusPerNode, runMs)
     const answer: OpAnswer = { job: job.id, opId: op.request.opId, name: op.request.name, ranks, switched, offloadMs, onloadMs, switchMs, runMs, queuedMs, totalMs: endMs - op.submittedMs }
     remember(op.key, { request: op.request, answer })
     op.resolve(answer)
@@ -387,6 +392,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
           job: id, pending: queues.get(id)?.length ?? 0, running: running.get(id)?.key ?? null,
           ops: s?.ops ?? 0, failed: s?.failed ?? 0, switches: s?.switches ?? 0, runMs: s?.runMs ?? 0, switchMs: s?.switchMs ?? 0, queuedMs: s?.queuedMs ?? 0,
           measuredSlowdown: s !== undefined && s.runMs > 0 ? (s.runMs + s.switchMs + s.queuedMs) / s.runMs : null,
+          components: s?.components.samples() ?? [],
         }
       })
       const peers = new Set([...nodeIndex.keys(), ...components.table().jobs.filter(j => j.state === 'RUNNING').flatMap(j => j.nodes)])

@@ -21,11 +21,19 @@ export const opIdPattern = '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$'
 /** Largest JSON of an operation's arguments, and of one rank's result, bytes. */
 export const maxOpJsonBytes = 64 * 1024
 
+/** What an operation tells of its place in the workflow, for the measured profile (component-profile.ts). */
+export const opProfileFields = {
+  component: Type.Optional(Type.String({ pattern: opNamePattern, description: 'the workflow component it is part of (rollout, inference, actor; env, env_rollout): its run time is recorded for `agentctl plan workflow --job`' })),
+  iteration: Type.Optional(Type.Integer({ minimum: 0, description: 'the training iteration it belongs to: a component\'s operations of one iteration add up to its time per iteration (default: an iteration of its own)' })),
+  granularity: Type.Optional(Type.Integer({ minimum: 1, maximum: 2 ** 31, description: 'what it processed at once: environments per instance for env and env_rollout, the batch otherwise' })),
+}
+
 export const OpRequestSchema = Type.Object({
   job: Type.String({ pattern: jobIdPattern }),
   opId: Type.String({ pattern: opIdPattern, description: 'idempotency id: the same id again answers the first run, never runs it twice' }),
   name: Type.String({ pattern: opNamePattern, description: 'an operation every worker of the job registered' }),
   args: Type.Optional(Type.Unknown({ description: 'small JSON handed to every rank\'s handler (at most 64 KiB); bulk data goes through the StateManager or the weights service' })),
+  ...opProfileFields,
 }, { additionalProperties: false })
 export type OpRequest = Static<typeof OpRequestSchema>
 
@@ -123,6 +131,14 @@ export const JobsTopSchema = Type.Object({
     switchMs: Type.Number(),
     queuedMs: Type.Number(),
     measuredSlowdown: Type.Union([Type.Number(), Type.Null()], { description: '(queued + switch + run) / run over this leader\'s operations' }),
+    components: Type.Array(Type.Object({
+      component: Type.String(),
+      gpus: Type.Integer({ description: 'GPUs of the job (nodes × gpusPerNode) when it ran' }),
+      granularity: Type.Union([Type.Integer(), Type.Null()], { description: 'the operations\' granularity (null: not given)' }),
+      iterations: Type.Integer({ description: 'iterations the mean is over (the latest 64)' }),
+      ops: Type.Integer(),
+      iterationMs: Type.Number({ description: 'mean run time per iteration' }),
+    }), { description: 'measured run time per workflow component (operations submitted with component), on this leader' }),
   })),
   switches: Type.Integer(),
   switchMs: Type.Number(),

@@ -3,10 +3,14 @@
 // by the agent through the StateManager; their results are bit-identical to each job run alone.
 // Also: bad registrations and operations (coded 4xx, nothing registered or stored), a worker killed
 // mid-operation (ERR_WORKER_LOST naming the rank, the other job untouched, the restarted worker
-// loaded from the stored state and the job resumed to the same result).
+// loaded from the stored state and the job resumed to the same result). And the job's measured profile:
+// operations run with a component, planned from by `agentctl plan workflow CONFIG --job`.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { spawnAgent, tempDir } from '../../helpers/agent-process.ts'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml'
+import { agentctlMain, repoRoot, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { liveJobSpec, runAlone, startTrainer, twoFakeGpus, type WorkerProcess } from '../../helpers/live-workers.ts'
 import { torchSkipReason } from '../../helpers/python.ts'
 import type { OpAnswer } from '../../../agent/api/wire/workers.ts'
@@ -119,5 +123,43 @@ t.test('two live jobs time-share one node: switched by the agent, bit-identical 
     }
     const next = await agent.client.runOp('jb', { name: 'status' })
     t.same(next.ranks.map(r => r.result), [{ step: 13 }, { step: 13 }], 'jb kept its progress')
+  })
+  t.test('operations run with a component make the job\'s measured profile; plan workflow --job plans an RLinf config from it', async t => {
+    const phases = [['rollout', 150, 1], ['inference', 30, 1], ['actor', 40, 2]] as const
+    for (let iteration = 0; iteration < 3; iteration++) {
+      for (const [component, ms, times] of phases) for (let k = 0; k < times; k++) await agent.client.runOp('jb', { name: 'sleep', args: { ms }, component, iteration })
+    }
+    await t.rejects(agent.client.runOp('jb', { name: 'sleep', args: { ms: 1 }, component: 'bad name!' }), { code: 'ERR_BAD_REQUEST', message: /component/ })
+    await t.rejects(agent.client.runOp('jb', { name: 'sleep', args: { ms: 1 }, component: 'actor', granularity: 0 }), { code: 'ERR_BAD_REQUEST', message: /granularity/ })
+    await t.rejects(agent.client.call('POST', '/v1/jobs/jb/ops', { name: 'sleep', args: { ms: 1 }, component: 'actor', iteration: '1' }), { code: 'ERR_BAD_REQUEST', message: /iteration/ }, 'no coercion')
+    const top = await agent.client.jobsTop()
+    const measured = top.jobs.find(j => j.job === 'jb')!.components
+    t.same(measured.map(c => [c.component, c.gpus, c.granularity, c.iterations, c.ops]), [['actor', 2, null, 3, 6], ['inference', 2, null, 3, 3], ['rollout', 2, null, 3, 3]], 'per component on the job\'s 2 GPUs: 3 iterations; the refused operations recorded nothing')
+    for (const [component, ms, times] of phases) {
+      const c = measured.find(x => x.component === component)!
+      t.ok(c.iterationMs >= ms * times && c.iterationMs < ms * times + 500, `${component}: ${c.iterationMs.toFixed(1)} ms per iteration for ${times} × ${ms} ms of sleep`)
+    }
+    // An RLinf config of 8 GPUs with no profile_data: every cost comes from jb, extrapolated from its 2 GPUs.
+    const config = parseYaml(readFileSync(join(repoRoot, 'examples/rlinf-grpo.yaml'), 'utf8')) as Record<string, any>
+    delete config.profile_data
+    config.cluster = { num_nodes: 1, num_gpus_per_node: 8 }
+    const file = join(dir, 'grpo-8.yaml')
+    writeFileSync(file, stringifyYaml(config))
+    const planned = await runNode(agentctlMain, ['--socket', agent.socketPath, 'plan', 'workflow', file, '--job', 'jb', '--json'])
+    t.equal(planned.code, 0, planned.stderr)
+    const plan = JSON.parse(planned.stdout)
+    t.same(plan.profileSources.map((s: { key: string, source: string }) => [s.key, s.source]), [['profile_data.rollout_cost', 'extrapolated'], ['profile_data.inference_cost', 'extrapolated'], ['profile_data.actor_cost', 'extrapolated']])
+    t.match(plan.profileSources[2].detail, /on 8 GPUs from 0\.\d+ s measured on 2 \(actor of job jb, 3 iterations, 6 ops\)/)
+    t.ok(plan.iterationS > 0 && ['collocated', 'disaggregated'].includes(plan.mode), `a plan: ${plan.mode}, ${plan.iterationS.toFixed(3)} s per iteration`)
+    const human = await runNode(agentctlMain, ['--socket', agent.socketPath, 'plan', 'workflow', file, '--job', 'jb'])
+    t.match(human.stdout, /profile_data:\nKEY\s+SOURCE\s+HOW\nprofile_data.rollout_cost\s+extrapolated/)
+    const topText = await runNode(agentctlMain, ['--socket', agent.socketPath, 'jobs', 'top'])
+    t.match(topText.stdout, /JOB\s+COMPONENT\s+GPUS\s+GRANULARITY\s+ITERATIONS\s+OPS\s+PER_ITERATION\njb\s+actor\s+2\s+-\s+3\s+6\s+0\.\d+ s/)
+    const unknown = await runNode(agentctlMain, ['--socket', agent.socketPath, 'plan', 'workflow', file, '--job', 'nope', '--json'])
+    t.equal(unknown.code, 1)
+    t.match(JSON.parse(unknown.stdout).error, { code: 'ERR_JOB_NOT_FOUND', message: /job nope/ })
+    const graph = await runNode(agentctlMain, ['--socket', agent.socketPath, 'plan', 'workflow', join(repoRoot, 'examples/workflow.json'), '--job', 'jb'])
+    t.equal(graph.code, 2, 'a workflow graph carries its own profile: --job is a usage error')
+    t.match(graph.stderr, /--job plans an RLinf config/)
   })
 })

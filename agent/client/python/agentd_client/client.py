@@ -349,7 +349,8 @@ class AgentClient:
     # agentd_client.worker.Worker; a controller calls run_op.
 
     def run_op(self, job: str, name: str, args: Any = None, *, op_id: Optional[str] = None,
-               timeout_s: Optional[float] = None) -> Dict[str, Any]:
+               component: Optional[str] = None, iteration: Optional[int] = None,
+               granularity: Optional[int] = None, timeout_s: Optional[float] = None) -> Dict[str, Any]:
         """Runs operation ``name`` on every rank of ``job`` (``POST /v1/jobs/:id/ops``); blocks until all ran it.
 
         ``args`` (JSON, at most 64 KiB) goes to every rank's handler; omitted
@@ -362,12 +363,21 @@ class AgentClient:
         long as the operation takes. Errors: ``ERR_JOB_NOT_FOUND``,
         ``ERR_JOB_NOT_RUNNING``, ``ERR_UNKNOWN_OPERATION``, ``ERR_WORKER_MISSING``,
         ``ERR_WORKER_LOST`` / ``ERR_OPERATION_FAILED`` (``details["rank"]``), ``ERR_NODE_LOST``.
+
+        ``component`` (``rollout``, ``inference``, ``actor``; ``env``,
+        ``env_rollout``), ``iteration`` and ``granularity`` (environments per
+        instance for env components, the batch otherwise) put the operation's
+        run time into the job's measured profile, which
+        ``agentctl plan workflow CONFIG --job JOB`` plans from.
         """
         body: Dict[str, Any] = {"name": name}
         if args is not None:
             body["args"] = args
         if op_id is not None:
             body["opId"] = op_id
+        for key, value in (("component", component), ("iteration", iteration), ("granularity", granularity)):
+            if value is not None:
+                body[key] = value
         return self._transport.request("POST", f"/v1/jobs/{quote(job, safe='')}/ops", body, timeout_s=timeout_s)
 
     def workers(self) -> Any:

@@ -8,11 +8,12 @@ import { measuredOpsThreshold, normalizedSpec, parseJobSpec, placementJobOf } fr
 import { guardSlowdowns, placeQueued, requeueLost, submitJob } from '../../../../mesh/control/jobs/job-scheduler.ts'
 import { emptyJobTable, jobTableOf, maxJobEvents, type JobTable } from '../../../../mesh/control/jobs/job-table.ts'
 import type { MeasuredJob } from '../../../../mesh/control/jobs/op-scheduler.ts'
+import { createComponentProfile } from '../../../../mesh/control/jobs/component-profile.ts'
 
 const spec = (id: string) => parseJobSpec({ id, nodes: 1, gpusPerNode: 1, periodS: 100, iterations: 50, segments: [{ offsetS: 0, durationS: 10 }, { offsetS: 50, durationS: 10 }], maxSlowdown: 1.5, switchS: 5, live: true })
 const submit = { contextSwitchS: 5, maxActiveJobs: 16, maxTableBytes: 1 << 20, completedRetained: 4 }
 const nodes = [{ peerId: 'p1', name: 'n1', gpus: 1 }, { peerId: 'p2', name: 'n2', gpus: 1 }]
-const measured = (over: Partial<MeasuredJob> = {}): MeasuredJob => ({ ops: 10, failed: 0, switches: 4, runMs: 20_000, switchMs: 2_000, queuedMs: 0, byName: new Map(), ...over })
+const measured = (over: Partial<MeasuredJob> = {}): MeasuredJob => ({ ops: 10, failed: 0, switches: 4, runMs: 20_000, switchMs: 2_000, queuedMs: 0, byName: new Map(), components: createComponentProfile(), ...over })
 
 t.test('withMeasured writes each live job\'s figures into its record, and only when they changed', async t => {
   let table: JobTable = submitJob(emptyJobTable(1), spec('a'), 0, submit).table
