@@ -63,7 +63,7 @@ import { randomBytes } from 'node:crypto'
 import { open as openFile, readFile, readdir, stat, unlink, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AgentError } from '../../core/errors.ts'
-import { openDirectFile, probeDirectIo, type HostRange } from '../../native/index.ts'
+import { openDirectFile, probeDirectIo, type DirectFile, type HostRange } from '../../native/index.ts'
 import { mkdirDurably, syncDirectory } from '../../core/durable-file.ts'
 import { mapConcurrently } from './map-concurrently.ts'
 import { createSlicer } from './event-loop-slices.ts'
@@ -243,6 +243,8 @@ const concurrentCommits = 4
 const directWriteConcurrency = 4
 /** Alignment of keys in a segment: the smallest direct-I/O alignment (the directory's, when larger, is probed at open for keys written with O_DIRECT). */
 const keyAlignment = 4096
+/** Segment files held open for reads at once (readObject). */
+const openReadHandles = 16
 /** Zeros for the padding between small keys in a gathering write. */
 const padding = Buffer.alloc(keyAlignment)
 /** A mostly dead segment is compacted once none of its keys was removed for this long, ms. */
@@ -342,13 +344,38 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
     return obj
   }
 
-  /** Reads bytes [at, at + dst.length) of a committed object (one file handle per call: compaction may move the key between calls). */
+  /**
+   * Read handles of segment files, least recently used first, at most
+   * openReadHandles. A committed key's bytes never change in place (a
+   * segment is written once under a name never used again; compaction copies
+   * keys to a new segment), so a handle serves any read of its segment: an
+   * onload of thousands of small spilled keys opens each file once, not once
+   * per key. A segment's handle is closed when the segment is removed (an
+   * unlinked file's space is freed only once no handle holds it), or when it
+   * is the least recently used beyond the bound; after its reads in flight.
+   */
+  const readHandles = new Map<string, { file: DirectFile, reads: number, closing: boolean }>()
+  const releaseReadHandle = (name: string): void => {
+    const h = readHandles.get(name)
+    if (h === undefined) return
+    readHandles.delete(name)
+    h.closing = true
+    if (h.reads === 0) h.file.close()
+  }
+
+  /** Reads bytes [at, at + dst.length) of a committed object, through its segment's read handle (the key's placement is read anew per call: compaction may move it between calls). */
   async function readObject (obj: NvmeObject, at: number, dst: HostRange): Promise<void> {
-    const file = openDirectFile(join(objectsDir, obj.object), { directIo })
+    let h = readHandles.get(obj.object)
+    if (h === undefined) h = { file: openDirectFile(join(objectsDir, obj.object), { directIo }), reads: 0, closing: false }
+    readHandles.delete(obj.object)
+    readHandles.set(obj.object, h)
+    while (readHandles.size > openReadHandles) releaseReadHandle(readHandles.keys().next().value!)
+    h.reads++
     try {
-      await file.read(dst, obj.offset + at, io)
+      await h.file.read(dst, obj.offset + at, io)
     } finally {
-      file.close()
+      h.reads--
+      if (h.closing && h.reads === 0) h.file.close()
     }
   }
 
@@ -397,6 +424,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       segments.delete(seg.name)
       deadBytes -= seg.deadBytes
       if (at !== undefined) await at({ point: 'segment-removing', segment: seg.name })
+      releaseReadHandle(seg.name)
       await unlink(join(objectsDir, seg.name)).catch(() => {})
     } else if (seg.deadBytes > seg.liveBytes) {
       seg.compactTimer = setTimeout(() => {
@@ -765,6 +793,7 @@ export function createNvmeTier (options: NvmeTierOptions, components: NvmeTierCo
       if (active !== undefined) seal(active)
       while (background.size > 0) await Promise.allSettled([...background])
       for (const seg of segments.values()) clearTimeout(seg.compactTimer) // a restart's open() finds them again
+      for (const name of [...readHandles.keys()]) releaseReadHandle(name)
       await journal?.close()
       journal = undefined
     },

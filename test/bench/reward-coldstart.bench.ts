@@ -21,10 +21,13 @@
  * workerStartConcurrency 1024, workerKeepWarmMs 0, workerNice 0).
  * Batch 0 starts once the leader has every agent's capacity: the cold start
  * is of the whole batch (a worker per request), not of one agent's share.
+ * Requests take 3 s by default, so that the batch still needs all its
+ * workers when the last of them starts (with 300 ms requests a paced batch
+ * was over after 30-some of the 60 had started, which measured less).
  * The trainer repeats a call its agent did not answer in time (submissions
  * are idempotent by id): a starved agent is measured, not a crashed bench.
  *
- *   node_modules/.bin/node test/bench/reward-coldstart.bench.ts [--runs 1] [--cores 20] [--size 60] [--batches 3] [--stage-ms 300] [--think-ms 2000]
+ *   node_modules/.bin/node test/bench/reward-coldstart.bench.ts [--runs 1] [--cores 20] [--size 60] [--batches 3] [--stage-ms 3000] [--think-ms 2000]
  */
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -40,7 +43,7 @@ const { values } = parseArgs({
     cores: { type: 'string', default: '20' },
     size: { type: 'string', default: '60' },
     batches: { type: 'string', default: '3' },
-    'stage-ms': { type: 'string', default: '300' },
+    'stage-ms': { type: 'string', default: '3000' },
     'think-ms': { type: 'string', default: '2000' },
   },
 })

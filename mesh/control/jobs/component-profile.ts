@@ -13,6 +13,9 @@
  * - Each (component, GPUs, granularity) keeps its latest `keptIterations`
  *   iterations (the profile follows the job as it warms up; memory stays
  *   bounded however long the job runs). The figure given is their mean.
+ * - At most `keptSeries` series per job: a new one beyond that replaces the
+ *   one least recently added to (a controller that sends a new granularity
+ *   with every operation costs the leader bounded memory).
  * Operations without `component` are not recorded here.
  */
 import type { ComponentSample } from '../../policies/workflow/measured-profile-data.ts'
@@ -26,6 +29,8 @@ export interface ComponentProfile {
 
 /** Iterations kept per (component, GPUs, granularity). */
 export const keptIterations = 64
+/** Series (component, GPUs, granularity) kept per job. */
+export const keptSeries = 64
 
 export function createComponentProfile (): ComponentProfile {
   const series = new Map<string, { component: string, gpus: number, granularity: number | null, iterations: Map<string, { ms: number, ops: number }> }>()
@@ -35,7 +40,11 @@ export function createComponentProfile (): ComponentProfile {
       const granularity = op.granularity ?? null
       const key = JSON.stringify([op.component, gpus, granularity])
       let s = series.get(key)
-      if (s === undefined) series.set(key, s = { component: op.component, gpus, granularity, iterations: new Map() })
+      if (s === undefined) s = { component: op.component, gpus, granularity, iterations: new Map() }
+      // Re-inserted last: the map's order is the order series were last added to.
+      series.delete(key)
+      series.set(key, s)
+      if (series.size > keptSeries) series.delete(series.keys().next().value!)
       const iteration = op.iteration !== undefined ? `i${op.iteration}` : `op${unnumbered++}`
       const entry = s.iterations.get(iteration) ?? { ms: 0, ops: 0 }
       entry.ms += runMs

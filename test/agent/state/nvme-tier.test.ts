@@ -2,7 +2,7 @@
 // segment removal and compaction, and a writer killed mid-commit.
 import t, { type Test } from 'tap'
 import { spawn } from 'node:child_process'
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { compactionQuietMs, createNvmeTier, type NvmeTier } from '../../../agent/state/nvme-tier.ts'
@@ -139,6 +139,28 @@ if (capabilities.addon.loaded) {
     t.teardown(() => again.close())
     t.equal(again.usedBytes(), 22 * 4096, 'no dead bytes left')
     t.ok(await readBack(t, again, keys.slice(26)), 'the re-pointed keys and the untouched ones read back byte-exact')
+  })
+
+  t.test('reads hold a bounded number of segment files open, and none of a removed segment (its space is freed)', async t => {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 8 * 1024 })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, Array.from({ length: 48 }, () => 4096))
+    for (let g = 0; g < 24; g++) await Promise.all(keys.slice(2 * g, 2 * g + 2).map(k => tier.put(k.key, k.range, k.checksum)))
+    t.equal(new Set(keys.map(k => tier.get(k.key)!.object)).size, 24, 'two keys per 8 KiB segment: 24 segments')
+    const objects = join(dir, 'objects')
+    const held = (): string[] => readdirSync('/proc/self/fd').flatMap(fd => {
+      try { return [readlinkSync(join('/proc/self/fd', fd))] } catch { return [] }
+    }).filter(target => target.startsWith(objects))
+    t.ok(await readBack(t, tier, keys), 'every key reads back, twice over each segment')
+    t.ok(await readBack(t, tier, [...keys].reverse()), 'and again in the other order')
+    // The segment still being appended to has its write handle besides.
+    t.ok(held().length > 0 && held().length <= 17, `${held().length} segment files held open: at most 16 for reads, one for appends`)
+    for (const k of keys) await tier.remove(k.key)
+    t.ok(readdirSync(objects).length <= 1, 'every sealed segment went with its keys (the one being appended to stays)')
+    t.same(held().filter(target => target.endsWith(' (deleted)')), [], 'and no handle keeps a removed segment\'s space')
+    t.ok(held().length <= 1, 'nothing but the append handle is held')
   })
 
   t.test('a large key with an unaligned tail does not cut the keys another group appended to its segment meanwhile', async t => {

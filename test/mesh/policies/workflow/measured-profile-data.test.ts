@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import { stringify } from 'yaml'
 import { rlinfJobFromMeasurements, type ComponentSample } from '../../../../mesh/policies/workflow/measured-profile-data.ts'
 import { rlinfCostModel } from '../../../../mesh/policies/workflow/rlinf-cost-models.ts'
-import { createComponentProfile, keptIterations } from '../../../../mesh/control/jobs/component-profile.ts'
+import { createComponentProfile, keptIterations, keptSeries } from '../../../../mesh/control/jobs/component-profile.ts'
 import { repoRoot } from '../../../helpers/agent-process.ts'
 
 // 128 GPUs; rollout tp 1 with 64 requests per instance against 128 × 16 requests; actor and inference mp 2.
@@ -100,4 +100,9 @@ t.test('the component profile: one iteration sums its operations, the latest ite
   ])
   for (let i = 0; i < keptIterations + 10; i++) p.record({ component: 'actor', iteration: 100 + i }, 8, i < 10 ? 1000 : 10)
   t.match(p.samples()[0], { iterations: keptIterations, iterationMs: 10 }, `the latest ${keptIterations} iterations`)
+  // A new granularity with every operation: the series stay bounded, the latest kept.
+  for (let g = 1; g <= 10 * keptSeries; g++) p.record({ component: 'env', granularity: g }, 8, g)
+  const env = p.samples().filter(s => s.component === 'env')
+  t.equal(p.samples().length, keptSeries, `${keptSeries} series at most`)
+  t.same(env.map(s => s.granularity), Array.from({ length: keptSeries }, (_, i) => 10 * keptSeries - keptSeries + 1 + i), 'the most recently added to')
 })
