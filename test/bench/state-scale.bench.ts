@@ -13,6 +13,12 @@
  *    the same count of keys offloaded into a pool without holes. Goal: within
  *    2x (allocation does not scan the free list).
  *
+ * 3. Onload back: after each run of 1, `--keys`/100 keys (the first ones,
+ *    which the spilling run moved to NVMe) onloaded in 1,000-key batches,
+ *    from NVMe vs from the fitting run's host pool: the cost per key of
+ *    reading a spilled key back (what a job's context switch-in pays per
+ *    spilled tensor).
+ *
  * The event loop's lag p99 while each run offloads (what API answers wait for).
  *
  * Default watermarks (0.9 / 0.75). Each figure is the median of `--runs`
@@ -66,6 +72,22 @@ async function offloadBatches (sm: StateManager, tag: string, first: number, cou
   return ms
 }
 
+/** Onloads keys `first`.. in 1,000-key batches, `count` batches, into the scratch memory; each batch's latency, ms, and the keys read from NVMe. */
+async function onloadBatches (sm: StateManager, tag: string, first: number, count: number): Promise<{ ms: number[], fromNvme: number }> {
+  const ms: number[] = []
+  let fromNvme = 0
+  for (let b = 0; b < count; b++) {
+    const batchItems = Array.from({ length: batch }, (_, i) => ({ key: keyOf(tag, first + b * batch + i), target: { kind: 'shm' as const, name: src, offset: i * keyBytes } }))
+    const start = process.hrtime.bigint()
+    const results = await sm.onload(batchItems)
+    ms.push(Number(process.hrtime.bigint() - start) / 1e6)
+    fromNvme += results.filter(r => r.fromTier === 'nvme').length
+    await yieldLoop()
+  }
+  return { ms, fromNvme }
+}
+const onloadBatchCount = Math.max(1, Math.floor(keyCount / 100 / batch))
+
 const fitsAllBytes = Math.ceil(keyCount * keyBytes / 0.85 / MiB) * MiB
 const tenthBytes = Math.max(MiB, Math.ceil(keyCount * keyBytes / 10 / MiB) * MiB)
 
@@ -76,8 +98,8 @@ const tenthBytes = Math.max(MiB, Math.ceil(keyCount * keyBytes / 10 / MiB) * MiB
   await stop()
 }
 
-const spill = { p50: [] as number[], p99: [] as number[], max: [] as number[], spilled: [] as number[], lagP99: [] as number[] }
-const fit = { p50: [] as number[], p99: [] as number[], max: [] as number[], lagP99: [] as number[] }
+const spill = { p50: [] as number[], p99: [] as number[], max: [] as number[], spilled: [] as number[], lagP99: [] as number[], onload: [] as number[], fromNvme: [] as number[] }
+const fit = { p50: [] as number[], p99: [] as number[], max: [] as number[], lagP99: [] as number[], onload: [] as number[], fromNvme: [] as number[] }
 const frag = { holes: [] as number[], fresh: [] as number[], fragmentation: [] as number[], freeExtents: [] as number[] }
 for (let r = 0; r < runs; r++) {
   {
@@ -85,6 +107,8 @@ for (let r = 0; r < runs; r++) {
     let ms: number[] = []
     fit.lagP99.push((await timedWithLoopLag(async () => { ms = await offloadBatches(sm, `fit${r}`, 0, batches) })).lagP99Ms)
     fit.p50.push(median(ms)); fit.p99.push(percentile(ms, 99)); fit.max.push(Math.max(...ms))
+    const back = await onloadBatches(sm, `fit${r}`, 0, onloadBatchCount)
+    fit.onload.push(median(back.ms)); fit.fromNvme.push(back.fromNvme)
     await stop()
   }
   {
@@ -93,6 +117,8 @@ for (let r = 0; r < runs; r++) {
     spill.lagP99.push((await timedWithLoopLag(async () => { ms = await offloadBatches(sm, `spill${r}`, 0, batches) })).lagP99Ms)
     spill.p50.push(median(ms)); spill.p99.push(percentile(ms, 99)); spill.max.push(Math.max(...ms))
     spill.spilled.push(sm.residency('bench/none').counters.spilled)
+    const back = await onloadBatches(sm, `spill${r}`, 0, onloadBatchCount)
+    spill.onload.push(median(back.ms)); spill.fromNvme.push(back.fromNvme)
     await stop()
   }
   {
@@ -120,6 +146,8 @@ console.log(`offload into a pool that fits them all (${fitsAllBytes / MiB} MiB, 
 console.log(`offload into a pool holding a tenth (${tenthBytes / MiB} MiB, ~${Math.round(median(spill.spilled))} keys spilled): batch p50 ${fmt(spill.p50)} ${runsOf(spill.p50)}  p99 ${fmt(spill.p99)}  max ${fmt(spill.max)} ${runsOf(spill.max)}`)
 console.log(`event-loop lag p99 while offloading: fitting median ${median(fit.lagP99).toFixed(1)} ms ${runsOf(fit.lagP99)}, spilling median ${median(spill.lagP99).toFixed(1)} ms ${runsOf(spill.lagP99)}`)
 console.log(`spilling / fitting batch latency: p50 median ${(median(spill.p50) / median(fit.p50)).toFixed(2)} x  max median ${(median(spill.max) / median(fit.max)).toFixed(2)} x (goal max <= 4)`)
+const perKeyUs = (xs: number[]): string => `${(median(xs) * 1000 / batch).toFixed(1)} µs per key`
+console.log(`onload ${onloadBatchCount * batch} keys back in ${batch}-key batches: from the host pool (baseline; ${median(fit.fromNvme)} from NVMe) batch ${fmt(fit.onload)} ${runsOf(fit.onload)} = ${perKeyUs(fit.onload)}; from NVMe (${median(spill.fromNvme)} of them) batch ${fmt(spill.onload)} ${runsOf(spill.onload)} = ${perKeyUs(spill.onload)}; NVMe / host ${(median(spill.onload) / median(fit.onload)).toFixed(2)} x`)
 console.log(`offload ${batch} keys into a pool of ${keyCount / 2} resident keys, no holes (baseline): ${fmt(frag.fresh)} ${runsOf(frag.fresh)}`)
 console.log(`offload ${batch} keys into ${keyCount / 2} 4 KiB holes (every other key dropped; reported fragmentation ${median(frag.fragmentation).toFixed(3)}): ${fmt(frag.holes)} ${runsOf(frag.holes)}`)
 console.log(`holes / no holes: median ${(median(frag.holes) / median(frag.fresh)).toFixed(2)} x (goal <= 2)`)
