@@ -56,8 +56,14 @@ export interface LeaderCallOptions {
 }
 
 export interface LeaderCalls {
-  /** Answers `method` with `handler` while this agent acts as leader; returns the unregistration. */
-  handle(method: string, handler: LeaderCallHandler): () => void
+  /**
+   * Answers `method` with `handler` while this agent acts as leader; returns
+   * the unregistration. With `signal`, it is also unregistered when the
+   * signal aborts, and nothing is registered if it already has (a leader task
+   * whose start-up outlived its epoch's acting must not keep the method: the
+   * next acting could not register it, and would fail to start for ever).
+   */
+  handle(method: string, handler: LeaderCallHandler, signal?: AbortSignal): () => void
   /** Runs `method` on the acting leader (here when this agent acts) and returns its result. */
   call(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
   /**
@@ -138,11 +144,14 @@ export function createLeaderCalls (c: LeaderCallsComponents): LeaderCalls {
     new AgentError(isErrorCode(a.code) ? a.code : 'ERR_INTERNAL', a.message)
 
   return {
-    handle (method, handler) {
+    handle (method, handler, signal) {
       if (!methodPattern.test(method)) throw new AgentError('ERR_ARG_INVALID', `leader-call method ${JSON.stringify(method)} must match ${methodPattern}`)
+      if (signal?.aborted === true) return () => {}
       if (handlers.has(method)) throw new AgentError('ERR_ARG_INVALID', `leader-call method ${method} is already handled`)
       handlers.set(method, handler)
-      return () => { if (handlers.get(method) === handler) handlers.delete(method) }
+      const unregister = (): void => { if (handlers.get(method) === handler) handlers.delete(method) }
+      signal?.addEventListener('abort', unregister, { once: true })
+      return unregister
     },
 
     async call (method, body, options = {}) {

@@ -437,10 +437,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
         await decide('leader', { leader: self, epoch: a.epoch, voters: election.voters() })
       }
       a.tookOver.resolve()
-      const handleCalls = (method: string, handler: LeaderCallHandler): void => {
-        const unregister = calls.handle(method, handler)
-        controller.signal.addEventListener('abort', unregister, { once: true })
-      }
+      // Bound to this acting: a task still starting when acting stopped registers nothing afterwards.
+      const handleCalls = (method: string, handler: LeaderCallHandler): void => { calls.handle(method, handler, controller.signal) }
       handleCalls(stateCallMethod, async () => stateBatch({ ...a, committed: a.committed! }))
       const context: LeaderContext = { epoch: a.epoch, signal: controller.signal, decide, barrier, desiredState: () => replicated.snapshot(election.voterSetId()).entries, handleCalls }
       for (const task of components.leaderTasks) {

@@ -160,6 +160,9 @@ export async function runJepsen (lab: NetnsLab, cluster: ElectionCluster, option
       if (performance.now() - began > 30_000) {
         // An agent that does not answer: whether it still runs, and the end of its log.
         const silent = agents.filter((_, i) => views[i] === undefined).map(a => `--- ${a.name} (${a.proc.exitCode === null && a.proc.signalCode === null ? 'running' : `exited ${a.proc.exitCode ?? a.proc.signalCode}`}):\n${a.output().slice(-3000)}`)
+        // The named leader's own account: when it acted, stopped acting and why (the last 40 such lines).
+        const named = agents.find(a => views.some(v => v?.leaderId !== undefined && v.leaderId === a.peerId))
+        if (named !== undefined) silent.push(`--- ${named.name}, named leader, its leadership log:\n${named.output().split('\n').filter(line => /"msg":"(leader|election)[^"]*"/.test(line)).slice(-40).join('\n')}`)
         throw new Error(`no convergence 30 s after a heal (target: ${targetFrom || 'no agent acting'}): ${views.map(v => v === undefined ? 'no answer' : `${v.selfId.slice(-6)} ${v.self}${v.acting ? ' acting' : ''} commit ${v.commitSeq ?? '-'} leader ${v.leaderId?.slice(-6)} e${v.epoch} applied ${v.applied.epoch}/${v.applied.seq}`).join('; ')}\n${silent.join('\n')}`)
       }
       await sleep(25)

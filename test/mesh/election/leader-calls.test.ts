@@ -78,6 +78,22 @@ t.test('handler errors keep their code and are not retried; unknown methods and 
   t.throws(() => b.calls.handle('crash', async () => 1), { code: 'ERR_ARG_INVALID', message: /already handled/ })
 })
 
+t.test('a method bound to a signal goes when it aborts; one bound to an aborted signal is never registered', async t => {
+  const [a, b] = await startAgents(t, 2) as [Agent, Agent]
+  lead([a, b], b)
+  const acting = new AbortController()
+  b.calls.handle('m', async () => 1, acting.signal)
+  t.equal(await a.calls.call('m', null), 1)
+  acting.abort()
+  await t.rejects(a.calls.call('m', null), { code: 'ERR_NOT_FOUND' }, 'gone with its acting')
+  // A leader task whose start() was still running when acting stopped registers late: that must leave the
+  // method free, or the next acting's start-up fails on "already handled" for as long as the epoch lasts.
+  b.calls.handle('m', async () => 2, acting.signal)
+  await t.rejects(a.calls.call('m', null), { code: 'ERR_NOT_FOUND' }, 'a late registration registers nothing')
+  b.calls.handle('m', async () => 3, new AbortController().signal)
+  t.equal(await a.calls.call('m', null), 3, 'the next acting registers it')
+})
+
 t.test('with no acting leader the call fails after its timeout; unregistered methods stop answering', async t => {
   const [a, b] = await startAgents(t, 2) as [Agent, Agent]
   const unregister = b.calls.handle('m', async () => 1)
