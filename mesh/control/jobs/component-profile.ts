@@ -39,20 +39,10 @@ export function createComponentProfile (): ComponentProfile {
     record (op, gpus, runMs) {
       const granularity = op.granularity ?? null
       const key = JSON.stringify([op.component, gpus, granularity])
-      let s = series.get(key)
-      if (s === undefined) s = { component: op.component, gpus, granularity, iterations: new Map() }
-      // Re-inserted last: the map's order is the order series were last added to.
-      series.delete(key)
-      series.set(key, s)
-      if (series.size > keptSeries) series.delete(series.keys().next().value!)
-      const iteration = op.iteration !== undefined ? `i${op.iteration}` : `op${unnumbered++}`
-      const entry = s.iterations.get(iteration) ?? { ms: 0, ops: 0 }
+      const s = touch(series, key, keptSeries, () => ({ component: op.component, gpus, granularity, iterations: new Map() }))
+      const entry = touch(s.iterations, op.iteration !== undefined ? `i${op.iteration}` : `op${unnumbered++}`, keptIterations, () => ({ ms: 0, ops: 0 }))
       entry.ms += runMs
       entry.ops++
-      // Re-inserted last: the map's order is the order iterations were last added to.
-      s.iterations.delete(iteration)
-      s.iterations.set(iteration, entry)
-      if (s.iterations.size > keptIterations) s.iterations.delete(s.iterations.keys().next().value!)
     },
     samples () {
       return [...series.values()].map(s => {
@@ -68,4 +58,13 @@ export function createComponentProfile (): ComponentProfile {
       }).sort((a, b) => a.component.localeCompare(b.component) || a.gpus - b.gpus || (a.granularity ?? 0) - (b.granularity ?? 0))
     },
   }
+}
+
+/** The entry of `key` (made by `create` if new), moved last in `map`'s order; the first entries go beyond `bound`: map order is least recently touched first. */
+function touch<V> (map: Map<string, V>, key: string, bound: number, create: () => V): V {
+  const value = map.get(key) ?? create()
+  map.delete(key)
+  map.set(key, value)
+  if (map.size > bound) map.delete(map.keys().next().value!)
+  return value
 }

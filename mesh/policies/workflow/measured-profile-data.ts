@@ -10,10 +10,12 @@
  *   iteration is the cost at its own GPU count g. RLinf's keys are the cost
  *   collocated on all G GPUs: at g = G the measurement is the key
  *   ("measured"); otherwise the component's cost model (rlinf-cost-models.ts)
- *   is inverted from g to G ("extrapolated"): Megatron c = m·(1 + clamp(s/10,
- *   0.1, 0.9))/s with s = G/g (g ≠ G); rollout c = m while its instances at g hold the
- *   whole batch, else m·g/G. Of several GPU counts the one nearest G is used;
- *   granularities at that count are pooled (weighted by iterations).
+ *   is inverted from g to G ("extrapolated"): c = m / scale(g), with the
+ *   scale the forward model uses (megatronScale, rolloutScale): Megatron
+ *   c = m·(1 + clamp(s/10, 0.1, 0.9))/s with s = G/g; rollout c = m while its
+ *   instances at g hold the whole batch, else m·g/G. Of several GPU counts
+ *   the one nearest G is used; granularities at that count are pooled
+ *   (weighted by iterations).
  * - embodied: `env` → env_profile_data and `env_rollout` →
  *   rollout_profile_data, one point per measured granularity (environments
  *   per instance; a point per instance, so the job's GPU count does not
@@ -24,9 +26,9 @@
  *   whose operations would fill it.
  * The config's other keys are read as without --job (rlinf-config.ts).
  */
-import { parse as parseYaml } from 'yaml'
 import { AgentError } from '../../../core/errors.ts'
-import { parseRlinfConfig, type RlinfJob } from './rlinf-config.ts'
+import { parseRlinfConfig, parseRlinfRoot, type RlinfJob } from './rlinf-config.ts'
+import { megatronScale, rolloutScale } from './rlinf-cost-models.ts'
 
 /** One measured series of a live job's component (what `GET /v1/jobs/top` gives per job: mesh/control/jobs/component-profile.ts). */
 export interface ComponentSample {
@@ -60,14 +62,7 @@ const placeholders: Record<string, unknown> = {
 
 /** Parses `text` (RLinf YAML) with profile_data filled from `samples` of live job `jobId`; throws ERR_WORKFLOW_INVALID. */
 export function rlinfJobFromMeasurements (text: string, source: string, jobId: string, samples: readonly ComponentSample[]): MeasuredRlinfJob {
-  let root: unknown
-  try {
-    root = parseYaml(text)
-  } catch (err) {
-    throw new AgentError('ERR_WORKFLOW_INVALID', `${source} is not YAML: ${(err as Error).message}`, { cause: err })
-  }
-  if (typeof root !== 'object' || root === null || Array.isArray(root)) throw new AgentError('ERR_WORKFLOW_INVALID', `${source}: not a mapping of keys`)
-  const config = root as Record<string, unknown>
+  const config = parseRlinfRoot(text, source)
   const given = isMapping(config.profile_data) ? config.profile_data : {}
   const actorKey = Object.hasOwn(given, 'trainer_cost') ? 'trainer_cost' : 'actor_cost'
   // The shape of the job (GPUs, batch, parallelism) with the config's own profile where it has one.
@@ -93,18 +88,11 @@ export function rlinfJobFromMeasurements (text: string, source: string, jobId: s
       : { key: `profile_data.${key}`, source: 'extrapolated', detail: `${seconds.toFixed(3)} s on ${shape.totalGpus} GPUs from ${(pick.iterationMs / 1000).toFixed(3)} s measured on ${pick.gpus} (${component} of job ${jobId}, ${over})` })
   }
   const G = shape.totalGpus
-  const megatron = (s: ComponentSample): number => {
-    // On all G GPUs the model is the collocated cost itself (rlinf-cost-models.ts).
-    if (s.gpus === G) return s.iterationMs / 1000
-    const scale = G / s.gpus
-    return s.iterationMs / 1000 * (1 + Math.min(0.9, Math.max(scale / 10, 0.1))) / scale
-  }
+  // The cost model's own scale from G to the measured count, undone.
+  const megatron = (s: ComponentSample): number => s.iterationMs / 1000 / megatronScale(G, s.gpus)
   if (shape.taskType === 'reasoning') {
-    cost('rollout_cost', 'rollout', s => {
-      const perInstance = Math.ceil(shape.maxRunningRequests * (shape.maxRunningRequests >= 128 ? 0.9 : 1))
-      const holdsBatch = Math.floor(s.gpus / shape.modelParallel.rollout) * perInstance >= shape.rolloutBatchSize * shape.groupSize
-      return holdsBatch ? s.iterationMs / 1000 : s.iterationMs / 1000 * s.gpus / G
-    })
+    const { modelParallel, maxRunningRequests, rolloutBatchSize, groupSize } = shape
+    cost('rollout_cost', 'rollout', s => s.iterationMs / 1000 / rolloutScale(G, s.gpus, modelParallel.rollout, maxRunningRequests, rolloutBatchSize * groupSize))
     if (shape.recomputeLogprobs) cost('inference_cost', 'inference', megatron)
     cost(actorKey, 'actor', megatron)
   } else {

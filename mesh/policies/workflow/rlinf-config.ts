@@ -52,8 +52,8 @@ export type RlinfJob = RlinfReasoningJob | RlinfEmbodiedJob
 /** RLinf's Cluster counts the GPUs it finds; a config file need not say. */
 const defaultGpusPerNode = 8
 
-/** Parses RLinf YAML text (or an already parsed value); throws ERR_WORKFLOW_INVALID naming every bad key. */
-export function parseRlinfConfig (input: unknown, source = 'RLinf config'): RlinfJob {
+/** The config's top-level mapping from YAML text (or an already parsed value); throws ERR_WORKFLOW_INVALID. */
+export function parseRlinfRoot (input: unknown, source = 'RLinf config'): Record<string, unknown> {
   let root = input
   if (typeof input === 'string') {
     try {
@@ -63,7 +63,12 @@ export function parseRlinfConfig (input: unknown, source = 'RLinf config'): Rlin
     }
   }
   if (typeof root !== 'object' || root === null || Array.isArray(root)) throw new AgentError('ERR_WORKFLOW_INVALID', `${source}: not a mapping of keys`)
-  const reader = createKeyReader(root as Record<string, unknown>)
+  return root as Record<string, unknown>
+}
+
+/** Parses RLinf YAML text (or an already parsed value); throws ERR_WORKFLOW_INVALID naming every bad key. */
+export function parseRlinfConfig (input: unknown, source = 'RLinf config'): RlinfJob {
+  const reader = createKeyReader(parseRlinfRoot(input, source))
   const job = readJob(reader)
   if (reader.issues.length > 0 || job === undefined) {
     throw new AgentError('ERR_WORKFLOW_INVALID', `${source}: ${reader.issues.map(i => `${i.key}: ${i.message}`).join('; ')}`, { details: { issues: reader.issues } })

@@ -104,13 +104,26 @@ function embodiedCosts (job: RlinfEmbodiedJob): RlinfCostModel {
   }
 }
 
+/** Megatron's cost on g GPUs over its collocated cost on G: s / (1 + clamp(s/10, 0.1, 0.9)), s = G/g; 1 at g = G. */
+export function megatronScale (G: number, g: number): number {
+  if (g === G) return 1
+  const s = G / g
+  return s / (1 + Math.min(0.9, Math.max(s / 10, 0.1)))
+}
+
+/** Rollout's cost on g GPUs over its collocated cost on G: 1 while its instances hold all `requests` at once, else G/g. */
+export function rolloutScale (G: number, g: number, modelParallel: number, maxRunningRequests: number, requests: number): number {
+  if (g === G) return 1
+  const perInstance = Math.ceil(maxRunningRequests * (maxRunningRequests >= 128 ? 0.9 : 1))
+  return Math.floor(g / modelParallel) * perInstance >= requests ? 1 : G / g
+}
+
 /** Megatron's per-group-batch cost on g GPUs from `collocated` on G (NaN where g is not a valid dp × mp). */
 export function megatronCosts (G: number, collocated: number, modelParallel: number, trainerBatch: number, groupSize: number): Float64Array {
   const table = new Float64Array(G + 1).fill(Number.NaN)
   for (let dp = 1; dp * modelParallel < G; dp++) {
     if (trainerBatch % (dp * groupSize) !== 0) continue
-    const s = G / (dp * modelParallel)
-    table[dp * modelParallel] = collocated * s / (1 + Math.min(0.9, Math.max(s / 10, 0.1)))
+    table[dp * modelParallel] = collocated * megatronScale(G, dp * modelParallel)
   }
   table[G] = collocated
   return table
@@ -119,10 +132,7 @@ export function megatronCosts (G: number, collocated: number, modelParallel: num
 /** Rollout's per-group-batch cost on g GPUs (NaN where g is not a multiple of its model-parallel size). */
 export function rolloutCosts (G: number, collocated: number, modelParallel: number, maxRunningRequests: number, requests: number): Float64Array {
   const table = new Float64Array(G + 1).fill(Number.NaN)
-  const perInstance = Math.ceil(maxRunningRequests * (maxRunningRequests >= 128 ? 0.9 : 1))
-  for (let g = modelParallel; g < G; g += modelParallel) {
-    table[g] = (g / modelParallel) * perInstance >= requests ? collocated : collocated * (G / g)
-  }
+  for (let g = modelParallel; g < G; g += modelParallel) table[g] = collocated * rolloutScale(G, g, modelParallel, maxRunningRequests, requests)
   table[G] = collocated
   return table
 }

@@ -49,6 +49,17 @@ if (capabilities.addon.loaded) {
     return { pool, keys }
   }
   /** Reads every key back through a fresh pool extent. */
+  /** An open tier of `segmentBytes` segments holding `count` 4 KiB keys, put `perGroup` at a time (one group commit each); closed at teardown. */
+  async function tierOfGroups (t: Test, segmentBytes: number, count: number, perGroup: number) {
+    const dir = diskDir(t)
+    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes })
+    await tier.open()
+    t.teardown(() => tier.close())
+    const { keys } = await keysInPool(t, Array.from({ length: count }, () => 4096))
+    for (let g = 0; g < count / perGroup; g++) await Promise.all(keys.slice(perGroup * g, perGroup * (g + 1)).map(k => tier.put(k.key, k.range, k.checksum)))
+    return { dir, tier, keys }
+  }
+
   async function readBack (t: Test, tier: NvmeTier, keys: Array<{ key: string, data: Buffer }>): Promise<boolean> {
     const pool = await createHostPool({ sizeBytes: 2 ** 22, lock: false, hugePages: false, registerCuda: false })
     try {
@@ -142,12 +153,7 @@ if (capabilities.addon.loaded) {
   })
 
   t.test('reads hold a bounded number of segment files open, and none of a removed segment (its space is freed)', async t => {
-    const dir = diskDir(t)
-    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 8 * 1024 })
-    await tier.open()
-    t.teardown(() => tier.close())
-    const { keys } = await keysInPool(t, Array.from({ length: 48 }, () => 4096))
-    for (let g = 0; g < 24; g++) await Promise.all(keys.slice(2 * g, 2 * g + 2).map(k => tier.put(k.key, k.range, k.checksum)))
+    const { dir, tier, keys } = await tierOfGroups(t, 8 * 1024, 48, 2)
     t.equal(new Set(keys.map(k => tier.get(k.key)!.object)).size, 24, 'two keys per 8 KiB segment: 24 segments')
     const objects = join(dir, 'objects')
     const held = (): string[] => readdirSync('/proc/self/fd').flatMap(fd => {
@@ -183,12 +189,7 @@ if (capabilities.addon.loaded) {
   })
 
   t.test('a segment\'s file stays until every removal from it is durable', async t => {
-    const dir = diskDir(t)
-    const tier = createNvmeTier({ dir, capacityBytes: 64 * 2 ** 20, segmentBytes: 64 * 1024 })
-    await tier.open()
-    t.teardown(() => tier.close())
-    const { keys } = await keysInPool(t, Array.from({ length: 32 }, () => 4096))
-    for (let g = 0; g < 2; g++) await Promise.all(keys.slice(16 * g, 16 * g + 16).map(k => tier.put(k.key, k.range, k.checksum)))
+    const { dir, tier, keys } = await tierOfGroups(t, 64 * 1024, 32, 16)
     const file = join(dir, 'objects', tier.get(keys[0]!.key)!.object)
     for (const k of keys.slice(0, 14)) await tier.remove(k.key)
     const first = tier.remove(keys[14]!.key)
