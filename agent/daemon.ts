@@ -212,7 +212,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       id: 'inventory',
       requires: [],
       async create (context) {
-        const probe = { hostname: config.node.name, ...(config.inventory.gpus !== undefined ? { gpuOverride: config.inventory.gpus } : {}) }
+        const probe = { hostname: config.node.name, nvidiaSmiCommand: config.inventory.nvidiaSmiCommand, ...(config.inventory.gpus !== undefined ? { gpuOverride: config.inventory.gpus } : {}) }
         const inventory = await probeInventory(probe)
         const devices = inventory.gpus.devices
         if (config.inventory.gpuSampleIntervalMs === 0 || devices.length === 0) return constantSubsystem({ inventory })

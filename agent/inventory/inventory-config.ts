@@ -19,7 +19,7 @@ export const InventorySection = Type.Object({
   }),
   nvidiaSmiCommand: Type.String({
     minLength: 1,
-    description: 'The nvidia-smi executable used for GPU sampling (a bare name is looked up on PATH). Default: "nvidia-smi".',
+    description: 'The nvidia-smi executable GPUs are detected (at start) and sampled with (a bare name is looked up on PATH). Default: "nvidia-smi".',
   }),
 }, { additionalProperties: false })
 

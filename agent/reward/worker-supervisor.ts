@@ -12,7 +12,9 @@
  * Workers: slot i of stage s is `<node name>/<s>/<i>`, environment
  * AGENTD_SOCKET (this agent's API), AGENTD_REWARD_STAGE, AGENTD_REWARD_WORKER_ID;
  * a gpu-stage worker holds one GPU of this node exclusively
- * (CUDA_VISIBLE_DEVICES=<index>), a cpu-stage worker gets CUDA_VISIBLE_DEVICES=""
+ * (CUDA_VISIBLE_DEVICES=<index>, the inventory's index: with
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA numbers GPUs as nvidia-smi does, not
+ * fastest first), a cpu-stage worker gets CUDA_VISIBLE_DEVICES=""
  * (it accounts coresPerWorker cores in the placement; no pinning).
  * A worker that exits without being asked is restarted after
  * workerRestartBackoffMs, doubling per crash in a row up to 64×; one that ran
@@ -195,6 +197,7 @@ export function createWorkerSupervisor (options: WorkerSupervisorOptions, compon
       AGENTD_REWARD_STAGE: slot.stage.name,
       AGENTD_REWARD_WORKER_ID: slot.workerId,
       CUDA_VISIBLE_DEVICES: slot.gpu !== undefined ? String(slot.gpu) : '',
+      CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
     }
     const proc = spawn(command!, args, { env, stdio: ['ignore', 'ignore', 'pipe'] })
     if (proc.pid !== undefined && workerNiceness !== undefined) {

@@ -154,6 +154,20 @@ export async function spawnAgent (t: Teardown, options: SpawnOptions = {}): Prom
   return agent
 }
 
+/**
+ * Polls GET /v1/leader until this (single dev) agent acts as leader with its
+ * leader tasks started, so a decision made next is taken: being named leader
+ * comes first, and until it acts a decision is ERR_NOT_LEADER.
+ */
+export async function untilActing (agent: AgentProcess, timeoutMs = 20_000): Promise<void> {
+  for (let deadline = Date.now() + timeoutMs; ;) {
+    const v = await agent.client.call<{ self: string, acting: boolean }>('GET', '/v1/leader')
+    if (v.self === 'leader' && v.acting) return
+    if (Date.now() > deadline) throw new Error(`the dev agent never acted as leader (last view: ${JSON.stringify(v)})`)
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+}
+
 /** Polls /healthz until the agent answers; throws with its output if it exits or takes > 60 s (generous: CI machines are small and shared). */
 export async function waitReady (agent: AgentProcess, timeoutMs = 60_000): Promise<void> {
   const began = Date.now()

@@ -7,7 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { chmodSync, existsSync, readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
-import { spawnAgent, tempDir, type AgentProcess } from '../../helpers/agent-process.ts'
+import { spawnAgent, tempDir, untilActing, type AgentProcess } from '../../helpers/agent-process.ts'
 import { makeShm, patternBytes } from '../../native/helpers.ts'
 import type { Residency } from '../../../agent/state/state-manager.ts'
 import type { NamespaceOwnersBody } from '../../../agent/api/wire/state.ts'
@@ -62,13 +62,6 @@ async function callAs (agent: AgentProcess, user: User, method: string, path: st
   return { status: Number(out.slice(cut + 1)), body: text === '' ? {} : JSON.parse(text) }
 }
 
-async function untilLeading (agent: AgentProcess): Promise<void> {
-  for (let deadline = Date.now() + 20_000; (await agent.client.call<{ self: string }>('GET', '/v1/leader')).self !== 'leader';) {
-    if (Date.now() > deadline) throw new Error('the dev agent never led')
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
-}
-
 /** A 403 ERR_FORBIDDEN that names the refused uid, gid and pid (and says `message`). */
 function forbidden (t: Test, answer: Answer, user: User, message?: RegExp): void {
   t.equal(answer.status, 403, `${user.name}: 403 ${answer.status === 403 ? '' : JSON.stringify(answer.body)}`)
@@ -84,7 +77,7 @@ const owners = async (agent: AgentProcess): Promise<NamespaceOwnersBody> => awai
 
 t.test('as other uids: read routes for all, admin routes for admins only, namespaces for their owners, holders and workers for their creators', async t => {
   const agent = await startAgent(t)
-  await untilLeading(agent)
+  await untilActing(agent)
 
   t.test('read routes answer every uid', async t => {
     for (const user of [nobody, bob]) {

@@ -11,7 +11,9 @@
 import t from 'tap'
 import pino from 'pino'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { getPriority } from 'node:os'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { getPriority, tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { createWorkerSupervisor, type WorkerSupervisor } from '../../../agent/reward/worker-supervisor.ts'
 import { rewardWorkersKind } from '../../../mesh/control/reward/reward-messages.ts'
 import type { AppliedDecision } from '../../../mesh/election/decision-log.ts'
@@ -20,11 +22,11 @@ import type { Teardown } from '../../helpers/agent-process.ts'
 
 const stage = (name: string): RewardStageSpec => ({ name, resource: 'cpu', command: ['sleep', '30'], coresPerWorker: 1, timeoutMs: 10_000 })
 
-function supervisor (t: Teardown, o: { cpuCores: number, keepWarmMs: number, startGraceMs?: number, nice?: number }): { s: WorkerSupervisor, plan(workers: Record<string, number>): void } {
+function supervisor (t: Teardown, o: { cpuCores: number, keepWarmMs: number, startGraceMs?: number, nice?: number, stages?: RewardStageSpec[], gpus?: number }): { s: WorkerSupervisor, plan(workers: Record<string, number>): void } {
   let listener: ((d: AppliedDecision) => void) | undefined
   let seq = 0
   const s = createWorkerSupervisor({
-    stages: [stage('parse'), stage('verify')], socketPath: '/nonexistent', nodeName: 'n', cpuCores: o.cpuCores, gpus: 0,
+    stages: o.stages ?? [stage('parse'), stage('verify')], socketPath: '/nonexistent', nodeName: 'n', cpuCores: o.cpuCores, gpus: o.gpus ?? 0,
     heartbeatIntervalMs: 100, workerRestartBackoffMs: 100, workerStopGraceMs: 500, workerStartConcurrency: 3, workerKeepWarmMs: o.keepWarmMs, startGraceMs: o.startGraceMs ?? 600, ...(o.nice !== undefined ? { workerNice: o.nice } : {}),
   }, {
     logger: pino({ level: 'silent' }), selfId: 'me', callLeader: async () => ({ ok: true }), desiredState: () => ({}),
@@ -101,4 +103,19 @@ t.test('workers run workerNice nicer than the agent, at most 19; 0 leaves them a
     t.same(live(s).map(w => getPriority(w.pid)), [expected, expected], `workerNice ${nice}: both workers at niceness ${expected} (the agent's is ${own})`)
     await s.stop()
   }
+})
+
+t.test('a gpu-stage worker sees only its GPU, numbered as the inventory numbers it; a cpu-stage worker sees none', async t => {
+  const dir = mkdtempSync(join(tmpdir(), 'agentd-env-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const reporting = (name: string, resource: 'cpu' | 'gpu'): RewardStageSpec =>
+    ({ ...stage(name), resource, command: ['sh', '-c', `echo "$CUDA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER" > "${dir}/$(echo "$AGENTD_REWARD_WORKER_ID" | tr / -)"; exec sleep 30`] })
+  const { s, plan } = supervisor(t, { cpuCores: 4, keepWarmMs: 0, stages: [reporting('judge', 'gpu'), reporting('parse', 'cpu')], gpus: 2 })
+  plan({ judge: 2, parse: 1 })
+  const read = (): string[] => readdirSync(dir).sort().map(f => `${f}: ${readFileSync(join(dir, f), 'utf8').trim()}`)
+  for (const deadline = performance.now() + 5000; read().length < 3 && performance.now() < deadline;) await sleep(20)
+  const seen = read()
+  t.equal(seen.length, 3, `every worker reported: ${seen.join('; ')}`)
+  t.same(seen.filter(l => l.includes('-judge-')).map(l => l.split(': ')[1]).sort(), ['0|PCI_BUS_ID', '1|PCI_BUS_ID'], 'the two judges hold GPU 0 and GPU 1, in PCI bus order')
+  t.same(seen.filter(l => l.includes('-parse-')).map(l => l.split(': ')[1]), ['|PCI_BUS_ID'], 'the parser sees no GPU')
 })

@@ -2,15 +2,12 @@
 // (POST /v1/leader/decisions) refuses them, so one call cannot replace the acknowledged job table or
 // the leader's own record; payloads of the kinds it takes are bounded. On a real dev agent.
 import t from 'tap'
-import { spawnAgent, tempDir } from '../../helpers/agent-process.ts'
+import { spawnAgent, tempDir, untilActing } from '../../helpers/agent-process.ts'
 
 t.test('POST /v1/leader/decisions: owned kinds are ERR_FORBIDDEN (403), big payloads 413, the job table intact', async t => {
   const dir = tempDir(t)
   const agent = await spawnAgent(t, { stateDir: dir, args: ['--dev', '--state-dir', dir, '--set', 'inventory.gpus=[{"model":"fake","memoryBytes":1073741824,"uuid":"GPU-0","pciBus":"0000:00:00.0"}]'] })
-  for (let deadline = Date.now() + 20_000; (await agent.client.call<{ self: string }>('GET', '/v1/leader')).self !== 'leader';) {
-    if (Date.now() > deadline) throw new Error('the dev agent never led')
-    await new Promise(resolve => setTimeout(resolve, 50))
-  }
+  await untilActing(agent)
   const submitted = await agent.client.submitJob({ id: 'keep', nodes: 1, gpusPerNode: 1, periodS: 60, iterations: 100, segments: [{ offsetS: 0, durationS: 10 }], maxSlowdown: 2 })
   t.equal(submitted.job.state, 'RUNNING')
   for (const kind of ['jobs', 'leader', 'reward-workers', 'reward-history']) {
