@@ -95,7 +95,8 @@ t.test('timing: first token later for longer prompts, each token slower in a big
 
   const small = await engine(t, { decodeStepMs: 2, eosEvery: 1_000_000, kvCapacityTokens: 4 * 110 })
   const pending = Array.from({ length: 8 }, (_, i) => stream(small.url, { prompt: prompt(10, i), max_tokens: 100 }))
-  for (const deadline = Date.now() + 5000; small.load().running + small.load().queued < 8 && Date.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 5))
+  // Requests arrive one by one and are admitted at step boundaries: wait for the steady state.
+  for (const deadline = Date.now() + 5000; (small.load().running < 4 || small.load().queued < 4) && Date.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 2))
   t.same(small.load(), { running: 4, queued: 4 }, 'room for 4 requests of 10 + 100 tokens: 4 run, 4 wait')
   const done = await Promise.all(pending)
   const firsts = done.map(s => s.firstTokenMs).sort((a, b) => a - b)
