@@ -76,6 +76,19 @@ export function nextToken (context: readonly string[], eosEvery: number): string
   return `w${h % 50_000}`
 }
 
+/** What an engine generates for `prompt` undisturbed: the reference a resumed response must equal. */
+export function uninterrupted (prompt: string, maxTokens: number, eosEvery: number): { text: string, finish: 'stop' | 'length' } {
+  const context = tokenize(prompt)
+  let text = ''
+  for (let n = 0; n < maxTokens; n++) {
+    const token = nextToken(context, eosEvery)
+    if (token === null) return { text, finish: 'stop' }
+    context.push(token)
+    text += ` ${token}`
+  }
+  return { text, finish: 'length' }
+}
+
 interface Sequence {
   context: string[]
   promptTokens: number

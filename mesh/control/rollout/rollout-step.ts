@@ -21,6 +21,8 @@
  *   garbage is not trusted: those requests go on from where they were when
  *   they were sent to it. preempt(id) does the same on a termination notice,
  *   before the node dies.
+ * - Baselines (`balancer`): 'jsq' and 'round-robin' send every request at
+ *   once and never rebalance.
  * - Balance: every rebalanceIntervalMs one CONTINUOUSLB move
  *   (load-balancer.ts) is applied: pending requests move one at a time,
  *   executing ones (the most recently started, cheapest to prefill again)
@@ -33,7 +35,7 @@
  *   step rejects with ERR_UNAVAILABLE; streams still open are closed.
  */
 import { AgentError } from '../../../core/errors.ts'
-import { batchingPlateau, rebalance, selectInstance, type BatchingProfile, type InstanceLoad } from '../../policies/rollout-balancing/load-balancer.ts'
+import { batchingPlateau, rebalance, selectInstance, selectRoundRobin, selectShortestQueue, type BatchingProfile, type InstanceLoad } from '../../policies/rollout-balancing/load-balancer.ts'
 import { streamCompletion, StreamFailure, type CompletionRequest } from './completion-stream.ts'
 
 export interface RolloutInstance { id: string, url: string }
@@ -42,6 +44,8 @@ export interface RolloutRequest extends CompletionRequest { id: string }
 
 export interface RolloutStepOptions {
   model?: string
+  /** 'rlboost' (Algorithm 2); the baselines dispatch at once and never rebalance. */
+  balancer: 'rlboost' | 'jsq' | 'round-robin'
   /** Θ: requests sent to an instance and not yet producing tokens, at most. */
   maxPending: number
   /** How long a request may wait for its first token (queued in the engine, then prefilled). */
@@ -58,7 +62,7 @@ export interface RolloutStepOptions {
 }
 
 export const defaultRolloutStepOptions: RolloutStepOptions = {
-  maxPending: 4, firstTokenMs: 600_000, stallMs: 30_000, rebalanceIntervalMs: 200, resume: 'tokens', noInstanceTimeoutMs: 30_000, maxMoves: 32,
+  balancer: 'rlboost', maxPending: 4, firstTokenMs: 600_000, stallMs: 30_000, rebalanceIntervalMs: 200, resume: 'tokens', noInstanceTimeoutMs: 30_000, maxMoves: 32,
 }
 
 export interface RolloutResponse {
@@ -133,6 +137,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
   let finished = false
   let noInstanceTimer: NodeJS.Timeout | undefined
   let lastTick = performance.now()
+  let turn = 0
   const result = Promise.withResolvers<RolloutStepResult>()
 
   const end = (error?: AgentError): void => {
@@ -235,7 +240,8 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     clearTimeout(noInstanceTimer)
     noInstanceTimer = undefined
     while (waiting.length > 0) {
-      const choice = selectInstance(loads(), o.maxPending)
+      const choice = o.balancer === 'rlboost' ? selectInstance(loads(), o.maxPending)
+        : o.balancer === 'jsq' ? selectShortestQueue(loads()) : selectRoundRobin(loads(), turn++)
       if (choice === null) return
       dispatch(waiting.shift()!, live.get(choice)!)
     }
@@ -254,7 +260,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
       }
       l.tokensSinceTick = 0
     }
-    if (waiting.length > 0) return // dispatch is still filling the instances
+    if (waiting.length > 0 || o.balancer !== 'rlboost') return // dispatch is still filling the instances; the baselines never move work
     const move = rebalance(loads(), plateau)
     if (move === null) return
     const from = live.get(move.from)!

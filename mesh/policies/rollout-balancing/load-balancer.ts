@@ -20,6 +20,9 @@
  *   generation throughput plateaus (batchingPlateau). Without a profile (the
  *   first step: the paper captures it online during the previous step) only
  *   pending requests move.
+ * - Baselines the paper compares with: round-robin and join-the-shortest-
+ *   queue without delayed dispatch (a request goes out at once to the
+ *   instance with the fewest outstanding requests), neither rebalancing.
  * - batchingPlateau: the smallest batch size whose measured throughput
  *   (tokens per second, all sequences together) is within `tolerance` of
  *   the best measured. The paper does not give its rule; this is ours.
@@ -49,6 +52,18 @@ export function selectInstance (instances: readonly InstanceLoad[], maxPending: 
     if (best === undefined || i.pending < best.pending || (i.pending === best.pending && i.executing < best.executing)) best = i
   }
   return best?.id ?? null
+}
+
+/** Join the shortest queue, dispatching at once: the fewest outstanding (pending + executing); the first on ties. */
+export function selectShortestQueue (instances: readonly InstanceLoad[]): string | null {
+  let best: InstanceLoad | undefined
+  for (const i of instances) if (best === undefined || i.pending + i.executing < best.pending + best.executing) best = i
+  return best?.id ?? null
+}
+
+/** Round-robin: the `turn`-th instance, cyclically. */
+export function selectRoundRobin (instances: readonly InstanceLoad[], turn: number): string | null {
+  return instances.length === 0 ? null : instances[turn % instances.length]!.id
 }
 
 export function batchingPlateau (profile: BatchingProfile, tolerance = 0.05): number | null {

@@ -9,29 +9,16 @@ import type { AddressInfo } from 'node:net'
 import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { repoRoot } from '../../../helpers/agent-process.ts'
-import { nextToken, startEngineDouble, tokenize, type EngineDoubleOptions } from '../../../helpers/engine-double.ts'
+import { startEngineDouble, uninterrupted, type EngineDoubleOptions } from '../../../helpers/engine-double.ts'
 import { startRolloutStep, type RolloutInstance, type RolloutRequest } from '../../../../mesh/control/rollout/rollout-step.ts'
 
 const eosEvery = 80
-
-/** What an uninterrupted engine answers: the double's tokens from the prompt on. */
-function expected (prompt: string, maxTokens: number): { text: string, finish: string } {
-  const context = tokenize(prompt)
-  let text = ''
-  for (let n = 0; n < maxTokens; n++) {
-    const token = nextToken(context, eosEvery)
-    if (token === null) return { text, finish: 'stop' }
-    context.push(token)
-    text += ` ${token}`
-  }
-  return { text, finish: 'length' }
-}
 
 const requests = (n: number, maxTokens = 120): RolloutRequest[] =>
   Array.from({ length: n }, (_, i) => ({ id: `r${i}`, prompt: Array.from({ length: 20 + (i % 7) * 10 }, (_, k) => `q${i}_${k}`).join(' '), maxTokens }))
 
 function checkIdentical (t: Test, reqs: RolloutRequest[], responses: Array<{ id: string, text: string, finish: string }>): void {
-  const wrong = reqs.filter((r, i) => { const e = expected(r.prompt, r.maxTokens); return responses[i]!.text !== e.text || responses[i]!.finish !== e.finish })
+  const wrong = reqs.filter((r, i) => { const e = uninterrupted(r.prompt, r.maxTokens, eosEvery); return responses[i]!.text !== e.text || responses[i]!.finish !== e.finish })
   t.same(wrong.map(r => r.id), [], `all ${reqs.length} responses token-identical to an uninterrupted generation`)
 }
 
@@ -51,11 +38,14 @@ async function process_ (t: Test, id: string, args: string[] = []): Promise<Roll
 t.test('no faults: every response as the engine generates it alone', async t => {
   const instances = [await inProcess(t, 'a', { decodeStepMs: 2 }), await inProcess(t, 'b', { decodeStepMs: 2 })]
   const reqs = requests(16)
-  const r = await startRolloutStep(reqs, instances, { maxPending: 4 }).done
-  checkIdentical(t, reqs, r.responses)
-  t.same(r.moves, { lost: 0, pending: 0, executing: 0 })
-  t.equal(r.generatedTokens, r.responses.reduce((n, x) => n + x.tokens, 0), 'nothing generated twice')
-  t.ok(r.responses.every(x => x.route.length === 1), 'each on one instance')
+  for (const balancer of ['rlboost', 'jsq', 'round-robin'] as const) {
+    const r = await startRolloutStep(reqs, instances, { balancer, maxPending: 4 }).done
+    checkIdentical(t, reqs, r.responses)
+    t.same(r.moves, { lost: 0, pending: 0, executing: 0 }, `${balancer}: nothing moved`)
+    t.equal(r.generatedTokens, r.responses.reduce((n, x) => n + x.tokens, 0), `${balancer}: nothing generated twice`)
+    t.ok(r.responses.every(x => x.route.length === 1), `${balancer}: each on one instance`)
+    if (balancer === 'round-robin') t.same(r.responses.map(x => x.route[0]), reqs.map((_, i) => (i % 2 === 0 ? 'a' : 'b')), 'round-robin alternates')
+  }
 })
 
 t.test('half the instances SIGKILLed mid-step: nothing lost, every token identical, one extra prefill per moved request', async t => {

@@ -1,6 +1,6 @@
 // RLBoost Algorithm 2 as pure functions: delayed-dispatch JSQ, one CONTINUOUSLB move, the plateau.
 import t from 'tap'
-import { batchingPlateau, rebalance, selectInstance, type InstanceLoad } from '../../../../mesh/policies/rollout-balancing/load-balancer.ts'
+import { batchingPlateau, rebalance, selectInstance, selectRoundRobin, selectShortestQueue, type InstanceLoad } from '../../../../mesh/policies/rollout-balancing/load-balancer.ts'
 
 const load = (id: string, pending: number, executing: number): InstanceLoad => ({ id, pending, executing })
 
@@ -32,4 +32,11 @@ t.test('batchingPlateau: the smallest batch within 5% of the best throughput', a
   t.equal(batchingPlateau(profile), 16)
   t.equal(batchingPlateau(profile, 0), 32)
   t.equal(batchingPlateau([]), null)
+})
+
+t.test('the baselines: shortest queue counts everything outstanding; round-robin cycles', async t => {
+  t.equal(selectShortestQueue([load('a', 0, 9), load('b', 3, 2), load('c', 4, 4)]), 'b')
+  t.equal(selectShortestQueue([]), null)
+  t.same([0, 1, 2, 3].map(turn => selectRoundRobin([load('a', 9, 9), load('b', 0, 0), load('c', 0, 0)], turn)), ['a', 'b', 'c', 'a'])
+  t.equal(selectRoundRobin([], 3), null)
 })
