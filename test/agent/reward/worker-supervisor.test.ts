@@ -110,7 +110,7 @@ t.test('a gpu-stage worker sees only its GPU, numbered as the inventory numbers 
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
   const reporting = (name: string, resource: 'cpu' | 'gpu'): RewardStageSpec =>
     ({ ...stage(name), resource, command: ['sh', '-c', `echo "$CUDA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER" > "${dir}/$(echo "$AGENTD_REWARD_WORKER_ID" | tr / -)"; exec sleep 30`] })
-  const { s, plan } = supervisor(t, { cpuCores: 4, keepWarmMs: 0, stages: [reporting('judge', 'gpu'), reporting('parse', 'cpu')], gpus: 2 })
+  const { plan } = supervisor(t, { cpuCores: 4, keepWarmMs: 0, stages: [reporting('judge', 'gpu'), reporting('parse', 'cpu')], gpus: 2 })
   plan({ judge: 2, parse: 1 })
   const read = (): string[] => readdirSync(dir).sort().map(f => `${f}: ${readFileSync(join(dir, f), 'utf8').trim()}`)
   for (const deadline = performance.now() + 5000; read().length < 3 && performance.now() < deadline;) await sleep(20)
