@@ -74,10 +74,11 @@ export async function streamCompletion (baseUrl: string, request: CompletionRequ
       throw new StreamFailure('garbage', `the engine answered ${res.status}: ${(await res.text().catch(() => '')).slice(0, 300)}`)
     }
     let buffered = ''
+    const utf8 = new TextDecoder() // a character may be split across chunks
     let tokens = 0
     let finish: string | null = null
     for await (const chunk of res.body) {
-      buffered += Buffer.from(chunk).toString()
+      buffered = (buffered + utf8.decode(chunk, { stream: true })).replace(/\r\n/g, '\n') // events end in a blank line, \n or \r\n
       for (let end = buffered.indexOf('\n\n'); end >= 0; end = buffered.indexOf('\n\n')) {
         const event = buffered.slice(0, end).trim()
         buffered = buffered.slice(end + 2)
