@@ -45,7 +45,7 @@ import { connect, type Socket } from 'node:net'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { spawnAgent, tempDir, type AgentProcess } from '../helpers/agent-process.ts'
+import { spawnAgent, tempDir, untilActing, type AgentProcess } from '../helpers/agent-process.ts'
 import { makeShm, patternBytes } from '../native/helpers.ts'
 import { tensor, writeSafetensors } from '../agent/weights/weights-fixtures.ts'
 import { loadClusterKey } from '../../mesh/membership/cluster-key.ts'
@@ -318,10 +318,7 @@ async function checkAfter (row: string): Promise<void> {
 // ---------------------------------------------------------------- set-up
 
 agent = await startAgent()
-for (let deadline = Date.now() + 30_000; ((await must<{ self: string }>('GET', '/v1/leader')).self !== 'leader');) {
-  if (Date.now() > deadline) throw new Error('the dev agent never led')
-  await sleep(50)
-}
+await untilActing(agent, 30_000)
 const keyOf = (ns: string, name: string, bytes: number, version = 1): string => `${ns}/${name}:param@[0]/[${bytes}]:u8#v${version}`
 const KiB64 = 65536
 const rootKeys = Array.from({ length: 6 }, (_, i) => keyOf('bench/actor', `w${i}`, KiB64))
@@ -814,10 +811,7 @@ let jobsViewAfterRestart = ''
   lockHolder.kill('SIGKILL')
   workerEvents.kill('SIGKILL')
   agent = await startAgent()
-  for (let deadline = Date.now() + 30_000; ((await must<{ self: string }>('GET', '/v1/leader')).self !== 'leader');) {
-    if (Date.now() > deadline) throw new Error('the restarted agent never led')
-    await sleep(50)
-  }
+  await untilActing(agent, 30_000)
   const r = rowOf(restartRow)
   const subsystems = (await must<{ subsystems?: Array<{ id: string, state: string }> }>('GET', '/v1/status')).subsystems ?? []
   for (const s of subsystems.filter(s => s.state !== 'ok' && s.state !== 'skipped')) { r.failed++; r.failures.push(`subsystem ${s.id}: ${s.state}`) }
