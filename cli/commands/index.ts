@@ -22,8 +22,10 @@ import { rewardStatusCommand } from './reward-status.ts'
 import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
+import { simRolloutCommand } from './sim-rollout.ts'
 import { simTracePlacementCommand } from './sim-trace-placement.ts'
 import { simTraceRewardCommand } from './sim-trace-reward.ts'
+import { simTraceRolloutCommand } from './sim-trace-rollout.ts'
 import { stateMaterializeCommand } from './state-materialize.ts'
 import { statusCommand } from './status.ts'
 import { versionCommand } from './version.ts'
@@ -45,6 +47,8 @@ export const commands: Record<string, Command> = {
   'state materialize': stateMaterializeCommand,
   'sim reward': simRewardCommand,
   'sim trace reward': simTraceRewardCommand,
+  'sim rollout': simRolloutCommand,
+  'sim trace rollout': simTraceRolloutCommand,
   'sim placement': simPlacementCommand,
   'sim trace placement': simTracePlacementCommand,
   'plan workflow': planWorkflowCommand,

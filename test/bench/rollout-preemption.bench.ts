@@ -9,6 +9,8 @@
  *    same run. The paper: migration cuts the overhead by 33 % (early) to 76 % (mid-step).
  * 2. Balancing: the same requests under Algorithm 2 (delayed dispatch + continuous balancing),
  *    join-the-shortest-queue and round-robin, no preemption.
+ * 3. Each live figure beside the simulator's prediction for the same engines and requests
+ *    (mesh/sim/rollout-sim.ts, the same policy code): live / simulated.
  * Each figure is the median of --runs; every run starts fresh engines, and every response is checked
  * token for token against an uninterrupted generation.
  *
@@ -21,6 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { repoRoot } from '../helpers/agent-process.ts'
 import { tokenize, uninterrupted } from '../helpers/engine-double.ts'
 import { startRolloutStep, type RolloutInstance, type RolloutRequest, type RolloutStepOptions, type RolloutStepResult } from '../../mesh/control/rollout/rollout-step.ts'
+import { simulateRolloutStep, type SimEngine } from '../../mesh/sim/rollout-sim.ts'
 import { median } from './bench-stats.ts'
 
 const { values } = parseArgs({
@@ -41,6 +44,16 @@ const requests: RolloutRequest[] = Array.from({ length: Number(values.requests) 
 }))
 const expected = requests.map(r => uninterrupted(r.prompt, r.maxTokens, eosEvery).text)
 const lengths = expected.map(e => tokenize(e).length).sort((a, b) => a - b)
+/** The simulator's step time for the same six engines (three preempted at `killAtS`) and requests. */
+const simulated = (options: Partial<RolloutStepOptions>, killAtS?: number): number => {
+  const engines: SimEngine[] = Array.from({ length: 6 }, (_, i) => ({
+    id: `e${i}`, decodeStepMs: Number(values['decode-step-ms']), decodeMsPerSeq: 0.3, prefillMsPerToken: 0.02, kvCapacityTokens: 32_768, maxRunning: 256,
+    ...(killAtS !== undefined && i < 3 ? { preemptAtS: killAtS } : {}),
+  }))
+  const simRequests = requests.map((r, i) => ({ id: r.id, promptTokens: tokenize(r.prompt).length, maxTokens: r.maxTokens, responseTokens: tokenize(expected[i]!).length }))
+  return simulateRolloutStep(engines, simRequests, { balancer: options.balancer ?? 'rlboost', resume: options.resume ?? 'tokens', maxPending: 4, rebalanceIntervalMs: 200, plateau: null }).stepS * 1000
+}
+const vsSim = (liveMs: number, simMs: number): string => `simulated ${fmt(simMs)}, live/sim ${(liveMs / simMs).toFixed(2)}`
 console.log(`${requests.length} requests, response lengths: median ${lengths[lengths.length >> 1]}, p90 ${lengths[Math.floor(lengths.length * 0.9)]}, max ${lengths.at(-1)} tokens (max_tokens ${maxTokens})`)
 
 interface Engine extends RolloutInstance { kill(): void }
@@ -74,14 +87,14 @@ const stepMs = async (options: Partial<RolloutStepOptions>, killAtMs?: number): 
 }
 
 const undisturbed = median(await stepMs({}))
-console.log(`undisturbed step (Algorithm 2, 6 instances): median ${fmt(undisturbed)}`)
+console.log(`undisturbed step (Algorithm 2, 6 instances): median ${fmt(undisturbed)} (${vsSim(undisturbed, simulated({}))})`)
 for (const [label, at] of [['early (20 %)', 0.2], ['mid-step (50 %)', 0.5]] as const) {
   const migrate = median(await stepMs({ resume: 'tokens' }, at * undisturbed))
   const recompute = median(await stepMs({ resume: 'recompute' }, at * undisturbed))
   const overMigrate = migrate - undisturbed
   const overRecompute = recompute - undisturbed
-  console.log(`3 of 6 preempted ${label}: migrate median ${fmt(migrate)} (+${fmt(overMigrate)}), recompute median ${fmt(recompute)} (+${fmt(overRecompute)}); migration cuts the overhead by ${(100 * (1 - overMigrate / overRecompute)).toFixed(0)} % (paper: 33 % early, 76 % mid-step)`)
+  console.log(`3 of 6 preempted ${label}: migrate median ${fmt(migrate)} (+${fmt(overMigrate)}; ${vsSim(migrate, simulated({ resume: 'tokens' }, at * undisturbed / 1000))}), recompute median ${fmt(recompute)} (+${fmt(overRecompute)}; ${vsSim(recompute, simulated({ resume: 'recompute' }, at * undisturbed / 1000))}); migration cuts the overhead by ${(100 * (1 - overMigrate / overRecompute)).toFixed(0)} % (paper: 33 % early, 76 % mid-step)`)
 }
-const balanced: Array<[string, number]> = []
+const balanced: Array<[RolloutStepOptions['balancer'], number]> = []
 for (const balancer of ['rlboost', 'jsq', 'round-robin'] as const) balanced.push([balancer, median(await stepMs({ balancer }))])
-console.log(`balancing, no preemption: ${balanced.map(([b, ms]) => `${b} median ${fmt(ms)}`).join(', ')}; Algorithm 2 vs JSQ ${(balanced[1]![1] / balanced[0]![1]).toFixed(2)}x, vs round-robin ${(balanced[2]![1] / balanced[0]![1]).toFixed(2)}x`)
+console.log(`balancing, no preemption: ${balanced.map(([b, ms]) => `${b} median ${fmt(ms)} (${vsSim(ms, simulated({ balancer: b }))})`).join(', ')}; Algorithm 2 vs JSQ ${(balanced[1]![1] / balanced[0]![1]).toFixed(2)}x, vs round-robin ${(balanced[2]![1] / balanced[0]![1]).toFixed(2)}x`)
