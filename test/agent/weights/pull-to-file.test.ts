@@ -159,14 +159,14 @@ t.test('refusals before a byte moves leave nothing; a version retired mid-pull l
   await b.weights.pull({ from, model: 'm', version: 1, out: { path: join(b.dir, 'planted2.safetensors') } }) // a link without a journal is removed, not followed
   t.equal(readFileSync(victim, 'utf8'), 'precious', 'nothing written through the links')
 
-  // Two pulls into one path at once: the second is refused, the first completes.
+  // Two pulls into one path at once: the one that comes while the other writes is refused, the writer
+  // completes. The first goes through an uplink paced at 4 MiB/s, so it is still writing when the second comes.
   const path = join(b.dir, 'one.safetensors')
-  const [first, second] = await Promise.allSettled([
-    b.weights.pull({ from, model: 'm', version: 1, out: { path } }),
-    new Promise(resolve => setTimeout(resolve, 5)).then(() => b.weights.pull({ from, model: 'm', version: 1, out: { path } })),
-  ])
-  t.equal(first.status, 'fulfilled')
-  t.match(second, { status: 'rejected', reason: { code: 'ERR_BAD_REQUEST', message: /another pull of this agent is writing/ } })
+  const slow = await tcpProxy(t, from, c => c, () => undefined, 4 * MiB)
+  const first = b.weights.pull({ from: slow.address, model: 'm', version: 1, out: { path } })
+  for (const deadline = Date.now() + 10_000; !existsSync(`${path}.pull-partial`) && Date.now() < deadline;) await new Promise(resolve => setTimeout(resolve, 2))
+  await t.rejects(b.weights.pull({ from, model: 'm', version: 1, out: { path } }), { code: 'ERR_BAD_REQUEST', message: /another pull of this agent is writing/ }, 'the second is refused while the first writes')
+  await first
   t.ok(readShard(path).tensors.get(tensors[3]!.name)!.bytes.equals(tensors[3]!.data))
   const again = await b.weights.pull({ from, model: 'm', version: 1, out: { path, overwrite: true } })
   t.equal(again.bytesReceived, total(tensors), 'overwrite replaces the file')
