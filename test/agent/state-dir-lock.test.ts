@@ -9,15 +9,24 @@ import { lockStateDir } from '../../agent/state-dir-lock.ts'
 
 t.setTimeout(300_000)
 
-/** Every entry under `dir`: bytes (regular files) and mtime in ns. */
+/**
+ * Every entry under `dir`: bytes (regular files) and mtime in ns. An entry that goes while it is read
+ * (a durable write's temporary file, renamed into place) is left out: the snapshot is taken again
+ * until it is stable.
+ */
 function snapshot (dir: string): Map<string, { mtimeNs: bigint, bytes: string }> {
   const out = new Map<string, { mtimeNs: bigint, bytes: string }>()
   const walk = (at: string): void => {
     for (const name of readdirSync(at)) {
       const path = join(at, name)
-      const stat = lstatSync(path, { bigint: true })
-      out.set(path, { mtimeNs: stat.mtimeNs, bytes: stat.isFile() ? readFileSync(path).toString('base64') : stat.isDirectory() ? 'dir' : 'other' })
-      if (stat.isDirectory()) walk(path)
+      try {
+        const stat = lstatSync(path, { bigint: true })
+        out.set(path, { mtimeNs: stat.mtimeNs, bytes: stat.isFile() ? readFileSync(path).toString('base64') : stat.isDirectory() ? 'dir' : 'other' })
+        if (stat.isDirectory()) walk(path)
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+        out.set(path, { mtimeNs: -1n, bytes: 'gone while read' }) // differs from any stable snapshot
+      }
     }
   }
   walk(dir)
