@@ -16,12 +16,9 @@
  *
  *   node_modules/.bin/node test/bench/rollout-preemption.bench.ts [--runs 3] [--requests 96] [--max-tokens 1000] [--decode-step-ms 5]
  */
-import { spawn } from 'node:child_process'
-import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { repoRoot } from '../helpers/agent-process.ts'
-import { tokenize, uninterrupted } from '../helpers/engine-double.ts'
+import { spawnEngineDouble, tokenize, uninterrupted } from '../helpers/engine-double.ts'
 import { startRolloutStep, type RolloutInstance, type RolloutRequest, type RolloutStepOptions, type RolloutStepResult } from '../../mesh/control/rollout/rollout-step.ts'
 import { simulateRolloutStep, type SimEngine } from '../../mesh/sim/rollout-sim.ts'
 import { median } from './bench-stats.ts'
@@ -56,13 +53,8 @@ const simulated = (options: Partial<RolloutStepOptions>, killAtS?: number): numb
 const vsSim = (liveMs: number, simMs: number): string => `simulated ${fmt(simMs)}, live/sim ${(liveMs / simMs).toFixed(2)}`
 console.log(`${requests.length} requests, response lengths: median ${lengths[lengths.length >> 1]}, p90 ${lengths[Math.floor(lengths.length * 0.9)]}, max ${lengths.at(-1)} tokens (max_tokens ${maxTokens})`)
 
-interface Engine extends RolloutInstance { kill(): void }
-async function engines (n: number): Promise<Engine[]> {
-  return await Promise.all(Array.from({ length: n }, async (_, i) => {
-    const proc = spawn(process.execPath, [`${repoRoot}test/helpers/engine-double.ts`, '--port', '0', ...engineArgs], { stdio: ['ignore', 'pipe', 'inherit'] })
-    const line = (await createInterface({ input: proc.stdout! })[Symbol.asyncIterator]().next()).value as string
-    return { id: `e${i}`, url: /at (http:\/\/\S+)/.exec(line)![1]!, kill: () => proc.kill('SIGKILL') }
-  }))
+async function engines (n: number): Promise<Array<RolloutInstance & { kill(): void }>> {
+  return await Promise.all(Array.from({ length: n }, async (_, i) => await spawnEngineDouble({ teardown: () => {} }, `e${i}`, engineArgs)))
 }
 
 async function step (options: Partial<RolloutStepOptions>, killAtMs?: number): Promise<RolloutStepResult> {

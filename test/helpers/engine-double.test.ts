@@ -3,11 +3,7 @@
 // first token growing with the prompt, time per token with the batch, a KV capacity that queues, and
 // OpenAI's error bodies for bad requests. A real HTTP server in a separate process where it is killed.
 import t, { type Test } from 'tap'
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
-import { createInterface } from 'node:readline'
-import { repoRoot } from './agent-process.ts'
-import { nextToken, startEngineDouble, tokenize, type EngineDouble } from './engine-double.ts'
+import { nextToken, spawnEngineDouble, startEngineDouble, tokenize, type EngineDouble } from './engine-double.ts'
 
 interface Streamed { text: string, tokens: number, finish: string | null, firstTokenMs: number, doneMs: number, done: boolean, usage?: { prompt_tokens: number, completion_tokens: number } }
 
@@ -125,14 +121,11 @@ t.test('bad requests get OpenAI error bodies and change nothing', async t => {
 })
 
 t.test('the engine killed mid-stream ends the stream without a final chunk, as a preempted node does', async t => {
-  const proc = spawn(process.execPath, [`${repoRoot}test/helpers/engine-double.ts`, '--port', '0', '--decode-step-ms', '5'], { stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => { proc.kill('SIGKILL') })
-  const line = (await createInterface({ input: proc.stdout! })[Symbol.asyncIterator]().next()).value as string
-  const url = /at (http:\/\/\S+)/.exec(line)![1]!
+  const engine = await spawnEngineDouble(t, 'killed', ['--decode-step-ms', '5'])
+  const url = engine.url
   const pending = stream(url, { prompt: 'x y', max_tokens: 10_000 })
   await new Promise(resolve => setTimeout(resolve, 300))
-  proc.kill('SIGKILL')
-  await once(proc, 'exit')
+  engine.kill()
   const cut = await pending
   t.ok(cut.tokens > 10 && cut.tokens < 10_000, `${cut.tokens} tokens arrived before the kill`)
   t.equal(cut.finish, null, 'no finish reason')

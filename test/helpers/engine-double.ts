@@ -32,8 +32,11 @@
  *      [--decode-step-ms 20] [--decode-ms-per-seq 0.25] [--prefill-ms-per-token 0.05]
  *      [--kv-capacity-tokens 65536] [--max-running 256] [--eos-every 200]
  */
+import { spawn } from 'node:child_process'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { createInterface } from 'node:readline'
+import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 
 export interface EngineDoubleOptions {
@@ -233,6 +236,19 @@ export async function startEngineDouble (overrides: Partial<EngineDoubleOptions>
     load: () => ({ running: running.filter(s => !s.gone).length, queued: queued.filter(s => !s.gone).length }),
     close: async () => { server.closeAllConnections(); await new Promise<void>(resolve => server.close(() => resolve())) },
   }
+}
+
+/**
+ * The double as a process of its own (`args`: its command-line flags), on a free port: killing it is
+ * an engine's node preempted. Killed when `t` tears down.
+ */
+export async function spawnEngineDouble (t: { teardown(fn: () => unknown): void }, id: string, args: string[] = []): Promise<{ id: string, url: string, kill(): void }> {
+  const proc = spawn(process.execPath, [fileURLToPath(import.meta.url), '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(() => { proc.kill('SIGKILL') })
+  const line = (await createInterface({ input: proc.stdout! })[Symbol.asyncIterator]().next()).value as string | undefined
+  const url = line === undefined ? undefined : /at (http:\/\/\S+)/.exec(line)?.[1]
+  if (url === undefined) throw new Error(`engine double ${id} did not start (said ${JSON.stringify(line)})`)
+  return { id, url, kill: () => proc.kill('SIGKILL') }
 }
 
 if (import.meta.main) {
