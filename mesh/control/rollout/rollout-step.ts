@@ -174,11 +174,17 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     attempt?.abort()
   }
 
-  /** Back into the queue, first in line: it goes on from its tokens (or from scratch, recomputing). */
-  const requeue = (t: Tracked): void => {
+  /** Off its instance to go on elsewhere, from its tokens (or from scratch, recomputing); false when it moved too often (the step has failed). */
+  const move = (t: Tracked): boolean => {
     detach(t)
-    if (++t.moves > o.maxMoves) { end(new AgentError('ERR_UNAVAILABLE', `request ${t.spec.id} moved ${t.moves} times without finishing`)); return }
+    if (++t.moves > o.maxMoves) { end(new AgentError('ERR_UNAVAILABLE', `request ${t.spec.id} moved ${t.moves} times without finishing`)); return false }
     if (o.resume === 'recompute') { t.text = ''; t.tokens = 0 }
+    return true
+  }
+
+  /** Back into the queue, first in line. */
+  const requeue = (t: Tracked): void => {
+    if (!move(t)) return
     t.phase = 'waiting'
     waiting.unshift(t)
   }
@@ -261,17 +267,15 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
       l.tokensSinceTick = 0
     }
     if (waiting.length > 0 || o.balancer !== 'rlboost') return // dispatch is still filling the instances; the baselines never move work
-    const move = rebalance(loads(), plateau)
-    if (move === null) return
-    const from = live.get(move.from)!
-    const to = live.get(move.to)!
-    const candidates = [...(move.kind === 'pending' ? from.pending : from.executing)].sort((a, b) => b.startedAt - a.startedAt).slice(0, move.count)
+    const migration = rebalance(loads(), plateau)
+    if (migration === null) return
+    const from = live.get(migration.from)!
+    const to = live.get(migration.to)!
+    const candidates = [...(migration.kind === 'pending' ? from.pending : from.executing)].sort((a, b) => b.startedAt - a.startedAt).slice(0, migration.count)
     for (const t of candidates) {
-      detach(t)
-      t.moves++
-      if (o.resume === 'recompute') { t.text = ''; t.tokens = 0 }
+      if (!move(t)) return
       dispatch(t, to)
-      moves[move.kind]++
+      moves[migration.kind]++
     }
   }
   const ticker = setInterval(tick, o.rebalanceIntervalMs > 0 ? o.rebalanceIntervalMs : 2 ** 31 - 1)
