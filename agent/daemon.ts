@@ -27,6 +27,7 @@ import { createWeightsService, manifestDirOf, type WeightsService } from './weig
 import { createRewardLeaderTask } from '../mesh/control/reward/reward-leader-task.ts'
 import { createRewardService, type RewardService } from './reward/reward-service.ts'
 import { createWorkersService, type WorkersService } from './workers/workers-service.ts'
+import { createRolloutService, type RolloutService } from './rollout/rollout-service.ts'
 import { createOpDispatch } from '../mesh/control/jobs/op-dispatch.ts'
 import { createMetricsServer, type MetricsServer } from './metrics/metrics-server.ts'
 import { createAgentMetrics } from './metrics/agent-metrics.ts'
@@ -70,6 +71,7 @@ interface DaemonHandles {
   jobs: JobsService
   reward: RewardService
   workers: WorkersService
+  rollout: RolloutService
   api: ApiServer
 }
 
@@ -137,6 +139,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     jobs: { jobs: () => handle('jobs') ?? { unavailable: subsystemReason('jobs') } },
     reward: { reward: () => handle('reward') ?? { unavailable: subsystemReason('reward') } },
     workers: { workers: () => handle('workers') ?? { unavailable: subsystemReason('workers') } },
+    rollout: { rollout: () => handle('rollout') ?? { unavailable: subsystemReason('rollout') } },
   })
 
   /**
@@ -262,6 +265,20 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       },
     }),
     subsystem({
+      // RLBoost §4.1–4.2 rollout: engines registered on this node (advertised in the record) and the
+      // steps trainers run through this agent over every instance of the cluster (agent/rollout/).
+      // The mesh starts later: its peers and change notifications are looked up when used.
+      id: 'rollout',
+      requires: [],
+      async create (context) {
+        return serviceSubsystem(createRolloutService({ stateDir: config.node.stateDir, nodeName: config.node.name }, {
+          logger: context.logger,
+          members: () => context.find('mesh')?.peers(),
+          availabilityChanged: () => context.find('mesh')?.availabilityChanged(),
+        }))
+      },
+    }),
+    subsystem({
       // Membership and availability gossip with the other agents (libp2p + gossipsub, SWIM).
       id: 'mesh',
       requires: ['identity'],
@@ -272,6 +289,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           { logger: context.logger, inventory })
         // Read at every publication (heartbeat): whatever of these is ok then is advertised.
         mesh.addAvailabilityContributor({ name: 'weights', collect: () => context.find('weights')?.advert() ?? {} })
+        mesh.addAvailabilityContributor({ name: 'rollout', collect: () => context.find('rollout')?.advert() ?? {} })
         mesh.addAvailabilityContributor({
           name: 'state',
           collect: () => {

@@ -98,6 +98,12 @@ export const routeAccess: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/workers/:id/events': 'workload', // the registering uid
   'POST /v1/workers/:id/replies': 'workload', // the registering uid
   'DELETE /v1/workers/:id': 'workload', // the registering uid
+
+  'GET /v1/rollout': 'read',
+  'POST /v1/rollout/instances': 'admin', // an instance receives every trainer's prompts: an admin process registers it
+  'DELETE /v1/rollout/instances/:id': 'admin',
+  'POST /v1/rollout/terminate': 'admin', // the node's preemption watcher
+  'POST /v1/rollout/steps': 'workload',
 }
 
 declare module 'fastify' {

@@ -27,6 +27,7 @@ import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 import { registerJobsRoutes, type JobsSource } from './routes/jobs.ts'
 import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
 import { registerWorkersRoutes, type WorkersSource } from './routes/workers.ts'
+import { registerRolloutRoutes, type RolloutSource } from './routes/rollout.ts'
 
 export interface ApiServerOptions {
   /** Unix socket path (at most 107 bytes). */
@@ -93,6 +94,7 @@ export interface ApiServerComponents {
   reward?: RewardSource
   /** Default: live workers unavailable. */
   workers?: WorkersSource
+  rollout?: RolloutSource
 }
 
 export interface ApiServer {
@@ -192,6 +194,7 @@ export async function buildApiApp (
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
   registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })
   registerWorkersRoutes(app, components.workers ?? { workers: () => ({ unavailable: 'the API was started without one' }) }, authorization, namespaces)
+  registerRolloutRoutes(app, components.rollout ?? { rollout: () => ({ unavailable: 'the API was started without one' }) })
   app.get('/v1/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   await app.ready()
   if (options.compileSchemasNow === true) compilers.compileAll()

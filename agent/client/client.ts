@@ -17,6 +17,7 @@ import type { AcquireGpuResult, GpuLockStreamEvent, LocksBody, ReleaseGpuResult 
 import type { PublishBody, PullBody, PullResult, RegionBody, RetireBody, VersionList, WeightsManifest, WeightsRegion } from '../api/wire/weights.ts'
 import type { JobCompleteAnswer, JobSubmitAnswer, JobsView } from '../api/wire/jobs.ts'
 import type { JobsTop, OpAnswer, WorkersList } from '../api/wire/workers.ts'
+import type { LocalInstance, RegisterInstanceBody, RolloutStatus, RolloutStepAnswer, RolloutStepBody, TerminateBody } from '../api/wire/rollout.ts'
 import type { BatchStartRequest, CancelAnswer, CancelRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
 
 export type { GpuLockStreamEvent }
@@ -111,6 +112,16 @@ export interface AgentClient {
   rewardCancel(body: CancelRequest, options?: RequestOptions): Promise<CancelAnswer>
   /** The reward service from the leader, plus this agent's workers (GET /v1/reward/status). */
   rewardStatus(options?: RequestOptions): Promise<RewardStatusBody>
+  /** Rollout instances here and in the cluster, steps running here (GET /v1/rollout). */
+  rollout(options?: RequestOptions): Promise<RolloutStatus>
+  /** Registers an engine of this node (POST /v1/rollout/instances). */
+  rolloutRegister(body: RegisterInstanceBody, options?: RequestOptions): Promise<LocalInstance>
+  /** Deregisters one (DELETE /v1/rollout/instances/:id). */
+  rolloutDeregister(id: string, options?: RequestOptions): Promise<LocalInstance>
+  /** Termination notice for this node's instances, or some of them (POST /v1/rollout/terminate). */
+  rolloutTerminate(body: TerminateBody, options?: RequestOptions): Promise<{ terminating: LocalInstance[] }>
+  /** Runs a rollout step and waits for every response (POST /v1/rollout/steps; no idle timeout: a step takes as long as generation does). */
+  rolloutStep(body: RolloutStepBody, options?: RequestOptions): Promise<RolloutStepAnswer>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -245,6 +256,11 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     rewardResult: (id, waitMs = 0, o = {}) => call('GET', `/v1/reward/requests/${encodeURIComponent(id)}?waitMs=${waitMs}`, undefined, { idleTimeoutMs: waitMs + timeoutMs, ...o }),
     rewardCancel: (body, o) => call('POST', '/v1/reward/cancel', body, o),
     rewardStatus: o => call('GET', '/v1/reward/status', undefined, o),
+    rollout: o => call('GET', '/v1/rollout', undefined, o),
+    rolloutRegister: (body, o) => call('POST', '/v1/rollout/instances', body, o),
+    rolloutDeregister: (id, o) => call('DELETE', `/v1/rollout/instances/${encodeURIComponent(id)}`, undefined, o),
+    rolloutTerminate: (body, o) => call('POST', '/v1/rollout/terminate', body, o),
+    rolloutStep: (body, o = {}) => call('POST', '/v1/rollout/steps', body, { idleTimeoutMs: 0, ...o }),
   }
 }
 

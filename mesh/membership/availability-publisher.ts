@@ -14,7 +14,7 @@
  * Every publication fits the receivers' bound (fitRecord): a record larger
  * than maxRecordBytes would be dropped by every peer as oversized and the
  * agent would vanish from their views, so the least important entries are
- * cut (resident namespaces, then weight versions, then GPUs; within a
+ * cut (resident namespaces, then weight versions, then rollout instances, then GPUs; within a
  * section, the last ones) and the record says how many in `truncated`.
  *
  * The record's base comes from the node (name, addresses, CPU, memory, load,
@@ -64,7 +64,7 @@ export function heartbeatPeriodMs (heartbeatIntervalMs: number, liveMembers: num
 }
 
 /** Record sections a subsystem may contribute. */
-export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights' | 'election'>> & {
+export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights' | 'rollout' | 'election'>> & {
   /** Weight data plane address, host:port. */
   weightsAddress?: string
 }
@@ -198,7 +198,7 @@ export function stateSections (a: StateTiersAvailability): AvailabilitySections 
 }
 
 /** The sections fitRecord may cut, least important first. */
-export const cutOrder = ['resident', 'weights', 'gpus'] as const
+export const cutOrder = ['resident', 'weights', 'rollout', 'gpus'] as const
 type CutSection = typeof cutOrder[number]
 
 interface SectionRule { maxItems: number, entry: { Check(value: unknown): boolean } }
@@ -208,6 +208,7 @@ const sectionRule = (schema: { maxItems?: number, items: Parameters<typeof TypeC
 const sectionRules: Record<CutSection, SectionRule> = {
   resident: sectionRule(AvailabilityRecordSchema.properties.resident),
   weights: sectionRule(AvailabilityRecordSchema.properties.weights),
+  rollout: sectionRule(AvailabilityRecordSchema.properties.rollout),
   gpus: sectionRule(AvailabilityRecordSchema.properties.gpus),
 }
 

@@ -12,7 +12,7 @@
  * - `decisions`: fenced decisions of the elected leader (mesh/election/).
  *
  * Later subsystems contribute record sections (hostPool, nvme, resident,
- * weights) through AvailabilityContributor (availability-publisher.ts); a
+ * weights, rollout) through AvailabilityContributor (availability-publisher.ts); a
  * section a node does not have is absent, never zero. A record that would
  * not fit the receivers' byte bound is cut by its publisher, least important
  * entries first, and says so in `truncated`.
@@ -42,6 +42,21 @@ export const ElectionAdvertSchema = Type.Object({
 
 const TierAvailabilitySchema = Type.Object({ totalBytes: Bytes, freeBytes: Bytes })
 
+/**
+ * A rollout instance registered with the node's agent (agent/rollout/): an
+ * OpenAI-compatible streaming completion server. Only instances in rotation
+ * are advertised (answering their health probe); `terminating` is the node's
+ * termination notice: its requests move now, no new ones go there.
+ */
+export const RolloutInstanceAdvertSchema = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]*$', description: 'unique on its node; cluster-wide the instance is "<node>/<id>"' }),
+  url: Type.String({ minLength: 8, maxLength: 256, pattern: '^https?://', description: 'base URL; the engine serves <url>/v1/completions' }),
+  model: Type.String({ minLength: 1, maxLength: 256, description: 'the model name the engine serves (the request\'s "model")' }),
+  weightVersion: Type.Optional(Type.Integer({ minimum: 0, description: 'the weight version it runs, when known' })),
+  gpus: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 64 })),
+  terminating: Type.Optional(Type.Literal(true)),
+}, { additionalProperties: false })
+
 export const AvailabilityRecordSchema = Type.Object({
   kind: Type.Literal('record'),
   from: PeerIdString,
@@ -66,10 +81,12 @@ export const AvailabilityRecordSchema = Type.Object({
     layout: Type.Optional(Type.String({ maxLength: 128, description: 'set when only these (layout, rank) slices are served: a layout id (weights/reshard.ts layoutId)' })),
     pulling: Type.Optional(Type.Literal(true, { description: 'the agent is pulling this version whole and serves the tensors that arrived (the weight swarm)' })),
   }), { maxItems: 1024, description: 'weight versions served (weights subsystem)' })),
+  rollout: Type.Optional(Type.Array(RolloutInstanceAdvertSchema, { maxItems: 64, description: 'rollout instances in rotation on the node (agent/rollout/)' })),
   election: Type.Optional(ElectionAdvertSchema),
   truncated: Type.Optional(Type.Object({
     resident: Type.Optional(Type.Integer({ minimum: 1, description: 'resident namespaces left out' })),
     weights: Type.Optional(Type.Integer({ minimum: 1, description: 'weight versions left out' })),
+    rollout: Type.Optional(Type.Integer({ minimum: 1, description: 'rollout instances left out' })),
     gpus: Type.Optional(Type.Integer({ minimum: 1, description: 'GPUs left out' })),
   }, { additionalProperties: false, description: 'present when the publisher cut the record to fit mesh.maxRecordBytes (or a section\'s entry bound): entries left out per section; absent = complete' })),
 }, { additionalProperties: false })
@@ -115,6 +132,7 @@ export type GpuAvailability = Static<typeof GpuAvailabilitySchema>
 export type AvailabilityRecord = Static<typeof AvailabilityRecordSchema>
 export type MembershipClaim = Static<typeof MembershipClaimSchema>
 export type MeshMessage = Static<typeof MeshMessageSchema>
+export type RolloutInstanceAdvert = Static<typeof RolloutInstanceAdvertSchema>
 export type ElectionAdvert = Static<typeof ElectionAdvertSchema>
 export type Decision = Static<typeof DecisionSchema>
 export type DecisionBatch = Static<typeof DecisionBatchSchema>

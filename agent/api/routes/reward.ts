@@ -18,6 +18,7 @@ import { AgentError } from '../../../core/errors.ts'
 import type { Caller, RewardService } from '../../reward/reward-service.ts'
 import { BatchStartBody, CancelAnswerSchema, CancelBody, CompleteBody, ExternalWorkerBody, FetchWorkBodySchema, RequestId, RewardSubmitAnswerSchema, SubmitBody, WaitMsSchema, type FetchWorkBody } from '../wire/reward.ts'
 import { errorResponses } from '../wire/errors.ts'
+import { hangUpSignal } from './hang-up.ts'
 
 export interface RewardSource {
   reward(): RewardService | { unavailable: string }
@@ -33,12 +34,6 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
   }
   /** The calling process (SO_PEERCRED), or null when the agent cannot tell. */
   const callerOf = (request: { caller?: { pid: number } | null }): Caller => request.caller != null ? { pid: request.caller.pid } : null
-  /** An abort signal that fires when the caller hangs up (long-polls stop waiting). */
-  const hangUp = (reply: { raw: NodeJS.EventEmitter & { writableFinished: boolean } }): AbortSignal => {
-    const abort = new AbortController()
-    reply.raw.once('close', () => { if (!reply.raw.writableFinished) abort.abort() })
-    return abort.signal
-  }
 
   app.post<{ Body: Static<typeof BatchStartBody> }>('/v1/reward/batches', {
     schema: { summary: 'Batch-start hint: the batch starts now with `size` requests (the planner scales for it)', body: BatchStartBody, response: { ...errorResponses, ...conflict } },
@@ -59,7 +54,7 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
       querystring: Type.Object({ waitMs: Type.Optional(WaitMsSchema) }, { additionalProperties: false }),
       response: errorResponses,
     },
-  }, async (request, reply) => await service().result(request.params.id, request.query.waitMs ?? 0, hangUp(reply)))
+  }, async (request, reply) => await service().result(request.params.id, request.query.waitMs ?? 0, hangUpSignal(reply)))
 
   app.post<{ Body: Static<typeof CancelBody> }>('/v1/reward/cancel', {
     schema: {
@@ -87,7 +82,7 @@ export function registerRewardRoutes (app: FastifyInstance, source: RewardSource
 
   app.post<{ Body: FetchWorkBody }>('/v1/reward/work/fetch', {
     schema: { summary: 'A supervised worker takes the next request of its stage (lease), waiting up to waitMs', body: FetchWorkBodySchema, response: { ...errorResponses, ...conflict } },
-  }, async (request, reply) => await service().fetchWork(request.body, callerOf(request), hangUp(reply)))
+  }, async (request, reply) => await service().fetchWork(request.body, callerOf(request), hangUpSignal(reply)))
 
   app.post<{ Body: Static<typeof CompleteBody> }>('/v1/reward/work/complete', {
     schema: { summary: 'A worker posts the reward (ends the request), the output for the next stage, or an error', body: CompleteBody, response: { ...errorResponses, ...conflict } },

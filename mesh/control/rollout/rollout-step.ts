@@ -91,6 +91,8 @@ export interface RolloutStep {
   preempt(instance: string, reason?: string): void
   /** A new instance joins the rotation (e.g. after its weights arrived). */
   add(instance: RolloutInstance): void
+  /** Gives up: open streams close, `done` rejects with `error`. No-op once the step has ended. */
+  abort(error: AgentError): void
 }
 
 interface Tracked {
@@ -292,5 +294,6 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
       live.set(instance.id, { instance, pending: new Set(), executing: new Set(), tokensSinceTick: 0 })
       pump()
     },
+    abort: error => end(error),
   }
 }

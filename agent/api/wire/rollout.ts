@@ -1,0 +1,82 @@
+/**
+ * Wire schemas of /v1/rollout (agent/rollout/): rollout instances registered
+ * with this agent, termination notices, and rollout steps run through it.
+ */
+import { Type, type Static } from '@sinclair/typebox'
+import { RolloutInstanceAdvertSchema } from '../../../mesh/membership/mesh-messages.ts'
+
+/** POST /v1/rollout/instances: an OpenAI-compatible streaming completion server on this node (registering the same id again replaces it). */
+export const RegisterInstanceBodySchema = Type.Omit(RolloutInstanceAdvertSchema, ['terminating'], { additionalProperties: false })
+export type RegisterInstanceBody = Static<typeof RegisterInstanceBodySchema>
+
+/** POST /v1/rollout/terminate: the node (or these of its instances) will be preempted. */
+export const TerminateBodySchema = Type.Object({
+  instances: Type.Optional(Type.Array(RolloutInstanceAdvertSchema.properties.id, { minItems: 1, maxItems: 64, uniqueItems: true, description: 'default: every instance of this node' })),
+  reason: Type.Optional(Type.String({ maxLength: 256 })),
+}, { additionalProperties: false })
+export type TerminateBody = Static<typeof TerminateBodySchema>
+
+/** Sampling fields that would make the engine answer with more than one sequence per request (the step collects one). */
+export const refusedSamplingFields = ['n', 'best_of', 'echo'] as const
+
+const RolloutRequestSchema = Type.Object({
+  id: Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$', description: 'unique within the step' }),
+  prompt: Type.String({ maxLength: 4 * 1024 * 1024 }),
+  maxTokens: Type.Integer({ minimum: 1, maximum: 1 << 20 }),
+  sampling: Type.Optional(Type.Record(Type.String({ maxLength: 64 }), Type.Unknown(), { description: 'passed to the engine (temperature, top_p, seed, stop, …); prompt, max_tokens, stream and model are the step\'s; n, best_of and echo are refused' })),
+}, { additionalProperties: false })
+
+export const RolloutStepOptionsSchema = Type.Object({
+  balancer: Type.Optional(Type.Union([Type.Literal('rlboost'), Type.Literal('jsq'), Type.Literal('round-robin')], { description: 'rlboost: Algorithm 2 (default); the baselines dispatch at once and never rebalance' })),
+  maxPending: Type.Optional(Type.Integer({ minimum: 1, maximum: 4096, description: 'Θ: requests sent to an instance and not yet producing tokens (default 4)' })),
+  firstTokenMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
+  stallMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
+  rebalanceIntervalMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 60_000, description: '0: no continuous balancing' })),
+  resume: Type.Optional(Type.Union([Type.Literal('tokens'), Type.Literal('recompute')], { description: 'tokens: a moved request goes on from its collected tokens (default); recompute: from its prompt (for comparison)' })),
+  noInstanceTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 3_600_000, description: 'how long the step waits with no instance in rotation before failing' })),
+  maxMoves: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
+}, { additionalProperties: false })
+
+/** POST /v1/rollout/steps. */
+export const RolloutStepBodySchema = Type.Object({
+  model: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'only instances serving this model; sent as the requests\' "model"' })),
+  requests: Type.Array(RolloutRequestSchema, { minItems: 1, maxItems: 65_536 }),
+  options: Type.Optional(RolloutStepOptionsSchema),
+}, { additionalProperties: false })
+export type RolloutStepBody = Static<typeof RolloutStepBodySchema>
+
+export const RolloutStepAnswerSchema = Type.Object({
+  responses: Type.Array(Type.Object({
+    id: Type.String(),
+    text: Type.String(),
+    tokens: Type.Integer(),
+    finish: Type.String({ description: 'the engine\'s finish reason: stop, length, …' }),
+    route: Type.Array(Type.String(), { description: 'the instances that produced it, in order (more than one when it moved)' }),
+  })),
+  stepMs: Type.Number(),
+  moves: Type.Object({ lost: Type.Integer(), pending: Type.Integer(), executing: Type.Integer() }, { description: 'requests moved: off lost instances, and by balancing' }),
+  removed: Type.Array(Type.Object({ instance: Type.String(), reason: Type.String() }), { description: 'instances taken out of rotation during the step, and why' }),
+  generatedTokens: Type.Integer({ description: 'tokens the engines generated, counting those a recompute threw away' }),
+  instances: Type.Array(Type.String(), { description: 'every instance the step used' }),
+})
+export type RolloutStepAnswer = Static<typeof RolloutStepAnswerSchema>
+
+const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), terminating: Type.Boolean() })
+
+export const LocalInstanceSchema = Type.Object({
+  ...RegisterInstanceBodySchema.properties,
+  state: Type.Union([Type.Literal('up'), Type.Literal('down'), Type.Literal('terminating')], { description: 'up: answering its health probe, advertised; down: not answering (not advertised); terminating: a termination notice came' }),
+  reason: Type.Optional(Type.String()),
+  registeredAtMs: Type.Integer(),
+  lastProbeMs: Type.Integer({ description: '0 = not probed yet' }),
+})
+export type LocalInstance = Static<typeof LocalInstanceSchema>
+
+/** GET /v1/rollout. */
+export const RolloutStatusSchema = Type.Object({
+  node: Type.String(),
+  local: Type.Array(LocalInstanceSchema, { description: 'instances registered with this agent' }),
+  cluster: Type.Array(ViewedInstanceSchema, { description: 'instances this agent sees in the cluster (its own in rotation, and its peers\' advertised)' }),
+  steps: Type.Array(Type.Object({ stepId: Type.String(), model: Type.Union([Type.String(), Type.Null()]), requests: Type.Integer(), startedAtMs: Type.Integer(), instances: Type.Integer() }), { description: 'steps running through this agent' }),
+})
+export type RolloutStatus = Static<typeof RolloutStatusSchema>

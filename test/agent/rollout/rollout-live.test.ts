@@ -1,0 +1,128 @@
+// Issue 22, live: rollout instances (engine doubles, each its own process) registered with three
+// agents that elect a leader among themselves; a trainer runs a step through one agent. Half the
+// instances are SIGKILLed mid-step together with the leader's agent: every response comes back
+// complete and token-identical to an uninterrupted generation. A termination notice moves an
+// instance's requests before it dies. Bad registrations and submissions are refused with a reason
+// and change nothing.
+import t, { type Test } from 'tap'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { spawnEngineDouble, uninterrupted } from '../../helpers/engine-double.ts'
+import { startTestMesh, type MeshAgent, type TestMesh } from '../../helpers/test-mesh.ts'
+import type { RolloutStepAnswer, RolloutStepBody } from '../../../agent/api/wire/rollout.ts'
+
+const eosEvery = 80
+const model = 'double-7b'
+
+const requests = (n: number, maxTokens: number): RolloutStepBody['requests'] =>
+  Array.from({ length: n }, (_, i) => ({ id: `r${i}`, prompt: Array.from({ length: 20 + (i % 7) * 10 }, (_, k) => `q${i}_${k}`).join(' '), maxTokens }))
+
+function checkIdentical (t: Test, reqs: RolloutStepBody['requests'], answer: RolloutStepAnswer): void {
+  const wrong = reqs.filter((r, i) => { const e = uninterrupted(r.prompt, r.maxTokens, eosEvery); return answer.responses[i]?.id !== r.id || answer.responses[i]!.text !== e.text || answer.responses[i]!.finish !== e.finish })
+  t.same(wrong.map(r => r.id), [], `all ${reqs.length} responses complete and token-identical to an uninterrupted generation`)
+}
+
+/** Two engine doubles per agent, registered as "<node>/e0", "<node>/e1". */
+async function engines (t: Test, mesh: TestMesh): Promise<Map<string, { kill(): void }>> {
+  const all = new Map<string, { kill(): void }>()
+  for (const agent of mesh.agents) {
+    for (const id of ['e0', 'e1']) {
+      const e = await spawnEngineDouble(t, `${agent.name}/${id}`, ['--eos-every', String(eosEvery), '--decode-step-ms', '8', '--model', model])
+      await agent.client.rolloutRegister({ id, url: e.url, model })
+      all.set(`${agent.name}/${id}`, e)
+    }
+  }
+  return all
+}
+
+async function untilSeen (agent: MeshAgent, count: number): Promise<void> {
+  for (const deadline = performance.now() + 30_000; ;) {
+    const view = await agent.client.rollout()
+    if (view.cluster.length === count) return
+    if (performance.now() > deadline) throw new Error(`${agent.name} sees ${view.cluster.map(i => i.id).join(', ')}, not ${count} instances`)
+    await sleep(100)
+  }
+}
+
+t.test('three agents, six instances: the leader\'s node and half the instances die mid-step, nothing is lost', async t => {
+  const mesh = await startTestMesh(t, { nodes: 3, clusterServers: 3 })
+  await mesh.waitConverged()
+  const all = await engines(t, mesh)
+  let leaderId: string | null = null
+  for (const deadline = performance.now() + 30_000; leaderId === null; await sleep(100)) {
+    leaderId = (await mesh.agents[0]!.client.leader()).leaderId
+    if (performance.now() > deadline) throw new Error('no leader elected')
+  }
+  const leader = mesh.agents.find(a => a.peerId === leaderId)!
+  const trainer = mesh.agents.find(a => a !== leader)!
+  const other = mesh.agents.find(a => a !== leader && a !== trainer)!
+  await untilSeen(trainer, 6)
+
+  const reqs = requests(36, 200)
+  const step = trainer.client.rolloutStep({ model, requests: reqs, options: { maxPending: 2, stallMs: 5000 } })
+  await sleep(700) // mid-generation
+  const killed = [`${leader.name}/e0`, `${leader.name}/e1`, `${other.name}/e0`]
+  leader.proc.kill('SIGKILL')
+  for (const id of killed) all.get(id)!.kill()
+  const answer = await step
+  checkIdentical(t, reqs, answer)
+  t.same(answer.removed.map(r => r.instance).sort(), [...killed].sort(), `the killed instances left the rotation (${answer.removed.map(r => `${r.instance}: ${r.reason}`).join('; ')})`)
+  t.ok(answer.moves.lost > 0, `${answer.moves.lost} requests moved off the killed instances`)
+  t.equal(answer.generatedTokens, answer.responses.reduce((n, r) => n + r.tokens, 0), 'no token generated twice: moved requests went on from their tokens')
+  t.same(answer.instances.length, 6, 'the step used the six instances it saw')
+  const movedOff = answer.responses.filter(r => r.route.slice(0, -1).some(id => killed.includes(id)))
+  t.ok(movedOff.length > 0 && movedOff.every(r => !killed.includes(r.route.at(-1)!)), `${movedOff.length} responses began on a killed instance and finished on a survivor`)
+
+  // The dead node's instances leave every view once it is declared dead.
+  await untilSeen(trainer, 3)
+})
+
+t.test('a termination notice moves an instance\'s requests before it dies; a new instance joins a running step', async t => {
+  const mesh = await startTestMesh(t, { nodes: 2 })
+  await mesh.waitConverged()
+  const [trainer, spot] = mesh.agents as [MeshAgent, MeshAgent]
+  const engine = async (id: string): Promise<string> => (await spawnEngineDouble(t, id, ['--eos-every', String(eosEvery), '--decode-step-ms', '8', '--model', model])).url
+  await trainer.client.rolloutRegister({ id: 'e0', url: await engine('t0'), model })
+  await spot.client.rolloutRegister({ id: 'e0', url: await engine('s0'), model })
+  await untilSeen(trainer, 2)
+
+  const reqs = requests(16, 200)
+  const step = trainer.client.rolloutStep({ model, requests: reqs, options: { maxPending: 2 } })
+  await sleep(500)
+  const notice = await spot.client.rolloutTerminate({ reason: 'spot reclaim in 30 s' })
+  t.same(notice.terminating.map(i => [i.id, i.state]), [['e0', 'terminating']], 'the spot node\'s instance is terminating')
+  await spot.client.rolloutRegister({ id: 'e1', url: await engine('s1'), model })
+  const answer = await step
+  checkIdentical(t, reqs, answer)
+  t.match(answer.removed, [{ instance: `${spot.name}/e0`, reason: 'termination notice' }], 'taken out of rotation by the notice, not by a broken stream')
+  t.ok(answer.instances.includes(`${spot.name}/e1`), 'the instance registered mid-step joined it')
+  t.match((await trainer.client.rollout()).cluster.find(i => i.id === `${spot.name}/e0`), { terminating: true }, 'peers see the notice')
+})
+
+t.test('bad registrations and submissions: a coded 4xx with the reason, nothing registered or sent', async t => {
+  const mesh = await startTestMesh(t, { nodes: 1 })
+  const agent = mesh.agents[0]!
+  const url = (await spawnEngineDouble(t, 'x', ['--model', model])).url
+  const refused = async (what: string, call: () => Promise<unknown>, code: string, message: RegExp): Promise<void> => {
+    await t.rejects(call(), { code, message }, what)
+  }
+  await refused('nothing listens there', () => agent.client.rolloutRegister({ id: 'e0', url: 'http://127.0.0.1:1', model }), 'ERR_BAD_REQUEST', /not registered: GET http:\/\/127\.0\.0\.1:1\/v1\/models failed/)
+  await refused('another model', () => agent.client.rolloutRegister({ id: 'e0', url, model: 'other' }), 'ERR_BAD_REQUEST', /serves "double-7b", not "other"/)
+  await refused('not a URL', () => agent.client.rolloutRegister({ id: 'e0', url: 'ftp://x', model }), 'ERR_BAD_REQUEST', /url/)
+  await refused('an id with a slash', () => agent.client.rolloutRegister({ id: 'a/b', url, model }), 'ERR_BAD_REQUEST', /id/)
+  t.same((await agent.client.rollout()).local, [], 'nothing registered')
+  await refused('unknown instance', () => agent.client.rolloutDeregister('nope'), 'ERR_NOT_FOUND', /no rollout instance "nope"/)
+  await refused('notice for an unknown instance', () => agent.client.rolloutTerminate({ instances: ['nope'] }), 'ERR_NOT_FOUND', /nothing was marked/)
+
+  await agent.client.rolloutRegister({ id: 'e0', url, model })
+  const ok = requests(2, 5)
+  await refused('no requests', () => agent.client.rolloutStep({ requests: [] }), 'ERR_BAD_REQUEST', /requests/)
+  await refused('a request twice', () => agent.client.rolloutStep({ requests: [ok[0]!, ok[0]!] }), 'ERR_BAD_REQUEST', /appears twice/)
+  await refused('n = 4', () => agent.client.rolloutStep({ requests: [{ ...ok[0]!, sampling: { n: 4 } }] }), 'ERR_BAD_REQUEST', /more than one sequence/)
+  await refused('maxTokens 0', () => agent.client.rolloutStep({ requests: [{ ...ok[0]!, maxTokens: 0 }] }), 'ERR_BAD_REQUEST', /maxTokens/)
+  await refused('an unknown option', () => agent.client.rolloutStep({ requests: ok, options: { bogus: 1 } as never }), 'ERR_BAD_REQUEST', /bogus|additional/)
+  t.same((await agent.client.rollout()).steps, [], 'no step ran')
+
+  const answer = await agent.client.rolloutStep({ model, requests: ok })
+  checkIdentical(t, ok, answer)
+  await refused('no instance serves the model', () => agent.client.rolloutStep({ model: 'other', requests: ok, options: { noInstanceTimeoutMs: 200 } }), 'ERR_UNAVAILABLE', /no rollout instance in rotation/)
+})
