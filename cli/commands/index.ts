@@ -19,6 +19,11 @@ import { nodeCommand } from './node.ts'
 import { peersCommand } from './peers.ts'
 import { rewardCancelCommand } from './reward-cancel.ts'
 import { rewardStatusCommand } from './reward-status.ts'
+import { rolloutDeregisterCommand } from './rollout-deregister.ts'
+import { rolloutGenerateCommand } from './rollout-generate.ts'
+import { rolloutRegisterCommand } from './rollout-register.ts'
+import { rolloutStatusCommand } from './rollout-status.ts'
+import { rolloutTerminateCommand } from './rollout-terminate.ts'
 import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
@@ -63,4 +68,9 @@ export const commands: Record<string, Command> = {
   'jobs top': jobsTopCommand,
   'reward status': rewardStatusCommand,
   'reward cancel': rewardCancelCommand,
+  'rollout status': rolloutStatusCommand,
+  'rollout register': rolloutRegisterCommand,
+  'rollout deregister': rolloutDeregisterCommand,
+  'rollout terminate': rolloutTerminateCommand,
+  'rollout generate': rolloutGenerateCommand,
 }

@@ -5,7 +5,10 @@
 // instance's requests before it dies. Bad registrations and submissions are refused with a reason
 // and change nothing.
 import t, { type Test } from 'tap'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { agentctlMain, runNode, tempDir } from '../../helpers/agent-process.ts'
 import { spawnEngineDouble, uninterrupted } from '../../helpers/engine-double.ts'
 import { startTestMesh, type MeshAgent, type TestMesh } from '../../helpers/test-mesh.ts'
 import type { RolloutStepAnswer, RolloutStepBody } from '../../../agent/api/wire/rollout.ts'
@@ -125,4 +128,30 @@ t.test('bad registrations and submissions: a coded 4xx with the reason, nothing 
   const answer = await agent.client.rolloutStep({ model, requests: ok })
   checkIdentical(t, ok, answer)
   await refused('no instance serves the model', () => agent.client.rolloutStep({ model: 'other', requests: ok, options: { noInstanceTimeoutMs: 200 } }), 'ERR_UNAVAILABLE', /no rollout instance in rotation/)
+})
+
+t.test('agentctl: register an engine, generate from a prompts file, see the instance, give notice', async t => {
+  const mesh = await startTestMesh(t, { nodes: 1 })
+  const agent = mesh.agents[0]!
+  const url = (await spawnEngineDouble(t, 'x', ['--model', model, '--eos-every', String(eosEvery)])).url
+  const ctl = async (...args: string[]): Promise<string> => {
+    const r = await runNode(agentctlMain, ['--socket', agent.socketPath, ...args])
+    t.equal(r.code, 0, `agentctl ${args.join(' ')}${r.code !== 0 ? `: ${r.stderr}` : ''}`)
+    return r.stdout
+  }
+  t.match(await ctl('rollout', 'register', 'e0', '--url', url, '--model', model, '--gpu', '0'), /rollout instance e0 registered: .* serves double-7b \(up\)/)
+  const prompts = join(tempDir(t), 'prompts.jsonl')
+  writeFileSync(prompts, '{"prompt": "a b c"}\n\n{"id": "second", "prompt": "d e", "maxTokens": 3}\n')
+  t.match(await ctl('rollout', 'generate', prompts, '--model', model, '--max-tokens', '5'), /^2 responses, 8 tokens in .* over 1 instances/)
+  const answer = JSON.parse(await ctl('rollout', 'generate', prompts, '--json')) as RolloutStepAnswer
+  t.same(answer.responses.map(r => [r.id, r.text]), [['p1', uninterrupted('a b c', 256, eosEvery).text], ['second', uninterrupted('d e', 3, eosEvery).text]], 'ids from the file or its line numbers; maxTokens from the line or --max-tokens')
+  t.match(await ctl('rollout', 'status'), new RegExp(`e0 +${url.replaceAll('.', '\\.')} +double-7b +- +0 +up`))
+  t.match(await ctl('rollout', 'terminate', '--reason', 'spot-reclaim'), /terminating: e0/)
+  t.match(await ctl('rollout', 'status'), /node00\/e0 .* terminating/)
+  t.match(await ctl('rollout', 'deregister', 'e0'), /deregistered/)
+  const bad = await runNode(agentctlMain, ['--socket', agent.socketPath, 'rollout', 'generate', prompts.replace('.jsonl', '.missing')])
+  t.not(bad.code, 0, 'a missing prompts file fails')
+  writeFileSync(prompts, '{"prompt": "ok"}\n{"text": "no prompt"}\n')
+  const badLine = await runNode(agentctlMain, ['--socket', agent.socketPath, 'rollout', 'generate', prompts])
+  t.match(badLine.stderr, /prompts\.jsonl:2: expected \{"prompt": "\.\.\."\}/, 'a line without a prompt is named')
 })

@@ -345,6 +345,56 @@ class AgentClient:
         self.call("POST", "/v1/reward/work/complete", body)
 
 
+    # Rollout (agent/rollout/): engines registered with their node's agent; a trainer runs a step's
+    # generation through its own agent over every instance of the cluster (RLBoost Algorithm 2).
+
+    def rollout_generate(self, prompts: Iterable[Union[str, Mapping[str, Any]]], *, max_tokens: int = 256,
+                         model: Optional[str] = None, sampling: Optional[Mapping[str, Any]] = None,
+                         timeout_s: Optional[float] = None, **options: Any) -> Dict[str, Any]:
+        """Runs one rollout step (``POST /v1/rollout/steps``) and returns once every response is complete.
+
+        ``prompts``: strings (ids ``p0``, ``p1``, ... and ``max_tokens``,
+        ``sampling`` for all) or dicts ``{"prompt", "id"?, "maxTokens"?,
+        "sampling"?}``. ``model`` picks the instances serving it and is sent as
+        the requests' model. ``options`` are the step's (``balancer``,
+        ``maxPending``, ``stallMs``, ``resume``, ...). The answer has
+        ``responses`` in the order given (``id``, ``text``, ``tokens``,
+        ``finish``, ``route``: the instances that produced it), ``stepMs``,
+        ``moves`` and ``removed`` (instances lost during the step, and why).
+        A request whose instance is preempted continues on another from its
+        tokens; the text is the same as without the preemption. Errors:
+        ``ERR_BAD_REQUEST`` (bad input; nothing sent), ``ERR_UNAVAILABLE`` (no
+        instance in rotation for ``noInstanceTimeoutMs``).
+        """
+        requests: List[Dict[str, Any]] = []
+        for i, p in enumerate(prompts):
+            r: Dict[str, Any] = {"id": f"p{i}", "prompt": p, "maxTokens": int(max_tokens)} if isinstance(p, str) else {"id": f"p{i}", "maxTokens": int(max_tokens), **p}
+            if sampling is not None and "sampling" not in r:
+                r["sampling"] = dict(sampling)
+            requests.append(r)
+        body: Dict[str, Any] = {"requests": requests, **_given({"model": model})}
+        if options:
+            body["options"] = options
+        return self._transport.request("POST", "/v1/rollout/steps", body, timeout_s=timeout_s)
+
+    def rollout_status(self) -> Dict[str, Any]:
+        """Instances registered with this agent (``local``), those it sees in the cluster, steps running here."""
+        return self.call("GET", "/v1/rollout")
+
+    def rollout_register(self, instance_id: str, url: str, model: str, *, weight_version: Optional[int] = None,
+                         gpus: Optional[List[int]] = None) -> Dict[str, Any]:
+        """Registers an OpenAI-compatible streaming engine of this node (probed at ``url/v1/models`` first). Admin."""
+        return self.call("POST", "/v1/rollout/instances", {"id": instance_id, "url": url, "model": model,
+                                                          **_given({"weightVersion": weight_version, "gpus": gpus})})
+
+    def rollout_deregister(self, instance_id: str) -> Dict[str, Any]:
+        """Takes an instance of this node out of the rotation. Admin."""
+        return self.call("DELETE", f"/v1/rollout/instances/{quote(instance_id, safe='')}")
+
+    def rollout_terminate(self, instances: Optional[List[str]] = None, reason: Optional[str] = None) -> Dict[str, Any]:
+        """Termination notice: this node's instances (or ``instances``) will be preempted; steps move their requests now. Admin."""
+        return self.call("POST", "/v1/rollout/terminate", _given({"instances": instances, "reason": reason}))
+
     # Worker groups and operations (agent/workers/PROTOCOL.md). Workers use these through
     # agentd_client.worker.Worker; a controller calls run_op.
 

@@ -1,0 +1,68 @@
+"""Rollout through the agent from Python: register an engine (the project's engine double, its own
+process), run a step, compare every response with what the engine answers to the same request
+directly; bad input is refused with the daemon's code and nothing is registered."""
+import json
+import re
+import subprocess
+import unittest
+import urllib.request
+from typing import Any, Dict
+
+from agent_process import REPO_ROOT, AgentErrorAssertions, DevAgent, shared_agent
+
+MODEL = "double-py"
+agent: DevAgent
+
+
+def setUpModule() -> None:
+    global agent
+    agent = shared_agent()
+
+
+def direct(url: str, prompt: str, max_tokens: int) -> Dict[str, Any]:
+    """The engine's own non-streamed answer: the reference a step's response must equal."""
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as res:
+        return json.load(res)["choices"][0]
+
+
+class RolloutTest(AgentErrorAssertions):
+    def setUp(self) -> None:
+        node = REPO_ROOT / "node_modules" / ".bin" / "node"
+        self.engine = subprocess.Popen([str(node), str(REPO_ROOT / "test" / "helpers" / "engine-double.ts"), "--port", "0", "--model", MODEL,
+                                        "--eos-every", "40", "--decode-step-ms", "2"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(self.engine.wait)
+        self.addCleanup(self.engine.kill)
+        if self.engine.stdout is not None:
+            self.addCleanup(self.engine.stdout.close)
+        line = self.engine.stdout.readline() if self.engine.stdout is not None else ""
+        match = re.search(r"at (http://\S+)", line)
+        self.assertIsNotNone(match, f"the engine double did not start: {line!r}")
+        self.url = match.group(1) if match else ""
+        self.client = agent.client
+
+    def test_generate_answers_every_prompt_as_the_engine_does(self) -> None:
+        self.client.rollout_register("py0", self.url, MODEL, gpus=[0])
+        self.addCleanup(self.client.rollout_deregister, "py0")
+        prompts = [f"question {i}: " + " ".join(f"w{k}" for k in range(i * 3)) for i in range(12)]
+        answer = self.client.rollout_generate(prompts + [{"id": "long", "prompt": "tail", "maxTokens": 60}], max_tokens=30, model=MODEL)
+        self.assertEqual([r["id"] for r in answer["responses"]], [f"p{i}" for i in range(12)] + ["long"])
+        for r, p in zip(answer["responses"], prompts + ["tail"]):
+            expected = direct(self.url, p, 60 if r["id"] == "long" else 30)
+            self.assertEqual((r["text"], r["finish"]), (expected["text"], expected["finish_reason"]), r["id"])
+        self.assertEqual(answer["removed"], [])
+        status = self.client.rollout_status()
+        self.assertEqual([(i["id"], i["state"], i.get("gpus")) for i in status["local"]], [("py0", "up", [0])])
+
+    def test_bad_input_is_refused_and_changes_nothing(self) -> None:
+        self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.rollout_register("py1", self.url, "not-served"))
+        self.assertEqual(self.client.rollout_status()["local"], [])
+        self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.rollout_generate([]))
+        self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.rollout_generate(["x"], sampling={"n": 2}))
+        self.assertAgentError("ERR_NOT_FOUND", 404, lambda: self.client.rollout_terminate(["nope"]))
+        self.assertAgentError("ERR_UNAVAILABLE", 503, lambda: self.client.rollout_generate(["x"], model="nobody-serves-this", noInstanceTimeoutMs=100))
+
+
+if __name__ == "__main__":
+    unittest.main()
