@@ -23,9 +23,15 @@ export interface DurableFs {
   mkdir: typeof nodeFs.mkdir
 }
 
-/** Atomically replaces `file` with `data`, created with `mode` (e.g. 0o600 for secrets); durable when it resolves. */
+let writes = 0
+
+/**
+ * Atomically replaces `file` with `data`, created with `mode` (e.g. 0o600 for secrets); durable when it resolves.
+ * Each call writes its own temporary file, so concurrent writes of one file never mix (the last rename wins;
+ * a caller that needs its latest state to win orders its writes).
+ */
 export async function writeFileDurably (file: string, data: string | Uint8Array, mode: number, fs: DurableFs = nodeFs): Promise<void> {
-  const tmp = `${file}.${process.pid}.tmp`
+  const tmp = `${file}.${process.pid}.${++writes}.tmp`
   const handle = await fs.open(tmp, 'w', mode)
   try {
     await handle.writeFile(data)

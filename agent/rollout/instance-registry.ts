@@ -86,11 +86,17 @@ export function createInstanceRegistry (options: InstanceRegistryOptions, compon
     const { failures: _failures, ...rest } = e
     return { ...rest }
   }
-  const save = async (): Promise<void> => {
-    const stored: RegisterInstanceBody[] = [...entries.values()].map(e => ({
-      id: e.id, url: e.url, model: e.model, ...(e.weightVersion !== undefined ? { weightVersion: e.weightVersion } : {}), ...(e.gpus !== undefined ? { gpus: e.gpus } : {}),
-    }))
-    await writeFileDurably(file, JSON.stringify(stored, null, 1), 0o600)
+  /** Writes the registrations as they are when its turn comes; one write at a time (they share a temporary file). */
+  let saving: Promise<void> = Promise.resolve()
+  const save = (): Promise<void> => {
+    const write = async (): Promise<void> => {
+      const stored: RegisterInstanceBody[] = [...entries.values()].map(e => ({
+        id: e.id, url: e.url, model: e.model, ...(e.weightVersion !== undefined ? { weightVersion: e.weightVersion } : {}), ...(e.gpus !== undefined ? { gpus: e.gpus } : {}),
+      }))
+      await writeFileDurably(file, JSON.stringify(stored, null, 1), 0o600)
+    }
+    saving = saving.then(write, write)
+    return saving
   }
   const setState = (e: Entry, state: Entry['state'], reason?: string): void => {
     if (e.state === state) return

@@ -33,11 +33,19 @@ function tracingFs (): { fs: DurableFs, calls: string[] } {
 t.test('writeFileDurably: temp file fsynced, renamed, then the directory fsynced', async t => {
   const dir = tempDir(t)
   const file = join(dir, 'node-id')
-  const tmp = `${file}.${process.pid}.tmp`
   const { fs: traced, calls } = tracingFs()
   await writeFileDurably(file, 'abc\n', 0o640, traced)
+  const tmp = /^open (\S+) w$/.exec(calls[0] ?? '')?.[1] ?? ''
+  t.match(tmp, new RegExp(`^${file}\\.${process.pid}\\.\\d+\\.tmp$`), 'a temporary file beside it')
   t.same(calls, [`open ${tmp} w`, `fsync ${tmp}`, `rename ${tmp} ${file}`, `open ${dir} r`, `fsync ${dir}`])
   t.equal(readFileSync(file, 'utf8'), 'abc\n')
+})
+
+t.test('writeFileDurably: concurrent writes of one file each land whole', async t => {
+  const file = join(tempDir(t), 'f')
+  const contents = Array.from({ length: 16 }, (_, i) => `write ${i} `.repeat(1000))
+  await Promise.all(contents.map(c => writeFileDurably(file, c, 0o600)))
+  t.ok(contents.includes(readFileSync(file, 'utf8')), 'the file is one of the writes, whole')
 })
 
 t.test('mkdirDurably: every directory it creates is fsynced, and the one holding the first', async t => {

@@ -80,3 +80,14 @@ t.test('a registration that cannot be stored leaves nothing behind', async t => 
   t.same(registry.list(), [], 'not registered in memory either')
   t.same(registry.advert(), [])
 })
+
+t.test('registrations at the same moment are all stored', async t => {
+  const engine = await startEngineDouble({ model: 'm' })
+  t.teardown(() => engine.close())
+  const dir = tempDir(t)
+  const { registry } = await started(t, dir)
+  await Promise.all(Array.from({ length: 8 }, async (_, i) => await registry.register({ id: `e${i}`, url: engine.url, model: 'm' })))
+  registry.stop()
+  const again = await started(t, dir)
+  t.same(again.registry.list().map(i => i.id).sort(), ['e0', 'e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7'])
+})
