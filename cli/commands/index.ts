@@ -28,6 +28,7 @@ import { planWorkflowCommand } from './plan-workflow.ts'
 import { simPlacementCommand } from './sim-placement.ts'
 import { simRewardCommand } from './sim-reward.ts'
 import { simRolloutCommand } from './sim-rollout.ts'
+import { simSeedingCommand } from './sim-seeding.ts'
 import { simTracePlacementCommand } from './sim-trace-placement.ts'
 import { simTraceRewardCommand } from './sim-trace-reward.ts'
 import { simTraceRolloutCommand } from './sim-trace-rollout.ts'
@@ -54,6 +55,7 @@ export const commands: Record<string, Command> = {
   'sim trace reward': simTraceRewardCommand,
   'sim rollout': simRolloutCommand,
   'sim trace rollout': simTraceRolloutCommand,
+  'sim seeding': simSeedingCommand,
   'sim placement': simPlacementCommand,
   'sim trace placement': simTracePlacementCommand,
   'plan workflow': planWorkflowCommand,

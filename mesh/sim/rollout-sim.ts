@@ -58,6 +58,8 @@ export interface RolloutSimResult {
   keptTokens: number
   /** Per request: when its last token came, seconds. */
   finishS: Record<string, number>
+  /** Per request: the engine that finished it. */
+  finishedOn: Record<string, string>
 }
 
 interface Req { spec: SimRolloutRequest, kept: number, at: Inst | undefined, phase: 'waiting' | 'pending' | 'executing' | 'done', seq: Seq | undefined, dispatchedS: number }
@@ -83,6 +85,7 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
   const waiting: Req[] = [...reqs]
   const moves = { lost: 0, pending: 0, executing: 0 }
   const finishS: Record<string, number> = {}
+  const finishedOn: Record<string, string> = {}
   let generatedTokens = 0
   let remaining = reqs.length
   let turn = 0
@@ -132,6 +135,7 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
     r.at = undefined
     r.seq = undefined
     finishS[r.spec.id] = q.nowS
+    finishedOn[r.spec.id] = i.e.id
     remaining--
     pump()
   }
@@ -199,5 +203,5 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
   if (o.rebalanceIntervalMs > 0) q.after(o.rebalanceIntervalMs / 1000, tick)
   q.runUntil() // ends when every request is done, or when no instance is left and none will join
   if (remaining > 0) throw new RangeError(`${remaining} requests never finished: no instance left in rotation`)
-  return { stepS: Math.max(0, ...Object.values(finishS)), moves, generatedTokens, keptTokens: reqs.reduce((n, r) => n + r.kept, 0), finishS }
+  return { stepS: Math.max(0, ...Object.values(finishS)), moves, generatedTokens, keptTokens: reqs.reduce((n, r) => n + r.kept, 0), finishS, finishedOn }
 }
