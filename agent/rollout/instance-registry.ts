@@ -62,6 +62,16 @@ const fileName = 'rollout-instances.json'
 export const maxInstances = 64
 const StoredSchema = TypeCompiler.Compile(Type.Array(RegisterInstanceBodySchema))
 
+/** The registered fields of an entry (what is stored and advertised). */
+function registration (e: RegisterInstanceBody): RegisterInstanceBody {
+  return {
+    id: e.id, url: e.url, model: e.model,
+    ...(e.weightVersion !== undefined ? { weightVersion: e.weightVersion } : {}),
+    ...(e.gpus !== undefined ? { gpus: e.gpus } : {}),
+    ...(e.reserved === true ? { reserved: true as const } : {}),
+  }
+}
+
 /** What a `/v1/models` probe found: undefined when the engine serves `model`, else why not. */
 export async function probeEngine (url: string, model: string, timeoutMs: number): Promise<string | undefined> {
   try {
@@ -90,9 +100,7 @@ export function createInstanceRegistry (options: InstanceRegistryOptions, compon
   let saving: Promise<void> = Promise.resolve()
   const save = (): Promise<void> => {
     const write = async (): Promise<void> => {
-      const stored: RegisterInstanceBody[] = [...entries.values()].map(e => ({
-        id: e.id, url: e.url, model: e.model, ...(e.weightVersion !== undefined ? { weightVersion: e.weightVersion } : {}), ...(e.gpus !== undefined ? { gpus: e.gpus } : {}),
-      }))
+      const stored: RegisterInstanceBody[] = [...entries.values()].map(registration)
       await writeFileDurably(file, JSON.stringify(stored, null, 1), 0o600)
     }
     saving = saving.then(write, write)
@@ -200,11 +208,6 @@ export function createInstanceRegistry (options: InstanceRegistryOptions, compon
       return marked.map(view)
     },
     list: () => [...entries.values()].map(view),
-    advert: () => [...entries.values()].filter(e => e.state !== 'down').map(e => ({
-      id: e.id, url: e.url, model: e.model,
-      ...(e.weightVersion !== undefined ? { weightVersion: e.weightVersion } : {}),
-      ...(e.gpus !== undefined ? { gpus: e.gpus } : {}),
-      ...(e.state === 'terminating' ? { terminating: true as const } : {}),
-    })),
+    advert: () => [...entries.values()].filter(e => e.state !== 'down').map(e => ({ ...registration(e), ...(e.state === 'terminating' ? { terminating: true as const } : {}) })),
   }
 }

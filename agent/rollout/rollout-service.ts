@@ -24,11 +24,22 @@
  *   is kept. Stopping the agent aborts running steps with ERR_UNAVAILABLE.
  * - Each model's measured batching profile is kept for its next step's
  *   balancing (the plateau of Algorithm 2).
+ * - Seeding (RLBoost §4.1, `options.seeding`): the reserved instances (the
+ *   training cluster's engines) take requests for the window only, and the
+ *   remote ones, at most N_prem of them, for the whole step; when the window
+ *   ends (and a remote instance is in rotation to take over: colocated until
+ *   then) the reserved instances leave the step, their requests going on
+ *   remotely from their tokens. The window is fixed (`windowS`) or the
+ *   model's adaptive one: Algorithm 1 run on the trainer's report of its
+ *   previous step and that step's measurements (seeding-feedback.ts). The
+ *   answer's `seeding` says what was used and measured. Without seeding
+ *   every instance, reserved or not, takes requests for the whole step.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import { startRolloutStep, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
-import { instancesInView, usable, type MemberRollout } from '../../mesh/control/rollout/instance-view.ts'
+import { instancesInView, usable, type MemberRollout, type ViewedInstance } from '../../mesh/control/rollout/instance-view.ts'
+import { planSeedingWindow, remoteGenerationS, type ModelSeeding, type RemoteMeasurement } from '../../mesh/control/rollout/seeding-feedback.ts'
 import type { BatchingProfile } from '../../mesh/policies/rollout-balancing/load-balancer.ts'
 import type { RolloutInstanceAdvert } from '../../mesh/membership/mesh-messages.ts'
 import { refusedSamplingFields, type RolloutStatus, type RolloutStepAnswer, type RolloutStepBody } from '../api/wire/rollout.ts'
@@ -66,7 +77,23 @@ export function createRolloutService (options: RolloutServiceOptions, components
   const watchIntervalMs = options.watchIntervalMs ?? 250
   const running = new Map<string, Running>()
   const profiles = new Map<string, BatchingProfile>()
+  /** Algorithm 1's state per model, with the last seeded step's measurements. */
+  const seedingByModel = new Map<string, ModelSeeding>()
   let nextStep = 1
+
+  /** The window of a seeded step: fixed, or the model's adaptive one after the trainer's report (seeding-feedback.ts). */
+  const planSeeding = (model: string | undefined, o: NonNullable<NonNullable<RolloutStepBody['options']>['seeding']>, available: readonly ViewedInstance[]): { windowS: number, maxInstances: number } => {
+    const plan = planSeedingWindow(seedingByModel.get(model ?? ''), {
+      ...(o.windowS !== undefined ? { windowS: o.windowS } : {}),
+      ...(o.training !== undefined ? { training: o.training } : {}),
+      initialWindowS: o.initialWindowS ?? 30,
+      eta: o.eta ?? 2,
+      reservedEngines: available.filter(i => i.reserved).length,
+      remoteNow: available.filter(i => !i.reserved).length,
+    })
+    if (plan.next !== undefined) seedingByModel.set(model ?? '', plan.next)
+    return plan
+  }
 
   const view = (): ReturnType<typeof instancesInView> => instancesInView({ node: options.nodeName, instances: registry.advert() }, components.members() ?? [])
 
@@ -83,15 +110,34 @@ export function createRolloutService (options: RolloutServiceOptions, components
         if (refused.length > 0) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: sampling ${refused.join(', ')} would make the engine answer with more than one sequence; a step collects one per request`)
       }
       const model = body.model
-      const initial = usable(view(), model)
+      const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
+      const available = usable(view(), model)
+      const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
+      const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
       const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
-        ...body.options,
+        ...stepOptions,
         ...(model !== undefined ? { model } : {}),
         ...(profiles.has(model ?? '') ? { profile: profiles.get(model ?? '')! } : {}),
       })
+      const began = performance.now()
       const r: Running = { stepId: `step-${nextStep++}`, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step }
       running.set(r.stepId, r)
-      log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id) }, 'rollout step started')
+      log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: seeding !== undefined ? { windowS: seeding.windowS, maxInstances: seeding.maxInstances } : null }, 'rollout step started')
+      /** Remote instances of a seeded step: when each joined, seconds from the start. */
+      const joinedS = new Map(initial.filter(i => !i.reserved).map(i => [i.id, 0]))
+      const reservedIds = new Set(initial.filter(i => i.reserved).map(i => i.id))
+      let windowOver = false
+      let remoteInstanceS = 0
+      let lastSampleS = 0
+      /** Ends the window once a remote instance can take the reserved instances' requests (colocated until then). */
+      const endWindow = (): void => {
+        if (seeding === undefined || windowOver) return
+        const inRotation = step.inRotation()
+        if ((performance.now() - began) / 1000 < seeding.windowS || !inRotation.some(id => joinedS.has(id))) return
+        windowOver = true
+        for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, 'seeding window over')
+      }
+      const windowTimer = seeding !== undefined ? setTimeout(endWindow, seeding.windowS * 1000) : undefined
       const watch = setInterval(() => {
         const now = new Map(view().map(i => [i.id, i]))
         for (const id of r.offered) {
@@ -99,12 +145,20 @@ export function createRolloutService (options: RolloutServiceOptions, components
           if (seen === undefined) step.preempt(id, 'left the mesh view (its node is dead, or it no longer answers its health probe)')
           else if (seen.terminating) step.preempt(id, 'termination notice')
         }
+        const inRotation = step.inRotation()
+        const sampleS = (performance.now() - began) / 1000
+        remoteInstanceS += inRotation.filter(id => joinedS.has(id)).length * (sampleS - lastSampleS)
+        lastSampleS = sampleS
         for (const i of usable([...now.values()], model)) {
           if (r.offered.has(i.id)) continue
+          if (seeding !== undefined && (i.reserved ? windowOver : inRotation.filter(id => joinedS.has(id)).length >= seeding.maxInstances)) continue
           r.offered.add(i.id)
+          if (seeding !== undefined && !i.reserved) joinedS.set(i.id, sampleS)
+          if (i.reserved) reservedIds.add(i.id)
           log.info({ step: r.stepId, instance: i.id }, 'rollout instance joins the step')
           step.add({ id: i.id, url: i.url })
         }
+        endWindow()
       }, watchIntervalMs)
       const hangUp = (): void => step.abort(new AgentError('ERR_UNAVAILABLE', 'the caller hung up'))
       signal.addEventListener('abort', hangUp, { once: true })
@@ -113,12 +167,28 @@ export function createRolloutService (options: RolloutServiceOptions, components
         profiles.set(model ?? '', result.profile)
         log.info({ step: r.stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
         const { profile: _profile, ...answer } = result
-        return { ...answer, instances: [...r.offered] }
+        if (seeding === undefined) return { ...answer, instances: [...r.offered] }
+        const stepS = result.stepMs / 1000
+        const lastResponseS = new Map<string, number>()
+        for (const x of result.responses) lastResponseS.set(x.route.at(-1)!, Math.max(lastResponseS.get(x.route.at(-1)!) ?? 0, x.finishMs / 1000))
+        const measured: RemoteMeasurement = {
+          stepS,
+          remotes: [...joinedS].map(([id, joined]) => ({ joinedS: joined, lastResponseS: lastResponseS.get(id) ?? null })),
+          meanInstances: Math.round(100 * (remoteInstanceS + step.inRotation().filter(id => joinedS.has(id)).length * Math.max(0, stepS - lastSampleS)) / Math.max(stepS, 1e-9)) / 100,
+        }
+        const kept = seedingByModel.get(model ?? '')
+        if (kept !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...kept, last: measured })
+        return {
+          ...answer,
+          instances: [...r.offered],
+          seeding: { windowS: seeding.windowS, maxInstances: Number.isFinite(seeding.maxInstances) ? seeding.maxInstances : joinedS.size, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) },
+        }
       } catch (err) {
         log.warn({ step: r.stepId, err }, 'rollout step failed')
         throw err
       } finally {
         clearInterval(watch)
+        clearTimeout(windowTimer)
         signal.removeEventListener('abort', hangUp)
         running.delete(r.stepId)
       }

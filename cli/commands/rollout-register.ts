@@ -9,13 +9,14 @@ import { integerFlag } from './flags.ts'
 
 export const rolloutRegisterCommand: Command = {
   summary: 'register an engine of this node (OpenAI-compatible, streaming) as a rollout instance; the same ID again replaces it',
-  usage: 'ID --url URL --model M [--weight-version V] [--gpu N]...',
+  usage: 'ID --url URL --model M [--weight-version V] [--gpu N]... [--reserved]',
   arguments: [{ name: 'ID', description: 'the instance\'s id on this node (letters, digits, . _ : -)' }],
   options: {
     url: { type: 'string', value: 'URL', description: 'the engine\'s base URL, reachable from every node that runs steps (it serves URL/v1/completions)' },
     model: { type: 'string', value: 'M', description: 'the model name the engine serves (its /v1/models)' },
     'weight-version': { type: 'string', value: 'V', description: 'the weight version it runs, when known' },
     gpu: { type: 'string', multiple: true, value: 'N', description: 'a GPU index it runs on (repeat for more)' },
+    reserved: { type: 'boolean', description: 'an engine of the training cluster: in a seeded step it takes requests only during the seeding window' },
   },
   examples: [
     { what: 'a vLLM server on this node', run: 'agentctl rollout register vllm0 --url http://10.0.0.7:8000 --model Qwen/Qwen2.5-7B-Instruct --gpu 0 --gpu 1' },
@@ -29,6 +30,7 @@ export const rolloutRegisterCommand: Command = {
       id, url: values.url, model: values.model,
       ...(values['weight-version'] !== undefined ? { weightVersion: integerFlag('rollout register', values['weight-version'], 'weight-version', 0) } : {}),
       ...(gpus !== undefined ? { gpus } : {}),
+      ...(values.reserved === true ? { reserved: true as const } : {}),
     }, { signal })
     return { json: answer, human: `rollout instance ${answer.id} registered: ${answer.url} serves ${answer.model} (${answer.state})` }
   },

@@ -54,6 +54,7 @@ export const RolloutInstanceAdvertSchema = Type.Object({
   model: Type.String({ minLength: 1, maxLength: 256, description: 'the model name the engine serves (the request\'s "model")' }),
   weightVersion: Type.Optional(Type.Integer({ minimum: 0, description: 'the weight version it runs, when known' })),
   gpus: Type.Optional(Type.Array(Type.Integer({ minimum: 0 }), { maxItems: 64 })),
+  reserved: Type.Optional(Type.Literal(true, { description: 'an engine of the training cluster: with seeding, it takes requests only during the window' })),
   terminating: Type.Optional(Type.Literal(true)),
 }, { additionalProperties: false })
 

@@ -35,6 +35,16 @@ export const RolloutStepOptionsSchema = Type.Object({
   resume: Type.Optional(Type.Union([Type.Literal('tokens'), Type.Literal('recompute')], { description: 'tokens: a moved request goes on from its collected tokens (default); recompute: from its prompt (for comparison)' })),
   noInstanceTimeoutMs: Type.Optional(Type.Integer({ minimum: 0, maximum: 3_600_000, description: 'how long the step waits with no instance in rotation before failing' })),
   maxMoves: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
+  seeding: Type.Optional(Type.Object({
+    windowS: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400, description: 'a fixed window; without it the agent adapts the model\'s window step by step (RLBoost Algorithm 1)' })),
+    initialWindowS: Type.Optional(Type.Number({ minimum: 0, maximum: 86_400, description: 'T_init: the adaptive window of the model\'s first step (default 30)' })),
+    eta: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1e6, description: 'η: adaptation rate (default 2; larger adapts more slowly)' })),
+    training: Type.Optional(Type.Object({
+      trainS: Type.Number({ minimum: 0, description: 't_train: the trainer\'s effective training time in its previous step of this model (idle excluded)' }),
+      trainWaitS: Type.Number({ minimum: 0, description: 't_train_wait: how long it sat idle after its window, waiting for responses' }),
+      endedAfterS: Type.Number({ minimum: 0, description: 'when its training ended, seconds after that step\'s answer' }),
+    }, { additionalProperties: false, description: 'the trainer\'s measurements of its previous step: what Algorithm 1 adapts from' })),
+  }, { additionalProperties: false, description: 'RLBoost §4.1 seeding: reserved instances (the training cluster\'s engines) take requests only for the window; then their requests move to the remote instances from their tokens' })),
 }, { additionalProperties: false })
 
 /** POST /v1/rollout/steps. */
@@ -52,16 +62,23 @@ export const RolloutStepAnswerSchema = Type.Object({
     tokens: Type.Integer(),
     finish: Type.String({ description: 'the engine\'s finish reason: stop, length, …' }),
     route: Type.Array(Type.String(), { description: 'the instances that produced it, in order (more than one when it moved)' }),
+    finishMs: Type.Number({ description: 'when it was complete, ms from the step\'s start' }),
   })),
   stepMs: Type.Number(),
   moves: Type.Object({ lost: Type.Integer(), pending: Type.Integer(), executing: Type.Integer() }, { description: 'requests moved: off lost instances, and by balancing' }),
   removed: Type.Array(Type.Object({ instance: Type.String(), reason: Type.String() }), { description: 'instances taken out of rotation during the step, and why' }),
   generatedTokens: Type.Integer({ description: 'tokens the engines generated, counting those a recompute threw away' }),
   instances: Type.Array(Type.String(), { description: 'every instance the step used' }),
+  seeding: Type.Optional(Type.Object({
+    windowS: Type.Number({ description: 'T_seed: how long the reserved instances took requests' }),
+    maxInstances: Type.Integer({ description: 'N_prem: the most remote instances the step used' }),
+    meanRemoteInstances: Type.Number({ description: 'n̄_prem: remote instances in rotation, averaged over the step' }),
+    remoteS: Type.Number({ description: 't_remote: the remote instances\' mean generation time (first dispatch to last response)' }),
+  }, { description: 'present when the step had a seeding window' })),
 })
 export type RolloutStepAnswer = Static<typeof RolloutStepAnswerSchema>
 
-const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), terminating: Type.Boolean() })
+const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), reserved: Type.Boolean(), terminating: Type.Boolean() })
 
 export const LocalInstanceSchema = Type.Object({
   ...RegisterInstanceBodySchema.properties,

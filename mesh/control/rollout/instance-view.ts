@@ -26,12 +26,14 @@ export interface ViewedInstance {
   node: string
   url: string
   model: string
+  /** An engine of the training cluster (seeding window only). */
+  reserved: boolean
   terminating: boolean
 }
 
 export function instancesInView (self: { node: string, instances: readonly RolloutInstanceAdvert[] }, members: readonly MemberRollout[]): ViewedInstance[] {
   const of = (node: string, list: readonly RolloutInstanceAdvert[]): ViewedInstance[] =>
-    list.map(i => ({ id: `${node}/${i.id}`, node, url: i.url, model: i.model, terminating: i.terminating === true }))
+    list.map(i => ({ id: `${node}/${i.id}`, node, url: i.url, model: i.model, reserved: i.reserved === true, terminating: i.terminating === true }))
   return [
     ...of(self.node, self.instances),
     ...members.filter(m => m.state !== 'dead' && m.node !== '' && m.record !== null).flatMap(m => of(m.node, m.record?.rollout ?? [])),

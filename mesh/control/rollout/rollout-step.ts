@@ -72,6 +72,8 @@ export interface RolloutResponse {
   finish: string
   /** The instances that produced it, in order (more than one when it moved). */
   route: string[]
+  /** When it was complete, ms from the step's start. */
+  finishMs: number
 }
 
 export interface RolloutStepResult {
@@ -89,6 +91,8 @@ export interface RolloutStep {
   done: Promise<RolloutStepResult>
   /** A termination notice: the instance's requests move now. */
   preempt(instance: string, reason?: string): void
+  /** The instances in rotation now. */
+  inRotation(): string[]
   /** A new instance joins the rotation (e.g. after its weights arrived). */
   add(instance: RolloutInstance): void
   /** Gives up: open streams close, `done` rejects with `error`. No-op once the step has ended. */
@@ -104,6 +108,7 @@ interface Tracked {
   at?: Live
   phase: 'waiting' | 'pending' | 'executing' | 'done'
   finish: string
+  finishMs: number
   /** The attempt in flight; a callback of an older attempt is ignored. */
   attempt?: AbortController
   /** Text and tokens when the attempt was sent: what it goes back to if its instance turns out untrustworthy. */
@@ -128,7 +133,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     if (!Number.isInteger(r.maxTokens) || r.maxTokens < 1) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: maxTokens must be an integer >= 1`)
   }
   const live = new Map<string, Live>()
-  const tracked: Tracked[] = requests.map(spec => ({ spec, text: '', tokens: 0, route: [], moves: 0, phase: 'waiting', finish: '', startedAt: 0, sent: { text: '', tokens: 0 } }))
+  const tracked: Tracked[] = requests.map(spec => ({ spec, text: '', tokens: 0, route: [], moves: 0, phase: 'waiting', finish: '', finishMs: 0, startedAt: 0, sent: { text: '', tokens: 0 } }))
   const waiting: Tracked[] = [...tracked]
   const moves = { lost: 0, pending: 0, executing: 0 }
   const removed: RolloutStepResult['removed'] = []
@@ -150,7 +155,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     for (const t of tracked) t.attempt?.abort()
     if (error !== undefined) { result.reject(error); return }
     result.resolve({
-      responses: tracked.map(t => ({ id: t.spec.id, text: t.text, tokens: t.tokens, finish: t.finish, route: t.route })),
+      responses: tracked.map(t => ({ id: t.spec.id, text: t.text, tokens: t.tokens, finish: t.finish, route: t.route, finishMs: t.finishMs })),
       stepMs: performance.now() - began,
       moves,
       removed,
@@ -163,6 +168,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     detach(t)
     t.phase = 'done'
     t.finish = finish
+    t.finishMs = performance.now() - began
     if (--remaining === 0) end()
   }
 
@@ -289,6 +295,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
   return {
     done: result.promise,
     preempt: (id, reason = 'termination notice') => lose(id, reason),
+    inRotation: () => [...live.keys()],
     add: instance => {
       if (finished || live.has(instance.id)) return
       live.set(instance.id, { instance, pending: new Set(), executing: new Set(), tokensSinceTick: 0 })

@@ -382,10 +382,12 @@ class AgentClient:
         return self.call("GET", "/v1/rollout")
 
     def rollout_register(self, instance_id: str, url: str, model: str, *, weight_version: Optional[int] = None,
-                         gpus: Optional[List[int]] = None) -> Dict[str, Any]:
-        """Registers an OpenAI-compatible streaming engine of this node (probed at ``url/v1/models`` first). Admin."""
+                         gpus: Optional[List[int]] = None, reserved: bool = False) -> Dict[str, Any]:
+        """Registers an OpenAI-compatible streaming engine of this node (probed at ``url/v1/models`` first). Admin.
+
+        ``reserved``: an engine of the training cluster; in a seeded step it takes requests only during the window."""
         return self.call("POST", "/v1/rollout/instances", {"id": instance_id, "url": url, "model": model,
-                                                          **_given({"weightVersion": weight_version, "gpus": gpus})})
+                                                          **_given({"weightVersion": weight_version, "gpus": gpus, "reserved": True if reserved else None})})
 
     def rollout_deregister(self, instance_id: str) -> Dict[str, Any]:
         """Takes an instance of this node out of the rotation. Admin."""
