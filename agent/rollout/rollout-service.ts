@@ -13,7 +13,8 @@
  *
  * Contract of runStep:
  * - Instances: the view's, not terminating, serving the step's model (when
- *   one is named). Every watchIntervalMs the view is read again: an instance
+ *   one is named) at its weight version or later (when one is named: an
+ *   engine that pulled new weights registers again with their version). Every watchIntervalMs the view is read again: an instance
  *   that left it (node dead, no longer advertised: its probe failed) or got
  *   a termination notice is preempted (its requests move now); one that
  *   appeared joins the rotation. An instance the step has taken out of
@@ -111,7 +112,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
       }
       const model = body.model
       const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
-      const available = usable(view(), model)
+      const available = usable(view(), model, body.weightVersion)
       const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
       const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
       const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
@@ -143,13 +144,14 @@ export function createRolloutService (options: RolloutServiceOptions, components
         for (const id of r.offered) {
           const seen = now.get(id)
           if (seen === undefined) step.preempt(id, 'left the mesh view (its node is dead, or it no longer answers its health probe)')
+          else if (body.weightVersion !== undefined && (seen.weightVersion ?? -1) < body.weightVersion) step.preempt(id, `registered again with weight version ${seen.weightVersion ?? 'none'}`)
           else if (seen.terminating) step.preempt(id, 'termination notice')
         }
         const inRotation = step.inRotation()
         const sampleS = (performance.now() - began) / 1000
         remoteInstanceS += inRotation.filter(id => joinedS.has(id)).length * (sampleS - lastSampleS)
         lastSampleS = sampleS
-        for (const i of usable([...now.values()], model)) {
+        for (const i of usable([...now.values()], model, body.weightVersion)) {
           if (r.offered.has(i.id)) continue
           if (seeding !== undefined && (i.reserved ? windowOver : inRotation.filter(id => joinedS.has(id)).length >= seeding.maxInstances)) continue
           r.offered.add(i.id)

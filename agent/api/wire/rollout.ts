@@ -50,6 +50,7 @@ export const RolloutStepOptionsSchema = Type.Object({
 /** POST /v1/rollout/steps. */
 export const RolloutStepBodySchema = Type.Object({
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'only instances serving this model; sent as the requests\' "model"' })),
+  weightVersion: Type.Optional(Type.Integer({ minimum: 0, description: 'only instances registered with this weight version or a later one: an engine that pulled the new weights re-registers with their version and joins the running step' })),
   requests: Type.Array(RolloutRequestSchema, { minItems: 1, maxItems: 65_536 }),
   options: Type.Optional(RolloutStepOptionsSchema),
 }, { additionalProperties: false })
@@ -78,7 +79,7 @@ export const RolloutStepAnswerSchema = Type.Object({
 })
 export type RolloutStepAnswer = Static<typeof RolloutStepAnswerSchema>
 
-const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), reserved: Type.Boolean(), terminating: Type.Boolean() })
+const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), weightVersion: Type.Optional(Type.Integer()), reserved: Type.Boolean(), terminating: Type.Boolean() })
 
 export const LocalInstanceSchema = Type.Object({
   ...RegisterInstanceBodySchema.properties,

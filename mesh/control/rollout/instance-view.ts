@@ -9,7 +9,8 @@
  *   suspicion may be refuted; a dead engine shows in its stream first).
  * - `terminating` instances are listed with the flag (their node received a
  *   termination notice); `usable` leaves them out, and keeps only `model`'s
- *   when a model is given.
+ *   when a model is given, and only those on the step's weights when a
+ *   weight version is given.
  */
 import type { RolloutInstanceAdvert } from '../../membership/mesh-messages.ts'
 
@@ -26,6 +27,8 @@ export interface ViewedInstance {
   node: string
   url: string
   model: string
+  /** The weight version it runs, when registered with one. */
+  weightVersion?: number
   /** An engine of the training cluster (seeding window only). */
   reserved: boolean
   terminating: boolean
@@ -33,14 +36,19 @@ export interface ViewedInstance {
 
 export function instancesInView (self: { node: string, instances: readonly RolloutInstanceAdvert[] }, members: readonly MemberRollout[]): ViewedInstance[] {
   const of = (node: string, list: readonly RolloutInstanceAdvert[]): ViewedInstance[] =>
-    list.map(i => ({ id: `${node}/${i.id}`, node, url: i.url, model: i.model, reserved: i.reserved === true, terminating: i.terminating === true }))
+    list.map(i => ({ id: `${node}/${i.id}`, node, url: i.url, model: i.model, ...(i.weightVersion !== undefined ? { weightVersion: i.weightVersion } : {}), reserved: i.reserved === true, terminating: i.terminating === true }))
   return [
     ...of(self.node, self.instances),
     ...members.filter(m => m.state !== 'dead' && m.node !== '' && m.record !== null).flatMap(m => of(m.node, m.record?.rollout ?? [])),
   ].sort((a, b) => a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 }
 
-/** The instances a step may send requests to: not terminating, serving `model` when one is named. */
-export function usable (instances: readonly ViewedInstance[], model: string | undefined): ViewedInstance[] {
-  return instances.filter(i => !i.terminating && (model === undefined || i.model === model))
+/**
+ * The instances a step may send requests to: not terminating, serving `model` when one is named, and
+ * running weight version `minWeightVersion` or later when one is named (an instance registered without
+ * a version is then left out: it cannot say it has the step's weights).
+ */
+export function usable (instances: readonly ViewedInstance[], model: string | undefined, minWeightVersion?: number): ViewedInstance[] {
+  return instances.filter(i => !i.terminating && (model === undefined || i.model === model) &&
+    (minWeightVersion === undefined || (i.weightVersion !== undefined && i.weightVersion >= minWeightVersion)))
 }

@@ -155,3 +155,23 @@ t.test('agentctl: register an engine, generate from a prompts file, see the inst
   const badLine = await runNode(agentctlMain, ['--socket', agent.socketPath, 'rollout', 'generate', prompts])
   t.match(badLine.stderr, /prompts\.jsonl:2: expected \{"prompt": "\.\.\."\}/, 'a line without a prompt is named')
 })
+
+t.test('a step on weight version N uses the engines on N; one that pulled N registers again and joins', async t => {
+  const mesh = await startTestMesh(t, { nodes: 1 })
+  const agent = mesh.agents[0]!
+  const args = ['--eos-every', String(eosEvery), '--decode-step-ms', '8', '--model', model, '--max-running', '4'] // requests queue: work is left for a joiner
+  const current = await spawnEngineDouble(t, 'v4', args)
+  const behind = await spawnEngineDouble(t, 'v3', args)
+  await agent.client.rolloutRegister({ id: 'new', url: current.url, model, weightVersion: 4 })
+  await agent.client.rolloutRegister({ id: 'old', url: behind.url, model, weightVersion: 3 })
+  const reqs = requests(16, 200)
+  const step = agent.client.rolloutStep({ model, weightVersion: 4, requests: reqs, options: { maxPending: 2 } })
+  await sleep(400)
+  t.same((await agent.client.rollout()).steps.map(s => s.instances), [1], 'only the engine on version 4 at first')
+  await agent.client.rolloutRegister({ id: 'old', url: behind.url, model, weightVersion: 4 }) // it pulled version 4
+  const answer = await step
+  checkIdentical(t, reqs, answer)
+  t.same(answer.instances.sort(), [`${agent.name}/new`, `${agent.name}/old`], 'the updated engine joined the step')
+  t.ok(answer.responses.some(r => r.route.includes(`${agent.name}/old`)), 'and took requests')
+  await t.rejects(agent.client.rolloutStep({ model, weightVersion: 5, requests: reqs.slice(0, 1), options: { noInstanceTimeoutMs: 200 } }), { code: 'ERR_UNAVAILABLE' }, 'no engine on version 5')
+})
