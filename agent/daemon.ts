@@ -198,6 +198,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
           leader: () => context.find('leader'),
           jobs: () => context.find('jobs'),
           reward: () => context.find('reward'),
+          rollout: () => context.find('rollout'),
         })
         return serviceSubsystem(createMetricsServer(config.metrics, { logger: context.logger, source }))
       },

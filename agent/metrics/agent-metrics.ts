@@ -23,6 +23,8 @@ import type { DeviceLockService } from '../state/device-lock.ts'
 import type { ResidencySummary, StateManager } from '../state/state-manager.ts'
 import type { WeightsCounters, WeightsService } from '../weights/weights-service.ts'
 import type { RewardLocalView, RewardService } from '../reward/reward-service.ts'
+import type { RolloutCounters, RolloutService } from '../rollout/rollout-service.ts'
+import type { RolloutStatus } from '../api/wire/rollout.ts'
 import type { NodeInventory } from '../inventory/inventory.ts'
 import type { GpuSample, GpuSampler } from '../inventory/gpu-sampler.ts'
 import type { Mesh } from '../../mesh/membership/mesh-service.ts'
@@ -58,6 +60,7 @@ export interface AgentMetricsComponents {
   leader(): Pick<LeaderService, 'view'> | undefined
   jobs(): Pick<JobsService, 'list'> | undefined
   reward(): Pick<RewardService, 'local' | 'status'> | undefined
+  rollout(): Pick<RolloutService, 'status' | 'counters'> | undefined
 }
 
 /** The runner's states (agent/subsystems.ts SubsystemState), restated: importing it would make agent/ and agent/metrics/ a folder cycle. */
@@ -115,6 +118,7 @@ export function createAgentMetrics (options: AgentMetricsOptions, components: Ag
         ...section('leader', () => leader !== undefined ? leaderFamilies(leader.view()) : []),
         ...section('jobs', () => { const j = components.jobs(); return j !== undefined ? jobsFamilies(j.list()) : [] }),
         ...section('reward', () => reward !== undefined ? rewardFamilies(reward.local(), rewardCluster) : []),
+        ...section('rollout', () => { const r = components.rollout(); return r !== undefined ? rolloutFamilies(r.status(), r.counters()) : [] }),
       ]
       families.push(counter('agentd_metrics_collect_errors_total', 'Scrapes in which a subsystem\'s source failed and its series were left out, by section.',
         [...collectErrors].map(([name, n]) => ({ labels: { section: name }, value: n }))))
@@ -366,4 +370,24 @@ export function rewardFamilies (local: RewardLocalView, cluster: RewardStatus | 
     )
   }
   return families
+}
+
+export function rolloutFamilies (status: RolloutStatus, c: RolloutCounters): MetricFamily[] {
+  const states = new Map<string, number>([['up', 0], ['down', 0], ['terminating', 0]])
+  for (const i of status.local) states.set(i.state, (states.get(i.state) ?? 0) + 1)
+  return [
+    gauge('agentd_rollout_instances', 'Rollout engines registered with this agent, by state (up: advertised; down: not answering its probe; terminating).',
+      [...states].map(([state, n]) => ({ labels: { state }, value: n }))),
+    gauge('agentd_rollout_cluster_instances', 'Rollout engines this agent sees in the cluster (its own in rotation and its peers\' advertised), by whether they are terminating.', [
+      { labels: { terminating: 'false' }, value: status.cluster.filter(i => !i.terminating).length },
+      { labels: { terminating: 'true' }, value: status.cluster.filter(i => i.terminating).length },
+    ]),
+    gauge('agentd_rollout_steps_running', 'Rollout steps running through this agent.', one(status.steps.length)),
+    counter('agentd_rollout_steps_total', 'Rollout steps run through this agent, by outcome.', [{ labels: { outcome: 'done' }, value: c.steps.done }, { labels: { outcome: 'failed' }, value: c.steps.failed }]),
+    counter('agentd_rollout_requests_moved_total', 'Requests moved during steps: off a lost engine, or by balancing (queued or generating).',
+      (['lost', 'pending', 'executing'] as const).map(reason => ({ labels: { reason }, value: c.moves[reason] }))),
+    counter('agentd_rollout_instances_removed_total', 'Engines steps took out of rotation (broken, stalled or garbage streams, notices, seeding windows).', one(c.removed)),
+    counter('agentd_rollout_tokens_total', 'Tokens generated for steps run here: kept in responses, or wasted (thrown away by a recompute).',
+      [{ labels: { kind: 'kept' }, value: c.tokens.kept }, { labels: { kind: 'wasted' }, value: c.tokens.wasted }]),
+  ]
 }

@@ -68,6 +68,18 @@ export interface RolloutService {
   status(): RolloutStatus
   /** The availability record's section (absent while no instance is advertised). */
   advert(): { rollout?: RolloutInstanceAdvert[] }
+  /** Totals since the agent started (metrics). */
+  counters(): RolloutCounters
+}
+
+export interface RolloutCounters {
+  steps: { done: number, failed: number }
+  /** Requests moved: off lost instances, and by balancing (queued, generating). */
+  moves: { lost: number, pending: number, executing: number }
+  /** Instances steps took out of rotation (lost, garbage, notices, seeding windows). */
+  removed: number
+  /** Tokens the engines generated for steps run here, and those a recompute threw away. */
+  tokens: { kept: number, wasted: number }
 }
 
 interface Running { stepId: string, model: string | null, requests: number, startedAtMs: number, offered: Set<string>, step: RolloutStep }
@@ -81,6 +93,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
   /** Algorithm 1's state per model, with the last seeded step's measurements. */
   const seedingByModel = new Map<string, ModelSeeding>()
   let nextStep = 1
+  const counters: RolloutCounters = { steps: { done: 0, failed: 0 }, moves: { lost: 0, pending: 0, executing: 0 }, removed: 0, tokens: { kept: 0, wasted: 0 } }
 
   /** The window of a seeded step: fixed, or the model's adaptive one after the trainer's report (seeding-feedback.ts). */
   const planSeeding = (model: string | undefined, o: NonNullable<NonNullable<RolloutStepBody['options']>['seeding']>, available: readonly ViewedInstance[]): { windowS: number, maxInstances: number } => {
@@ -167,6 +180,12 @@ export function createRolloutService (options: RolloutServiceOptions, components
       try {
         const result = await step.done
         profiles.set(model ?? '', result.profile)
+        const kept = result.responses.reduce((n, x) => n + x.tokens, 0)
+        counters.steps.done++
+        for (const k of ['lost', 'pending', 'executing'] as const) counters.moves[k] += result.moves[k]
+        counters.removed += result.removed.length
+        counters.tokens.kept += kept
+        counters.tokens.wasted += result.generatedTokens - kept
         log.info({ step: r.stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
         const { profile: _profile, ...answer } = result
         if (seeding === undefined) return { ...answer, instances: [...r.offered] }
@@ -178,14 +197,15 @@ export function createRolloutService (options: RolloutServiceOptions, components
           remotes: [...joinedS].map(([id, joined]) => ({ joinedS: joined, lastResponseS: lastResponseS.get(id) ?? null })),
           meanInstances: Math.round(100 * (remoteInstanceS + step.inRotation().filter(id => joinedS.has(id)).length * Math.max(0, stepS - lastSampleS)) / Math.max(stepS, 1e-9)) / 100,
         }
-        const kept = seedingByModel.get(model ?? '')
-        if (kept !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...kept, last: measured })
+        const modelSeeding = seedingByModel.get(model ?? '')
+        if (modelSeeding !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...modelSeeding, last: measured })
         return {
           ...answer,
           instances: [...r.offered],
           seeding: { windowS: seeding.windowS, maxInstances: Number.isFinite(seeding.maxInstances) ? seeding.maxInstances : joinedS.size, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) },
         }
       } catch (err) {
+        counters.steps.failed++
         log.warn({ step: r.stepId, err }, 'rollout step failed')
         throw err
       } finally {
@@ -201,6 +221,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
       cluster: view(),
       steps: [...running.values()].map(r => ({ stepId: r.stepId, model: r.model, requests: r.requests, startedAtMs: r.startedAtMs, instances: r.offered.size })),
     }),
+    counters: () => structuredClone(counters),
     advert: () => {
       const rollout = registry.advert()
       return rollout.length > 0 ? { rollout } : {}

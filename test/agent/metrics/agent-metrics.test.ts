@@ -29,6 +29,7 @@ const none: AgentMetricsComponents = {
   leader: () => undefined,
   jobs: () => undefined,
   reward: () => undefined,
+  rollout: () => undefined,
 }
 
 async function scrape (components: Partial<AgentMetricsComponents>): Promise<Map<string, ParsedFamily>> {
@@ -205,6 +206,28 @@ t.test('weights, mesh, leader, jobs, reward: their views as series', async t => 
   t.equal(sampleValue(follower, 'agentd_leader_is_leader'), 0)
   t.notOk(follower.has('agentd_leader_commit_seq'), 'null views are absent')
   t.notOk(follower.has('agentd_leader_lease_remaining_seconds'))
+})
+
+t.test('rollout: engines by state, steps, moved requests and tokens', async t => {
+  const local = (id: string, state: 'up' | 'down' | 'terminating') => ({ id, url: 'http://x:1', model: 'm', state, registeredAtMs: 0, lastProbeMs: 0 })
+  const m = await scrape({
+    rollout: () => ({
+      status: () => ({
+        node: 'n', local: [local('a', 'up'), local('b', 'up'), local('c', 'down')], steps: [{ stepId: 'step-3', model: 'm', requests: 8, startedAtMs: 0, instances: 2 }],
+        cluster: [{ id: 'n/a', node: 'n', url: 'http://x:1', model: 'm', reserved: false, terminating: false }, { id: 'p/a', node: 'p', url: 'http://y:1', model: 'm', reserved: false, terminating: true }],
+      }),
+      counters: () => ({ steps: { done: 2, failed: 1 }, moves: { lost: 5, pending: 3, executing: 1 }, removed: 4, tokens: { kept: 900, wasted: 40 } }),
+    }),
+  })
+  t.equal(sampleValue(m, 'agentd_rollout_instances', { state: 'up' }), 2)
+  t.equal(sampleValue(m, 'agentd_rollout_instances', { state: 'down' }), 1)
+  t.equal(sampleValue(m, 'agentd_rollout_instances', { state: 'terminating' }), 0)
+  t.equal(sampleValue(m, 'agentd_rollout_cluster_instances', { terminating: 'true' }), 1)
+  t.equal(sampleValue(m, 'agentd_rollout_steps_running'), 1)
+  t.equal(sampleValue(m, 'agentd_rollout_steps_total', { outcome: 'failed' }), 1)
+  t.equal(sampleValue(m, 'agentd_rollout_requests_moved_total', { reason: 'lost' }), 5)
+  t.equal(sampleValue(m, 'agentd_rollout_instances_removed_total'), 4)
+  t.equal(sampleValue(m, 'agentd_rollout_tokens_total', { kind: 'wasted' }), 40)
 })
 
 t.test('a source that throws is left out and counted; the rest of the scrape stands', async t => {
