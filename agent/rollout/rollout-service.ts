@@ -82,6 +82,9 @@ export interface RolloutCounters {
   tokens: { kept: number, wasted: number }
 }
 
+/** Why a reserved instance leaves a seeded step: the normal end of its window, not a fault. */
+const windowOverReason = 'seeding window over'
+
 interface Running { stepId: string, model: string | null, requests: number, startedAtMs: number, offered: Set<string>, step: RolloutStep }
 
 export function createRolloutService (options: RolloutServiceOptions, components: RolloutServiceComponents): RolloutService {
@@ -128,13 +131,15 @@ export function createRolloutService (options: RolloutServiceOptions, components
       const available = usable(view(), model, body.weightVersion)
       const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
       const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
+      const stepId = `step-${nextStep++}`
       const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
         ...stepOptions,
+        onRemoved: (instance, reason, requestsMoved) => log[reason === windowOverReason ? 'info' : 'warn']({ step: stepId, instance, reason, requestsMoved }, 'rollout instance out of the step\'s rotation; its requests go on elsewhere'),
         ...(model !== undefined ? { model } : {}),
         ...(profiles.has(model ?? '') ? { profile: profiles.get(model ?? '')! } : {}),
       })
       const began = performance.now()
-      const r: Running = { stepId: `step-${nextStep++}`, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step }
+      const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step }
       running.set(r.stepId, r)
       log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: seeding !== undefined ? { windowS: seeding.windowS, maxInstances: seeding.maxInstances } : null }, 'rollout step started')
       /** Remote instances of a seeded step: when each joined, seconds from the start. */
@@ -149,7 +154,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
         const inRotation = step.inRotation()
         if ((performance.now() - began) / 1000 < seeding.windowS || !inRotation.some(id => joinedS.has(id))) return
         windowOver = true
-        for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, 'seeding window over')
+        for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, windowOverReason)
       }
       const windowTimer = seeding !== undefined ? setTimeout(endWindow, seeding.windowS * 1000) : undefined
       const watch = setInterval(() => {

@@ -59,6 +59,8 @@ export interface RolloutStepOptions {
   profile?: BatchingProfile
   noInstanceTimeoutMs: number
   maxMoves: number
+  /** Called when an instance leaves the rotation, with the reason (the caller logs it). */
+  onRemoved?(instance: string, reason: string, requestsMoved: number): void
 }
 
 export const defaultRolloutStepOptions: RolloutStepOptions = {
@@ -234,6 +236,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     if (l === undefined || finished) return
     live.delete(id)
     removed.push({ instance: id, reason })
+    o.onRemoved?.(id, reason, l.pending.size + l.executing.size)
     for (const t of [...l.pending, ...l.executing]) {
       if (distrusted) { t.text = t.sent.text; t.tokens = t.sent.tokens }
       requeue(t)
