@@ -35,15 +35,23 @@
  *   previous step and that step's measurements (seeding-feedback.ts). The
  *   answer's `seeding` says what was used and measured. Without seeding
  *   every instance, reserved or not, takes requests for the whole step.
+ * - A step submitted with a `stepId` is journaled (step-journal.ts): its
+ *   progress every journalIntervalMs and when it ends, failed or not. The
+ *   same step submitted again while it runs gets the same answer; after this
+ *   agent restarted, or the caller's connection broke, it goes on from the
+ *   journaled tokens (`resumed` in the answer); once complete, it is
+ *   answered again without generating. The same id with other requests is
+ *   refused (ERR_BAD_REQUEST).
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import { startRolloutStep, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
+import { startRolloutStep, type RequestProgress, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
 import { instancesInView, usable, type MemberRollout, type ViewedInstance } from '../../mesh/control/rollout/instance-view.ts'
 import { planSeedingWindow, remoteGenerationS, type ModelSeeding, type RemoteMeasurement } from '../../mesh/control/rollout/seeding-feedback.ts'
 import type { BatchingProfile } from '../../mesh/policies/rollout-balancing/load-balancer.ts'
 import type { RolloutInstanceAdvert } from '../../mesh/membership/mesh-messages.ts'
 import { refusedSamplingFields, type RolloutStatus, type RolloutStepAnswer, type RolloutStepBody } from '../api/wire/rollout.ts'
+import { createStepJournal, stepDigest, type JournalEntry } from './step-journal.ts'
 import { createInstanceRegistry, defaultInstanceProbe, type InstanceRegistry, type InstanceRegistryOptions } from './instance-registry.ts'
 
 export interface RolloutServiceOptions extends Partial<Omit<InstanceRegistryOptions, 'stateDir'>> {
@@ -51,6 +59,8 @@ export interface RolloutServiceOptions extends Partial<Omit<InstanceRegistryOpti
   nodeName: string
   /** How often a running step reads the mesh view again. Default 250 ms. */
   watchIntervalMs?: number
+  /** How often a step submitted with a step id writes its progress. Default 1000 ms. */
+  journalIntervalMs?: number
 }
 
 export interface RolloutServiceComponents {
@@ -85,7 +95,17 @@ export interface RolloutCounters {
 /** Why a reserved instance leaves a seeded step: the normal end of its window, not a fault. */
 const windowOverReason = 'seeding window over'
 
-interface Running { stepId: string, model: string | null, requests: number, startedAtMs: number, offered: Set<string>, step: RolloutStep }
+interface Running {
+  stepId: string
+  model: string | null
+  requests: number
+  startedAtMs: number
+  offered: Set<string>
+  step: RolloutStep
+  answer: Promise<RolloutStepAnswer>
+  /** A journaled step's digest (stepDigest): a resubmission with other requests is refused. */
+  digest?: string
+}
 
 export function createRolloutService (options: RolloutServiceOptions, components: RolloutServiceComponents): RolloutService {
   const log = components.logger
@@ -96,6 +116,8 @@ export function createRolloutService (options: RolloutServiceOptions, components
   /** Algorithm 1's state per model, with the last seeded step's measurements. */
   const seedingByModel = new Map<string, ModelSeeding>()
   let nextStep = 1
+  const journal = createStepJournal({ stateDir: options.stateDir, keepAnsweredMs: 10 * 60_000, abandonAfterMs: 24 * 3_600_000 }, { logger: log })
+  const journalIntervalMs = options.journalIntervalMs ?? 1000
   const counters: RolloutCounters = { steps: { done: 0, failed: 0 }, moves: { lost: 0, pending: 0, executing: 0 }, removed: 0, tokens: { kept: 0, wasted: 0 } }
 
   /** The window of a seeded step: fixed, or the model's adaptive one after the trainer's report (seeding-feedback.ts). */
@@ -114,11 +136,136 @@ export function createRolloutService (options: RolloutServiceOptions, components
 
   const view = (): ReturnType<typeof instancesInView> => instancesInView({ node: options.nodeName, instances: registry.advert() }, components.members() ?? [])
 
+  /** Runs a step (resumed from `journaled.progress` when given); a journaled step's progress is written as it goes. */
+  const execute = async (body: RolloutStepBody, signal: AbortSignal, stepId: string, journaled?: { digest: string, progress?: Record<string, RequestProgress> }): Promise<RolloutStepAnswer> => {
+    const model = body.model
+    const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
+    const available = usable(view(), model, body.weightVersion)
+    const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
+    const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
+    const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
+      ...stepOptions,
+      onRemoved: (instance, reason, requestsMoved) => log[reason === windowOverReason ? 'info' : 'warn']({ step: stepId, instance, reason, requestsMoved }, 'rollout instance out of the step\'s rotation; its requests go on elsewhere'),
+      ...(model !== undefined ? { model } : {}),
+      ...(profiles.has(model ?? '') ? { profile: profiles.get(model ?? '')! } : {}),
+      ...(journaled?.progress !== undefined ? { resumeFrom: journaled.progress } : {}),
+    })
+    const began = performance.now()
+    const settled = Promise.withResolvers<RolloutStepAnswer>()
+    settled.promise.catch(() => {}) // read by resubmissions only
+    const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step, answer: settled.promise, ...(journaled !== undefined ? { digest: journaled.digest } : {}) }
+    running.set(r.stepId, r)
+    // A journaled step's progress, written every journalIntervalMs (one write at a time) and when it ends.
+    let journalWrites: Promise<void> = Promise.resolve()
+    let journalBusy = false
+    const writeJournal = async (answer?: RolloutStepAnswer): Promise<void> => {
+      if (journaled === undefined) return
+      const entry: JournalEntry = { stepId, digest: journaled.digest, progress: step.progress(), ...(answer !== undefined ? { answer } : {}) }
+      journalBusy = true
+      journalWrites = journalWrites.then(async () => await journal.write(entry)).catch((err: unknown) => log.warn({ step: stepId, err }, 'rollout step journal not written; a resubmission would go on from an older one')).finally(() => { journalBusy = false })
+      await journalWrites
+    }
+    const journalTimer = journaled !== undefined ? setInterval(() => { if (!journalBusy) void writeJournal() }, journalIntervalMs) : undefined
+    const resumedFrom = Object.values(journaled?.progress ?? {})
+    /** The answer, journaled (a caller that lost it asks again) and handed to resubmissions waiting on it. */
+    const done = async (out: RolloutStepAnswer): Promise<RolloutStepAnswer> => {
+      await writeJournal(out)
+      settled.resolve(out)
+      return out
+    }
+    log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: seeding !== undefined ? { windowS: seeding.windowS, maxInstances: seeding.maxInstances } : null }, 'rollout step started')
+    /** Remote instances of a seeded step: when each joined, seconds from the start. */
+    const joinedS = new Map(initial.filter(i => !i.reserved).map(i => [i.id, 0]))
+    const reservedIds = new Set(initial.filter(i => i.reserved).map(i => i.id))
+    let windowOver = false
+    let remoteInstanceS = 0
+    let lastSampleS = 0
+    /** Ends the window once a remote instance can take the reserved instances' requests (colocated until then). */
+    const endWindow = (): void => {
+      if (seeding === undefined || windowOver) return
+      const inRotation = step.inRotation()
+      if ((performance.now() - began) / 1000 < seeding.windowS || !inRotation.some(id => joinedS.has(id))) return
+      windowOver = true
+      for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, windowOverReason)
+    }
+    const windowTimer = seeding !== undefined ? setTimeout(endWindow, seeding.windowS * 1000) : undefined
+    const watch = setInterval(() => {
+      const now = new Map(view().map(i => [i.id, i]))
+      for (const id of r.offered) {
+        const seen = now.get(id)
+        if (seen === undefined) step.preempt(id, 'left the mesh view (its node is dead, or it no longer answers its health probe)')
+        else if (body.weightVersion !== undefined && (seen.weightVersion ?? -1) < body.weightVersion) step.preempt(id, `registered again with weight version ${seen.weightVersion ?? 'none'}`)
+        else if (seen.terminating) step.preempt(id, 'termination notice')
+      }
+      const inRotation = step.inRotation()
+      const sampleS = (performance.now() - began) / 1000
+      remoteInstanceS += inRotation.filter(id => joinedS.has(id)).length * (sampleS - lastSampleS)
+      lastSampleS = sampleS
+      for (const i of usable([...now.values()], model, body.weightVersion)) {
+        if (r.offered.has(i.id)) continue
+        if (seeding !== undefined && (i.reserved ? windowOver : inRotation.filter(id => joinedS.has(id)).length >= seeding.maxInstances)) continue
+        r.offered.add(i.id)
+        if (seeding !== undefined && !i.reserved) joinedS.set(i.id, sampleS)
+        if (i.reserved) reservedIds.add(i.id)
+        log.info({ step: r.stepId, instance: i.id }, 'rollout instance joins the step')
+        step.add({ id: i.id, url: i.url })
+      }
+      endWindow()
+    }, watchIntervalMs)
+    const hangUp = (): void => step.abort(new AgentError('ERR_UNAVAILABLE', 'the caller hung up'))
+    signal.addEventListener('abort', hangUp, { once: true })
+    try {
+      const result = await step.done
+      profiles.set(model ?? '', result.profile)
+      const kept = result.responses.reduce((n, x) => n + x.tokens, 0)
+      counters.steps.done++
+      for (const k of ['lost', 'pending', 'executing'] as const) counters.moves[k] += result.moves[k]
+      counters.removed += result.removed.length
+      counters.tokens.kept += kept
+      counters.tokens.wasted += result.generatedTokens - kept
+      log.info({ step: r.stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
+      const { profile: _profile, ...answer } = result
+      const resumed = resumedFrom.length > 0 ? { resumed: { requests: resumedFrom.filter(p => p.tokens > 0 || p.finish !== undefined).length, tokens: resumedFrom.reduce((n, p) => n + p.tokens, 0) } } : {}
+      if (seeding === undefined) return await done({ ...answer, ...resumed, instances: [...r.offered] })
+      const stepS = result.stepMs / 1000
+      const lastResponseS = new Map<string, number>()
+      for (const x of result.responses) lastResponseS.set(x.route.at(-1)!, Math.max(lastResponseS.get(x.route.at(-1)!) ?? 0, x.finishMs / 1000))
+      const measured: RemoteMeasurement = {
+        stepS,
+        remotes: [...joinedS].map(([id, joined]) => ({ joinedS: joined, lastResponseS: lastResponseS.get(id) ?? null })),
+        meanInstances: Math.round(100 * (remoteInstanceS + step.inRotation().filter(id => joinedS.has(id)).length * Math.max(0, stepS - lastSampleS)) / Math.max(stepS, 1e-9)) / 100,
+      }
+      const modelSeeding = seedingByModel.get(model ?? '')
+      if (modelSeeding !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...modelSeeding, last: measured })
+      return await done({
+        ...answer,
+        ...resumed,
+        instances: [...r.offered],
+        seeding: { windowS: seeding.windowS, maxInstances: Number.isFinite(seeding.maxInstances) ? seeding.maxInstances : joinedS.size, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) },
+      })
+    } catch (err) {
+      await writeJournal() // the progress so far: a resubmission goes on from it
+      settled.reject(err)
+      counters.steps.failed++
+      log.warn({ step: r.stepId, err }, 'rollout step failed')
+      throw err
+    } finally {
+      clearInterval(journalTimer)
+      clearInterval(watch)
+      clearTimeout(windowTimer)
+      signal.removeEventListener('abort', hangUp)
+      running.delete(r.stepId)
+    }
+  }
+
   return {
     start: options_ => registry.start(options_),
     async stop () {
       registry.stop()
+      const settled = [...running.values()].map(async r => await r.answer.catch(() => {}))
       for (const r of running.values()) r.step.abort(new AgentError('ERR_UNAVAILABLE', 'the agent is stopping'))
+      // Their journals get the progress so far (bounded: a stuck disk must not hold up the stop).
+      await Promise.race([Promise.all(settled), new Promise(resolve => setTimeout(resolve, 5000).unref())])
     },
     instances: registry,
     async runStep (body, signal) {
@@ -126,99 +273,18 @@ export function createRolloutService (options: RolloutServiceOptions, components
         const refused = refusedSamplingFields.filter(f => r.sampling !== undefined && f in r.sampling)
         if (refused.length > 0) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: sampling ${refused.join(', ')} would make the engine answer with more than one sequence; a step collects one per request`)
       }
-      const model = body.model
-      const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
-      const available = usable(view(), model, body.weightVersion)
-      const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
-      const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
-      const stepId = `step-${nextStep++}`
-      const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
-        ...stepOptions,
-        onRemoved: (instance, reason, requestsMoved) => log[reason === windowOverReason ? 'info' : 'warn']({ step: stepId, instance, reason, requestsMoved }, 'rollout instance out of the step\'s rotation; its requests go on elsewhere'),
-        ...(model !== undefined ? { model } : {}),
-        ...(profiles.has(model ?? '') ? { profile: profiles.get(model ?? '')! } : {}),
-      })
-      const began = performance.now()
-      const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step }
-      running.set(r.stepId, r)
-      log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: seeding !== undefined ? { windowS: seeding.windowS, maxInstances: seeding.maxInstances } : null }, 'rollout step started')
-      /** Remote instances of a seeded step: when each joined, seconds from the start. */
-      const joinedS = new Map(initial.filter(i => !i.reserved).map(i => [i.id, 0]))
-      const reservedIds = new Set(initial.filter(i => i.reserved).map(i => i.id))
-      let windowOver = false
-      let remoteInstanceS = 0
-      let lastSampleS = 0
-      /** Ends the window once a remote instance can take the reserved instances' requests (colocated until then). */
-      const endWindow = (): void => {
-        if (seeding === undefined || windowOver) return
-        const inRotation = step.inRotation()
-        if ((performance.now() - began) / 1000 < seeding.windowS || !inRotation.some(id => joinedS.has(id))) return
-        windowOver = true
-        for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, windowOverReason)
+      if (body.stepId === undefined) return await execute(body, signal, `step-${nextStep++}`)
+      const digest = stepDigest(body)
+      const same = running.get(body.stepId)
+      if (same !== undefined) {
+        if (same.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step ${body.stepId} is running with other requests; a step id names one step`)
+        return await same.answer // the same step submitted again while it runs (a retry): the same answer
       }
-      const windowTimer = seeding !== undefined ? setTimeout(endWindow, seeding.windowS * 1000) : undefined
-      const watch = setInterval(() => {
-        const now = new Map(view().map(i => [i.id, i]))
-        for (const id of r.offered) {
-          const seen = now.get(id)
-          if (seen === undefined) step.preempt(id, 'left the mesh view (its node is dead, or it no longer answers its health probe)')
-          else if (body.weightVersion !== undefined && (seen.weightVersion ?? -1) < body.weightVersion) step.preempt(id, `registered again with weight version ${seen.weightVersion ?? 'none'}`)
-          else if (seen.terminating) step.preempt(id, 'termination notice')
-        }
-        const inRotation = step.inRotation()
-        const sampleS = (performance.now() - began) / 1000
-        remoteInstanceS += inRotation.filter(id => joinedS.has(id)).length * (sampleS - lastSampleS)
-        lastSampleS = sampleS
-        for (const i of usable([...now.values()], model, body.weightVersion)) {
-          if (r.offered.has(i.id)) continue
-          if (seeding !== undefined && (i.reserved ? windowOver : inRotation.filter(id => joinedS.has(id)).length >= seeding.maxInstances)) continue
-          r.offered.add(i.id)
-          if (seeding !== undefined && !i.reserved) joinedS.set(i.id, sampleS)
-          if (i.reserved) reservedIds.add(i.id)
-          log.info({ step: r.stepId, instance: i.id }, 'rollout instance joins the step')
-          step.add({ id: i.id, url: i.url })
-        }
-        endWindow()
-      }, watchIntervalMs)
-      const hangUp = (): void => step.abort(new AgentError('ERR_UNAVAILABLE', 'the caller hung up'))
-      signal.addEventListener('abort', hangUp, { once: true })
-      try {
-        const result = await step.done
-        profiles.set(model ?? '', result.profile)
-        const kept = result.responses.reduce((n, x) => n + x.tokens, 0)
-        counters.steps.done++
-        for (const k of ['lost', 'pending', 'executing'] as const) counters.moves[k] += result.moves[k]
-        counters.removed += result.removed.length
-        counters.tokens.kept += kept
-        counters.tokens.wasted += result.generatedTokens - kept
-        log.info({ step: r.stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
-        const { profile: _profile, ...answer } = result
-        if (seeding === undefined) return { ...answer, instances: [...r.offered] }
-        const stepS = result.stepMs / 1000
-        const lastResponseS = new Map<string, number>()
-        for (const x of result.responses) lastResponseS.set(x.route.at(-1)!, Math.max(lastResponseS.get(x.route.at(-1)!) ?? 0, x.finishMs / 1000))
-        const measured: RemoteMeasurement = {
-          stepS,
-          remotes: [...joinedS].map(([id, joined]) => ({ joinedS: joined, lastResponseS: lastResponseS.get(id) ?? null })),
-          meanInstances: Math.round(100 * (remoteInstanceS + step.inRotation().filter(id => joinedS.has(id)).length * Math.max(0, stepS - lastSampleS)) / Math.max(stepS, 1e-9)) / 100,
-        }
-        const modelSeeding = seedingByModel.get(model ?? '')
-        if (modelSeeding !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...modelSeeding, last: measured })
-        return {
-          ...answer,
-          instances: [...r.offered],
-          seeding: { windowS: seeding.windowS, maxInstances: Number.isFinite(seeding.maxInstances) ? seeding.maxInstances : joinedS.size, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) },
-        }
-      } catch (err) {
-        counters.steps.failed++
-        log.warn({ step: r.stepId, err }, 'rollout step failed')
-        throw err
-      } finally {
-        clearInterval(watch)
-        clearTimeout(windowTimer)
-        signal.removeEventListener('abort', hangUp)
-        running.delete(r.stepId)
-      }
+      await journal.prune().catch((err: unknown) => log.warn({ err }, 'rollout step journal: pruning failed'))
+      const entry = await journal.read(body.stepId)
+      if (entry !== undefined && entry.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step id ${body.stepId} was used for other requests; a step id names one step`)
+      if (entry?.answer !== undefined) return entry.answer
+      return await execute(body, signal, body.stepId, { digest, ...(entry !== undefined ? { progress: entry.progress } : {}) })
     },
     status: () => ({
       node: options.nodeName,

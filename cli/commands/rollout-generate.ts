@@ -31,12 +31,13 @@ export function parsePromptLines (text: string, path: string, maxTokens: number)
 
 export const rolloutGenerateCommand: Command = {
   summary: 'run a rollout step over the cluster\'s instances with the prompts of a JSON-lines file; prints the step\'s report',
-  usage: 'F [--model M] [--max-tokens N] [--balancer rlboost|jsq|round-robin]',
+  usage: 'F [--model M] [--max-tokens N] [--balancer rlboost|jsq|round-robin] [--step-id ID]',
   arguments: [{ name: 'F', description: 'JSON lines: {"prompt": "...", "id"?, "maxTokens"?, "sampling"?}', complete: 'file' }],
   options: {
     model: { type: 'string', value: 'M', description: 'only instances serving M (sent as the requests\' model)' },
     'max-tokens': { type: 'string', value: 'N', description: 'for lines without maxTokens (default 256)' },
     balancer: { type: 'string', description: 'rlboost: Algorithm 2 (default); jsq and round-robin dispatch at once, never rebalance', complete: ['rlboost', 'jsq', 'round-robin'] },
+    'step-id': { type: 'string', value: 'ID', description: 'name the step: run again with the same ID after a failure, it goes on from the tokens collected (or answers again once complete)' },
   },
   examples: [
     { what: 'generate for a file of prompts', run: 'agentctl rollout generate prompts.jsonl --model Qwen/Qwen2.5-7B-Instruct --max-tokens 512' },
@@ -46,12 +47,17 @@ export const rolloutGenerateCommand: Command = {
     if (path === undefined) throw new UsageError('rollout generate: the prompts file F is required')
     const requests = parsePromptLines(await readInputFile(path, 'prompts'), path, integerFlag('rollout generate', values['max-tokens'], 'max-tokens', 1, 256))
     const balancer = choiceFlag('rollout generate', values.balancer, 'balancer', ['rlboost', 'jsq', 'round-robin'] as const, 'rlboost')
-    const answer = await client.rolloutStep({ requests, ...(typeof values.model === 'string' ? { model: values.model } : {}), options: { balancer } }, { signal })
+    const answer = await client.rolloutStep({
+      requests, options: { balancer },
+      ...(typeof values.model === 'string' ? { model: values.model } : {}),
+      ...(typeof values['step-id'] === 'string' ? { stepId: values['step-id'] } : {}),
+    }, { signal })
     const tokens = answer.responses.reduce((n, r) => n + r.tokens, 0)
     return {
       json: answer,
       human: [
         `${answer.responses.length} responses, ${tokens} tokens in ${(answer.stepMs / 1000).toFixed(2)} s over ${answer.instances.length} instances`,
+        ...(answer.resumed !== undefined ? [`resumed: ${answer.resumed.requests} requests with ${answer.resumed.tokens} tokens from the step's journal`] : []),
         `moved: ${answer.moves.lost} off lost instances, ${answer.moves.pending} queued and ${answer.moves.executing} generating by balancing`,
         ...answer.removed.map(r => `removed ${r.instance}: ${r.reason}`),
       ].join('\n'),

@@ -49,6 +49,7 @@ export const RolloutStepOptionsSchema = Type.Object({
 
 /** POST /v1/rollout/steps. */
 export const RolloutStepBodySchema = Type.Object({
+  stepId: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$', description: 'names the step: its progress is journaled, and the same step submitted again (the agent restarted, the connection broke) goes on from the tokens collected, or answers again once complete (kept 10 min)' })),
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'only instances serving this model; sent as the requests\' "model"' })),
   weightVersion: Type.Optional(Type.Integer({ minimum: 0, description: 'only instances registered with this weight version or a later one: an engine that pulled the new weights re-registers with their version and joins the running step' })),
   requests: Type.Array(RolloutRequestSchema, { minItems: 1, maxItems: 65_536 }),
@@ -70,6 +71,7 @@ export const RolloutStepAnswerSchema = Type.Object({
   removed: Type.Array(Type.Object({ instance: Type.String(), reason: Type.String() }), { description: 'instances taken out of rotation during the step, and why' }),
   generatedTokens: Type.Integer({ description: 'tokens the engines generated, counting those a recompute threw away' }),
   instances: Type.Array(Type.String(), { description: 'every instance the step used' }),
+  resumed: Type.Optional(Type.Object({ requests: Type.Integer(), tokens: Type.Integer() }, { description: 'a step submitted again: the requests and tokens taken from its journal' })),
   seeding: Type.Optional(Type.Object({
     windowS: Type.Number({ description: 'T_seed: how long the reserved instances took requests' }),
     maxInstances: Type.Integer({ description: 'N_prem: the most remote instances the step used' }),

@@ -61,7 +61,15 @@ export interface RolloutStepOptions {
   maxMoves: number
   /** Called when an instance leaves the rotation, with the reason (the caller logs it). */
   onRemoved?(instance: string, reason: string, requestsMoved: number): void
+  /**
+   * Where each request stood when an earlier run of this step stopped (its agent died): a request
+   * goes on from its text (one extra prefill, as after a preemption); a finished one is not sent again.
+   */
+  resumeFrom?: Readonly<Record<string, RequestProgress>>
 }
+
+/** How far one request got: its text and token count so far, and its finish reason once complete. */
+export interface RequestProgress { text: string, tokens: number, finish?: string, route?: string[] }
 
 export const defaultRolloutStepOptions: RolloutStepOptions = {
   balancer: 'rlboost', maxPending: 4, firstTokenMs: 600_000, stallMs: 30_000, rebalanceIntervalMs: 200, resume: 'tokens', noInstanceTimeoutMs: 30_000, maxMoves: 32,
@@ -97,6 +105,8 @@ export interface RolloutStep {
   inRotation(): string[]
   /** A new instance joins the rotation (e.g. after its weights arrived). */
   add(instance: RolloutInstance): void
+  /** Where every request stands now (what a journal keeps, for resumeFrom). */
+  progress(): Record<string, RequestProgress>
   /** Gives up: open streams close, `done` rejects with `error`. No-op once the step has ended. */
   abort(error: AgentError): void
 }
@@ -135,14 +145,21 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     if (!Number.isInteger(r.maxTokens) || r.maxTokens < 1) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: maxTokens must be an integer >= 1`)
   }
   const live = new Map<string, Live>()
-  const tracked: Tracked[] = requests.map(spec => ({ spec, text: '', tokens: 0, route: [], moves: 0, phase: 'waiting', finish: '', finishMs: 0, startedAt: 0, sent: { text: '', tokens: 0 } }))
-  const waiting: Tracked[] = [...tracked]
+  const tracked: Tracked[] = requests.map(spec => {
+    const p = o.resumeFrom?.[spec.id]
+    const resumed = p !== undefined && Number.isInteger(p.tokens) && p.tokens >= 0 && p.tokens <= spec.maxTokens ? p : undefined
+    return {
+      spec, text: resumed?.text ?? '', tokens: resumed?.tokens ?? 0, route: [...resumed?.route ?? []], moves: 0,
+      phase: resumed?.finish !== undefined ? 'done' : 'waiting', finish: resumed?.finish ?? '', finishMs: 0, startedAt: 0, sent: { text: '', tokens: 0 },
+    }
+  })
+  const waiting: Tracked[] = tracked.filter(t => t.phase === 'waiting')
   const moves = { lost: 0, pending: 0, executing: 0 }
   const removed: RolloutStepResult['removed'] = []
   const samples = new Map<number, { tokensPerS: number, n: number }>()
   const plateau = batchingPlateau(o.profile ?? [])
   let generatedTokens = 0
-  let remaining = tracked.length
+  let remaining = waiting.length
   let finished = false
   let noInstanceTimer: NodeJS.Timeout | undefined
   let lastTick = performance.now()
@@ -292,7 +309,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
   const ticker = setInterval(tick, o.rebalanceIntervalMs > 0 ? o.rebalanceIntervalMs : 2 ** 31 - 1)
 
   for (const instance of instances) live.set(instance.id, { instance, pending: new Set(), executing: new Set(), tokensSinceTick: 0 })
-  if (tracked.length === 0) end()
+  if (remaining === 0) end()
   else pump()
 
   return {
@@ -305,5 +322,6 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
       pump()
     },
     abort: error => end(error),
+    progress: () => Object.fromEntries(tracked.map(t => [t.spec.id, { text: t.text, tokens: t.tokens, route: t.route, ...(t.phase === 'done' ? { finish: t.finish } : {}) }])),
   }
 }

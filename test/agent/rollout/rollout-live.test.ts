@@ -175,3 +175,27 @@ t.test('a step on weight version N uses the engines on N; one that pulled N regi
   t.ok(answer.responses.some(r => r.route.includes(`${agent.name}/old`)), 'and took requests')
   await t.rejects(agent.client.rolloutStep({ model, weightVersion: 5, requests: reqs.slice(0, 1), options: { noInstanceTimeoutMs: 200 } }), { code: 'ERR_UNAVAILABLE' }, 'no engine on version 5')
 })
+
+t.test('a step with a step id survives the death of the agent that ran it: submitted again, it goes on from the journaled tokens', async t => {
+  const mesh = await startTestMesh(t, { nodes: 1 })
+  let agent = mesh.agents[0]!
+  const args = ['--eos-every', String(eosEvery), '--decode-step-ms', '40', '--model', model] // responses take seconds
+  for (const id of ['e0', 'e1']) await agent.client.rolloutRegister({ id, url: (await spawnEngineDouble(t, id, args)).url, model })
+  const reqs = requests(12, 300)
+  const body: RolloutStepBody = { stepId: 'train-step-41', model, requests: reqs, options: { maxPending: 6 } }
+  const lost = agent.client.rolloutStep(body)
+  lost.catch(() => {})
+  await sleep(1600) // a journal written (every second), mid-generation
+  agent.proc.kill('SIGKILL')
+  await t.rejects(lost, { code: 'ERR_CONNECTION_LOST' }, 'the trainer sees its agent die')
+  agent = await mesh.addAgent({ name: agent.name, stateDir: agent.stateDir })
+  const answer = await agent.client.rolloutStep(body)
+  checkIdentical(t, reqs, answer)
+  const total = answer.responses.reduce((n, r) => n + r.tokens, 0)
+  t.ok(answer.resumed !== undefined && answer.resumed.tokens > 0, `resumed ${answer.resumed?.requests} requests with ${answer.resumed?.tokens} tokens from the journal`)
+  t.equal(answer.generatedTokens, total - answer.resumed!.tokens, 'the engines generated only what the journal did not hold')
+
+  const again = await agent.client.rolloutStep(body)
+  t.same(again.responses, answer.responses, 'once complete, the same step is answered again')
+  await t.rejects(agent.client.rolloutStep({ ...body, requests: reqs.slice(1) }), { code: 'ERR_BAD_REQUEST', message: /was used for other requests/ }, 'the same id with other requests is refused')
+})

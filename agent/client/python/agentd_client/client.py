@@ -350,6 +350,7 @@ class AgentClient:
 
     def rollout_generate(self, prompts: Iterable[Union[str, Mapping[str, Any]]], *, max_tokens: int = 256,
                          model: Optional[str] = None, sampling: Optional[Mapping[str, Any]] = None,
+                         step_id: Optional[str] = None, retry_s: float = 120.0,
                          timeout_s: Optional[float] = None, **options: Any) -> Dict[str, Any]:
         """Runs one rollout step (``POST /v1/rollout/steps``) and returns once every response is complete.
 
@@ -365,6 +366,12 @@ class AgentClient:
         tokens; the text is the same as without the preemption. Errors:
         ``ERR_BAD_REQUEST`` (bad input; nothing sent), ``ERR_UNAVAILABLE`` (no
         instance in rotation for ``noInstanceTimeoutMs``).
+
+        ``step_id`` names the step: the agent journals its progress, and when the
+        agent dies or the connection breaks mid-step this call submits it again
+        (for up to ``retry_s`` seconds, while the agent restarts), going on from
+        the tokens collected instead of generating everything again; a step
+        already complete is answered again. Use a new id for every step.
         """
         requests: List[Dict[str, Any]] = []
         for i, p in enumerate(prompts):
@@ -372,10 +379,18 @@ class AgentClient:
             if sampling is not None and "sampling" not in r:
                 r["sampling"] = dict(sampling)
             requests.append(r)
-        body: Dict[str, Any] = {"requests": requests, **_given({"model": model})}
+        body: Dict[str, Any] = {"requests": requests, **_given({"model": model, "stepId": step_id})}
         if options:
             body["options"] = options
-        return self._transport.request("POST", "/v1/rollout/steps", body, timeout_s=timeout_s)
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                return self._transport.request("POST", "/v1/rollout/steps", body, timeout_s=timeout_s)
+            except AgentError as err:
+                lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
+                if step_id is None or not lost or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
 
     def rollout_status(self) -> Dict[str, Any]:
         """Instances registered with this agent (``local``), those it sees in the cluster, steps running here."""

@@ -4,7 +4,9 @@ directly; bad input is refused with the daemon's code and nothing is registered.
 import json
 import re
 import subprocess
+import threading
 import unittest
+import time
 import urllib.request
 from typing import Any, Dict
 
@@ -27,11 +29,14 @@ def direct(url: str, prompt: str, max_tokens: int) -> Dict[str, Any]:
         return json.load(res)["choices"][0]
 
 
-class RolloutTest(AgentErrorAssertions):
+class _EngineCase(AgentErrorAssertions):
+    """An engine double of its own for each test (no tests here)."""
+    decode_step_ms = "2"
+
     def setUp(self) -> None:
         node = REPO_ROOT / "node_modules" / ".bin" / "node"
         self.engine = subprocess.Popen([str(node), str(REPO_ROOT / "test" / "helpers" / "engine-double.ts"), "--port", "0", "--model", MODEL,
-                                        "--eos-every", "40", "--decode-step-ms", "2"], stdout=subprocess.PIPE, text=True)
+                                        "--eos-every", "40", "--decode-step-ms", self.decode_step_ms], stdout=subprocess.PIPE, text=True)
         self.addCleanup(self.engine.wait)
         self.addCleanup(self.engine.kill)
         if self.engine.stdout is not None:
@@ -40,6 +45,11 @@ class RolloutTest(AgentErrorAssertions):
         match = re.search(r"at (http://\S+)", line)
         self.assertIsNotNone(match, f"the engine double did not start: {line!r}")
         self.url = match.group(1) if match else ""
+
+
+class RolloutTest(_EngineCase):
+    def setUp(self) -> None:
+        super().setUp()
         self.client = agent.client
 
     def test_generate_answers_every_prompt_as_the_engine_does(self) -> None:
@@ -62,6 +72,40 @@ class RolloutTest(AgentErrorAssertions):
         self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.rollout_generate(["x"], sampling={"n": 2}))
         self.assertAgentError("ERR_NOT_FOUND", 404, lambda: self.client.rollout_terminate(["nope"]))
         self.assertAgentError("ERR_UNAVAILABLE", 503, lambda: self.client.rollout_generate(["x"], model="nobody-serves-this", noInstanceTimeoutMs=100))
+
+
+class RolloutRestartTest(_EngineCase):
+    """Its own agent, killed mid-step; the engine decodes slowly enough for the step to be under way."""
+    decode_step_ms = "100"
+
+    def test_a_named_step_goes_on_after_its_agent_was_killed(self) -> None:
+        own = DevAgent()
+        own.start()
+        self.addCleanup(own.stop)
+        own.client.rollout_register("e0", self.url, MODEL)
+        prompts = [f"restart {i} " + "x " * i for i in range(8)]
+        result: Dict[str, Any] = {}
+
+        def generate() -> None:
+            try:
+                result["answer"] = own.client.rollout_generate(prompts, max_tokens=40, model=MODEL, step_id="py-step-1", retry_s=60)
+            except Exception as err:  # noqa: BLE001 (reported by the assertion below)
+                result["error"] = err
+
+        worker = threading.Thread(target=generate)
+        worker.start()
+        time.sleep(1.5)  # a journal written, mid-generation
+        assert own.proc is not None
+        own.proc.kill()
+        own.proc.wait()
+        own.start()  # the same state directory: the journal and the registration are there
+        worker.join(timeout=120)
+        self.assertNotIn("error", result)
+        answer = result["answer"]
+        for r, p in zip(answer["responses"], prompts):
+            expected = direct(self.url, p, 40)
+            self.assertEqual((r["text"], r["finish"]), (expected["text"], expected["finish_reason"]), r["id"])
+        self.assertGreater(answer.get("resumed", {}).get("tokens", 0), 0, "went on from the journal")
 
 
 if __name__ == "__main__":
