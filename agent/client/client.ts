@@ -17,7 +17,7 @@ import type { AcquireGpuResult, GpuLockStreamEvent, LocksBody, ReleaseGpuResult 
 import type { PublishBody, PullBody, PullResult, RegionBody, RetireBody, VersionList, WeightsManifest, WeightsRegion } from '../api/wire/weights.ts'
 import type { JobCompleteAnswer, JobSubmitAnswer, JobsView } from '../api/wire/jobs.ts'
 import type { JobsTop, OpAnswer, WorkersList } from '../api/wire/workers.ts'
-import type { LocalInstance, RegisterInstanceBody, RolloutStatus, RolloutStepAnswer, RolloutStepBody, TerminateBody } from '../api/wire/rollout.ts'
+import type { LocalInstance, RegisterInstanceBody, RolloutStatus, RolloutStepAnswer, RolloutStepBody, RolloutStepEvent, TerminateBody } from '../api/wire/rollout.ts'
 import type { BatchStartRequest, CancelAnswer, CancelRequest, RewardResultAnswer, RewardStatusBody, RewardSubmitAnswer, SubmitRequest } from '../api/wire/reward.ts'
 
 export type { GpuLockStreamEvent }
@@ -122,6 +122,8 @@ export interface AgentClient {
   rolloutTerminate(body: TerminateBody, options?: RequestOptions): Promise<{ terminating: LocalInstance[] }>
   /** Runs a rollout step and waits for every response (POST /v1/rollout/steps; no idle timeout: a step takes as long as generation does). */
   rolloutStep(body: RolloutStepBody, options?: RequestOptions): Promise<RolloutStepAnswer>
+  /** The same, streamed: each response as soon as it is complete, then `done` with the summary (or `error`). */
+  rolloutStepEvents(body: RolloutStepBody, options?: RequestOptions): AsyncGenerator<RolloutStepEvent>
   /** Any route: parsed JSON of a 2xx response, AgentError otherwise. */
   call<T>(method: string, path: string, body?: unknown, options?: RequestOptions): Promise<T>
 }
@@ -165,10 +167,12 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     })
   }
 
-  /** Opens a server-sent events stream (no idle timeout): the response once the agent answers 200. */
-  function openEventStream (path: string, signal: AbortSignal | undefined): Promise<IncomingMessage> {
+  /** Opens a server-sent events stream (no idle timeout; a POST when `body` is given): the response once the agent answers 200. */
+  function openEventStream (path: string, signal: AbortSignal | undefined, body?: unknown): Promise<IncomingMessage> {
+    const method = body === undefined ? 'GET' : 'POST'
     return new Promise<IncomingMessage>((resolve, reject) => {
-      const req = request({ socketPath, method: 'GET', path, headers: { accept: 'text/event-stream' }, ...(signal !== undefined ? { signal } : {}) }, res => {
+      const headers = { accept: 'text/event-stream', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }
+      const req = request({ socketPath, method, path, headers, ...(signal !== undefined ? { signal } : {}) }, res => {
         if (res.statusCode === 200) {
           resolve(res)
           return
@@ -186,9 +190,29 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
           reject(errorFromBody(parsed, res.statusCode ?? 0))
         })
       })
-      req.on('error', err => reject(err instanceof AgentError || signal?.aborted === true ? err : connectionError(socketPath, `GET ${path}`, err as NodeJS.ErrnoException)))
-      req.end()
+      req.on('error', err => reject(err instanceof AgentError || signal?.aborted === true ? err : connectionError(socketPath, `${method} ${path}`, err as NodeJS.ErrnoException)))
+      req.end(body !== undefined ? JSON.stringify(body) : undefined)
     })
+  }
+
+  /** The events of an open stream, each block parsed by `parse`, until it ends or the signal aborts. */
+  async function * eventsOf<E> (res: IncomingMessage, parse: (block: string) => E | undefined, signal: AbortSignal | undefined): AsyncGenerator<E> {
+    res.setEncoding('utf8')
+    let buffer = ''
+    try {
+      for await (const chunk of res as AsyncIterable<string>) {
+        buffer += chunk
+        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
+          const event = parse(buffer.slice(0, end))
+          buffer = buffer.slice(end + 2)
+          if (event !== undefined) yield event
+        }
+      }
+    } catch (err) {
+      if (signal?.aborted !== true) throw err
+    } finally {
+      res.destroy()
+    }
   }
 
   async function * gpuLockEvents (gpu: number, options: GpuLockHolderOptions = {}): AsyncGenerator<GpuLockStreamEvent> {
@@ -200,22 +224,15 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
       if (options.signal?.aborted === true) return
       throw err
     }
-    res.setEncoding('utf8')
-    let buffer = ''
-    try {
-      for await (const chunk of res as AsyncIterable<string>) {
-        buffer += chunk
-        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-          const event = parseServerSentEvent(buffer.slice(0, end))
-          buffer = buffer.slice(end + 2)
-          if (event !== undefined) yield event
-        }
-      }
-    } catch (err) {
-      if (options.signal?.aborted !== true) throw err
-    } finally {
-      res.destroy()
-    }
+    yield * eventsOf(res, parseServerSentEvent, options.signal)
+  }
+
+  async function * rolloutStepEvents (body: RolloutStepBody, options: RequestOptions = {}): AsyncGenerator<RolloutStepEvent> {
+    const res = await openEventStream('/v1/rollout/steps', options.signal, { ...body, stream: true })
+    yield * eventsOf(res, block => {
+      const { event, data } = rawServerSentEvent(block) ?? {}
+      return event === undefined ? undefined : { event, data } as RolloutStepEvent
+    }, options.signal)
   }
 
   const holderBody = (options: { holder?: string }): { holder?: string } => options.holder !== undefined ? { holder: options.holder } : {}
@@ -261,20 +278,26 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     rolloutDeregister: (id, o) => call('DELETE', `/v1/rollout/instances/${encodeURIComponent(id)}`, undefined, o),
     rolloutTerminate: (body, o) => call('POST', '/v1/rollout/terminate', body, o),
     rolloutStep: (body, o = {}) => call('POST', '/v1/rollout/steps', body, { idleTimeoutMs: 0, ...o }),
+    rolloutStepEvents,
   }
 }
 
 /** One server-sent event block (its `event:` and `data:` lines); undefined for comments and keep-alives. */
-function parseServerSentEvent (block: string): GpuLockStreamEvent | undefined {
-  let type: string | undefined
+/** One server-sent event block's type and parsed JSON data; undefined for a comment or an event without data. */
+function rawServerSentEvent (block: string): { event: string, data: unknown } | undefined {
+  let event: string | undefined
   const data: string[] = []
   for (const line of block.split('\n')) {
-    if (line.startsWith('event:')) type = line.slice(6).trim()
+    if (line.startsWith('event:')) event = line.slice(6).trim()
     else if (line.startsWith('data:')) data.push(line.slice(5).trimStart())
   }
-  if (type === undefined || data.length === 0) return undefined
-  const payload = JSON.parse(data.join('\n')) as Record<string, unknown>
-  return { ...payload, type } as GpuLockStreamEvent
+  if (event === undefined || data.length === 0) return undefined
+  return { event, data: JSON.parse(data.join('\n')) }
+}
+
+function parseServerSentEvent (block: string): GpuLockStreamEvent | undefined {
+  const raw = rawServerSentEvent(block)
+  return raw === undefined ? undefined : { ...raw.data as Record<string, unknown>, type: raw.event } as GpuLockStreamEvent
 }
 
 function errorFromBody (body: unknown, status: number): AgentError {

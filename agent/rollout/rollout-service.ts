@@ -45,7 +45,7 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import { startRolloutStep, type RequestProgress, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
+import { startRolloutStep, type RequestProgress, type RolloutResponse, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
 import { instancesInView, usable, type MemberRollout, type ViewedInstance } from '../../mesh/control/rollout/instance-view.ts'
 import { planSeedingWindow, remoteGenerationS, type ModelSeeding, type RemoteMeasurement } from '../../mesh/control/rollout/seeding-feedback.ts'
 import type { BatchingProfile } from '../../mesh/policies/rollout-balancing/load-balancer.ts'
@@ -74,7 +74,8 @@ export interface RolloutService {
   start(options: { signal: AbortSignal }): Promise<void>
   stop(): Promise<void>
   readonly instances: Pick<InstanceRegistry, 'register' | 'deregister' | 'terminate'>
-  runStep(body: RolloutStepBody, signal: AbortSignal): Promise<RolloutStepAnswer>
+  /** `onResponse`: each response as soon as it is complete (a streamed step), each once, before the answer. */
+  runStep(body: RolloutStepBody, signal: AbortSignal, onResponse?: (response: RolloutResponse) => void): Promise<RolloutStepAnswer>
   status(): RolloutStatus
   /** The availability record's section (absent while no instance is advertised). */
   advert(): { rollout?: RolloutInstanceAdvert[] }
@@ -137,7 +138,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
   const view = (): ReturnType<typeof instancesInView> => instancesInView({ node: options.nodeName, instances: registry.advert() }, components.members() ?? [])
 
   /** Runs a step (resumed from `journaled.progress` when given); a journaled step's progress is written as it goes. */
-  const execute = async (body: RolloutStepBody, signal: AbortSignal, stepId: string, journaled?: { digest: string, progress?: Record<string, RequestProgress> }): Promise<RolloutStepAnswer> => {
+  const execute = async (body: RolloutStepBody, signal: AbortSignal, stepId: string, journaled?: { digest: string, progress?: Record<string, RequestProgress> }, onResponse?: (response: RolloutResponse) => void): Promise<RolloutStepAnswer> => {
     const model = body.model
     const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
     const available = usable(view(), model, body.weightVersion)
@@ -149,6 +150,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
       ...(model !== undefined ? { model } : {}),
       ...(profiles.has(model ?? '') ? { profile: profiles.get(model ?? '')! } : {}),
       ...(journaled?.progress !== undefined ? { resumeFrom: journaled.progress } : {}),
+      ...(onResponse !== undefined ? { onComplete: onResponse } : {}),
     })
     const began = performance.now()
     const settled = Promise.withResolvers<RolloutStepAnswer>()
@@ -268,23 +270,28 @@ export function createRolloutService (options: RolloutServiceOptions, components
       await Promise.race([Promise.all(settled), new Promise(resolve => setTimeout(resolve, 5000).unref())])
     },
     instances: registry,
-    async runStep (body, signal) {
+    async runStep (body, signal, onResponse) {
+      /** An answer that did not stream (a resubmission's): its responses are handed out first. */
+      const replayed = (answer: RolloutStepAnswer): RolloutStepAnswer => { for (const r of answer.responses) onResponse?.(r); return answer }
+      const ids = new Set<string>()
       for (const r of body.requests) {
+        if (ids.has(r.id)) throw new AgentError('ERR_BAD_REQUEST', `request id ${JSON.stringify(r.id)} appears twice`)
+        ids.add(r.id)
         const refused = refusedSamplingFields.filter(f => r.sampling !== undefined && f in r.sampling)
         if (refused.length > 0) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: sampling ${refused.join(', ')} would make the engine answer with more than one sequence; a step collects one per request`)
       }
-      if (body.stepId === undefined) return await execute(body, signal, `step-${nextStep++}`)
+      if (body.stepId === undefined) return await execute(body, signal, `step-${nextStep++}`, undefined, onResponse)
       const digest = stepDigest(body)
       const same = running.get(body.stepId)
       if (same !== undefined) {
         if (same.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step ${body.stepId} is running with other requests; a step id names one step`)
-        return await same.answer // the same step submitted again while it runs (a retry): the same answer
+        return replayed(await same.answer) // the same step submitted again while it runs (a retry): the same answer
       }
       await journal.prune().catch((err: unknown) => log.warn({ err }, 'rollout step journal: pruning failed'))
       const entry = await journal.read(body.stepId)
       if (entry !== undefined && entry.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step id ${body.stepId} was used for other requests; a step id names one step`)
-      if (entry?.answer !== undefined) return entry.answer
-      return await execute(body, signal, body.stepId, { digest, ...(entry !== undefined ? { progress: entry.progress } : {}) })
+      if (entry?.answer !== undefined) return replayed(entry.answer)
+      return await execute(body, signal, body.stepId, { digest, ...(entry !== undefined ? { progress: entry.progress } : {}) }, onResponse)
     },
     status: () => ({
       node: options.nodeName,

@@ -5,14 +5,15 @@
  *   POST   /v1/rollout/instances         register an engine of this node { id, url, model, weightVersion?, gpus? }
  *   DELETE /v1/rollout/instances/:id     deregister it
  *   POST   /v1/rollout/terminate         termination notice { instances?, reason? }: their requests move now
- *   POST   /v1/rollout/steps             run a rollout step { model?, requests, options? }; answers with every response complete
- *                                       (a caller that hangs up ends the step)
+ *   POST   /v1/rollout/steps             run a rollout step { model?, requests, options?, stepId?, stream? }; answers with every
+ *                                       response complete, or (stream) as server-sent events: each response as it completes, then
+ *                                       `done` (a caller that hangs up ends the step; a named one can be submitted again)
  */
 import type { FastifyInstance } from 'fastify'
 import { Type } from '@sinclair/typebox'
 import { AgentError } from '../../../core/errors.ts'
 import type { RolloutService } from '../../rollout/rollout-service.ts'
-import { LocalInstanceSchema, RegisterInstanceBodySchema, RolloutStatusSchema, RolloutStepAnswerSchema, RolloutStepBodySchema, TerminateBodySchema, type RegisterInstanceBody, type RolloutStepBody, type TerminateBody } from '../wire/rollout.ts'
+import { LocalInstanceSchema, RegisterInstanceBodySchema, RolloutStatusSchema, RolloutStepAnswerSchema, RolloutStepBodySchema, TerminateBodySchema, type RegisterInstanceBody, type RolloutStepBody, type RolloutStepEvent, type TerminateBody } from '../wire/rollout.ts'
 import { errorResponses } from '../wire/errors.ts'
 import { hangUpSignal } from './hang-up.ts'
 
@@ -57,5 +58,32 @@ export function registerRolloutRoutes (app: FastifyInstance, source: RolloutSour
       body: RolloutStepBodySchema,
       response: { 200: RolloutStepAnswerSchema, ...errorResponses },
     },
-  }, async (request, reply) => await service().runStep(request.body, hangUpSignal(reply)))
+  }, async (request, reply) => {
+    const signal = hangUpSignal(reply)
+    if (request.body.stream !== true) return await service().runStep(request.body, signal)
+    // Streamed: the first response opens the event stream; a failure before it is the usual coded answer.
+    const raw = reply.raw
+    let keepalive: NodeJS.Timeout | undefined
+    const send = (event: RolloutStepEvent['event'], data: RolloutStepEvent['data']): void => { if (!raw.destroyed) raw.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`) }
+    const open = (): void => {
+      if (keepalive !== undefined) return
+      reply.hijack()
+      raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', connection: 'keep-alive' })
+      keepalive = setInterval(() => { if (!raw.destroyed) raw.write(': keepalive\n\n') }, streamKeepaliveMs)
+    }
+    try {
+      const { responses: _responses, ...summary } = await service().runStep(request.body, signal, response => { open(); send('response', response) })
+      open()
+      send('done', summary)
+    } catch (err) {
+      if (keepalive === undefined) throw err // (the service logged it)
+      send('error', err instanceof AgentError ? { code: err.code, message: err.message } : { code: 'ERR_INTERNAL', message: 'internal error (see the agent log)' })
+    } finally {
+      clearInterval(keepalive)
+    }
+    if (!raw.destroyed) raw.end()
+  })
 }
+
+/** How often an open step stream carries a comment, so a client's read timeout tells a hung agent from a slow step. */
+const streamKeepaliveMs = 15_000

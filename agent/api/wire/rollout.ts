@@ -49,6 +49,7 @@ export const RolloutStepOptionsSchema = Type.Object({
 
 /** POST /v1/rollout/steps. */
 export const RolloutStepBodySchema = Type.Object({
+  stream: Type.Optional(Type.Boolean({ description: 'answer as server-sent events: `response` with each response as soon as it is complete (train on microbatches as they fill), then `done` with the step\'s summary, or `error` ({code, message}) if the step fails after it began streaming' })),
   stepId: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$', description: 'names the step: its progress is journaled, and the same step submitted again (the agent restarted, the connection broke) goes on from the tokens collected, or answers again once complete (kept 10 min)' })),
   model: Type.Optional(Type.String({ minLength: 1, maxLength: 256, description: 'only instances serving this model; sent as the requests\' "model"' })),
   weightVersion: Type.Optional(Type.Integer({ minimum: 0, description: 'only instances registered with this weight version or a later one: an engine that pulled the new weights re-registers with their version and joins the running step' })),
@@ -57,15 +58,17 @@ export const RolloutStepBodySchema = Type.Object({
 }, { additionalProperties: false })
 export type RolloutStepBody = Static<typeof RolloutStepBodySchema>
 
+export const RolloutResponseSchema = Type.Object({
+  id: Type.String(),
+  text: Type.String(),
+  tokens: Type.Integer(),
+  finish: Type.String({ description: 'the engine\'s finish reason: stop, length, …' }),
+  route: Type.Array(Type.String(), { description: 'the instances that produced it, in order (more than one when it moved)' }),
+  finishMs: Type.Number({ description: 'when it was complete, ms from the step\'s start' }),
+})
+
 export const RolloutStepAnswerSchema = Type.Object({
-  responses: Type.Array(Type.Object({
-    id: Type.String(),
-    text: Type.String(),
-    tokens: Type.Integer(),
-    finish: Type.String({ description: 'the engine\'s finish reason: stop, length, …' }),
-    route: Type.Array(Type.String(), { description: 'the instances that produced it, in order (more than one when it moved)' }),
-    finishMs: Type.Number({ description: 'when it was complete, ms from the step\'s start' }),
-  })),
+  responses: Type.Array(RolloutResponseSchema),
   stepMs: Type.Number(),
   moves: Type.Object({ lost: Type.Integer(), pending: Type.Integer(), executing: Type.Integer() }, { description: 'requests moved: off lost instances, and by balancing' }),
   removed: Type.Array(Type.Object({ instance: Type.String(), reason: Type.String() }), { description: 'instances taken out of rotation during the step, and why' }),
@@ -80,6 +83,13 @@ export const RolloutStepAnswerSchema = Type.Object({
   }, { description: 'present when the step had a seeding window' })),
 })
 export type RolloutStepAnswer = Static<typeof RolloutStepAnswerSchema>
+export type RolloutResponse = Static<typeof RolloutResponseSchema>
+
+/** A streamed step's events (`stream: true`): each response, then the summary (the answer without its responses), or an error. */
+export type RolloutStepEvent =
+  | { event: 'response', data: RolloutResponse }
+  | { event: 'done', data: Omit<RolloutStepAnswer, 'responses'> }
+  | { event: 'error', data: { code: string, message: string } }
 
 const ViewedInstanceSchema = Type.Object({ id: Type.String(), node: Type.String(), url: Type.String(), model: Type.String(), weightVersion: Type.Optional(Type.Integer()), reserved: Type.Boolean(), terminating: Type.Boolean() })
 

@@ -62,6 +62,11 @@ export interface RolloutStepOptions {
   /** Called when an instance leaves the rotation, with the reason (the caller logs it). */
   onRemoved?(instance: string, reason: string, requestsMoved: number): void
   /**
+   * Called with each response as soon as it is complete (a trainer trains on microbatches as they
+   * fill, RLBoost §4.1); those finished in an earlier run (resumeFrom) first, on the next tick.
+   */
+  onComplete?(response: RolloutResponse): void
+  /**
    * Where each request stood when an earlier run of this step stopped (its agent died): a request
    * goes on from its text (one extra prefill, as after a preemption); a finished one is not sent again.
    */
@@ -174,7 +179,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     for (const t of tracked) t.attempt?.abort()
     if (error !== undefined) { result.reject(error); return }
     result.resolve({
-      responses: tracked.map(t => ({ id: t.spec.id, text: t.text, tokens: t.tokens, finish: t.finish, route: t.route, finishMs: t.finishMs })),
+      responses: tracked.map(responseOf),
       stepMs: performance.now() - began,
       moves,
       removed,
@@ -183,11 +188,14 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     })
   }
 
+  const responseOf = (t: Tracked): RolloutResponse => ({ id: t.spec.id, text: t.text, tokens: t.tokens, finish: t.finish, route: t.route, finishMs: t.finishMs })
+
   const complete = (t: Tracked, finish: string): void => {
     detach(t)
     t.phase = 'done'
     t.finish = finish
     t.finishMs = performance.now() - began
+    o.onComplete?.(responseOf(t))
     if (--remaining === 0) end()
   }
 
@@ -309,7 +317,11 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
   const ticker = setInterval(tick, o.rebalanceIntervalMs > 0 ? o.rebalanceIntervalMs : 2 ** 31 - 1)
 
   for (const instance of instances) live.set(instance.id, { instance, pending: new Set(), executing: new Set(), tokensSinceTick: 0 })
-  if (remaining === 0) end()
+  if (o.onComplete !== undefined) {
+    const earlier = tracked.filter(t => t.phase === 'done')
+    if (earlier.length > 0) queueMicrotask(() => { for (const t of earlier) o.onComplete?.(responseOf(t)) })
+  }
+  if (remaining === 0) queueMicrotask(() => end()) // after the earlier responses were handed out
   else pump()
 
   return {

@@ -83,21 +83,27 @@ t.test('a termination notice moves an instance\'s requests before it dies; a new
   const mesh = await startTestMesh(t, { nodes: 2 })
   await mesh.waitConverged()
   const [trainer, spot] = mesh.agents as [MeshAgent, MeshAgent]
-  const engine = async (id: string): Promise<string> => (await spawnEngineDouble(t, id, ['--eos-every', String(eosEvery), '--decode-step-ms', '8', '--model', model])).url
+  // Slow decoding and few sequences at once: the step lasts seconds, time for a new registration to reach the
+  // trainer's view, and requests wait in the queue for a joiner to take.
+  const engine = async (id: string): Promise<string> => (await spawnEngineDouble(t, id, ['--eos-every', String(eosEvery), '--decode-step-ms', '25', '--max-running', '4', '--model', model])).url
   await trainer.client.rolloutRegister({ id: 'e0', url: await engine('t0'), model })
   await spot.client.rolloutRegister({ id: 'e0', url: await engine('s0'), model })
   await untilSeen(trainer, 2)
 
-  const reqs = requests(16, 200)
+  const reqs = requests(12, 200)
   const step = trainer.client.rolloutStep({ model, requests: reqs, options: { maxPending: 2 } })
   await sleep(500)
   const notice = await spot.client.rolloutTerminate({ reason: 'spot reclaim in 30 s' })
   t.same(notice.terminating.map(i => [i.id, i.state]), [['e0', 'terminating']], 'the spot node\'s instance is terminating')
   await spot.client.rolloutRegister({ id: 'e1', url: await engine('s1'), model })
+  for (const deadline = performance.now() + 20_000; !(await trainer.client.rollout()).steps.some(s => s.instances === 3); await sleep(50)) {
+    if (performance.now() > deadline) throw new Error('the new instance never joined the running step')
+  }
   const answer = await step
   checkIdentical(t, reqs, answer)
   t.match(answer.removed, [{ instance: `${spot.name}/e0`, reason: 'termination notice' }], 'taken out of rotation by the notice, not by a broken stream')
   t.ok(answer.instances.includes(`${spot.name}/e1`), 'the instance registered mid-step joined it')
+  t.ok(answer.responses.some(r => r.route.includes(`${spot.name}/e1`)), 'and took requests')
   t.match((await trainer.client.rollout()).cluster.find(i => i.id === `${spot.name}/e0`), { terminating: true }, 'peers see the notice')
 })
 
@@ -198,4 +204,39 @@ t.test('a step with a step id survives the death of the agent that ran it: submi
   const again = await agent.client.rolloutStep(body)
   t.same(again.responses, answer.responses, 'once complete, the same step is answered again')
   await t.rejects(agent.client.rolloutStep({ ...body, requests: reqs.slice(1) }), { code: 'ERR_BAD_REQUEST', message: /was used for other requests/ }, 'the same id with other requests is refused')
+})
+
+t.test('a streamed step: each response as soon as it is complete, then the summary; a failure after the first is an error event', async t => {
+  const mesh = await startTestMesh(t, { nodes: 1 })
+  const agent = mesh.agents[0]!
+  const args = ['--eos-every', String(eosEvery), '--decode-step-ms', '8', '--model', model]
+  const engines = [await spawnEngineDouble(t, 's0', args), await spawnEngineDouble(t, 's1', args)]
+  for (const [i, e] of engines.entries()) await agent.client.rolloutRegister({ id: `s${i}`, url: e.url, model })
+  const reqs = requests(10, 200)
+  const seen: Array<{ event: string, atMs: number, data: unknown }> = []
+  const began = performance.now()
+  for await (const e of agent.client.rolloutStepEvents({ model, requests: reqs, stepId: 'streamed-1' })) seen.push({ ...e, atMs: performance.now() - began })
+  t.same(seen.map(e => e.event), [...reqs.map(() => 'response'), 'done'], 'one event per response, then done')
+  const responses = seen.slice(0, -1).map(e => e.data as RolloutStepAnswer['responses'][number])
+  const byId = new Map(responses.map(r => [r.id, r]))
+  checkIdentical(t, reqs, { ...(seen.at(-1)!.data as RolloutStepAnswer), responses: reqs.map(r => byId.get(r.id)!) })
+  t.ok(seen[0]!.atMs < 0.8 * seen.at(-1)!.atMs, `the first response came at ${seen[0]!.atMs.toFixed(0)} ms, before the step ended at ${seen.at(-1)!.atMs.toFixed(0)} ms`)
+  t.notOk('responses' in (seen.at(-1)!.data as object), 'the summary does not repeat the responses')
+
+  const replay = []
+  for await (const e of agent.client.rolloutStepEvents({ model, requests: reqs, stepId: 'streamed-1' })) replay.push(e.event)
+  t.same(replay, [...reqs.map(() => 'response'), 'done'], 'a complete named step streams its responses again')
+
+  await t.rejects(async () => { for await (const _ of agent.client.rolloutStepEvents({ model: 'other', requests: reqs, options: { noInstanceTimeoutMs: 100 } })) { /* none */ } },
+    { code: 'ERR_UNAVAILABLE' }, 'a failure before any response is the usual coded answer')
+
+  const failing: string[] = []
+  const stream = agent.client.rolloutStepEvents({ model, requests: requests(10, 400).map(r => ({ ...r, prompt: `${r.prompt} slow` })), options: { noInstanceTimeoutMs: 300, maxPending: 10 } })
+  let killed = false
+  for await (const e of stream) {
+    failing.push(e.event)
+    if (!killed) { killed = true; for (const x of engines) x.kill() }
+    if (e.event === 'error') t.match(e.data, { code: 'ERR_UNAVAILABLE', message: /no rollout instance in rotation/ })
+  }
+  t.equal(failing.at(-1), 'error', `the stream ends with an error event (${failing.join(', ')})`)
 })

@@ -57,15 +57,13 @@ t.test('a seeded step: reserved engines for the window, then the remote ones fro
   checkIdentical(t, reqs, second)
   t.ok(second.seeding!.windowS > 0.5, `the window grew to ${second.seeding!.windowS.toFixed(2)} s`)
   t.ok(second.seeding!.maxInstances >= 1, `N_prem ${second.seeding!.maxInstances}`)
-})
 
-t.test('no remote instance: the reserved engines keep their requests to the end (colocated)', async t => {
-  const mesh = await startTestMesh(t, { nodes: 1 })
-  const trainer = mesh.agents[0]!
-  await register(t, trainer, 'r0', true)
-  const reqs = requests(6, 100)
-  const answer = await trainer.client.rolloutStep({ model, requests: reqs, options: { seeding: { windowS: 0.1 } } })
-  checkIdentical(t, reqs, answer)
-  t.same(answer.removed, [], 'the window did not end without anyone to take over')
-  t.ok(answer.responses.every(r => r.route.length === 1), 'each stayed on its engine')
+  // A model only a reserved engine serves: no remote instance can take over, the window does not end (colocated).
+  const solo = await spawnEngineDouble(t, 'solo', ['--eos-every', String(eosEvery), '--decode-step-ms', '10', '--model', 'solo'])
+  await trainer.client.rolloutRegister({ id: 'solo', url: solo.url, model: 'solo', reserved: true })
+  const few = requests(6, 100)
+  const colocated = await trainer.client.rolloutStep({ model: 'solo', requests: few, options: { seeding: { windowS: 0.1 } } })
+  checkIdentical(t, few, colocated)
+  t.same(colocated.removed, [], 'no remote instance: the window did not end without anyone to take over')
+  t.ok(colocated.responses.every(r => r.route.length === 1), 'each stayed on its engine')
 })

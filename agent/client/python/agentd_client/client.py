@@ -373,19 +373,44 @@ class AgentClient:
         the tokens collected instead of generating everything again; a step
         already complete is answered again. Use a new id for every step.
         """
-        requests: List[Dict[str, Any]] = []
-        for i, p in enumerate(prompts):
-            r: Dict[str, Any] = {"id": f"p{i}", "prompt": p, "maxTokens": int(max_tokens)} if isinstance(p, str) else {"id": f"p{i}", "maxTokens": int(max_tokens), **p}
-            if sampling is not None and "sampling" not in r:
-                r["sampling"] = dict(sampling)
-            requests.append(r)
-        body: Dict[str, Any] = {"requests": requests, **_given({"model": model, "stepId": step_id})}
-        if options:
-            body["options"] = options
+        body = _step_body(prompts, max_tokens, model, sampling, step_id, options)
         deadline = time.monotonic() + retry_s
         while True:
             try:
                 return self._transport.request("POST", "/v1/rollout/steps", body, timeout_s=timeout_s)
+            except AgentError as err:
+                lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
+                if step_id is None or not lost or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
+
+    def rollout_stream(self, prompts: Iterable[Union[str, Mapping[str, Any]]], *, max_tokens: int = 256,
+                       model: Optional[str] = None, sampling: Optional[Mapping[str, Any]] = None,
+                       step_id: Optional[str] = None, retry_s: float = 120.0, **options: Any) -> Iterator[Tuple[str, Dict[str, Any]]]:
+        """:meth:`rollout_generate`, streamed: yields ``("response", r)`` for each response as soon as it is
+        complete (train on microbatches as they fill, RLBoost's dynamic micro-batching), then ``("done",
+        summary)``: the answer without its responses. AgentError when the step fails.
+
+        With ``step_id``, a stream cut by the agent's death is opened again while the agent restarts (up to
+        ``retry_s``): the step goes on from its journal, and responses already yielded are not yielded again.
+        """
+        body = _step_body(prompts, max_tokens, model, sampling, step_id, options)
+        body["stream"] = True
+        yielded: set = set()
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                for event, data in self._transport.events("/v1/rollout/steps", body):
+                    if event == "error":
+                        raise AgentError(data.get("code", "ERR_INTERNAL"), data.get("message", "the step failed"))
+                    if event == "response":
+                        if data["id"] in yielded:
+                            continue
+                        yielded.add(data["id"])
+                    yield event, data
+                    if event == "done":
+                        return
+                raise AgentError("ERR_CONNECTION_LOST", "the agent closed the step's stream before it was done")
             except AgentError as err:
                 lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
                 if step_id is None or not lost or time.monotonic() > deadline:
@@ -479,6 +504,21 @@ def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
     if isinstance(keys, (str, StateKey)):
         raise TypeError("keys must be a list of keys, not a single key")
     return {"keys": [str(k) for k in keys]} if keys is not None else {"prefix": prefix}
+
+
+def _step_body(prompts: Iterable[Union[str, Mapping[str, Any]]], max_tokens: int, model: Optional[str],
+               sampling: Optional[Mapping[str, Any]], step_id: Optional[str], options: Mapping[str, Any]) -> Dict[str, Any]:
+    """A rollout step's request body: prompts as strings (ids p0, p1, ...) or request dicts."""
+    requests: List[Dict[str, Any]] = []
+    for i, p in enumerate(prompts):
+        r: Dict[str, Any] = {"id": f"p{i}", "prompt": p, "maxTokens": int(max_tokens)} if isinstance(p, str) else {"id": f"p{i}", "maxTokens": int(max_tokens), **p}
+        if sampling is not None and "sampling" not in r:
+            r["sampling"] = dict(sampling)
+        requests.append(r)
+    body: Dict[str, Any] = {"requests": requests, **_given({"model": model, "stepId": step_id})}
+    if options:
+        body["options"] = dict(options)
+    return body
 
 
 def _given(fields: Mapping[str, Any]) -> Dict[str, Any]:

@@ -89,18 +89,24 @@ class UnixSocketTransport:
             conn.close()
         return _parse_answer(raw, response.status, self.socket_path)
 
-    def events(self, path: str) -> Iterator[Tuple[str, Any]]:
-        """``GET path`` as a server-sent event stream: yields ``(event type, parsed JSON data)``.
+    def events(self, path: str, body: Any = None) -> Iterator[Tuple[str, Any]]:
+        """``GET path`` (``POST`` with ``body`` as JSON) as a server-sent event stream: yields ``(event type, parsed JSON data)``.
 
         Blocks between events (the agent sends a keep-alive comment every
         15 s, so ``timeout_s`` above that notices a hung agent). Ends when the
         agent closes the stream; closing the generator closes the connection.
         An error answer raises AgentError like :meth:`request`.
         """
-        conn = self._connected("GET", path, _DEFAULT)
+        method = "GET" if body is None else "POST"
+        conn = self._connected(method, path, _DEFAULT)
         try:
-            with self._translated("GET", path, conn.timeout):
-                conn.request("GET", path, headers={"accept": "text/event-stream"})
+            with self._translated(method, path, conn.timeout):
+                headers = {"accept": "text/event-stream"}
+                payload = None
+                if body is not None:
+                    payload = json.dumps(body).encode("utf-8")
+                    headers["content-type"] = "application/json"
+                conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 if response.status != 200:
                     _parse_answer(response.read(), response.status, self.socket_path)

@@ -65,6 +65,18 @@ class RolloutTest(_EngineCase):
         status = self.client.rollout_status()
         self.assertEqual([(i["id"], i["state"], i.get("gpus")) for i in status["local"]], [("py0", "up", [0])])
 
+    def test_stream_yields_each_response_then_the_summary(self) -> None:
+        self.client.rollout_register("py2", self.url, MODEL)
+        self.addCleanup(self.client.rollout_deregister, "py2")
+        prompts = [f"stream {i} " + "y " * i for i in range(8)]
+        events = list(self.client.rollout_stream(prompts, max_tokens=20, model=MODEL))
+        self.assertEqual([e for e, _ in events], ["response"] * 8 + ["done"])
+        by_id = {d["id"]: d for e, d in events if e == "response"}
+        for i, p in enumerate(prompts):
+            self.assertEqual(by_id[f"p{i}"]["text"], direct(self.url, p, 20)["text"])
+        self.assertNotIn("responses", events[-1][1])
+        self.assertEqual(events[-1][1]["removed"], [])
+
     def test_bad_input_is_refused_and_changes_nothing(self) -> None:
         self.assertAgentError("ERR_BAD_REQUEST", 400, lambda: self.client.rollout_register("py1", self.url, "not-served"))
         self.assertEqual(self.client.rollout_status()["local"], [])
