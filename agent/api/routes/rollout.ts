@@ -53,6 +53,7 @@ export function registerRolloutRoutes (app: FastifyInstance, source: RolloutSour
   }, async request => ({ terminating: await service().instances.terminate(request.body) }))
 
   app.post<{ Body: RolloutStepBody }>('/v1/rollout/steps', {
+    bodyLimit: Math.max(app.initialConfig.bodyLimit ?? 0, stepBodyLimitBytes),
     schema: {
       summary: 'Run a rollout step over the cluster\'s instances (RLBoost Algorithm 2, token-level collection and migration); answers with every response complete',
       body: RolloutStepBodySchema,
@@ -84,6 +85,12 @@ export function registerRolloutRoutes (app: FastifyInstance, source: RolloutSour
     if (!raw.destroyed) raw.end()
   })
 }
+
+/**
+ * A step's prompts travel in its body: a thousand prompts of a few KiB already exceed the API's default
+ * 1 MiB limit (api.bodyLimitBytes), so this route takes up to 64 MiB (or api.bodyLimitBytes, if larger).
+ */
+const stepBodyLimitBytes = 64 * 1024 * 1024
 
 /** How often an open step stream carries a comment, so a client's read timeout tells a hung agent from a slow step. */
 const streamKeepaliveMs = 15_000

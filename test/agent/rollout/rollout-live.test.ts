@@ -133,6 +133,9 @@ t.test('bad registrations and submissions: a coded 4xx with the reason, nothing 
 
   const answer = await agent.client.rolloutStep({ model, requests: ok })
   checkIdentical(t, ok, answer)
+  // A real step's prompts exceed the API's default 1 MiB body limit: 256 prompts of 12 KiB are taken.
+  const big = Array.from({ length: 256 }, (_, i) => ({ id: `b${i}`, prompt: `${i} `.padEnd(12_288, 'x'), maxTokens: 1 }))
+  t.equal((await agent.client.rolloutStep({ model, requests: big, options: { maxPending: 256 } })).responses.length, 256, 'a 3 MiB step is taken')
   await refused('no instance serves the model', () => agent.client.rolloutStep({ model: 'other', requests: ok, options: { noInstanceTimeoutMs: 200 } }), 'ERR_UNAVAILABLE', /no rollout instance in rotation/)
 })
 
