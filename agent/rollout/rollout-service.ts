@@ -45,13 +45,15 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import { startRolloutStep, type RequestProgress, type RolloutResponse, type RolloutStep } from '../../mesh/control/rollout/rollout-step.ts'
+import { startRolloutStep, type RequestProgress, type RolloutResponse, type RolloutStep, type RolloutStepResult } from '../../mesh/control/rollout/rollout-step.ts'
 import { instancesInView, usable, type MemberRollout, type ViewedInstance } from '../../mesh/control/rollout/instance-view.ts'
-import { planSeedingWindow, remoteGenerationS, type ModelSeeding, type RemoteMeasurement } from '../../mesh/control/rollout/seeding-feedback.ts'
+import { planSeedingWindow, remoteGenerationS, type ModelSeeding } from '../../mesh/control/rollout/seeding-feedback.ts'
 import type { BatchingProfile } from '../../mesh/policies/rollout-balancing/load-balancer.ts'
 import type { RolloutInstanceAdvert } from '../../mesh/membership/mesh-messages.ts'
 import { refusedSamplingFields, type RolloutStatus, type RolloutStepAnswer, type RolloutStepBody } from '../api/wire/rollout.ts'
-import { createStepJournal, stepDigest, type JournalEntry } from './step-journal.ts'
+import { createStepJournal, stepDigest } from './step-journal.ts'
+import { startJournalWriter } from './journal-writer.ts'
+import { startSeedingWindow, windowOverReason } from './seeding-window-run.ts'
 import { createInstanceRegistry, defaultInstanceProbe, type InstanceRegistry, type InstanceRegistryOptions } from './instance-registry.ts'
 
 export interface RolloutServiceOptions extends Partial<Omit<InstanceRegistryOptions, 'stateDir'>> {
@@ -93,8 +95,12 @@ export interface RolloutCounters {
   tokens: { kept: number, wasted: number }
 }
 
-/** Why a reserved instance leaves a seeded step: the normal end of its window, not a fault. */
-const windowOverReason = 'seeding window over'
+/** What a resumed step took from its journal (absent when it was not resumed). */
+function resumedFrom (progress: Readonly<Record<string, RequestProgress>> | undefined): Pick<RolloutStepAnswer, 'resumed'> {
+  const entries = Object.values(progress ?? {})
+  if (entries.length === 0) return {}
+  return { resumed: { requests: entries.filter(p => p.tokens > 0 || p.finish !== undefined).length, tokens: entries.reduce((n, p) => n + p.tokens, 0) } }
+}
 
 interface Running {
   stepId: string
@@ -132,7 +138,7 @@ export function createRolloutService (options: RolloutServiceOptions, components
       remoteNow: available.filter(i => !i.reserved).length,
     })
     if (plan.next !== undefined) seedingByModel.set(model ?? '', plan.next)
-    return plan
+    return { windowS: plan.windowS, maxInstances: plan.maxInstances }
   }
 
   const view = (): ReturnType<typeof instancesInView> => instancesInView({ node: options.nodeName, instances: registry.advert() }, components.members() ?? [])
@@ -142,8 +148,8 @@ export function createRolloutService (options: RolloutServiceOptions, components
     const model = body.model
     const { seeding: seedingOptions, ...stepOptions } = body.options ?? {}
     const available = usable(view(), model, body.weightVersion)
-    const seeding = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
-    const initial = seeding === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, seeding.maxInstances)]
+    const plan = seedingOptions === undefined ? undefined : planSeeding(model, seedingOptions, available)
+    const initial = plan === undefined ? available : [...available.filter(i => i.reserved), ...available.filter(i => !i.reserved).slice(0, plan.maxInstances)]
     const step = startRolloutStep(body.requests, initial.map(i => ({ id: i.id, url: i.url })), {
       ...stepOptions,
       onRemoved: (instance, reason, requestsMoved) => log[reason === windowOverReason ? 'info' : 'warn']({ step: stepId, instance, reason, requestsMoved }, 'rollout instance out of the step\'s rotation; its requests go on elsewhere'),
@@ -152,45 +158,13 @@ export function createRolloutService (options: RolloutServiceOptions, components
       ...(journaled?.progress !== undefined ? { resumeFrom: journaled.progress } : {}),
       ...(onResponse !== undefined ? { onComplete: onResponse } : {}),
     })
-    const began = performance.now()
     const settled = Promise.withResolvers<RolloutStepAnswer>()
     settled.promise.catch(() => {}) // read by resubmissions only
     const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step, answer: settled.promise, ...(journaled !== undefined ? { digest: journaled.digest } : {}) }
-    running.set(r.stepId, r)
-    // A journaled step's progress, written every journalIntervalMs (one write at a time) and when it ends.
-    let journalWrites: Promise<void> = Promise.resolve()
-    let journalBusy = false
-    const writeJournal = async (answer?: RolloutStepAnswer): Promise<void> => {
-      if (journaled === undefined) return
-      const entry: JournalEntry = { stepId, digest: journaled.digest, progress: step.progress(), ...(answer !== undefined ? { answer } : {}) }
-      journalBusy = true
-      journalWrites = journalWrites.then(async () => await journal.write(entry)).catch((err: unknown) => log.warn({ step: stepId, err }, 'rollout step journal not written; a resubmission would go on from an older one')).finally(() => { journalBusy = false })
-      await journalWrites
-    }
-    const journalTimer = journaled !== undefined ? setInterval(() => { if (!journalBusy) void writeJournal() }, journalIntervalMs) : undefined
-    const resumedFrom = Object.values(journaled?.progress ?? {})
-    /** The answer, journaled (a caller that lost it asks again) and handed to resubmissions waiting on it. */
-    const done = async (out: RolloutStepAnswer): Promise<RolloutStepAnswer> => {
-      await writeJournal(out)
-      settled.resolve(out)
-      return out
-    }
-    log.info({ step: r.stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: seeding !== undefined ? { windowS: seeding.windowS, maxInstances: seeding.maxInstances } : null }, 'rollout step started')
-    /** Remote instances of a seeded step: when each joined, seconds from the start. */
-    const joinedS = new Map(initial.filter(i => !i.reserved).map(i => [i.id, 0]))
-    const reservedIds = new Set(initial.filter(i => i.reserved).map(i => i.id))
-    let windowOver = false
-    let remoteInstanceS = 0
-    let lastSampleS = 0
-    /** Ends the window once a remote instance can take the reserved instances' requests (colocated until then). */
-    const endWindow = (): void => {
-      if (seeding === undefined || windowOver) return
-      const inRotation = step.inRotation()
-      if ((performance.now() - began) / 1000 < seeding.windowS || !inRotation.some(id => joinedS.has(id))) return
-      windowOver = true
-      for (const id of inRotation) if (reservedIds.has(id)) step.preempt(id, windowOverReason)
-    }
-    const windowTimer = seeding !== undefined ? setTimeout(endWindow, seeding.windowS * 1000) : undefined
+    running.set(stepId, r)
+    log.info({ step: stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: plan ?? null }, 'rollout step started')
+    const journalWriter = journaled !== undefined ? startJournalWriter({ stepId, digest: journaled.digest, intervalMs: journalIntervalMs }, step, { journal, logger: log }) : undefined
+    const seedingRun = plan !== undefined ? startSeedingWindow(plan, initial, step) : undefined
     const watch = setInterval(() => {
       const now = new Map(view().map(i => [i.id, i]))
       for (const id of r.offered) {
@@ -199,65 +173,56 @@ export function createRolloutService (options: RolloutServiceOptions, components
         else if (body.weightVersion !== undefined && (seen.weightVersion ?? -1) < body.weightVersion) step.preempt(id, `registered again with weight version ${seen.weightVersion ?? 'none'}`)
         else if (seen.terminating) step.preempt(id, 'termination notice')
       }
-      const inRotation = step.inRotation()
-      const sampleS = (performance.now() - began) / 1000
-      remoteInstanceS += inRotation.filter(id => joinedS.has(id)).length * (sampleS - lastSampleS)
-      lastSampleS = sampleS
+      seedingRun?.tick()
       for (const i of usable([...now.values()], model, body.weightVersion)) {
-        if (r.offered.has(i.id)) continue
-        if (seeding !== undefined && (i.reserved ? windowOver : inRotation.filter(id => joinedS.has(id)).length >= seeding.maxInstances)) continue
+        if (r.offered.has(i.id) || seedingRun?.mayJoin(i) === false) continue
         r.offered.add(i.id)
-        if (seeding !== undefined && !i.reserved) joinedS.set(i.id, sampleS)
-        if (i.reserved) reservedIds.add(i.id)
-        log.info({ step: r.stepId, instance: i.id }, 'rollout instance joins the step')
+        seedingRun?.joined(i)
+        log.info({ step: stepId, instance: i.id }, 'rollout instance joins the step')
         step.add({ id: i.id, url: i.url })
       }
-      endWindow()
     }, watchIntervalMs)
     const hangUp = (): void => step.abort(new AgentError('ERR_UNAVAILABLE', 'the caller hung up'))
     signal.addEventListener('abort', hangUp, { once: true })
     try {
       const result = await step.done
       profiles.set(model ?? '', result.profile)
-      const kept = result.responses.reduce((n, x) => n + x.tokens, 0)
-      counters.steps.done++
-      for (const k of ['lost', 'pending', 'executing'] as const) counters.moves[k] += result.moves[k]
-      counters.removed += result.removed.length
-      counters.tokens.kept += kept
-      counters.tokens.wasted += result.generatedTokens - kept
-      log.info({ step: r.stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
+      count(result)
+      log.info({ step: stepId, stepMs: Math.round(result.stepMs), moves: result.moves, removed: result.removed }, 'rollout step done')
       const { profile: _profile, ...answer } = result
-      const resumed = resumedFrom.length > 0 ? { resumed: { requests: resumedFrom.filter(p => p.tokens > 0 || p.finish !== undefined).length, tokens: resumedFrom.reduce((n, p) => n + p.tokens, 0) } } : {}
-      if (seeding === undefined) return await done({ ...answer, ...resumed, instances: [...r.offered] })
-      const stepS = result.stepMs / 1000
-      const lastResponseS = new Map<string, number>()
-      for (const x of result.responses) lastResponseS.set(x.route.at(-1)!, Math.max(lastResponseS.get(x.route.at(-1)!) ?? 0, x.finishMs / 1000))
-      const measured: RemoteMeasurement = {
-        stepS,
-        remotes: [...joinedS].map(([id, joined]) => ({ joinedS: joined, lastResponseS: lastResponseS.get(id) ?? null })),
-        meanInstances: Math.round(100 * (remoteInstanceS + step.inRotation().filter(id => joinedS.has(id)).length * Math.max(0, stepS - lastSampleS)) / Math.max(stepS, 1e-9)) / 100,
+      const out: RolloutStepAnswer = { ...answer, ...resumedFrom(journaled?.progress), instances: [...r.offered] }
+      if (plan !== undefined && seedingRun !== undefined) {
+        const measured = seedingRun.measurement(result)
+        const modelSeeding = seedingByModel.get(model ?? '')
+        if (modelSeeding !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...modelSeeding, last: measured })
+        out.seeding = { windowS: plan.windowS, maxInstances: Number.isFinite(plan.maxInstances) ? plan.maxInstances : measured.remotes.length, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) }
       }
-      const modelSeeding = seedingByModel.get(model ?? '')
-      if (modelSeeding !== undefined && seedingOptions?.windowS === undefined) seedingByModel.set(model ?? '', { ...modelSeeding, last: measured })
-      return await done({
-        ...answer,
-        ...resumed,
-        instances: [...r.offered],
-        seeding: { windowS: seeding.windowS, maxInstances: Number.isFinite(seeding.maxInstances) ? seeding.maxInstances : joinedS.size, meanRemoteInstances: measured.meanInstances, remoteS: remoteGenerationS(measured) },
-      })
+      await journalWriter?.write(out) // a caller that lost the answer asks again
+      settled.resolve(out)
+      return out
     } catch (err) {
-      await writeJournal() // the progress so far: a resubmission goes on from it
+      await journalWriter?.write() // the progress so far: a resubmission goes on from it
       settled.reject(err)
       counters.steps.failed++
-      log.warn({ step: r.stepId, err }, 'rollout step failed')
+      log.warn({ step: stepId, err }, 'rollout step failed')
       throw err
     } finally {
-      clearInterval(journalTimer)
+      journalWriter?.stop()
+      seedingRun?.stop()
       clearInterval(watch)
-      clearTimeout(windowTimer)
       signal.removeEventListener('abort', hangUp)
-      running.delete(r.stepId)
+      running.delete(stepId)
     }
+  }
+
+  /** A finished step in the counters. */
+  const count = (result: RolloutStepResult): void => {
+    const kept = result.responses.reduce((n, x) => n + x.tokens, 0)
+    counters.steps.done++
+    for (const k of ['lost', 'pending', 'executing'] as const) counters.moves[k] += result.moves[k]
+    counters.removed += result.removed.length
+    counters.tokens.kept += kept
+    counters.tokens.wasted += result.generatedTokens - kept
   }
 
   return {
