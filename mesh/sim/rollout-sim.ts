@@ -62,7 +62,16 @@ export interface RolloutSimResult {
   finishedOn: Record<string, string>
 }
 
-interface Req { spec: SimRolloutRequest, kept: number, at: Inst | undefined, phase: 'waiting' | 'pending' | 'executing' | 'done', seq: Seq | undefined, dispatchedS: number }
+interface Req {
+  spec: SimRolloutRequest
+  kept: number
+  at: Inst | undefined
+  phase: 'waiting' | 'pending' | 'executing' | 'done'
+  seq: Seq | undefined
+  dispatchedS: number
+  /** Moved by balancing and no token since (as the live runner: not moved by balancing again until one comes). */
+  balanced: boolean
+}
 interface Seq { req: Req, promptTokens: number, maxTokens: number, remaining: number, gone: boolean }
 interface Inst {
   e: SimEngine
@@ -81,7 +90,7 @@ interface Inst {
 export function simulateRolloutStep (engines: readonly SimEngine[], requests: readonly SimRolloutRequest[], o: RolloutSimOptions): RolloutSimResult {
   const q = createEventQueue()
   const insts = new Map<string, Inst>()
-  const reqs: Req[] = requests.map(spec => ({ spec, kept: 0, at: undefined, phase: 'waiting', seq: undefined, dispatchedS: 0 }))
+  const reqs: Req[] = requests.map(spec => ({ spec, kept: 0, at: undefined, phase: 'waiting', seq: undefined, dispatchedS: 0, balanced: false }))
   const waiting: Req[] = [...reqs]
   const moves = { lost: 0, pending: 0, executing: 0 }
   const finishS: Record<string, number> = {}
@@ -124,7 +133,7 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
   }
 
   const token = (r: Req, i: Inst): void => {
-    if (r.phase === 'pending') { i.pending.delete(r); i.executing.add(r); r.phase = 'executing'; pump() }
+    if (r.phase === 'pending') { i.pending.delete(r); i.executing.add(r); r.phase = 'executing'; r.balanced = false; pump() }
     r.kept++
   }
 
@@ -169,7 +178,7 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
   const preempt = (i: Inst): void => {
     i.alive = false
     if (i.step !== undefined) { q.cancel(i.step); i.step = undefined }
-    for (const r of [...i.pending, ...i.executing]) { detach(r); r.phase = 'waiting'; waiting.unshift(r); moves.lost++ }
+    for (const r of [...i.pending, ...i.executing]) { detach(r); r.phase = 'waiting'; r.balanced = false; waiting.unshift(r); moves.lost++ }
     i.queued = []
     i.running = []
     pump()
@@ -183,8 +192,8 @@ export function simulateRolloutStep (engines: readonly SimEngine[], requests: re
       if (move !== null) {
         const from = insts.get(move.from)!
         const to = insts.get(move.to)!
-        const picked = [...(move.kind === 'pending' ? from.pending : from.executing)].sort((a, b) => b.dispatchedS - a.dispatchedS).slice(0, move.count)
-        for (const r of picked) { detach(r); dispatch(r, to); moves[move.kind]++ }
+        const picked = [...(move.kind === 'pending' ? from.pending : from.executing)].filter(r => !r.balanced).sort((a, b) => b.dispatchedS - a.dispatchedS).slice(0, move.count)
+        for (const r of picked) { detach(r); dispatch(r, to); r.balanced = true; moves[move.kind]++ }
       }
     }
     q.after(o.rebalanceIntervalMs / 1000, tick)

@@ -26,7 +26,10 @@
  * - Balance: every rebalanceIntervalMs one CONTINUOUSLB move
  *   (load-balancer.ts) is applied: pending requests move one at a time,
  *   executing ones (the most recently started, cheapest to prefill again)
- *   beyond the batching plateau of the previous step's profile.
+ *   beyond the batching plateau of the previous step's profile. A request
+ *   balancing moved is not moved by balancing again before it produced a
+ *   token where it went (a lone queued request would otherwise swap queues
+ *   every round while it waits for its first token).
  * - The step measures its instances' throughput by batch size (`profile`,
  *   tokens/s at each executing count seen at the balance ticks) for the next
  *   step's plateau.
@@ -130,6 +133,8 @@ interface Tracked {
   attempt?: AbortController
   /** Text and tokens when the attempt was sent: what it goes back to if its instance turns out untrustworthy. */
   sent: { text: string, tokens: number }
+  /** Moved by balancing and no token since: not moved by balancing again until one comes (no back and forth). */
+  balanced: boolean
   startedAt: number
 }
 
@@ -155,7 +160,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     const resumed = p !== undefined && Number.isInteger(p.tokens) && p.tokens >= 0 && p.tokens <= spec.maxTokens ? p : undefined
     return {
       spec, text: resumed?.text ?? '', tokens: resumed?.tokens ?? 0, route: [...resumed?.route ?? []], moves: 0,
-      phase: resumed?.finish !== undefined ? 'done' : 'waiting', finish: resumed?.finish ?? '', finishMs: 0, startedAt: 0, sent: { text: '', tokens: 0 },
+      phase: resumed?.finish !== undefined ? 'done' : 'waiting', finish: resumed?.finish ?? '', finishMs: 0, startedAt: 0, sent: { text: '', tokens: 0 }, balanced: false,
     }
   })
   const waiting: Tracked[] = tracked.filter(t => t.phase === 'waiting')
@@ -221,6 +226,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
   const requeue = (t: Tracked): void => {
     if (!move(t)) return
     t.phase = 'waiting'
+    t.balanced = false
     waiting.unshift(t)
   }
 
@@ -238,7 +244,7 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
       stallMs: o.stallMs,
       onToken: text => {
         if (t.attempt !== attempt) return
-        if (t.phase === 'pending') { to.pending.delete(t); to.executing.add(t); t.phase = 'executing'; pump() }
+        if (t.phase === 'pending') { to.pending.delete(t); to.executing.add(t); t.phase = 'executing'; t.balanced = false; pump() }
         t.text += text
         t.tokens++
         generatedTokens++
@@ -307,10 +313,11 @@ export function startRolloutStep (requests: readonly RolloutRequest[], instances
     if (migration === null) return
     const from = live.get(migration.from)!
     const to = live.get(migration.to)!
-    const candidates = [...(migration.kind === 'pending' ? from.pending : from.executing)].sort((a, b) => b.startedAt - a.startedAt).slice(0, migration.count)
+    const candidates = [...(migration.kind === 'pending' ? from.pending : from.executing)].filter(t => !t.balanced).sort((a, b) => b.startedAt - a.startedAt).slice(0, migration.count)
     for (const t of candidates) {
       if (!move(t)) return
       dispatch(t, to)
+      t.balanced = true
       moves[migration.kind]++
     }
   }

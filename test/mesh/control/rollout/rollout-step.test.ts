@@ -127,6 +127,19 @@ t.test('continuous balancing: an instance that joins takes queued requests one a
   await t.rejects(startRolloutStep(requests(1), [], { noInstanceTimeoutMs: 100 }).done, { code: 'ERR_UNAVAILABLE', message: /no rollout instance in rotation for 100 ms/ })
 })
 
+t.test('a queued request moved to an instance slow to start it stays there: no back and forth between queues', async t => {
+  // busy runs 3 at a time (KV): the 4th queues. joined takes long to prefill: the moved request waits
+  // many balancing rounds for its first token, while busy's queue is empty again.
+  const busy = await inProcess(t, 'busy', { decodeStepMs: 4, kvCapacityTokens: 3 * 200 })
+  const reqs = requests(4, 150)
+  const step = startRolloutStep(reqs, [busy], { maxPending: 100, rebalanceIntervalMs: 20, maxMoves: 8 })
+  await sleep(50)
+  step.add(await inProcess(t, 'joined', { decodeStepMs: 4, prefillMsPerToken: 15 }))
+  const r = await step.done
+  checkIdentical(t, reqs, r.responses)
+  t.ok(r.responses.every(x => x.route.length <= 2), `each request moved at most once (routes: ${r.responses.map(x => x.route.join('>')).join(', ')})`)
+})
+
 t.test('bad steps are refused before anything is sent', async t => {
   t.throws(() => startRolloutStep([{ id: 'x', prompt: 'a', maxTokens: 1 }, { id: 'x', prompt: 'b', maxTokens: 1 }], []), { code: 'ERR_BAD_REQUEST', message: /appears twice/ })
   t.throws(() => startRolloutStep([{ id: 'x', prompt: 'a', maxTokens: 0 }], []), { code: 'ERR_BAD_REQUEST', message: /maxTokens/ })
