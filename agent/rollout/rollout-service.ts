@@ -109,9 +109,8 @@ interface Running {
   startedAtMs: number
   offered: Set<string>
   step: RolloutStep
+  /** Settles when the step ended (stop() waits for the journals' last writes). */
   answer: Promise<RolloutStepAnswer>
-  /** A journaled step's digest (stepDigest): a resubmission with other requests is refused. */
-  digest?: string
 }
 
 export function createRolloutService (options: RolloutServiceOptions, components: RolloutServiceComponents): RolloutService {
@@ -119,6 +118,8 @@ export function createRolloutService (options: RolloutServiceOptions, components
   const registry = createInstanceRegistry({ ...defaultInstanceProbe, ...options }, { logger: log, changed: () => components.availabilityChanged() })
   const watchIntervalMs = options.watchIntervalMs ?? 250
   const running = new Map<string, Running>()
+  /** Named steps being answered (running, or reading their journal first), by step id. */
+  const named = new Map<string, { digest: string, answer: Promise<RolloutStepAnswer> }>()
   const profiles = new Map<string, BatchingProfile>()
   /** Algorithm 1's state per model, with the last seeded step's measurements. */
   const seedingByModel = new Map<string, ModelSeeding>()
@@ -159,8 +160,8 @@ export function createRolloutService (options: RolloutServiceOptions, components
       ...(onResponse !== undefined ? { onComplete: onResponse } : {}),
     })
     const settled = Promise.withResolvers<RolloutStepAnswer>()
-    settled.promise.catch(() => {}) // read by resubmissions only
-    const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step, answer: settled.promise, ...(journaled !== undefined ? { digest: journaled.digest } : {}) }
+    settled.promise.catch(() => {}) // read by stop() only
+    const r: Running = { stepId, model: model ?? null, requests: body.requests.length, startedAtMs: Date.now(), offered: new Set(initial.map(i => i.id)), step, answer: settled.promise }
     running.set(stepId, r)
     log.info({ step: stepId, model: r.model, requests: r.requests, instances: initial.map(i => i.id), seeding: plan ?? null }, 'rollout step started')
     const journalWriter = journaled !== undefined ? startJournalWriter({ stepId, digest: journaled.digest, intervalMs: journalIntervalMs }, step, { journal, logger: log }) : undefined
@@ -245,18 +246,31 @@ export function createRolloutService (options: RolloutServiceOptions, components
         const refused = refusedSamplingFields.filter(f => r.sampling !== undefined && f in r.sampling)
         if (refused.length > 0) throw new AgentError('ERR_BAD_REQUEST', `request ${r.id}: sampling ${refused.join(', ')} would make the engine answer with more than one sequence; a step collects one per request`)
       }
-      if (body.stepId === undefined) return await execute(body, signal, `step-${nextStep++}`, undefined, onResponse)
+      // Unnamed steps get ids a caller cannot choose ("#n" does not match the stepId pattern).
+      if (body.stepId === undefined) return await execute(body, signal, `#${nextStep++}`, undefined, onResponse)
+      const stepId = body.stepId
       const digest = stepDigest(body)
-      const same = running.get(body.stepId)
+      const same = named.get(stepId)
       if (same !== undefined) {
-        if (same.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step ${body.stepId} is running with other requests; a step id names one step`)
+        if (same.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step ${stepId} is running with other requests; a step id names one step`)
         return replayed(await same.answer) // the same step submitted again while it runs (a retry): the same answer
       }
-      await journal.prune().catch((err: unknown) => log.warn({ err }, 'rollout step journal: pruning failed'))
-      const entry = await journal.read(body.stepId)
-      if (entry !== undefined && entry.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step id ${body.stepId} was used for other requests; a step id names one step`)
-      if (entry?.answer !== undefined) return replayed(entry.answer)
-      return await execute(body, signal, body.stepId, { digest, ...(entry !== undefined ? { progress: entry.progress } : {}) }, onResponse)
+      // Claimed before the journal is read: a second submission meanwhile waits for this one instead of running it too.
+      const answer = (async () => {
+        await journal.prune().catch((err: unknown) => log.warn({ err }, 'rollout step journal: pruning failed'))
+        const entry = await journal.read(stepId)
+        if (entry !== undefined && entry.digest !== digest) throw new AgentError('ERR_BAD_REQUEST', `step id ${stepId} was used for other requests; a step id names one step`)
+        if (entry?.answer !== undefined) return replayed(entry.answer)
+        return await execute(body, signal, stepId, { digest, ...(entry !== undefined ? { progress: entry.progress } : {}) }, onResponse)
+      })()
+      const claim = { digest, answer }
+      named.set(stepId, claim)
+      answer.catch(() => {}) // read by duplicates only
+      try {
+        return await answer
+      } finally {
+        if (named.get(stepId) === claim) named.delete(stepId)
+      }
     },
     status: () => ({
       node: options.nodeName,

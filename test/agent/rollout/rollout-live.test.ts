@@ -198,7 +198,12 @@ t.test('a step with a step id survives the death of the agent that ran it: submi
   agent.proc.kill('SIGKILL')
   await t.rejects(lost, { code: 'ERR_CONNECTION_LOST' }, 'the trainer sees its agent die')
   agent = await mesh.addAgent({ name: agent.name, stateDir: agent.stateDir })
-  const answer = await agent.client.rolloutStep(body)
+  // Submitted twice at once (a trainer's retry racing its first try): one step runs, both get its answer.
+  const twice = [agent.client.rolloutStep(body), agent.client.rolloutStep(body)]
+  await sleep(300)
+  t.equal((await agent.client.rollout()).steps.length, 1, 'one step runs for both submissions')
+  const [answer, duplicate] = await Promise.all(twice) as [RolloutStepAnswer, RolloutStepAnswer]
+  t.same(duplicate.responses, answer.responses, 'the duplicate gets the same answer')
   checkIdentical(t, reqs, answer)
   const total = answer.responses.reduce((n, r) => n + r.tokens, 0)
   t.ok(answer.resumed !== undefined && answer.resumed.tokens > 0, `resumed ${answer.resumed?.requests} requests with ${answer.resumed?.tokens} tokens from the journal`)
