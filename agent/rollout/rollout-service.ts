@@ -14,15 +14,17 @@
  * Contract of runStep:
  * - Instances: the view's, not terminating, serving the step's model (when
  *   one is named) at its weight version or later (when one is named: an
- *   engine that pulled new weights registers again with their version). Every watchIntervalMs the view is read again: an instance
- *   that left it (node dead, no longer advertised: its probe failed) or got
- *   a termination notice is preempted (its requests move now); one that
+ *   engine that pulled new weights registers again with their version).
+ *   Every watchIntervalMs the view is read again: an instance that left it
+ *   (node dead, no longer advertised: its probe failed) or got a
+ *   termination notice is preempted (its requests move now); one that
  *   appeared joins the rotation. An instance the step has taken out of
  *   rotation does not come back within the step.
  * - Bad input (duplicate ids, sampling fields that ask for several
  *   sequences) is refused with ERR_BAD_REQUEST before anything is sent.
- * - The caller's signal (it hung up) aborts the step: streams close, nothing
- *   is kept. Stopping the agent aborts running steps with ERR_UNAVAILABLE.
+ * - The caller's signal (it hung up) aborts the step: streams close, and
+ *   only a named step keeps its progress (its journal). Stopping the agent
+ *   aborts running steps with ERR_UNAVAILABLE, their journals written.
  * - Each model's measured batching profile is kept for its next step's
  *   balancing (the plateau of Algorithm 2).
  * - Seeding (RLBoost §4.1, `options.seeding`): the reserved instances (the
@@ -36,7 +38,8 @@
  *   answer's `seeding` says what was used and measured. Without seeding
  *   every instance, reserved or not, takes requests for the whole step.
  * - A step submitted with a `stepId` is journaled (step-journal.ts): its
- *   progress every journalIntervalMs and when it ends, failed or not. The
+ *   progress every journalIntervalMs (less often when writing it takes long:
+ *   journal-writer.ts) and when it ends, failed or not. The
  *   same step submitted again while it runs gets the same answer; after this
  *   agent restarted, or the caller's connection broke, it goes on from the
  *   journaled tokens (`resumed` in the answer); once complete, it is
