@@ -379,8 +379,7 @@ class AgentClient:
             try:
                 return self._transport.request("POST", "/v1/rollout/steps", body, timeout_s=timeout_s)
             except AgentError as err:
-                lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
-                if step_id is None or not lost or time.monotonic() > deadline:
+                if not _may_resubmit(err, step_id, deadline):
                     raise
             time.sleep(0.5)
 
@@ -412,8 +411,7 @@ class AgentClient:
                         return
                 raise AgentError("ERR_CONNECTION_LOST", "the agent closed the step's stream before it was done")
             except AgentError as err:
-                lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
-                if step_id is None or not lost or time.monotonic() > deadline:
+                if not _may_resubmit(err, step_id, deadline):
                     raise
             time.sleep(0.5)
 
@@ -504,6 +502,12 @@ def _selector(keys: Optional[Iterable[KeyLike]], prefix: Optional[str]) -> Any:
     if isinstance(keys, (str, StateKey)):
         raise TypeError("keys must be a list of keys, not a single key")
     return {"keys": [str(k) for k in keys]} if keys is not None else {"prefix": prefix}
+
+
+def _may_resubmit(err: AgentError, step_id: Optional[str], deadline: float) -> bool:
+    """A named step whose agent died or restarts (no answer came) is submitted again until ``deadline``."""
+    lost = err.code in ("ERR_CONNECTION_LOST", "ERR_AGENT_UNREACHABLE", "ERR_STARTING")
+    return step_id is not None and lost and time.monotonic() <= deadline
 
 
 def _step_body(prompts: Iterable[Union[str, Mapping[str, Any]]], max_tokens: int, model: Optional[str],

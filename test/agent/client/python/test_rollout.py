@@ -90,7 +90,8 @@ class RolloutRestartTest(_EngineCase):
     """Its own agent, killed mid-step; the engine decodes slowly enough for the step to be under way."""
     decode_step_ms = "100"
 
-    def test_a_named_step_goes_on_after_its_agent_was_killed(self) -> None:
+    def test_named_steps_go_on_after_their_agent_was_killed(self) -> None:
+        """Two named steps at once, one collected whole and one streamed; the agent is killed under both."""
         own = DevAgent()
         own.start()
         self.addCleanup(own.stop)
@@ -104,20 +105,34 @@ class RolloutRestartTest(_EngineCase):
             except Exception as err:  # noqa: BLE001 (reported by the assertion below)
                 result["error"] = err
 
-        worker = threading.Thread(target=generate)
-        worker.start()
-        time.sleep(1.5)  # a journal written, mid-generation
+        def stream() -> None:
+            try:
+                result["events"] = list(own.client.rollout_stream(prompts, max_tokens=40, model=MODEL, step_id="py-step-2", retry_s=60))
+            except Exception as err:  # noqa: BLE001 (reported by the assertion below)
+                result["stream_error"] = err
+
+        workers = [threading.Thread(target=generate), threading.Thread(target=stream)]
+        for w in workers:
+            w.start()
+        time.sleep(1.5)  # journals written, mid-generation, some responses streamed
         assert own.proc is not None
         own.proc.kill()
         own.proc.wait()
-        own.start()  # the same state directory: the journal and the registration are there
-        worker.join(timeout=120)
+        own.start()  # the same state directory: the journals and the registration are there
+        for w in workers:
+            w.join(timeout=120)
         self.assertNotIn("error", result)
+        self.assertNotIn("stream_error", result)
         answer = result["answer"]
         for r, p in zip(answer["responses"], prompts):
             expected = direct(self.url, p, 40)
             self.assertEqual((r["text"], r["finish"]), (expected["text"], expected["finish_reason"]), r["id"])
         self.assertGreater(answer.get("resumed", {}).get("tokens", 0), 0, "went on from the journal")
+        events = result["events"]
+        streamed = [d["id"] for e, d in events if e == "response"]
+        self.assertEqual(sorted(streamed), sorted(f"p{i}" for i in range(8)), "each response yielded once, across the resubmission")
+        self.assertEqual(events[-1][0], "done")
+        self.assertGreater(events[-1][1].get("resumed", {}).get("tokens", 0), 0, "the stream went on from its journal")
 
 
 if __name__ == "__main__":
