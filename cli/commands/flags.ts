@@ -15,6 +15,14 @@ export function integerFlag (command: string, value: unknown, name: string, min:
   return n
 }
 
+/** A number flag >= min (fractions allowed), `fallback` when absent; UsageError naming the command otherwise. */
+export function numberFlag (command: string, value: unknown, name: string, min: number, fallback: number): number {
+  if (value === undefined) return fallback
+  const n = Number(value)
+  if (typeof value !== 'string' || value.trim() === '' || !Number.isFinite(n) || n < min) throw new UsageError(`${command}: --${name} must be a number >= ${min}, got "${String(value)}"`)
+  return n
+}
+
 /** A flag whose value must be one of `choices`. */
 export function choiceFlag<T extends string> (command: string, value: unknown, name: string, choices: readonly T[], fallback?: T): T {
   if (value === undefined && fallback !== undefined) return fallback

@@ -7,7 +7,7 @@
  */
 import { simulateSeeding, type SeedingSimResult, type SeedingVariant } from '../../mesh/sim/seeding-sim.ts'
 import { UsageError, type Command } from './command.ts'
-import { choiceFlag, integerFlag } from './flags.ts'
+import { choiceFlag, integerFlag, numberFlag } from './flags.ts'
 import { formatTable } from './table.ts'
 
 const name = 'sim seeding'
@@ -25,13 +25,6 @@ export function parseAvailability (text: string): number[] {
   }
   if (out.length > 10_000) throw new UsageError(`${name}: --available lists ${out.length} steps; at most 10000`)
   return out
-}
-
-const numberFlag = (value: unknown, flag: string, fallback: number, min: number): number => {
-  if (value === undefined) return fallback
-  const n = Number(value)
-  if (typeof value !== 'string' || value.trim() === '' || !Number.isFinite(n) || n < min) throw new UsageError(`${name}: --${flag} must be a number >= ${min}, got "${String(value)}"`)
-  return n
 }
 
 export const simSeedingCommand: Command = {
@@ -62,12 +55,12 @@ export const simSeedingCommand: Command = {
       steps: available.length,
       available,
       requestsPerStep: integerFlag(name, values.requests, 'requests', 1, 512),
-      meanResponseTokens: numberFlag(values['mean-tokens'], 'mean-tokens', 400, 1),
+      meanResponseTokens: numberFlag(name, values['mean-tokens'], 'mean-tokens', 1, 400),
       maxTokens: integerFlag(name, values['max-tokens'], 'max-tokens', 1, 1024),
-      trainSPerResponse: numberFlag(values['train-ms-per-response'], 'train-ms-per-response', 30, 0.001) / 1000,
+      trainSPerResponse: numberFlag(name, values['train-ms-per-response'], 'train-ms-per-response', 0.001, 30) / 1000,
       microbatch: integerFlag(name, values.microbatch, 'microbatch', 1, 32),
-      seeding: { reservedEngines: integerFlag(name, values.reserved, 'reserved', 1, 4), eta: numberFlag(values.eta, 'eta', 2, 0.001), minSeedS: 0, maxSeedS: 3600 },
-      initialSeedS: numberFlag(values['initial-seed-s'], 'initial-seed-s', 10, 0),
+      seeding: { reservedEngines: integerFlag(name, values.reserved, 'reserved', 1, 4), eta: numberFlag(name, values.eta, 'eta', 0.001, 2), minSeedS: 0, maxSeedS: 3600 },
+      initialSeedS: numberFlag(name, values['initial-seed-s'], 'initial-seed-s', 0, 10),
       seed: integerFlag(name, values.seed, 'seed', 0, 1),
       engine: { decodeStepMs: 20, decodeMsPerSeq: 0.25, prefillMsPerToken: 0.05, kvCapacityTokens: 65_536, maxRunning: 256 },
     }
