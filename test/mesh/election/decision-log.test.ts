@@ -14,7 +14,7 @@ const B = 'leaderB'
 
 function setup (t: { teardown(fn: () => unknown): void }, highestEpoch = 0, persisted: { leader: string | null, seq: number, appliedEpoch?: number } = { leader: null, seq: 0 }) {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  t.teardown(async () => { await log.flush(); rmSync(dir, { recursive: true, force: true }) }) // its audit lines are appended behind: done before the dir goes
   const state = { highestEpoch, applied: [] as AppliedDecision[], adopted: [] as Array<Record<string, unknown>>, persisted: [] as string[] }
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
     voterSetId: () => 'set',
@@ -135,7 +135,7 @@ t.test('the invariant checker flags two leaders in an epoch, stale applies, gaps
 
 t.test('when the election moves to another voter set, the log continues from the position persisted for it', async t => {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  t.teardown(async () => { await log.flush(); rmSync(dir, { recursive: true, force: true }) }) // its audit lines are appended behind: done before the dir goes
   const store = { voterSetId: 'old', epoch: 40, leader: A as string | null, seq: 7 }
   const applied: AppliedDecision[] = []
   const log = createDecisionLog({ file: join(dir, 'decisions.jsonl'), memoryEntries: 100 }, {
@@ -160,7 +160,7 @@ t.test('a batch of the old voter set in flight when the election moves writes no
   // The old batch's later writes used to land in the new domain's (reset) position, and every
   // epoch of the new domain below 9 was then refused: the new leader's decisions never applied.
   const dir = mkdtempSync(join(tmpdir(), 'agentd-decisions-'))
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  t.teardown(async () => { await log.flush(); rmSync(dir, { recursive: true, force: true }) }) // its audit lines are appended behind: done before the dir goes
   const store = { voterSetId: 'old', epoch: 8, leader: A as string | null, seq: 2 }
   const writes: string[] = []
   let slow: PromiseWithResolvers<void> | undefined
