@@ -101,16 +101,18 @@ export function pickHolder (peers: readonly PeerView[], model: string, version: 
 }
 
 /**
- * Swarm peers of a whole pull of `version` (PROTOCOL.md "Swarm"): data
- * addresses of alive peers that hold it whole or are pulling it whole, but
- * not `except` (the pull's own source), in random order (`random` in [0, 1)).
+ * Swarm peers of a pull of `version` (PROTOCOL.md "Swarm"): data addresses
+ * of alive peers that hold it whole or are pulling it whole — for a sliced
+ * pull (`layout`, a layout id), also those holding or pulling exactly that
+ * layout's slices — but not `except` (the pull's own source), in random
+ * order (`random` in [0, 1)).
  */
-export function swarmPeers (peers: readonly PeerView[], model: string, version: number, except: string, random: () => number = Math.random): string[] {
+export function swarmPeers (peers: readonly PeerView[], model: string, version: number, except: string, random: () => number = Math.random, layout?: string): string[] {
   const found: string[] = []
   for (const p of peers) {
     const address = p.record?.addresses.weights
     if (p.state !== 'alive' || address === undefined) continue
-    if (!(p.record?.weights ?? []).some(w => w.model === model && w.version === version && w.layout === undefined)) continue
+    if (!(p.record?.weights ?? []).some(w => w.model === model && w.version === version && (w.layout === undefined || w.layout === layout))) continue
     const reachable = reachableAddress(address, p.addresses)
     if (reachable !== except) found.push(reachable)
   }

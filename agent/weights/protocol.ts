@@ -119,6 +119,36 @@ export function decodeManifestRequest (b: Buffer): { model: string, version: num
   return { model: checkModel(b.subarray(10).toString('utf8')), version: checkVersion(version, true) }
 }
 
+/** A layout id as a HAVE names it (reshard.ts layoutId; the mesh record's bound). */
+export const layoutIdPattern = /^[A-Za-z0-9_.-]{1,128}$/
+
+/**
+ * HAVE body: the MANIFEST body (an exact version), then optionally u16 layout
+ * length and the layout id utf8: what the server holds of that (layout,
+ * rank)'s slices. Without it: of the whole version.
+ */
+export function encodeHaveRequest (model: string, version: number, layout?: string): Buffer {
+  const head = encodeManifestRequest(model, version)
+  if (layout === undefined) return head
+  const id = Buffer.from(layout, 'utf8')
+  const tail = Buffer.alloc(2 + id.length)
+  tail.writeUInt16LE(id.length, 0)
+  id.copy(tail, 2)
+  return Buffer.concat([head, tail])
+}
+
+export function decodeHaveRequest (b: Buffer): { model: string, version: number, layout?: string } {
+  if (b.length < 10) throw protocolError('HAVE body too short')
+  const end = 10 + b.readUInt16LE(8)
+  if (b.length < end) throw protocolError('HAVE body length mismatch')
+  const { model, version } = decodeManifestRequest(b.subarray(0, end))
+  if (b.length === end) return { model, version }
+  if (b.length < end + 2 || b.length !== end + 2 + b.readUInt16LE(end)) throw protocolError('HAVE layout length mismatch')
+  const layout = b.subarray(end + 2).toString('utf8')
+  if (!layoutIdPattern.test(layout)) throw protocolError(`HAVE layout ${JSON.stringify(layout.slice(0, 140))} is not a layout id`)
+  return { model, version, layout }
+}
+
 /** What a source holds of a version (HAVE): per tensor, stored (served) or being fetched; one bit each, tensor i at bit i % 8 of byte i / 8. */
 export interface Have {
   tensors: number

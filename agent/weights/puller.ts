@@ -79,11 +79,12 @@ export interface PullRequest {
   /** Write the slices to this safetensors file instead of StateManager keys. */
   out?: PullFileTarget
   /**
-   * Swarm peers (data addresses): agents pulling the same version whole, or
-   * holding it; a whole pull fetches from them the tensors they hold
-   * (pull-schedule.ts), at most maxPeers of them.
+   * Swarm peers (data addresses) of `version` — for a sliced pull, of its
+   * `layout` id: agents pulling or holding the version whole, or (sliced)
+   * that layout's slices; the pull fetches from them what their HAVE says
+   * they hold (pull-schedule.ts), at most maxPeers of them.
    */
-  peers?: (version: number) => string[]
+  peers?: (version: number, layout?: string) => string[]
   onProgress?: (doneBytes: number, totalBytes: number) => void
   signal?: AbortSignal
 }
@@ -253,7 +254,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     let bytesReceived = 0
     let refetchedPieces = 0
     let reconnects = 0
-    const step = (s: TensorSlice): number => s.dim === null || partial !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
+    // Pieces on the manifest's chunks where a peer may serve them: the windows its recorded checksums cover.
+    const step = (s: TensorSlice): number => s.dim === null || partial !== undefined || request.peers !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
     /** Offsets of a slice's pieces. */
     const offsetsOf = (i: number): number[] => Array.from({ length: Math.ceil(slices[i]!.bytes / step(slices[i]!)) }, (_, n) => n * step(slices[i]!))
     const pieceLength = (i: number, at: number): number => Math.min(step(slices[i]!), slices[i]!.bytes - at)
@@ -284,11 +286,20 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       request.onProgress?.(doneBytes, totalBytes)
 
       const primary: PullSource = { address: startedFrom, primary: true, bytes: 0 }
-      const seed = layout === undefined && file === undefined && partial === undefined
-        ? components.swarm?.begin({ ...manifest, tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) })
-        : undefined
+      /** The layout id a sliced pull's swarm peers hold (HAVE asks for it). */
+      const swarmLayout = layout !== undefined ? layoutId(layout) : undefined
+      // Into keys, the pull is served while it arrives: whole, or as its layout's slices (swarm-holdings.ts).
+      const seed = file !== undefined
+        ? undefined
+        : layout === undefined
+          ? components.swarm?.begin({ ...manifest, tensors: manifest.tensors.map((t, i) => ({ ...t, key: keys[i]! })) })
+          : components.swarm?.begin(manifest, {
+            layout: layoutId(layout), tp: layout.tp, rank: layout.rank,
+            slices: slices.map((s, i) => ({ index: s.index, dim: s.dim, ranges: s.ranges, shape: s.shape, bytes: s.bytes, key: s.bytes > 0 ? keys[i]! : '' })),
+          })
       endSeed = () => { seed?.end() }
-      for (let i = 0; i < slices.length; i++) if (!needed[i] && slices[i]!.bytes > 0) seed?.stored(slices[i]!.index)
+      // Tensors stored before this pull are served by a whole seed at once; a sliced seed serves only slices it checksummed itself.
+      if (layout === undefined) for (let i = 0; i < slices.length; i++) if (!needed[i] && slices[i]!.bytes > 0) seed?.stored(slices[i]!.index)
       const schedule = createPullSchedule({
         slices: slices.map(s => ({ index: s.index, bytes: s.bytes })),
         pieces: slices.map((_, i) => needed[i] ? offsetsOf(i).filter(at => missing(i, at)).map(at => ({ offset: at, length: pieceLength(i, at) })) : []),
@@ -296,7 +307,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         ...(file === undefined ? { windowBytes: windowLimit } : {}),
         primary,
         peerWaitMs: options.peerWaitMs ?? 30_000,
-        ...(request.peers !== undefined && layout === undefined && partial === undefined ? { swarmProbeUntil: Date.now() + (options.swarmProbeMs ?? 500) } : {}),
+        ...(request.peers !== undefined ? { swarmProbeUntil: Date.now() + (options.swarmProbeMs ?? 500) } : {}),
         allocate: async i => { if (file === undefined) scratches[i] = await sm.scratch(slices[i]!.bytes) },
         admitted: i => seed?.fetching(slices[i]!.index, true),
       })
@@ -309,7 +320,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           scratches[i] = undefined
           sm.adopt(keys[i]!, scratch)
           adopted.push(keys[i]!)
-          seed?.stored(slices[i]!.index)
+          seed?.stored(slices[i]!.index, layout !== undefined ? sliceSums[i] : undefined)
         }
         schedule.release(i)
       }
@@ -383,7 +394,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           const haves = (async () => {
             while (schedule.failure === undefined && schedule.remaining > 0 && peer.dropped === undefined) {
               const timer = setTimeout(() => { schedule.drop(peer, `no HAVE answer within ${pieceTimeoutMs} ms`); h.close() }, pieceTimeoutMs)
-              try { peer.have = await h.have(request.model, version) } finally { clearTimeout(timer) }
+              try { peer.have = await h.have(request.model, version, swarmLayout) } finally { clearTimeout(timer) }
               if (peer.have.tensors !== manifest.tensors.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `HAVE names ${peer.have.tensors} tensors, the manifest ${manifest.tensors.length}`)
               schedule.wake()
               await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 100).unref())
@@ -457,15 +468,17 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         const got = await checksum(dst.range)
         const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
         // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
-        const expected = s.dim === null && onChunk
-          ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
-          : partial !== undefined && onChunk ? partial.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
+        // Otherwise (a slice from a full holder or a swarm peer) the checksum its source computed or recorded, sent with it.
+        const ofManifest = onChunk && (s.dim === null || partial !== undefined)
+        const expected = !ofManifest
+          ? crc
+          : s.dim === null ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : partial!.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
         if (got !== crc || got !== expected) {
           refetchedPieces++
           if (!src.primary) {
             // Checked against the publisher's manifest: a peer that serves a bad chunk serves no more.
             schedule.retry(piece)
-            throw new AgentError('ERR_DATA_CORRUPT', `served ${s.name} bytes ${piece.offset}..${piece.offset + piece.length} with crc32c ${got.toString(16)}, the manifest says ${expected.toString(16)}`)
+            throw new AgentError('ERR_DATA_CORRUPT', `served ${s.name} bytes ${piece.offset}..${piece.offset + piece.length} with crc32c ${got.toString(16)}, ${ofManifest ? 'the manifest says' : 'its reply says'} ${expected.toString(16)}`)
           }
           logger.warn({ tensor: s.name, offset: piece.offset, length: piece.length, attempt: piece.attempts + 1 }, 'weights piece failed its checksum: refetching')
           if (++piece.attempts >= maxAttempts) {
@@ -502,15 +515,15 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           logger.warn({ from: source, err: (err as Error).message }, 'weights connection gave up')
           return err as Error
         }))
-      // Swarm peers serve whole tensors: whole pulls only, and never from a partial source. Asked for
-      // again every peerRefreshMs: pullers that start together learn of each other as their adverts spread.
+      // Swarm peers of the version (whole pulls) or of the pull's layout (sliced pulls). Asked for again
+      // every peerRefreshMs: pullers that start together learn of each other as their adverts spread.
       const peers: PullSource[] = []
       const peerTasks: Array<Promise<void>> = []
       /** Closes each peer's connections (pending requests reject): run when the pull ends. */
       const closePeers: Array<() => void> = []
       const discover = (): void => {
-        if (layout !== undefined || partial !== undefined || request.peers === undefined || schedule.remaining === 0 || schedule.failure !== undefined) return
-        for (const address of new Set(request.peers(version))) {
+        if (request.peers === undefined || schedule.remaining === 0 || schedule.failure !== undefined) return
+        for (const address of new Set(request.peers(version, swarmLayout))) {
           if (address === startedFrom || peers.some(p => p.address === address) || peers.filter(p => p.dropped === undefined).length >= maxPeers) continue
           const peer: PullSource = { address, primary: false, bytes: 0 }
           peers.push(peer)

@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { AgentError } from '../../core/errors.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  decodeHave, decodeHello, decodeReplyHeader, encodeAuth, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
+  decodeHave, decodeHello, decodeReplyHeader, encodeAuth, encodeHaveRequest, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
   Op, proofBytes, protocolError, replyHeaderBytes, Status, statusName, type ReadRequest,
 } from './protocol.ts'
 import { splitHostPort } from './tcp-server.ts'
@@ -209,8 +209,8 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         const reply = await request(Op.manifest, encodeManifestRequest(model, version), null)
         return JSON.parse(reply.payload!.toString('utf8')) as WeightsManifest
       },
-      async have (model, version) {
-        const reply = await request(Op.have, encodeManifestRequest(model, version), null)
+      async have (model, version, layout) {
+        const reply = await request(Op.have, encodeHaveRequest(model, version, layout), null)
         return decodeHave(reply.payload!)
       },
       async read (req: ReadRequest, into: Buffer) {

@@ -15,8 +15,9 @@
  * whose checksum the server computes (sliced or unaligned) is sent only after
  * the committed chunks it was taken from verify, else status 6 (corrupt);
  * aligned whole chunks carry the manifest checksum, which the puller checks.
- * A version held as one rank's slices (a partial holding) answers only READs
- * of exactly those slices, from their stored contiguous bytes. A malformed or unauthenticated connection is
+ * A version held as one rank's slices (a partial holding, or a sliced pull
+ * in progress: a swarm seed) answers only READs of exactly those slices, from
+ * their stored contiguous bytes. A malformed or unauthenticated connection is
  * answered with an error where possible and closed; other connections are
  * untouched.
  *
@@ -66,14 +67,14 @@ import { dtypeBytes } from '../state/keys.ts'
 import type { StateManager } from '../state/state-manager.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  authBytes, decodeAuth, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHave, encodeHello, encodeReplyHeader,
+  authBytes, decodeAuth, decodeHaveRequest, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHave, encodeHello, encodeReplyHeader,
   latestVersion, Op, requestHeaderBytes, Status, type Have, type ReadRequest, type StatusCode,
 } from './protocol.ts'
-import type { SwarmHolding, SwarmHoldings } from './swarm-holdings.ts'
+import type { SwarmHoldings } from './swarm-holdings.ts'
 import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
 import { createServeReadWindow, type ServeReadWindow } from './serve-read-window.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
-import type { PartialHolding, VersionStore, WeightsManifest } from './version-store.ts'
+import type { HeldSlice, VersionStore, WeightsManifest } from './version-store.ts'
 import { defaultWeightsConfig, WeightsSection, weightsConfigProblems, type DataPortLimits } from './weights-config.ts'
 
 /** Defaults and bounds: `defaultWeightsConfig` and `WeightsSection` (weights-config.ts); out-of-bounds values throw ERR_ARG_INVALID. */
@@ -247,27 +248,77 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
   const { stateManager: sm, versions, auth, logger, swarm } = components
 
   /**
-   * The version a request names: committed here, or (an exact version) being
+   * The version a MANIFEST names: committed here, or (an exact version) being
    * pulled whole here, served as it arrives. Otherwise the version store's error.
    */
-  function lookup (model: string, version: number): { manifest: WeightsManifest, seeding?: SwarmHolding } {
+  function lookup (model: string, version: number): WeightsManifest {
     try {
-      return { manifest: versions.get(model, version) }
+      return versions.get(model, version)
     } catch (err) {
       const seeding = version !== latestVersion && (err as AgentError).code === 'ERR_WEIGHTS_NOT_FOUND' ? swarm?.get(model, version) : undefined
       if (seeding === undefined) throw err
-      return { manifest: seeding.manifest, seeding }
+      return seeding.manifest
     }
   }
 
-  /** HAVE of a committed version: every tensor (a partial holding's slices are no tensors: none). */
-  function haveOf (model: string, version: number): Have {
-    const { manifest, seeding } = lookup(model, version)
+  /** The committed manifest of (model, version), or undefined when this agent knows no such exact version (then `missing` is the store's error). */
+  function committed (model: string, version: number): { manifest?: WeightsManifest, missing?: Error } {
+    try {
+      return { manifest: versions.get(model, version) }
+    } catch (err) {
+      if (version === latestVersion || (err as AgentError).code !== 'ERR_WEIGHTS_NOT_FOUND') throw err
+      return { missing: err as Error }
+    }
+  }
+
+  /**
+   * HAVE: what this agent serves of (model, version) — with `layout`, of that
+   * (layout, rank)'s slices. A full copy serves every tensor (any slice of
+   * it), a partial holding of that layout every slice, a swarm seed what
+   * arrived (a sliced seed of that layout first, else a whole seed).
+   */
+  function haveOf (model: string, version: number, layout: string | undefined): Have {
+    const { manifest, missing } = committed(model, version)
+    const every = (tensors: number, on: boolean): Have => {
+      const n = Math.ceil(tensors / 8)
+      const held = new Uint8Array(n)
+      if (on) for (let i = 0; i < tensors; i++) held[i >> 3]! |= 1 << (i & 7)
+      return { tensors, held, fetching: new Uint8Array(n) }
+    }
+    if (manifest !== undefined && (manifest.partial === undefined || manifest.partial.layout === layout)) return every(manifest.tensors.length, true)
+    const seeding = (layout !== undefined ? swarm?.get(model, version, layout) : undefined) ?? swarm?.get(model, version)
     if (seeding !== undefined) return seeding.have()
-    const n = Math.ceil(manifest.tensors.length / 8)
-    const held = new Uint8Array(n)
-    if (manifest.partial === undefined) for (let i = 0; i < manifest.tensors.length; i++) held[i >> 3]! |= 1 << (i & 7)
-    return { tensors: manifest.tensors.length, held, fetching: new Uint8Array(n) }
+    // Known here as other slices only (held, or being pulled): none of these.
+    const known = manifest?.tensors.length ?? swarm?.list().find(h => h.model === model && h.version === version)?.tensors
+    if (known !== undefined) return every(known, false)
+    throw missing!
+  }
+
+  /**
+   * Where a READ is served from: a full copy committed here; the partial
+   * holding (committed, or a sliced swarm seed) that holds exactly the
+   * slice asked for; a whole swarm seed that stored the tensor. A version
+   * being pulled here that does not hold it yet: ERR_WEIGHTS_NOT_HELD (never
+   * a wait).
+   */
+  function readSource (req: ReadRequest): { manifest: WeightsManifest, held?: HeldSlice } {
+    const { manifest, missing } = committed(req.model, req.version)
+    if (manifest !== undefined && manifest.partial === undefined) return { manifest }
+    const wanted = { index: req.tensorIndex, dim: req.dim, ranges: req.ranges }
+    const mine = manifest?.partial?.slices.find(h => h.index === req.tensorIndex && sameSlice(h, wanted))
+    if (mine !== undefined) return { manifest: manifest!, held: mine }
+    const sliced = swarm?.slice(req.model, req.version, wanted)
+    if (sliced !== undefined) return { manifest: sliced.manifest, held: sliced.held }
+    const whole = swarm?.get(req.model, req.version)
+    if (whole?.held(req.tensorIndex) === true) return { manifest: whole.manifest }
+    const seeding = whole ?? swarm?.list().find(h => h.model === req.model && h.version === req.version)
+    if (seeding !== undefined) throw new AgentError('ERR_WEIGHTS_NOT_HELD', `this agent is pulling ${req.model} v${req.version} itself and does not hold ${whole !== undefined ? 'tensor' : 'that slice of tensor'} ${req.tensorIndex} yet`)
+    if (manifest?.partial !== undefined) {
+      const holding = manifest.partial
+      const name = manifest.tensors[req.tensorIndex]?.name ?? `#${req.tensorIndex}`
+      throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `this agent holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}, not the slice of ${name} asked for; pull it from a full holder`)
+    }
+    throw missing!
   }
   const limits = dataPortLimits(options)
   const sockets = new Set<Socket>()
@@ -465,25 +516,22 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       try {
         if (op === Op.manifest) {
           const req = decodeManifestRequest(body)
-          const json = Buffer.from(JSON.stringify(lookup(req.model, req.version).manifest))
+          const json = Buffer.from(JSON.stringify(lookup(req.model, req.version)))
           await send(Status.ok, requestId, json, 0)
           return
         }
         if (op === Op.have) {
-          const req = decodeManifestRequest(body)
-          await send(Status.ok, requestId, encodeHave(haveOf(req.model, req.version)), 0)
+          const req = decodeHaveRequest(body)
+          await send(Status.ok, requestId, encodeHave(haveOf(req.model, req.version, req.layout)), 0)
           return
         }
         const req = decodeReadRequest(body)
         await paceUpload(req.byteLength)
-        const { manifest, seeding } = lookup(req.model, req.version)
-        if (seeding !== undefined && !seeding.held(req.tensorIndex)) {
-          throw new AgentError('ERR_WEIGHTS_NOT_HELD', `this agent is pulling ${req.model} v${req.version} itself and does not hold tensor ${req.tensorIndex} yet`)
-        }
+        const { manifest, held } = readSource(req)
         const pull = pulls.get(socket) ?? { remote, model: req.model, version: req.version, bytesSent: 0, connectedAtMs: Date.now() }
         Object.assign(pull, { model: req.model, version: req.version })
         pulls.set(socket, pull)
-        await (manifest.partial !== undefined ? servePartialRead(manifest, manifest.partial, req, requestId) : serveRead(manifest, req, requestId))
+        await (held !== undefined ? serveSliceRead(manifest, held, req, requestId) : serveRead(manifest, req, requestId))
         pull.bytesSent += req.byteLength
         servedBytes += req.byteLength
       } catch (err) {
@@ -534,18 +582,12 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     }
 
     /**
-     * A READ of a version this agent holds only one rank's slices of: served
-     * only when it names one of those slices exactly (tensor, dim, ranges),
+     * A READ of one held slice (of a partial holding, or a sliced swarm seed),
      * from the slice's stored contiguous bytes (no gather: the bytes a full
      * holder would gather). Windows on the manifest's chunks carry the
      * checksum recorded when the slice was pulled; others are computed.
      */
-    async function servePartialRead (manifest: WeightsManifest, holding: PartialHolding, req: ReadRequest, requestId: number): Promise<void> {
-      const held = holding.slices.find(h => h.index === req.tensorIndex)
-      if (held === undefined || !sameSlice(held, req)) {
-        const name = manifest.tensors[req.tensorIndex]?.name ?? `#${req.tensorIndex}`
-        throw new AgentError('ERR_WEIGHTS_NOT_FOUND', `this agent holds only the tp ${holding.tp} rank ${holding.rank} slices (layout ${holding.layout}) of ${manifest.model} v${manifest.version}, not the slice of ${name} asked for; pull it from a full holder`)
-      }
+    async function serveSliceRead (manifest: WeightsManifest, held: HeldSlice, req: ReadRequest, requestId: number): Promise<void> {
       if (req.byteOffset + req.byteLength > held.bytes) throw new AgentError('ERR_BAD_REQUEST', `bytes ${req.byteOffset}..${req.byteOffset + req.byteLength} past the ${held.bytes} bytes of the slice`)
       const pinned = await started().read(held.key, held.bytes, req.byteOffset, req.byteOffset + req.byteLength, manifest.chunkBytes)
       try {

@@ -25,8 +25,12 @@ export interface WeightStream {
    * ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER (connection lost).
    */
   read(request: ReadRequest, into: Buffer): Promise<{ crc32c: number }>
-  /** What the server holds of exact `version` (every tensor for a full holder; a swarm seed: what arrived so far, and what it is fetching). */
-  have(model: string, version: number): Promise<Have>
+  /**
+   * What the server holds of exact `version` (every tensor for a full holder; a swarm seed: what arrived so
+   * far, and what it is fetching); with `layout` (a layout id), of that (layout, rank)'s slices: a full
+   * holder or a whole seed tells its tensors (it serves any slice of them), a sliced seed its slices.
+   */
+  have(model: string, version: number, layout?: string): Promise<Have>
   /** Closes the connection; pending requests reject. Idempotent. */
   close(): void
   readonly closed: boolean

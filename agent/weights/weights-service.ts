@@ -191,9 +191,9 @@ export function createWeightsService (options: WeightsServiceOptions, components
           ...(o.layout !== undefined ? { layout: (m: WeightsManifest) => resolveLayout(o.layout!, m) } : {}),
           ...(o.signal !== undefined ? { signal: o.signal } : {}),
           ...(o.out !== undefined ? { out: o.out } : {}),
-          // The swarm: other agents of the mesh pulling or holding the version whole.
+          // The swarm: other agents of the mesh pulling or holding the version whole, or (sliced) the pull's layout.
           ...(components.meshPeers !== undefined ? { laterHolders: (version: number) => findHolders(components.meshPeers?.() ?? [], o.model, version).filter(h => h.layout === undefined && h.version === version).map(h => h.address) } : {}),
-          ...(o.peers !== undefined ? { peers: () => o.peers! } : swarmPossible ? { peers: (version: number) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from) } : {}),
+          ...(o.peers !== undefined ? { peers: () => o.peers! } : swarmPossible ? { peers: (version: number, layout?: string) => swarmPeers(components.meshPeers?.() ?? [], o.model, version, from, Math.random, layout) } : {}),
         })
         ok = true
         for (const d of result.droppedSources ?? []) droppedPeers.push({ ...d, model: result.model, version: result.version, atMs: Date.now() })
@@ -230,28 +230,34 @@ export function createWeightsService (options: WeightsServiceOptions, components
     }),
     advert: () => weightsAdvert(server.address, [
       ...versions.list().map(m => ({ model: m.model, version: m.version, ...(m.partial !== undefined ? { layout: m.partial.layout } : {}) })),
-      ...swarm.list().map(h => ({ model: h.model, version: h.version, pulling: true as const })),
+      ...swarm.list().map(h => ({ model: h.model, version: h.version, ...(h.layout !== undefined ? { layout: h.layout } : {}), pulling: true as const })),
     ]),
   }
 
-  /** Versions pulled whole somewhere (mesh adverts with `pulling`, and this agent's swarm holdings): who holds and who pulls each. */
+  /**
+   * Versions being pulled somewhere (mesh adverts with `pulling`, and this agent's swarm holdings), whole
+   * or as one layout's slices: who holds and who pulls each (a sliced entry counts the holders of its layout).
+   */
   function distributing (): VersionList['distributing'] {
-    const peers = components.meshPeers?.() ?? []
+    const peers = (components.meshPeers?.() ?? []).filter(p => p.state === 'alive')
     const here = swarm.list()
-    const found = new Map<string, { model: string, version: number }>()
-    for (const h of here) found.set(`${h.model}\u0000${h.version}`, h)
-    for (const p of peers) for (const w of p.record?.weights ?? []) if (p.state === 'alive' && w.pulling === true) found.set(`${w.model}\u0000${w.version}`, w)
-    return [...found.values()].map(({ model, version }) => {
-      const adverts = peers.filter(p => p.state === 'alive').map(p => (p.record?.weights ?? []).find(w => w.model === model && w.version === version && w.layout === undefined))
-      const mine = here.find(h => h.model === model && h.version === version)
-      const holdsHere = versions.list().some(m => m.model === model && m.version === version && m.partial === undefined)
+    type Entry = { model: string, version: number, layout?: string | undefined }
+    const idOf = (e: Entry): string => `${e.model}\u0000${e.version}\u0000${e.layout ?? ''}`
+    const same = (a: Entry, b: Entry): boolean => idOf(a) === idOf(b)
+    const found = new Map<string, Entry>()
+    for (const h of here) found.set(idOf(h), h)
+    for (const p of peers) for (const w of p.record?.weights ?? []) if (w.pulling === true) found.set(idOf(w), w)
+    return [...found.values()].map(({ model, version, layout }) => {
+      const adverts = peers.map(p => (p.record?.weights ?? []).find(w => same(w, { model, version, layout })))
+      const mine = here.find(h => same(h, { model, version, layout }))
+      const holdsHere = versions.list().some(m => m.model === model && m.version === version && m.partial?.layout === layout)
       return {
-        model, version,
+        model, version, ...(layout !== undefined ? { layout } : {}),
         holders: adverts.filter(w => w !== undefined && w.pulling !== true).length + (holdsHere ? 1 : 0),
         pulling: adverts.filter(w => w?.pulling === true).length + (mine !== undefined ? 1 : 0),
         ...(mine !== undefined ? { here: { tensors: mine.tensors, heldTensors: mine.heldTensors, heldBytes: mine.heldBytes, totalBytes: mine.totalBytes } } : {}),
       }
-    }).sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version)
+    }).sort((a, b) => a.model < b.model ? -1 : a.model > b.model ? 1 : a.version - b.version || ((a.layout ?? '') < (b.layout ?? '') ? -1 : 1))
   }
 
   /**

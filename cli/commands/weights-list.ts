@@ -18,8 +18,8 @@ export const weightsListCommand: Command = {
     const damaged = body.damaged.map(d => [d.model, String(d.version), d.reason, d.file])
     const pulls = body.pulls.map(p => [p.remote, p.model, String(p.version), formatBytes(p.bytesSent)])
     const pulling = body.pulling.map(p => [p.from, p.model, String(p.version), `${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)}`])
-    // The swarm: versions being pulled whole in the mesh, with how many agents hold them whole and pull them.
-    const distributing = body.distributing.map(d => [d.model, String(d.version), String(d.holders), String(d.pulling),
+    // The swarm: versions being pulled in the mesh, whole or as one layout's slices, with how many agents hold them and pull them.
+    const distributing = body.distributing.map(d => [d.model, String(d.version), d.layout ?? 'all', String(d.holders), String(d.pulling),
       d.here !== undefined ? `${d.here.heldTensors}/${d.here.tensors} tensors, ${formatBytes(d.here.heldBytes)} / ${formatBytes(d.here.totalBytes)}` : '-'])
     return {
       json: body,
@@ -30,7 +30,7 @@ export const weightsListCommand: Command = {
         ...(damaged.length > 0 ? [formatTable(['DAMAGED MODEL', 'VERSION', 'WHY', 'MANIFEST'], damaged)] : []),
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
         ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
-        ...(distributing.length > 0 ? [formatTable(['DISTRIBUTING', 'VERSION', 'HOLDERS', 'PULLING', 'SERVED HERE'], distributing)] : []),
+        ...(distributing.length > 0 ? [formatTable(['DISTRIBUTING', 'VERSION', 'LAYOUT', 'HOLDERS', 'PULLING', 'SERVED HERE'], distributing)] : []),
         // Peers a pull stopped using: failed, too slow, or sent a chunk that did not match the manifest.
         ...(body.droppedPeers.length > 0 ? [formatTable(['DROPPED PEER', 'MODEL', 'VERSION', 'WHEN', 'WHY'], body.droppedPeers.map(d => [d.address, d.model, String(d.version), new Date(d.atMs).toISOString(), d.reason]))] : []),
       ].join('\n\n'),

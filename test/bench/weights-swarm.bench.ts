@@ -11,8 +11,11 @@
  * baseline in the same run: iperf3 from agent 0's namespace to agent 1's
  * (one link, RATE). Goals (issue): T8 <= 1.5 x T1, T1 >= 0.9 x iperf3, the
  * publisher's uploads <= 1.5 x the model.
+ * With --tp T, every pull is rank 0 of a row-parallel tp T layout (each
+ * tensor split along dim 1, gathered by the publisher): the sliced swarm, the
+ * uploads counted in copies of the rank's slices (the model / T).
  * Needs root (network namespaces) and iperf3.
- * Usage: node test/bench/weights-swarm.bench.ts [--pullers N] [--model-mib M] [--tensors K] [--rate-mbit R] [--runs R]
+ * Usage: node test/bench/weights-swarm.bench.ts [--pullers N] [--model-mib M] [--tensors K] [--rate-mbit R] [--runs R] [--tp T]
  */
 // bench-requires: iperf3 (the link baseline; npm run bench checks this line)
 import { spawn, spawnSync } from 'node:child_process'
@@ -25,12 +28,15 @@ import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
 import { agentctlMain, runNode } from '../helpers/agent-process.ts'
 import { median, MiB } from './bench-stats.ts'
 
-const { values } = parseArgs({ options: { pullers: { type: 'string' }, 'model-mib': { type: 'string' }, tensors: { type: 'string' }, 'rate-mbit': { type: 'string' }, runs: { type: 'string' } } })
+const { values } = parseArgs({ options: { pullers: { type: 'string' }, 'model-mib': { type: 'string' }, tensors: { type: 'string' }, 'rate-mbit': { type: 'string' }, runs: { type: 'string' }, tp: { type: 'string' } } })
 const pullers = Number(values.pullers ?? 8)
 const modelMiB = Number(values['model-mib'] ?? 128)
 const tensorCount = Number(values.tensors ?? 64)
 const rateMbit = Number(values['rate-mbit'] ?? 200)
 const runs = Number(values.runs ?? 3)
+const tp = Number(values.tp ?? 1)
+/** Rank 0 of a row-parallel layout (the rules name every tensor of writeModel), or the whole version. */
+const layout = tp > 1 ? { tp, rank: 0, rules: [{ pattern: 'down_proj', dim: 1 }] } : undefined
 
 const skip = await netnsSkipReason()
 if (skip !== false) {
@@ -77,8 +83,9 @@ try {
   })
   await mesh.waitConverged()
   const [publisher, ...rest] = mesh.agents as [MeshAgent, ...MeshAgent[]]
-  const modelBytes = Math.floor(modelMiB * MiB / tensorCount / 2048) * 2048 * tensorCount
-  console.log(`${1 + pullers} agents in network namespaces, uplinks ${rateMbit} Mbit/s (tbf); model ${(modelBytes / MiB).toFixed(0)} MiB in ${tensorCount} tensors; ${runs} runs`)
+  // What one pull moves: the model, or the rank's slices of it.
+  const modelBytes = Math.floor(modelMiB * MiB / tensorCount / 2048) * 2048 * tensorCount / tp
+  console.log(`${1 + pullers} agents in network namespaces, uplinks ${rateMbit} Mbit/s (tbf); model ${(modelBytes * tp / MiB).toFixed(0)} MiB in ${tensorCount} tensors${layout !== undefined ? `, each pull rank 0 of tp ${tp} (${(modelBytes / MiB).toFixed(0)} MiB, row-parallel slices)` : ''}; ${runs} runs`)
 
   let version = 0
   /** Publishes the next version on agent 0 and waits until every agent sees it advertised. */
@@ -98,12 +105,12 @@ try {
     links.push(iperf(publisher.host!.ns, rest[0]!.host!.ns, rest[0]!.host!.address))
     const v1 = await publish()
     let began = performance.now()
-    await rest[0]!.client.weightsPull({ model: 'm', version: v1 })
+    await rest[0]!.client.weightsPull({ model: 'm', version: v1, ...(layout !== undefined ? { layout } : {}) })
     t1.push((performance.now() - began) / 1000)
 
     const v2 = await publish()
     began = performance.now()
-    const results = await Promise.all(rest.map(a => a.client.weightsPull({ model: 'm', version: v2 })))
+    const results = await Promise.all(rest.map(a => a.client.weightsPull({ model: 'm', version: v2, ...(layout !== undefined ? { layout } : {}) })))
     t8.push((performance.now() - began) / 1000)
     // What the publisher sent for this fan-out: what each puller says it got from it.
     const fromPublisher = results.reduce((s, x) => s + Object.entries(x.sources).filter(([a]) => a.startsWith(`${publisher.host!.address}:`)).reduce((p, [, b]) => p + b, 0), 0)
@@ -118,7 +125,7 @@ try {
   console.log(`iperf3 ${publisher.host!.address} -> ${rest[0]!.host!.address}: median ${(linkRate * 8 / 1e6).toFixed(0)} Mbit/s ${list(links.map(x => x * 8 / 1e6), 0)}`)
   console.log(`T1 (one puller): median ${median(t1).toFixed(2)} s ${list(t1)}; ${(modelBytes / median(t1) * 8 / 1e6).toFixed(0)} Mbit/s = ${(modelBytes / median(t1) / linkRate).toFixed(3)} x iperf3 (goal >= 0.9)`)
   console.log(`T${pullers} (${pullers} pullers at once): median ${median(t8).toFixed(2)} s ${list(t8)}; T${pullers} / T1 = ${(median(t8) / median(t1)).toFixed(2)} (goal <= 1.5; without the swarm ${pullers}x)`)
-  console.log(`publisher's uploads per fan-out: median ${median(uploads).toFixed(2)} x the model ${list(uploads)} (goal <= 1.5); bytes the pullers got from peers: median ${(median(fromPeers) * 100).toFixed(0)} % ${list(fromPeers.map(x => x * 100), 0)}`)
+  console.log(`publisher's uploads per fan-out: median ${median(uploads).toFixed(2)} x the ${layout !== undefined ? 'rank\'s slices' : 'model'} ${list(uploads)} (goal <= 1.5); bytes the pullers got from peers: median ${(median(fromPeers) * 100).toFixed(0)} % ${list(fromPeers.map(x => x * 100), 0)}`)
 } finally {
   for (const fn of teardowns.reverse()) await fn()
 }

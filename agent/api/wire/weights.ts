@@ -129,10 +129,11 @@ export const VersionListSchema = Type.Object({
   publishing: Type.Array(PublishInProgressSchema, { description: 'publishes this agent is making' }),
   distributing: Type.Array(Type.Object({
     model: Type.String(), version: uint,
+    layout: Type.Optional(Type.String({ description: 'set when the version is being pulled as these (layout, rank) slices: a layout id' })),
     holders: uint,
     pulling: uint,
     here: Type.Optional(Type.Object({ tensors: uint, heldTensors: uint, heldBytes: uint, totalBytes: uint }, { description: 'this agent\'s own pull of it, as it serves it' })),
-  }), { description: 'versions being pulled whole somewhere in the mesh (the swarm): agents holding each whole and agents pulling it (this one included), from the mesh adverts' }),
+  }), { description: 'versions being pulled somewhere in the mesh (the swarm), whole or as one layout\'s slices: agents holding each and agents pulling it (this one included), from the mesh adverts' }),
   droppedPeers: Type.Array(Type.Object({ address: Type.String(), reason: Type.String(), model: Type.String(), version: uint, atMs: uint }), { description: 'swarm peers this agent\'s completed pulls stopped using, and why (the last 16)' }),
 })
 

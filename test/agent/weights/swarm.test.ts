@@ -1,9 +1,10 @@
-// The weight swarm (PROTOCOL.md "Swarm"): pullers of one version fetch the tensors that arrived at
-// each other instead of all from the publisher, whose uplink is paced by a proxy; a peer that serves a
-// corrupt chunk, one whose connection is cut and one that is not there are dropped and the pull completes
-// byte-exact from the others. Real StateManagers, weight services and TCP on loopback.
+// The weight swarm (PROTOCOL.md "Swarm"): pullers of one version — whole, or one layout's slices —
+// fetch what arrived at each other instead of all from the publisher, whose uplink is paced by a proxy;
+// a peer that serves a corrupt chunk, one whose connection is cut and one that is not there are dropped
+// and the pull completes byte-exact from the others. Real StateManagers, weight services and TCP on loopback.
 import t, { type Test } from 'tap'
 import { join } from 'node:path'
+import type { TargetLayout } from '../../../agent/weights/reshard.ts'
 import { keyBytes, MiB, sharedKey, tcpProxy, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
 
 const layers = (seed: number, count: number): FixtureTensor[] => Array.from({ length: count }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], seed + i))
@@ -154,4 +155,84 @@ t.test('a version retired at the publisher while it spreads stops everywhere: th
     t.same(x.weights.list().distributing, [], 'no longer seeded')
     t.same(x.sm.storedKeys('weights/'), [], 'and its tensors dropped')
   }
+})
+
+// Row-parallel (dim 1) tp 2: rank r of a [512, 1024] bf16 tensor is columns r*512.. of every row, gathered
+// by the full holder and stored contiguous by the puller.
+const rowParallel = (rank: number): { tp: number, rank: number, rules: TargetLayout['rules'] } => ({ tp: 2, rank, rules: [{ pattern: 'down_proj', dim: 1 }] })
+const rankSlice = (x: FixtureTensor, rank: number): Buffer => {
+  const rowBytes = x.shape[1]! * 2
+  return Buffer.concat(Array.from({ length: x.shape[0]! }, (_, row) => x.data.subarray(row * rowBytes + rank * rowBytes / 2, row * rowBytes + (rank + 1) * rowBytes / 2)))
+}
+
+async function checkSlices (t: Test, node: NodeFixture, result: { keys: string[] }, tensors: FixtureTensor[], rank: number, who: string): Promise<void> {
+  let exact = 0
+  for (const [i, x] of tensors.entries()) if ((await keyBytes(node.sm, result.keys[i]!)).equals(rankSlice(x, rank))) exact++
+  t.equal(exact, tensors.length, `${who}: every slice byte-exact`)
+}
+
+t.test('four pullers of one layout\'s slices at once fetch them from each other; a corrupt sliced peer is dropped', async t => {
+  const tensors = layers(200, 32) // 32 MiB; 16 MiB per rank
+  const sliceBytes = total(tensors) / 2
+  const a = await publisher(t, tensors)
+  const uplink = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 6 * MiB)
+  const pullers = await Promise.all([0, 1, 2, 3].map(() => weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)))
+  const addresses = pullers.map(b => b.weights.address())
+  const pulls = pullers.map((b, i) => b.weights.pull({
+    from: uplink.address, model: 'm', version: 1, layout: rowParallel(0), streams: 2, peers: addresses.filter((_, j) => j !== i),
+  }))
+  // Mid-pull: each puller seeds its layout's slices (listed with the layout), not the whole version.
+  await new Promise(resolve => setTimeout(resolve, 700))
+  const seeding = pullers[0]!.weights.list().distributing
+  t.match(seeding, [{ model: 'm', version: 1, layout: /^tp2-r0-[0-9a-f]{16}$/, pulling: 1, here: { tensors: 32, totalBytes: sliceBytes } }], 'a sliced pull is distributed as its layout')
+  t.match(pullers[0]!.weights.advert().weights, [{ model: 'm', version: 1, layout: seeding[0]?.layout, pulling: true }], 'and advertised so in the mesh record')
+  const results = await Promise.all(pulls)
+  const fromPublisher = uplink.forwarded()
+  const fromPeers = results.reduce((s, r) => s + Object.entries(r.sources).filter(([address]) => address !== uplink.address).reduce((s, [, bytes]) => s + bytes, 0), 0)
+  t.ok(fromPublisher < 2.5 * sliceBytes, `the publisher sent ${(fromPublisher / sliceBytes).toFixed(2)} copies of the rank's slices (4 pullers; bound 2.5)`)
+  t.ok(fromPeers > sliceBytes, `peers served ${(fromPeers / MiB).toFixed(0)} MiB of the ${4 * sliceBytes / MiB} MiB pulled`)
+  for (const [i, r] of results.entries()) {
+    t.equal(r.bytes, sliceBytes)
+    t.equal(Object.values(r.sources).reduce((s, b) => s + b, 0), sliceBytes, `puller ${i}: bytes per source add up to the slices`)
+    await checkSlices(t, pullers[i]!, r, tensors, 0, `puller ${i}`)
+  }
+  t.same(results.flatMap(r => r.droppedSources ?? []), [], 'no peer was dropped')
+  t.match(pullers.map(b => b.weights.list().versions), [0, 1, 2, 3].map(() => [{ version: 1, partial: { tp: 2, rank: 0 } }]), 'each puller is a partial holder of the layout')
+
+  // A holder of rank 0 behind a proxy that flips bytes serves a rank-0 puller: dropped, named, nothing of it kept.
+  const corrupt = await tcpProxy(t, pullers[0]!.weights.address(), (chunk, seen) => {
+    if (seen < 64 * 1024) return chunk
+    const copy = Buffer.from(chunk)
+    copy[copy.length >> 1] = copy[copy.length >> 1]! ^ 0x5a
+    return copy
+  })
+  const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const r = await b.weights.pull({ from: uplink.address, model: 'm', version: 1, layout: rowParallel(0), streams: 2, peers: [corrupt.address] })
+  t.match(r.droppedSources, [{ address: corrupt.address, reason: /crc32c [0-9a-f]+, its reply says [0-9a-f]+/ }], 'the corrupt peer is named with what it did')
+  t.equal(r.sources[corrupt.address], undefined, 'and no byte from it was kept')
+  await checkSlices(t, b, r, tensors, 0, 'the puller beside a corrupt peer')
+})
+
+t.test('a sliced pull in progress serves only its stored slices: other slices and the whole version are refused, never waited for', async t => {
+  const tensors = layers(260, 16)
+  const a = await publisher(t, tensors)
+  const slow = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 4 * MiB)
+  const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const c = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const pulling = b.weights.pull({ from: slow.address, model: 'm', version: 1, layout: rowParallel(0), streams: 1 })
+  await new Promise(resolve => setTimeout(resolve, 600))
+  // C reads B's manifest only as a whole seed or a committed version: B is neither yet.
+  await t.rejects(c.weights.pull({ from: b.weights.address(), model: 'm', version: 1, layout: rowParallel(0), streams: 1 }), { code: 'ERR_WEIGHTS_NOT_FOUND' })
+  // As C's swarm peer, B serves the rank-0 slices it stored; rank 1 is someone else's layout: all from A.
+  const rank1 = await c.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: rowParallel(1), streams: 1, peers: [b.weights.address()] })
+  t.equal(rank1.sources[b.weights.address()], undefined, 'no rank-1 byte from a rank-0 seed')
+  t.same(rank1.droppedSources ?? [], [], 'which is not dropped for it (its HAVE of that layout is empty)')
+  await checkSlices(t, c, rank1, tensors, 1, 'the rank-1 puller')
+  const here = b.weights.list().distributing[0]?.here
+  t.ok(here !== undefined && here.heldTensors > 0 && here.heldTensors < 16 && here.heldBytes === here.heldTensors * MiB / 2, `${here?.heldTensors} of 16 slices held so far`)
+  const d = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  const rank0 = await d.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: rowParallel(0), streams: 1, peers: [b.weights.address()] })
+  t.ok((rank0.sources[b.weights.address()] ?? 0) > 0, `a rank-0 puller got ${((rank0.sources[b.weights.address()] ?? 0) / MiB).toFixed(1)} MiB from the seed`)
+  await checkSlices(t, d, rank0, tensors, 0, 'the rank-0 puller')
+  await checkSlices(t, b, await pulling, tensors, 0, 'the seed')
 })
