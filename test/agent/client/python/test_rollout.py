@@ -8,6 +8,7 @@ import threading
 import unittest
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict
 
 from agent_process import REPO_ROOT, AgentErrorAssertions, DevAgent, shared_agent
@@ -111,6 +112,10 @@ class RolloutRestartTest(_EngineCase):
             except Exception as err:  # noqa: BLE001 (reported by the assertion below)
                 result["stream_error"] = err
 
+        # The references meanwhile: the engine decodes them beside the step's requests.
+        pool = ThreadPoolExecutor(len(prompts))
+        self.addCleanup(pool.shutdown)
+        references = pool.map(lambda p: direct(self.url, p, 40), prompts)
         workers = [threading.Thread(target=generate), threading.Thread(target=stream)]
         for w in workers:
             w.start()
@@ -124,8 +129,7 @@ class RolloutRestartTest(_EngineCase):
         self.assertNotIn("error", result)
         self.assertNotIn("stream_error", result)
         answer = result["answer"]
-        for r, p in zip(answer["responses"], prompts):
-            expected = direct(self.url, p, 40)
+        for r, expected in zip(answer["responses"], list(references)):
             self.assertEqual((r["text"], r["finish"]), (expected["text"], expected["finish_reason"]), r["id"])
         self.assertGreater(answer.get("resumed", {}).get("tokens", 0), 0, "went on from the journal")
         events = result["events"]
