@@ -45,6 +45,10 @@ export const errorCodes = [
   'ERR_NATIVE_UNAVAILABLE',
   'ERR_CUDA_UNAVAILABLE',
   'ERR_CUDA',
+  // ERR_UCX_UNAVAILABLE: the addon was built without UCX (no libucx-dev), or UCX could not start here.
+  'ERR_UCX_UNAVAILABLE',
+  // ERR_UCX: a UCX call failed (its status in the message); a get on a broken endpoint.
+  'ERR_UCX',
   'ERR_IO',
   'ERR_SYSTEM',
   // StateManager (agent/state/)

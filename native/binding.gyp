@@ -1,10 +1,12 @@
 # Build of the agentd native addon (Node-API, C++17).
 # Run through `npm run build:native`, which passes --nodedir=gyp-node-api-root
 # so node-gyp never downloads Node headers (see that folder's common.gypi).
-# CUDA support is compiled in only when find-cuda.mjs finds a toolkit.
+# CUDA support is compiled in only when find-cuda.mjs finds a toolkit, UCX
+# support only when find-ucx.mjs finds libucx (pkg-config ucx).
 {
   'variables': {
     'cuda_root%': '<!(node find-cuda.mjs)',
+    'ucx_libs%': '<!(node find-ucx.mjs)',
   },
   'targets': [
     {
@@ -21,6 +23,7 @@
         'src/host_region.cc',
         'src/native_error.cc',
         'src/task_pool.cc',
+        'src/ucx_transport.cc',
         'src/unix_socket.cc',
       ],
       'include_dirs': [
@@ -43,6 +46,11 @@
           # loads (and reports why CUDA is unavailable) on a machine without
           # the driver, and needs no library path at run time.
           'libraries': [ '<(cuda_root)/lib64/libcudart_static.a', '-ldl', '-lrt' ],
+        }],
+        ['ucx_libs!=""', {
+          'defines': [ 'AGENTD_WITH_UCX=1' ],
+          # uct is asked directly for the machine's transports (capabilities).
+          'libraries': [ '<(ucx_libs)', '-luct' ],
         }],
       ],
     },

@@ -24,6 +24,8 @@ import * as sharedMemory from './shared-memory.ts'
 import type { SharedMemoryObject } from './shared-memory.ts'
 import * as unixSocket from './unix-socket.ts'
 import type { PeerCredentials } from './unix-socket.ts'
+import * as ucx from './ucx.ts'
+import type { UcxInfo, UcxWorker } from './ucx.ts'
 
 export type { Extent, FragmentationReport } from './extent-allocator.ts'
 export { defaultAlignment, ExtentAllocator } from './extent-allocator.ts'
@@ -36,6 +38,7 @@ export type { HostPool, HostPoolInfo, HostPoolOptions } from './host-pool.ts'
 export type { NativeFileInfo, NativeTransferResult } from './native-binding.ts'
 export type { SharedMemoryObject } from './shared-memory.ts'
 export type { PeerCredentials } from './unix-socket.ts'
+export type { UcxEndpoint, UcxInfo, UcxMapping, UcxRemoteKey, UcxWorker } from './ucx.ts'
 
 const addonFile = 'agentd_native.node'
 
@@ -94,6 +97,8 @@ export interface Capabilities {
   addon: { loaded: boolean, path: string | null, error: string | null }
   /** As the addon reports it (see NativeCudaInfo); when the addon is missing, compiled/available false with its load error. */
   cuda: NativeCudaInfo
+  /** UCX (RDMA and friends for weight transfer): compiled in or not, its version, the transports this machine offers. */
+  ucx: UcxInfo
   /**
    * O_DIRECT is used per file where the filesystem takes it; whether a given
    * directory's does is `probeDirectIo(dir)`, and each file's `info()`.
@@ -150,6 +155,7 @@ function probeCapabilities (): Capabilities {
     return {
       ...common,
       cuda: { compiled: false, available: false, reason, runtimeVersion: 0, driverVersion: 0, devices: [] },
+      ucx: { compiled: false, version: '', transports: [] },
       directIo: { available: false, reason },
       memlockLimitBytes: 0,
       crc32c: null,
@@ -161,6 +167,7 @@ function probeCapabilities (): Capabilities {
   return {
     ...common,
     cuda: native.cuda,
+    ucx: loaded.binding.ucxInfo(),
     directIo: process.platform === 'linux'
       ? { available: true, reason: null }
       : { available: false, reason: `O_DIRECT is not supported on ${process.platform}` },
@@ -286,4 +293,9 @@ export async function copyDeviceToHost (src: DeviceRange, dst: HostRange, option
 
 export async function copyHostToDevice (src: HostRange, dst: DeviceRange, options: DeviceCopyOptions = {}): Promise<void> {
   await cudaIpc.copyHostToDevice(binding(), cudaUnavailable(), src, dst, options)
+}
+
+/** A UCX worker of this process (native/ucx.ts): ERR_UCX_UNAVAILABLE when the addon was built without UCX. */
+export function createUcxWorker (): UcxWorker {
+  return ucx.createUcxWorker(binding())
 }

@@ -93,6 +93,21 @@ export interface NativeCapabilities {
   cuda: NativeCudaInfo
 }
 
+/** The addon's UCX worker (native/src/ucx_transport.cc); only native/ucx.ts uses it. */
+export interface NativeUcxWorker {
+  address (): Buffer
+  connect (address: Buffer): { id: number, peerFailure: boolean }
+  endpointInfo (endpoint: number): string
+  endpointFailure (endpoint: number): string
+  closeEndpoint (endpoint: number): void
+  map (region: NativeRegion, offset: number, length: number): { id: number, rkey: Buffer, address: bigint }
+  unmap (id: number): void
+  unpackRkey (endpoint: number, rkey: Buffer): number
+  destroyRkey (id: number): void
+  get (requestId: number, endpoint: number, rkey: number, remoteAddress: bigint, region: NativeRegion, offset: number, length: number): void
+  close (): void
+}
+
 export interface NativeBinding {
   probeCapabilities (): NativeCapabilities
   createHostPool (bytes: number, tryHugetlb: boolean, lock: boolean, registerCuda: boolean,
@@ -116,6 +131,9 @@ export interface NativeBinding {
   sendUnixDatagram (path: string, message: Uint8Array): void
   /** flock(fd, LOCK_EX | LOCK_NB): true = held by this descriptor, false = held by another. */
   tryLockExclusive (fd: number): boolean
+  ucxInfo (): { compiled: boolean, version: string, transports: Array<{ transport: string, device: string }> }
+  /** Present only in a build with UCX. */
+  UcxWorker?: new (onCompletions: (ids: number[], errors: string[]) => void) => NativeUcxWorker
   /** Present only in a build with CUDA. */
   cudaOpenIpcHandle?: (device: number, handle: Uint8Array) => NativeDeviceMapping
   cudaCopy?: (toDevice: boolean, mapping: NativeDeviceMapping, deviceOffset: number,

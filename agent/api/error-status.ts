@@ -34,6 +34,8 @@ export const errorStatus = {
   ERR_NATIVE_UNAVAILABLE: 503,
   ERR_CUDA_UNAVAILABLE: 503,
   ERR_CUDA: 500,
+  ERR_UCX_UNAVAILABLE: 503,
+  ERR_UCX: 502,
   ERR_IO: 500,
   ERR_SYSTEM: 500,
   // StateManager (agent/state/)

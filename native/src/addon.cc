@@ -14,6 +14,7 @@
 #include "host_copy.h"
 #include "host_region.h"
 #include "native_error.h"
+#include "ucx_transport.h"
 #include "unix_socket.h"
 
 namespace agentd {
@@ -36,6 +37,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   RegisterFileLock(env, exports);
   RegisterUnixSocket(env, exports);
   RegisterCudaIpc(env, exports);
+  RegisterUcx(env, exports);
   return exports;
 }
 
