@@ -38,7 +38,7 @@ export const modelNamePattern = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/
 /** "latest committed version" in a MANIFEST request. */
 export const latestVersion = -1
 
-export const Op = { auth: 1, manifest: 2, read: 3, have: 4 } as const
+export const Op = { auth: 1, manifest: 2, read: 3, have: 4, ucxOpen: 5 } as const
 export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6, notHeld: 7 } as const
 export type StatusCode = typeof Status[keyof typeof Status]
 
@@ -95,7 +95,7 @@ export function encodeRequestHeader (op: number, requestId: number, bodyLength: 
 export function decodeRequestHeader (b: Buffer): RequestHeader {
   if (b.readUInt32LE(0) !== requestMagic) throw protocolError('bad request magic')
   const op = b.readUInt8(4)
-  if (op !== Op.manifest && op !== Op.read && op !== Op.have) throw protocolError(`unknown op ${op}`)
+  if (op !== Op.manifest && op !== Op.read && op !== Op.have && op !== Op.ucxOpen) throw protocolError(`unknown op ${op}`)
   const bodyLength = b.readUInt32LE(12)
   if (bodyLength > maxRequestBodyBytes) throw protocolError(`request body of ${bodyLength} bytes exceeds ${maxRequestBodyBytes}`)
   return { op, requestId: b.readUInt32LE(8), bodyLength }
@@ -117,6 +117,32 @@ export function decodeManifestRequest (b: Buffer): { model: string, version: num
   const len = b.readUInt16LE(8)
   if (b.length !== 10 + len) throw protocolError('MANIFEST body length mismatch')
   return { model: checkModel(b.subarray(10).toString('utf8')), version: checkVersion(version, true) }
+}
+
+/**
+ * UCX_OPEN reply (PROTOCOL.md "RDMA (UCX)"): the server's UCP worker address
+ * and, per tensor of the version in table order, where its bytes are mapped
+ * (address, decimal) and the packed remote key (hex) to read them with.
+ */
+export interface UcxOpenReply {
+  worker: string
+  tensors: Array<{ address: string, rkey: string }>
+}
+
+/** Parses and checks a UCX_OPEN reply (against the version's tensor count unless it is -1). */
+export function decodeUcxOpenReply (payload: Buffer, tensors: number): UcxOpenReply {
+  let reply: UcxOpenReply
+  try {
+    reply = JSON.parse(payload.toString('utf8')) as UcxOpenReply
+  } catch {
+    throw protocolError('UCX_OPEN reply is not JSON')
+  }
+  const hex = (x: unknown): boolean => typeof x === 'string' && x.length > 0 && x.length % 2 === 0 && /^[0-9a-f]+$/.test(x)
+  if (!hex(reply?.worker) || !Array.isArray(reply.tensors) || (tensors >= 0 && reply.tensors.length !== tensors) ||
+    !reply.tensors.every(t => hex(t?.rkey) && typeof t.address === 'string' && /^[1-9]\d{0,19}$/.test(t.address))) {
+    throw protocolError(`UCX_OPEN reply malformed (expected a worker address and ${tensors} mapped tensors)`)
+  }
+  return reply
 }
 
 /** A layout id as a HAVE names it (reshard.ts layoutId; the mesh record's bound). */

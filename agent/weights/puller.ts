@@ -119,6 +119,13 @@ export interface PullerOptions {
   swarmProbeMs?: number
 }
 
+/** What UCX did for a pull: bytes it carried, the UCX transports used, and (none used) why not. */
+function ucxSummary (bytes: number, reports: Array<{ transports: string[] } | { fallback: string }>): NonNullable<PullResult['ucx']> {
+  const transports = [...new Set(reports.flatMap(r => 'transports' in r ? r.transports : []))]
+  const fallback = reports.find((r): r is { fallback: string } => 'fallback' in r)?.fallback
+  return { bytes, transports, ...(bytes === 0 && fallback !== undefined ? { fallback } : {}) }
+}
+
 /** Most swarm peers one pull fetches from at once. */
 export const maxPeers = 8
 
@@ -254,6 +261,9 @@ export function createPuller (options: PullerOptions, components: PullerComponen
     let bytesReceived = 0
     let refetchedPieces = 0
     let reconnects = 0
+    /** Payload bytes that came over UCX (one-sided gets), and what each primary stream said of UCX. */
+    let ucxBytes = 0
+    const ucxReports: Array<{ transports: string[] } | { fallback: string }> = []
     // Pieces on the manifest's chunks where a peer may serve them: the windows its recorded checksums cover.
     const step = (s: TensorSlice): number => s.dim === null || partial !== undefined || request.peers !== undefined ? Math.min(manifest.chunkBytes, maxReadBytes) : chunkBytes
     /** Offsets of a slice's pieces. */
@@ -334,6 +344,13 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           await fetchOver()
         } finally {
           stream?.close()
+          report(stream)
+        }
+
+        /** What UCX did for a stream of this connection, kept for the result before it is replaced. */
+        function report (s: WeightStream | undefined): void {
+          const r = s?.ucxReport?.()
+          if (r !== undefined) ucxReports.push(r)
         }
 
         async function fetchOver (): Promise<void> {
@@ -341,6 +358,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           let lastError: Error | undefined
           while (schedule.failure === undefined && schedule.remaining > 0) {
             if (stream === undefined || stream.closed) {
+              report(stream)
               if (stream !== undefined) {
                 if (++failures > maxReconnects) throw lastError ?? new AgentError('ERR_WEIGHTS_TRANSFER', `lost ${source}`)
                 reconnects++
@@ -375,7 +393,9 @@ export function createPuller (options: PullerOptions, components: PullerComponen
        * A swarm peer: one connection with `depth` lanes fetching what its HAVE
        * says it holds, and one asking HAVE every haveIntervalMs (apart, so the
        * answer never waits behind payloads: a stale HAVE makes pullers take
-       * the same tensor from the publisher). Any failure, a READ or HAVE slower
+       * the same tensor from the publisher). A peer that does not know the
+       * version yet (a puller named in `peers` that has not read the manifest)
+       * holds nothing until it does. Any other failure, a READ or HAVE slower
        * than pieceTimeoutMs or a bad chunk drops the peer for this pull (its
        * slices go to the primary); the pull itself goes on. When the pull ends,
        * both connections are closed (a silent peer never holds it up).
@@ -394,7 +414,16 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           const haves = (async () => {
             while (schedule.failure === undefined && schedule.remaining > 0 && peer.dropped === undefined) {
               const timer = setTimeout(() => { schedule.drop(peer, `no HAVE answer within ${pieceTimeoutMs} ms`); h.close() }, pieceTimeoutMs)
-              try { peer.have = await h.have(request.model, version, swarmLayout) } finally { clearTimeout(timer) }
+              try {
+                peer.have = await h.have(request.model, version, swarmLayout)
+              } catch (err) {
+                // A peer that does not know the version yet (its own pull has not read the manifest) holds nothing of it yet.
+                if ((err as AgentError).code !== 'ERR_WEIGHTS_NOT_FOUND') throw err
+                const n = Math.ceil(manifest.tensors.length / 8)
+                peer.have = { tensors: manifest.tensors.length, held: new Uint8Array(n), fetching: new Uint8Array(n) }
+              } finally {
+                clearTimeout(timer)
+              }
               if (peer.have.tensors !== manifest.tensors.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `HAVE names ${peer.have.tensors} tensors, the manifest ${manifest.tensors.length}`)
               schedule.wake()
               await new Promise(resolve => setTimeout(resolve, options.haveIntervalMs ?? 100).unref())
@@ -441,12 +470,14 @@ export function createPuller (options: PullerOptions, components: PullerComponen
        * should stop (the pull failed). Throws when the stream failed: the piece is back in the queue.
        */
       async function fetchPiece (stream: WeightStream, src: PullSource, from: string, piece: Piece, s: TensorSlice, dst: { range: HostRange, view: Buffer }, landed: () => void): Promise<boolean> {
-        let crc: number
+        let crc: number | undefined
         const timer = src.primary ? undefined : setTimeout(() => { schedule.drop(src, `no answer within ${pieceTimeoutMs} ms`); stream.close() }, pieceTimeoutMs)
         try {
-          crc = (await stream.read({
+          const reply = await stream.read({
             model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
-          }, dst.view)).crc32c
+          }, dst.view, dst.range)
+          crc = reply.crc32c
+          if (reply.via === 'ucx') ucxBytes += piece.length
         } catch (err) {
           schedule.retry(piece)
           // A peer that fails is dropped (its slices go to the primary); the pull goes on.
@@ -469,11 +500,13 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
         // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
         // Otherwise (a slice from a full holder or a swarm peer) the checksum its source computed or recorded, sent with it.
+        // A one-sided read (UCX) carries none: it serves whole-tensor chunks only, checked against the manifest.
         const ofManifest = onChunk && (s.dim === null || partial !== undefined)
         const expected = !ofManifest
           ? crc
           : s.dim === null ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : partial!.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
-        if (got !== crc || got !== expected) {
+        if (expected === undefined) { fail(new AgentError('ERR_WEIGHTS_PROTOCOL', `${from} sent ${s.name} bytes ${piece.offset}.. without a checksum`)); return false }
+        if ((crc !== undefined && got !== crc) || got !== expected) {
           refetchedPieces++
           if (!src.primary) {
             // Checked against the publisher's manifest: a peer that serves a bad chunk serves no more.
@@ -587,6 +620,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         ...(written !== undefined ? { file: written } : {}),
         sources: Object.fromEntries([primary, ...peers].filter(p => p.bytes > 0).map(p => [p.address, p.bytes])),
         ...(peers.some(p => p.dropped !== undefined) ? { droppedSources: peers.filter(p => p.dropped !== undefined).map(p => ({ address: p.address, reason: p.dropped! })) } : {}),
+        ...(ucxReports.length > 0 ? { ucx: ucxSummary(ucxBytes, ucxReports) } : {}),
       }
     } finally {
       endSeed()

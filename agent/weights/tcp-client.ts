@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { AgentError } from '../../core/errors.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  decodeHave, decodeHello, decodeReplyHeader, encodeAuth, encodeHaveRequest, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
+  decodeHave, decodeHello, decodeReplyHeader, decodeUcxOpenReply, encodeAuth, encodeHaveRequest, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
   Op, proofBytes, protocolError, replyHeaderBytes, Status, statusName, type ReadRequest,
 } from './protocol.ts'
 import { splitHostPort } from './tcp-server.ts'
@@ -217,6 +217,10 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         if (into.length !== req.byteLength) throw new AgentError('ERR_ARG_INVALID', `read of ${req.byteLength} bytes into a buffer of ${into.length}`)
         const reply = await request(Op.read, encodeReadRequest(req), into)
         return { crc32c: reply.crc32c }
+      },
+      async ucxOpen (model, version, tensors) {
+        const reply = await request(Op.ucxOpen, encodeManifestRequest(model, version), null)
+        return decodeUcxOpenReply(reply.payload!, tensors)
       },
       close () { fail(new AgentError('ERR_WEIGHTS_TRANSFER', `connection to ${address} closed by this agent`)) },
     }

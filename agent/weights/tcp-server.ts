@@ -71,6 +71,7 @@ import {
   latestVersion, Op, requestHeaderBytes, Status, type Have, type ReadRequest, type StatusCode,
 } from './protocol.ts'
 import type { SwarmHoldings } from './swarm-holdings.ts'
+import type { UcxOpened, UcxServe } from './ucx-serve.ts'
 import { groupRuns, sameSlice, sliceRuns } from './reshard.ts'
 import { createServeReadWindow, type ServeReadWindow } from './serve-read-window.ts'
 import type { ActivePull, WeightServer } from './transport.ts'
@@ -110,6 +111,8 @@ export interface TcpWeightServerComponents {
   logger: Logger
   /** Versions this agent is pulling whole: their stored tensors are served too (swarm-holdings.ts). */
   swarm?: SwarmHoldings
+  /** Committed versions served for one-sided UCX reads too (UCX_OPEN, ucx-serve.ts); absent: UCX_OPEN is refused. */
+  ucx?: UcxServe
 }
 
 /** Chunks the default serve window holds at least (serveWindowBytes). */
@@ -131,7 +134,7 @@ function statusOf (err: unknown): StatusCode {
   if (code === 'ERR_WEIGHTS_NOT_HELD') return Status.notHeld
   if (code === 'ERR_DATA_CORRUPT') return Status.corrupt
   if (code === 'ERR_WEIGHTS_NOT_FOUND' || code === 'ERR_KEY_NOT_FOUND') return Status.notFound
-  if (code === 'ERR_LAYOUT_INVALID' || code === 'ERR_WEIGHTS_PROTOCOL' || code === 'ERR_BAD_REQUEST') return Status.badRequest
+  if (code === 'ERR_LAYOUT_INVALID' || code === 'ERR_WEIGHTS_PROTOCOL' || code === 'ERR_BAD_REQUEST' || code === 'ERR_UCX_UNAVAILABLE' || code === 'ERR_TIER_FULL' || code === 'ERR_POOL_FULL') return Status.badRequest
   return Status.internal
 }
 
@@ -409,6 +412,8 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
     /** Stream offset of the first byte of the incomplete frame the frame timer runs for. */
     let partialFrameAt = -1
     let frameTimer: NodeJS.Timeout | undefined
+    /** The version this connection opened for UCX reads: its pins and mappings, released when it closes. */
+    let ucxOpened: UcxOpened | undefined
     // A connection refused for a wrong key stays pending until it closes: one that never closes its side is destroyed here.
     const authTimer = setTimeout(() => { if (state === 'closing') { leavePending(socket); socket.destroy() } else refuseUnauthenticated('handshake timed out') }, limits.authTimeoutMs)
     socket.on('close', () => {
@@ -420,6 +425,8 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       state = 'closing'
       sockets.delete(socket)
       pulls.delete(socket)
+      ucxOpened?.release()
+      ucxOpened = undefined
     })
     socket.on('error', err => logger.debug({ remote, err: err.message }, 'weights connection error'))
     socket.write(encodeHello(serverNonce))
@@ -518,6 +525,18 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           const req = decodeManifestRequest(body)
           const json = Buffer.from(JSON.stringify(lookup(req.model, req.version)))
           await send(Status.ok, requestId, json, 0)
+          return
+        }
+        if (op === Op.ucxOpen) {
+          const req = decodeManifestRequest(body)
+          if (components.ucx === undefined) throw new AgentError('ERR_UCX_UNAVAILABLE', 'this agent does not serve weights over UCX (weights.transports, or a native addon built without UCX)')
+          if (req.version === latestVersion) throw new AgentError('ERR_BAD_REQUEST', 'UCX_OPEN names an exact version')
+          const opened = await components.ucx.open(versions.get(req.model, req.version))
+          // One version at a time per connection; a closed connection keeps nothing.
+          ucxOpened?.release()
+          ucxOpened = opened
+          if (socket.destroyed) { opened.release(); ucxOpened = undefined; return }
+          await send(Status.ok, requestId, Buffer.from(JSON.stringify(opened.reply)), 0)
           return
         }
         if (op === Op.have) {

@@ -1,16 +1,14 @@
 /**
  * The transport interface of the weight data plane (DESIGN "Weight data
  * plane"). The puller and the service see only these interfaces; `tcp-*.ts`
- * implements them over authenticated TCP connections (PROTOCOL.md). An RDMA
- * transport (Mooncake/NIXL-style) would implement the same two interfaces:
- * `openStream` = a queue pair connected after the same HMAC handshake over a
- * TCP side channel, `read` = a one-sided RDMA READ of the served bytes into
- * `into` (both sides' pool memory registered once as a memory region, the
- * server's remote key and base address exchanged with the manifest), and
- * sliced reads = one RDMA READ per contiguous source run (sliceRuns), so no
- * server-side gather is needed.
+ * implements them over authenticated TCP connections (PROTOCOL.md), and
+ * `ucx-connector.ts` wraps those: after the same handshake, whole-tensor
+ * chunks are read one-sided with UCX (RDMA where the hardware has it) from
+ * ranges the server mapped for the connection (UCX_OPEN), everything else
+ * over the TCP connection.
  */
-import type { Have, ReadRequest } from './protocol.ts'
+import type { HostRange } from '../../native/index.ts'
+import type { Have, ReadRequest, UcxOpenReply } from './protocol.ts'
 import type { WeightsManifest } from './version-store.ts'
 import type { ActivePull } from '../api/wire/weights.ts'
 
@@ -20,11 +18,20 @@ export interface WeightStream {
   manifest(model: string, version: number, options?: { signal?: AbortSignal }): Promise<WeightsManifest>
   /**
    * Reads `request.byteLength` bytes straight into `into` (exactly that long;
-   * typically a view of pool memory) and resolves with the crc32c the server
-   * sent for them. Rejects with ERR_WEIGHTS_RETIRED / ERR_WEIGHTS_NOT_FOUND /
-   * ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER (connection lost).
+   * typically a view of pool memory; `target` is the same bytes as a host
+   * range, which a one-sided transport reads into) and resolves with the
+   * crc32c the server sent for them — undefined when the transport read them
+   * one-sided (UCX): the caller then checks them against the manifest alone,
+   * so such a transport serves only whole-tensor chunks — and `via: 'ucx'`
+   * when UCX carried them. Rejects with ERR_WEIGHTS_RETIRED /
+   * ERR_WEIGHTS_NOT_FOUND / ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER
+   * (connection lost).
    */
-  read(request: ReadRequest, into: Buffer): Promise<{ crc32c: number }>
+  read(request: ReadRequest, into: Buffer, target?: HostRange): Promise<{ crc32c: number | undefined, via?: 'ucx' }>
+  /** UCX_OPEN (PROTOCOL.md "RDMA (UCX)"): where the server mapped each tensor of exact `version` for one-sided reads. */
+  ucxOpen?(model: string, version: number, tensors: number): Promise<UcxOpenReply>
+  /** Which UCX transports carried this stream's reads, or why it read over TCP; undefined when UCX was not tried. */
+  ucxReport?(): { transports: string[] } | { fallback: string } | undefined
   /**
    * What the server holds of exact `version` (every tensor for a full holder; a swarm seed: what arrived so
    * far, and what it is fetching); with `layout` (a layout id), of that (layout, rank)'s slices: a full

@@ -19,6 +19,7 @@ export const WeightsSection = Type.Object({
   idleTimeoutMs: Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'An authenticated data connection with no request in progress and no bytes moving either way for this long is closed, in milliseconds; 0: never. Default: 300000 (5 min).' }),
   uploadBytesPerSecond: Type.Integer({ minimum: 0, maximum: 2 ** 40, description: 'Tensor bytes per second the data server sends, all pullers together (a rollout node serving swarm peers keeps the rest of its uplink for its own work); 0: no limit. Default: 0.' }),
   swarmPeerTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A swarm peer that has not answered a READ of this pull\'s within this many milliseconds is dropped for the rest of the pull (its tensors go back to the pull\'s source). Default: 10000.' }),
+  transports: Type.Array(Type.Union([Type.Literal('ucx'), Type.Literal('tcp')]), { minItems: 1, maxItems: 2, uniqueItems: true, description: 'How weight bytes move, in order of preference. "tcp" (required: the authenticated control connection, sliced reads and the fallback); "ucx": the data server also serves committed versions for one-sided UCX reads (RDMA on InfiniBand/RoCE, shared memory within a node, TCP otherwise; UCX_TLS and UCX_NET_DEVICES apply), and, listed before "tcp", pulls read whole-tensor chunks with UCX, falling back to TCP with the reason reported. Needs the native addon built with UCX (libucx-dev). Default: ["tcp"].' }),
 }, { additionalProperties: false })
 
 export type WeightsConfig = Static<typeof WeightsSection>
@@ -40,17 +41,19 @@ export const defaultWeightsConfig: WeightsConfig = {
   idleTimeoutMs: 300_000,
   uploadBytesPerSecond: 0,
   swarmPeerTimeoutMs: 10_000,
+  transports: ['tcp'],
 }
 
 export const devWeightsConfig: WeightsConfig = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0' }
 
 /** The data server's connection limits (tcp-server.ts), named as in the config. */
-export type DataPortLimits = Pick<WeightsConfig, 'authTimeoutMs' | 'maxPendingConnections' | 'maxPendingPerAddress' | 'maxConnections' | 'frameTimeoutMs' | 'idleTimeoutMs'>
+export type DataPortLimits = Pick<WeightsConfig, 'authTimeoutMs' | 'maxPendingConnections' | 'maxPendingPerAddress' | 'maxConnections' | 'frameTimeoutMs' | 'idleTimeoutMs'> & Partial<Pick<WeightsConfig, 'transports'>>
 
 /** Rules between fields of the section (each field's bounds are the schema's); one line per broken rule. */
 export function weightsConfigProblems (c: DataPortLimits): string[] {
   const problems: string[] = []
   if (c.maxPendingPerAddress > c.maxPendingConnections) problems.push(`weights.maxPendingPerAddress (${c.maxPendingPerAddress}) must be <= weights.maxPendingConnections (${c.maxPendingConnections})`)
+  if (c.transports !== undefined && !c.transports.includes('tcp')) problems.push(`weights.transports (${JSON.stringify(c.transports)}) must include "tcp": the authenticated control connection and sliced reads use it`)
   return problems
 }
 

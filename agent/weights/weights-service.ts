@@ -17,7 +17,10 @@ import { createPublisher, type PublishRequest, type TensorSpec, type WeightsRegi
 import { createPuller, type PullResult } from './puller.ts'
 import type { PullFileTarget } from './pull-file.ts'
 import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
+import { capabilities, createUcxWorker, type UcxWorker } from '../../native/index.ts'
 import { createTcpConnector } from './tcp-client.ts'
+import { createUcxConnector } from './ucx-connector.ts'
+import { createUcxServe } from './ucx-serve.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
 import type { WeightServerCounters } from './transport.ts'
 import { createVersionStore, type ModelOwner, type WeightsManifest } from './version-store.ts'
@@ -128,6 +131,14 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
   const swarm = createSwarmHoldings(() => components.availabilityChanged?.())
+  // UCX (PROTOCOL.md "RDMA (UCX)"): served when listed, used by pulls when listed before tcp. The worker is made at first use.
+  const ucxListed = options.transports.includes('ucx')
+  const ucxReady = ucxListed && capabilities.ucx.compiled
+  if (ucxListed && !ucxReady) logger.warn({ transports: options.transports }, 'weights.transports lists ucx, but the native addon was built without UCX (install libucx-dev and rebuild): weights move over TCP only')
+  let ucxWorker: UcxWorker | undefined
+  const worker = (): UcxWorker => (ucxWorker ??= createUcxWorker())
+  const tcpConnector = createTcpConnector(auth)
+  const connector = ucxReady && options.transports.indexOf('ucx') < options.transports.indexOf('tcp') ? createUcxConnector(tcpConnector, { worker, logger }) : tcpConnector
   const server = createTcpWeightServer({
     listen: options.dataListen,
     serveWindowBytes: options.serveWindowBytes,
@@ -139,14 +150,14 @@ export function createWeightsService (options: WeightsServiceOptions, components
     frameTimeoutMs: options.frameTimeoutMs,
     idleTimeoutMs: options.idleTimeoutMs,
     uploadBytesPerSecond: options.uploadBytesPerSecond,
-  }, { stateManager, versions, auth, logger, swarm })
+  }, { stateManager, versions, auth, logger, swarm, ...(ucxReady ? { ucx: createUcxServe({ stateManager, worker }) } : {}) })
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
   /** Swarm peers this agent's pulls dropped, newest last (at most maxDroppedPeers). */
   const droppedPeers: VersionList['droppedPeers'] = []
   const puller = createPuller({ chunkBytes: options.chunkBytes, windowBytes: options.pullWindowBytes, pieceTimeoutMs: options.swarmPeerTimeoutMs }, {
-    stateManager, connector: createTcpConnector(auth), versions, logger, received: bytes => { pullTotals.pulledBytes += bytes }, swarm,
+    stateManager, connector, versions, logger, received: bytes => { pullTotals.pulledBytes += bytes }, swarm,
   })
 
   return {
@@ -158,6 +169,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     async stop () {
       await server.stop()
       await publisher.close()
+      ucxWorker?.close()
     },
     address: () => server.address,
     createRegion: (model, version, tensors, owner) => publisher.createRegion(model, version, tensors, owner),

@@ -145,12 +145,14 @@ export const weightsPullCommand: Command = {
       : result.file !== undefined ? [result.file] : undefined
     const rate = result.seconds > 0 ? `${formatBytes(result.bytes / result.seconds)}/s` : '-'
     return {
-      json: { version: result.version, bytes: result.bytes, bytesReceived: result.bytesReceived, seconds: result.seconds, tensors: result.tensors, sources: result.sources, ...(result.droppedSources !== undefined ? { droppedSources: result.droppedSources } : {}), ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(files !== undefined ? { files } : {}) },
+      json: { version: result.version, bytes: result.bytes, bytesReceived: result.bytesReceived, seconds: result.seconds, tensors: result.tensors, sources: result.sources, ...(result.droppedSources !== undefined ? { droppedSources: result.droppedSources } : {}), ...(result.ucx !== undefined ? { ucx: result.ucx } : {}), ...(result.paddedShapes !== undefined ? { paddedShapes: result.paddedShapes } : {}), ...(files !== undefined ? { files } : {}) },
       human: `pulled ${model} v${result.version}: ${result.tensors} tensors, ${formatBytes(result.bytes)} in ${result.seconds.toFixed(2)} s (${rate})` +
         `${result.bytesReceived < result.bytes ? `, ${formatBytes(result.bytes - result.bytesReceived)} of it already here` : ''}` +
         `${result.refetchedPieces > 0 ? `, ${result.refetchedPieces} pieces refetched` : ''}${result.reconnects > 0 ? `, ${result.reconnects} reconnects` : ''}` +
         `${Object.keys(result.sources).length > 1 ? `\nfrom ${Object.entries(result.sources).sort((a, b) => b[1] - a[1]).map(([address, bytes]) => `${address} ${formatBytes(bytes)}`).join(', ')}` : ''}` +
         `${(result.droppedSources ?? []).map(d => `\ndropped swarm peer ${d.address}: ${d.reason}`).join('')}` +
+        // Which transport carried the bytes: UCX (and which of its transports) or TCP, with why not UCX.
+        `${result.ucx === undefined ? '' : result.ucx.bytes > 0 ? `\nover UCX (${result.ucx.transports.join(', ')}): ${formatBytes(result.ucx.bytes)}, the rest over TCP` : `\nover TCP: UCX not used (${result.ucx.fallback ?? 'no whole-tensor chunks'})`}` +
         `${files !== undefined ? `\nwrote ${files.join(', ')}` : ''}` +
         `${result.paddedShapes !== undefined ? `\n${Object.entries(result.paddedShapes).map(([key, shape]) => `${key}: the engine's parameter is [${shape.join(', ')}] (vocab padding)`).join('\n')}` : ''}`,
     }

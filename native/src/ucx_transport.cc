@@ -46,6 +46,9 @@ namespace agentd {
 
 namespace {
 
+// Progress-and-arm rounds before ProgressAndArm yields to the event loop.
+constexpr int kArmAttempts = 16;
+
 std::string StatusText(ucs_status_t status) { return ucs_status_string(status); }
 
 void Check(ucs_status_t status, const char* what) {
@@ -243,14 +246,27 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
     }
   }
 
-  // Main thread: runs UCX until it has nothing to do and the fd is armed for the next event.
+  // Main thread: runs UCX until it has nothing to do and the fd is armed for the next event. When
+  // arming keeps failing (UCX has work it cannot finish alone: a peer worker on this same thread must
+  // run first), it gives the event loop back and tries again on its next turn instead of spinning.
   void ProgressAndArm() {
     if (worker_ == nullptr) return;
-    for (;;) {
+    for (int attempt = 0; attempt < kArmAttempts; attempt++) {
       while (ucp_worker_progress(worker_) != 0) {
       }
-      ucs_status_t status = ucp_worker_arm(worker_);
-      if (status != UCS_ERR_BUSY) return;
+      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) return;
+    }
+    if (!retryQueued_) {
+      retryQueued_ = true;
+      wake_.NonBlockingCall(this, [](Napi::Env, Napi::Function, UcxWorker* self) {
+        self->retryQueued_ = false;
+        try {
+          self->ProgressAndArm();
+          self->Deliver();
+        } catch (...) {
+          // As in Wait(): never take the process down from here.
+        }
+      });
     }
   }
 
@@ -559,6 +575,8 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool rearmed_ = true;
+  // A retry of ProgressAndArm is queued on the event loop (main thread only).
+  bool retryQueued_ = false;
   bool stopping_ = false;
   Napi::FunctionReference onCompletions_;
   std::vector<double> completedIds_;

@@ -81,6 +81,11 @@ export const PullResultSchema = Type.Object({
   file: Type.Optional(Type.String({ description: 'with out: the file written (keys and names are then empty)' })),
   sources: Type.Record(Type.String(), uint, { description: 'verified payload bytes per source (data address): the holder pulled from, and swarm peers' }),
   droppedSources: Type.Optional(Type.Array(Type.Object({ address: Type.String(), reason: Type.String() }), { description: 'swarm peers no longer used by this pull, and why (failed, too slow, or served a chunk that did not match the manifest)' })),
+  ucx: Type.Optional(Type.Object({
+    bytes: Type.Integer({ minimum: 0, description: 'payload bytes read one-sided with UCX (the rest came over TCP)' }),
+    transports: Type.Array(Type.String(), { description: 'the UCX transports that carried them (transport/device, e.g. rc_mlx5/mlx5_0:1, tcp/eth0, posix/memory)' }),
+    fallback: Type.Optional(Type.String({ description: 'why no byte came over UCX (the server does not serve UCX, the version does not fit its pool, ...)' })),
+  }, { description: 'present when the pull tried UCX (weights.transports lists "ucx" before "tcp")' })),
 })
 
 export const WeightsManifestSchema = Type.Object({

@@ -1,0 +1,134 @@
+/**
+ * Weight streams that read whole-tensor chunks with UCX one-sided gets
+ * (PROTOCOL.md "RDMA (UCX)"), wrapping authenticated TCP streams: the
+ * manifest, HAVE, sliced READs and everything else go over TCP as before.
+ *
+ * - The first whole-tensor read of a version on a stream asks the server
+ *   (UCX_OPEN, over the authenticated TCP connection: an unauthenticated
+ *   peer never sees a key) where each tensor is mapped, connects this
+ *   agent's UCX worker to the server's and unpacks the keys. A server that
+ *   refuses (no UCX, the version does not fit its pool, a partial holding)
+ *   leaves the stream on TCP, with the reason logged and reported.
+ * - A read is one get of the piece's bytes straight into the puller's range;
+ *   no checksum comes with it (`crc32c` undefined): the puller checks the
+ *   bytes against the manifest's chunk checksum, as for any whole-tensor chunk.
+ * - Retirement behaves as over TCP at tensor granularity: the first read of
+ *   each tensor on a stream asks HAVE, so a retired version fails the read
+ *   with ERR_WEIGHTS_RETIRED (bytes already read were read from pinned,
+ *   committed memory and stay valid).
+ * - A get that fails (the server died, its endpoint broke) closes the stream
+ *   and rejects with ERR_WEIGHTS_TRANSFER, so the puller reconnects or moves
+ *   on exactly as when a TCP connection drops. Where UCX cannot detect a dead
+ *   peer (shared memory), the TCP connection closing is the signal: the
+ *   endpoint is closed, which fails its gets.
+ */
+import type { Logger } from 'pino'
+import { AgentError } from '../../core/errors.ts'
+import type { UcxEndpoint, UcxRemoteKey, UcxWorker } from '../../native/index.ts'
+import type { WeightStream, WeightStreamConnector } from './transport.ts'
+
+interface Opened {
+  endpoint: UcxEndpoint
+  keys: UcxRemoteKey[]
+  addresses: bigint[]
+}
+
+/** How often a get in flight looks whether its TCP connection closed (the server died), ms. */
+const closedCheckMs = 200
+
+export function createUcxConnector (tcp: WeightStreamConnector, components: { worker: () => UcxWorker, logger: Logger }): WeightStreamConnector {
+  const { logger } = components
+  return {
+    async open (address, options) {
+      return ucxStream(await tcp.open(address, options), address)
+    },
+  }
+
+  function ucxStream (stream: WeightStream, address: string): WeightStream {
+    /** The version opened for UCX on this stream ("model\0version"), and how that went. */
+    let openedFor = ''
+    let opened: Promise<Opened | undefined> | undefined
+    let current: Opened | undefined
+    let fallback: string | undefined
+    /** The UCX transports of the last endpoint opened (kept for the report after the stream closed). */
+    let transports: string[] | undefined
+    /** Tensors of the opened version this stream has read (each was checked with HAVE first). */
+    const checked = new Set<number>()
+
+    const release = (): void => {
+      if (current === undefined) return
+      for (const k of current.keys) k.destroy()
+      current.endpoint.close()
+      current = undefined
+    }
+
+    async function open (model: string, version: number): Promise<Opened | undefined> {
+      try {
+        const reply = await stream.ucxOpen!(model, version, -1)
+        const worker = components.worker()
+        const endpoint = worker.connect(Buffer.from(reply.worker, 'hex'))
+        current = { endpoint, keys: reply.tensors.map(t => worker.remoteKey(endpoint, Buffer.from(t.rkey, 'hex'))), addresses: reply.tensors.map(t => BigInt(t.address)) }
+        transports = endpoint.transports()
+        logger.debug({ address, model, version, transports }, 'weights read over UCX')
+        return current
+      } catch (err) {
+        const code = (err as AgentError).code
+        // A retired version or a broken connection is the pull's business, as over TCP. Anything else — the
+        // source holds the version only in part or is still pulling it (a swarm seed), serves no UCX, cannot
+        // pin it — leaves this stream on TCP, where the source answers as it always does.
+        if (code === 'ERR_WEIGHTS_RETIRED' || code === 'ERR_WEIGHTS_TRANSFER') throw err
+        fallback = (err as Error).message
+        logger.warn({ address, model, version, reason: fallback }, 'weights not read over UCX from this source: reading over TCP')
+        return undefined
+      }
+    }
+
+    /** One get, failed (and the stream closed) when the TCP connection closes first. */
+    async function get (u: Opened, index: number, offset: number, target: NonNullable<Parameters<WeightStream['read']>[2]>): Promise<void> {
+      const watch = setInterval(() => { if (stream.closed) u.endpoint.close() }, closedCheckMs)
+      try {
+        await components.worker().get(u.endpoint, u.keys[index]!, u.addresses[index]! + BigInt(offset), target)
+      } catch (err) {
+        stream.close()
+        throw new AgentError('ERR_WEIGHTS_TRANSFER', `UCX read from ${address}: ${(err as Error).message}`, { cause: err })
+      } finally {
+        clearInterval(watch)
+      }
+    }
+
+    return {
+      get closed () { return stream.closed },
+      manifest: (model, version, options) => stream.manifest(model, version, options),
+      have: (model, version, layout) => stream.have(model, version, layout),
+      async read (req, into, target) {
+        if (req.dim !== null || target === undefined || stream.ucxOpen === undefined) return stream.read(req, into)
+        const id = `${req.model}\u0000${req.version}`
+        if (id !== openedFor) {
+          release()
+          openedFor = id
+          fallback = undefined
+          checked.clear()
+          opened = open(req.model, req.version)
+        }
+        const u = await opened
+        if (u === undefined || u.endpoint !== current?.endpoint) return stream.read(req, into)
+        if (req.tensorIndex >= u.addresses.length) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `UCX_OPEN of ${req.model} v${req.version} mapped ${u.addresses.length} tensors, not tensor ${req.tensorIndex}`)
+        if (!checked.has(req.tensorIndex)) {
+          await stream.have(req.model, req.version) // retired since: ERR_WEIGHTS_RETIRED, as a TCP READ would say
+          checked.add(req.tensorIndex)
+        }
+        await get(u, req.tensorIndex, req.byteOffset, target)
+        return { crc32c: undefined, via: 'ucx' }
+      },
+      ucxOpen: (model, version, tensors) => stream.ucxOpen!(model, version, tensors),
+      ucxReport () {
+        if (transports !== undefined) return { transports }
+        return fallback !== undefined ? { fallback } : undefined
+      },
+      close () {
+        release()
+        stream.close()
+      },
+    }
+  }
+}

@@ -1,0 +1,102 @@
+// Pulls over UCX (PROTOCOL.md "RDMA (UCX)"): with weights.transports ["ucx", "tcp"], whole-tensor chunks
+// are read one-sided from ranges the server mapped after the authenticated handshake, byte-exact, over
+// UCX_TLS=tcp and over shared memory; sliced reads stay on TCP; a server that does not serve UCX, or
+// cannot pin a version larger than its pool, leaves the pull on TCP with the reason; a version retired
+// mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP. Real StateManagers, weight services, UCX.
+import t, { type Test } from 'tap'
+import { join } from 'node:path'
+import { capabilities } from '../../../native/index.ts'
+import type { TargetLayout } from '../../../agent/weights/reshard.ts'
+import { keyBytes, MiB, sharedKey, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
+
+const skip = !capabilities.addon.loaded
+  ? `the native addon is not built (${capabilities.addon.error})`
+  : !capabilities.ucx.compiled ? 'the native addon was built without UCX (install libucx-dev and rebuild: npm run build:native)' : false
+if (skip !== false) t.comment(`skipping the UCX pull tests: ${skip}`)
+
+const ucxFirst = { transports: ['ucx', 'tcp'] as Array<'ucx' | 'tcp'> }
+const layers = (seed: number, count: number): FixtureTensor[] => Array.from({ length: count }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], seed + i))
+const total = (ts: FixtureTensor[]): number => ts.reduce((s, x) => s + x.data.length, 0)
+
+async function publisher (t: Test, key: Uint8Array, tensors: FixtureTensor[], overrides = ucxFirst, poolBytes = 64 * MiB): Promise<NodeFixture> {
+  const a = await weightsNode(t, key, overrides, undefined, poolBytes)
+  const file = join(a.dir, 'm.safetensors')
+  writeSafetensors(file, tensors)
+  await a.weights.publish({ model: 'm', version: 1, source: { kind: 'safetensors', path: file } })
+  return a
+}
+
+async function checkWhole (t: Test, node: NodeFixture, result: { keys: string[] }, tensors: FixtureTensor[], who: string): Promise<void> {
+  let exact = 0
+  for (const [i, x] of tensors.entries()) if ((await keyBytes(node.sm, result.keys[i]!)).equals(x.data)) exact++
+  t.equal(exact, tensors.length, `${who}: every tensor byte-exact`)
+}
+
+/** UCX_TLS for the workers the test's agents create (each at its first UCX use). */
+function useTls (t: Test, tls: string): void {
+  process.env.UCX_TLS = tls
+  t.teardown(() => { delete process.env.UCX_TLS })
+}
+
+for (const tls of ['tcp', 'posix,self']) {
+  t.test(`UCX_TLS=${tls}: a whole pull reads every byte over UCX, byte-exact; a sliced pull reads over TCP`, { skip }, async t => {
+    useTls(t, tls)
+    const key = sharedKey()
+    const tensors = layers(1, 24)
+    const a = await publisher(t, key, tensors)
+    const b = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+    const r = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+    t.equal(r.ucx?.bytes, total(tensors), `all ${total(tensors) / MiB} MiB over UCX`)
+    const family = tls === 'tcp' ? /^tcp\// : /^(posix|sysv|cma)\//
+    t.ok(r.ucx !== undefined && r.ucx.transports.length > 0 && r.ucx.transports.every(x => family.test(x)), `carried by ${r.ucx?.transports.join(', ')}`)
+    t.equal(r.refetchedPieces, 0)
+    await checkWhole(t, b, r, tensors, 'the UCX puller')
+
+    // Row-parallel rank 1: slices are gathered by the server, so they come over TCP.
+    const layout: { tp: number, rank: number, rules: TargetLayout['rules'] } = { tp: 2, rank: 1, rules: [{ pattern: 'down_proj', dim: 1 }] }
+    const c = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+    const sliced = await c.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout, streams: 2 })
+    t.equal(sliced.ucx?.bytes ?? 0, 0, 'no slice over UCX')
+    let exact = 0
+    for (const [i, x] of tensors.entries()) {
+      const half = Buffer.concat(Array.from({ length: 512 }, (_, row) => x.data.subarray(row * 2048 + 1024, row * 2048 + 2048)))
+      if ((await keyBytes(c.sm, sliced.keys[i]!)).equals(half)) exact++
+    }
+    t.equal(exact, tensors.length, 'every slice byte-exact over TCP')
+  })
+}
+
+t.test('a server that does not serve UCX, or cannot pin a version larger than its pool, leaves the pull on TCP with the reason', { skip }, async t => {
+  useTls(t, 'tcp')
+  const key = sharedKey()
+  const tensors = layers(40, 16)
+  const tcpOnly = await publisher(t, key, tensors, { transports: ['tcp'] })
+  const b = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+  const r = await b.weights.pull({ from: tcpOnly.weights.address(), model: 'm', version: 1, streams: 2 })
+  t.match(r.ucx, { bytes: 0, fallback: /does not serve weights over UCX/ }, 'UCX not used, and why')
+  await checkWhole(t, b, r, tensors, 'the puller of a TCP-only server')
+
+  // 24 MiB published into a 16 MiB pool (the rest on NVMe): UCX would need all of it pinned at once.
+  const big = layers(80, 24)
+  const small = await publisher(t, key, big, ucxFirst, 16 * MiB)
+  const c = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+  const r2 = await c.weights.pull({ from: small.weights.address(), model: 'm', version: 1, streams: 2 })
+  t.match(r2.ucx, { bytes: 0, fallback: /./ }, `UCX not used: ${r2.ucx?.fallback}`)
+  await checkWhole(t, c, r2, big, 'the puller of a version larger than the server\'s pool')
+})
+
+t.test('a version retired while it is read over UCX fails the pull with ERR_WEIGHTS_RETIRED and stores nothing', { skip }, async t => {
+  useTls(t, 'tcp')
+  const key = sharedKey()
+  const tensors = layers(120, 32)
+  const a = await publisher(t, key, tensors)
+  const b = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+  let retiring: Promise<unknown> | undefined
+  const pull = b.weights.pull({
+    from: a.weights.address(), model: 'm', version: 1, streams: 1,
+    onProgress: done => { if (done > 0 && retiring === undefined) retiring = a.weights.retire('m', 1) },
+  })
+  await t.rejects(pull, { code: 'ERR_WEIGHTS_RETIRED' })
+  await retiring
+  t.same(b.sm.storedKeys('weights/'), [], 'nothing of the retired version kept')
+})
