@@ -2,7 +2,8 @@
 // are read one-sided from ranges the server mapped after the authenticated handshake, byte-exact, over
 // UCX_TLS=tcp and over shared memory; sliced reads stay on TCP; a server that does not serve UCX, or
 // cannot pin a version larger than its pool, leaves the pull on TCP with the reason; a version retired
-// mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP. Real StateManagers, weight services, UCX.
+// mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP; a source that stops mid-pull hands the pull to
+// another full holder; a stranger is refused at the handshake. Real StateManagers, weight services, UCX.
 import t, { type Test } from 'tap'
 import { join } from 'node:path'
 import { capabilities } from '../../../native/index.ts'
@@ -99,4 +100,28 @@ t.test('a version retired while it is read over UCX fails the pull with ERR_WEIG
   await t.rejects(pull, { code: 'ERR_WEIGHTS_RETIRED' })
   await retiring
   t.same(b.sm.storedKeys('weights/'), [], 'nothing of the retired version kept')
+})
+
+t.test('the source stops mid-pull over UCX: the pull goes on from another full holder, byte-exact; a wrong cluster key gets no UCX at all', { skip }, async t => {
+  useTls(t, 'tcp')
+  const key = sharedKey()
+  const tensors = layers(160, 48)
+  const a = await publisher(t, key, tensors, ucxFirst, 128 * MiB)
+  const holder = await weightsNode(t, key, ucxFirst, undefined, 128 * MiB)
+  await holder.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  const b = await weightsNode(t, key, ucxFirst, undefined, 128 * MiB)
+  let stopping: Promise<void> | undefined
+  const r = await b.weights.pull({
+    from: a.weights.address(), fallbacks: [holder.weights.address()], model: 'm', version: 1, streams: 2,
+    onProgress: done => { if (done >= 8 * MiB && stopping === undefined) stopping = a.weights.stop() },
+  })
+  await stopping
+  t.ok(stopping !== undefined, 'the source stopped mid-pull')
+  t.same(r.switchedTo, [holder.weights.address()], 'the pull moved to the other full holder')
+  t.equal(r.ucx?.bytes, total(tensors), 'every byte still over UCX (from both)')
+  await checkWhole(t, b, r, tensors, 'the puller whose source stopped')
+
+  const stranger = await weightsNode(t, sharedKey(), ucxFirst, undefined, 64 * MiB)
+  await t.rejects(stranger.weights.pull({ from: holder.weights.address(), model: 'm', version: 1, streams: 1 }), { code: 'ERR_WEIGHTS_AUTH' }, 'refused at the handshake, before any UCX_OPEN')
+  t.same(stranger.sm.storedKeys('weights/'), [], 'nothing stored')
 })
