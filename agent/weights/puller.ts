@@ -466,16 +466,32 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       }
 
       /**
+       * The manifest chunk a piece is exactly, when it is one: a whole tensor's pieces, and those of a
+       * slice that is one row range of dim 0 (contiguous in the tensor) starting on a chunk boundary
+       * (column-parallel splits of large tensors usually do). Undefined otherwise.
+       */
+      function tensorChunkOf (s: TensorSlice, piece: Piece): number | undefined {
+        const t = manifest.tensors[s.index]!
+        const rowBytes = t.shape.length > 0 ? t.bytes / t.shape[0]! : t.bytes
+        const start = s.dim === null ? 0 : s.dim === 0 && s.ranges.length === 1 ? s.ranges[0]!.start * rowBytes : undefined
+        if (start === undefined) return undefined
+        const at = start + piece.offset
+        return at % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, t.bytes - at) ? at / manifest.chunkBytes : undefined
+      }
+
+      /**
        * Fetches one piece into `dst`, verifies it and (into a file) writes it; false when the lane
        * should stop (the pull failed). Throws when the stream failed: the piece is back in the queue.
        */
       async function fetchPiece (stream: WeightStream, src: PullSource, from: string, piece: Piece, s: TensorSlice, dst: { range: HostRange, view: Buffer }, landed: () => void): Promise<boolean> {
         let crc: number | undefined
+        const chunk = tensorChunkOf(s, piece)
         const timer = src.primary ? undefined : setTimeout(() => { schedule.drop(src, `no answer within ${pieceTimeoutMs} ms`); stream.close() }, pieceTimeoutMs)
         try {
+          // A piece that is one of the manifest's chunks may be read one-sided (UCX): the manifest checks it.
           const reply = await stream.read({
             model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
-          }, dst.view, dst.range)
+          }, dst.view, chunk !== undefined ? { range: dst.range, sourceOffset: chunk * manifest.chunkBytes } : undefined)
           crc = reply.crc32c
           if (reply.via === 'ucx') ucxBytes += piece.length
         } catch (err) {
@@ -498,13 +514,14 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         components.received?.(piece.length)
         const got = await checksum(dst.range)
         const onChunk = piece.offset % manifest.chunkBytes === 0 && piece.length === Math.min(manifest.chunkBytes, s.bytes - piece.offset)
-        // Whole-tensor chunks: the committed manifest's checksum; a partial source's slice windows: the checksum it recorded.
-        // Otherwise (a slice from a full holder or a swarm peer) the checksum its source computed or recorded, sent with it.
-        // A one-sided read (UCX) carries none: it serves whole-tensor chunks only, checked against the manifest.
-        const ofManifest = onChunk && (s.dim === null || partial !== undefined)
-        const expected = !ofManifest
-          ? crc
-          : s.dim === null ? manifest.tensors[s.index]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : partial!.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]!
+        // A piece that is one of the tensor's chunks (a whole tensor's, or an aligned row range's): the committed
+        // manifest's checksum. A partial source's slice windows: the checksum it recorded. Otherwise (a slice from
+        // a full holder or a swarm peer) the checksum its source computed or recorded, sent with it. A one-sided
+        // read (UCX) carries none: it is asked only for the manifest's chunks.
+        const ofManifest = chunk !== undefined || (onChunk && partial !== undefined)
+        const expected = chunk !== undefined
+          ? manifest.tensors[s.index]!.chunkChecksums[chunk]!
+          : ofManifest ? partial!.slices[piece.slice]!.chunkChecksums[piece.offset / manifest.chunkBytes]! : crc
         if (expected === undefined) { fail(new AgentError('ERR_WEIGHTS_PROTOCOL', `${from} sent ${s.name} bytes ${piece.offset}.. without a checksum`)); return false }
         if ((crc !== undefined && got !== crc) || got !== expected) {
           refetchedPieces++

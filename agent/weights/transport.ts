@@ -18,16 +18,16 @@ export interface WeightStream {
   manifest(model: string, version: number, options?: { signal?: AbortSignal }): Promise<WeightsManifest>
   /**
    * Reads `request.byteLength` bytes straight into `into` (exactly that long;
-   * typically a view of pool memory; `target` is the same bytes as a host
-   * range, which a one-sided transport reads into) and resolves with the
-   * crc32c the server sent for them — undefined when the transport read them
-   * one-sided (UCX): the caller then checks them against the manifest alone,
-   * so such a transport serves only whole-tensor chunks — and `via: 'ucx'`
-   * when UCX carried them. Rejects with ERR_WEIGHTS_RETIRED /
+   * typically a view of pool memory) and resolves with the crc32c the server
+   * sent for them. `target`, given when the bytes are one of the manifest's
+   * chunks (contiguous in the tensor from `sourceOffset`), is the same bytes
+   * as a host range: a one-sided transport (UCX) reads into it and resolves
+   * with `crc32c` undefined and `via: 'ucx'` — the caller checks those bytes
+   * against the manifest alone. Rejects with ERR_WEIGHTS_RETIRED /
    * ERR_WEIGHTS_NOT_FOUND / ERR_WEIGHTS_PROTOCOL / ERR_WEIGHTS_TRANSFER
    * (connection lost).
    */
-  read(request: ReadRequest, into: Buffer, target?: HostRange): Promise<{ crc32c: number | undefined, via?: 'ucx' }>
+  read(request: ReadRequest, into: Buffer, target?: { range: HostRange, sourceOffset: number }): Promise<{ crc32c: number | undefined, via?: 'ucx' }>
   /** UCX_OPEN (PROTOCOL.md "RDMA (UCX)"): where the server mapped each tensor of exact `version` for one-sided reads. */
   ucxOpen?(model: string, version: number, tensors: number): Promise<UcxOpenReply>
   /** Which UCX transports carried this stream's reads, or why it read over TCP; undefined when UCX was not tried. */

@@ -9,9 +9,11 @@
  *   agent's UCX worker to the server's and unpacks the keys. A server that
  *   refuses (no UCX, the version does not fit its pool, a partial holding)
  *   leaves the stream on TCP, with the reason logged and reported.
- * - A read is one get of the piece's bytes straight into the puller's range;
- *   no checksum comes with it (`crc32c` undefined): the puller checks the
- *   bytes against the manifest's chunk checksum, as for any whole-tensor chunk.
+ * - A read the puller marks as one of the manifest's chunks (a whole tensor's,
+ *   or an aligned row range of a column-parallel slice) is one get of those
+ *   bytes straight into the puller's range; no checksum comes with it
+ *   (`crc32c` undefined): the puller checks it against the manifest's chunk
+ *   checksum. Other slices are gathered by the server over TCP.
  * - Retirement behaves as over TCP at tensor granularity: the first read of
  *   each tensor on a stream asks HAVE, so a retired version fails the read
  *   with ERR_WEIGHTS_RETIRED (bytes already read were read from pinned,
@@ -24,7 +26,7 @@
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
-import type { UcxEndpoint, UcxRemoteKey, UcxWorker } from '../../native/index.ts'
+import type { HostRange, UcxEndpoint, UcxRemoteKey, UcxWorker } from '../../native/index.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 
 interface Opened {
@@ -84,7 +86,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
     }
 
     /** One get, failed (and the stream closed) when the TCP connection closes first. */
-    async function get (u: Opened, index: number, offset: number, target: NonNullable<Parameters<WeightStream['read']>[2]>): Promise<void> {
+    async function get (u: Opened, index: number, offset: number, target: HostRange): Promise<void> {
       const watch = setInterval(() => { if (stream.closed) u.endpoint.close() }, closedCheckMs)
       try {
         await components.worker().get(u.endpoint, u.keys[index]!, u.addresses[index]! + BigInt(offset), target)
@@ -101,7 +103,8 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
       manifest: (model, version, options) => stream.manifest(model, version, options),
       have: (model, version, layout) => stream.have(model, version, layout),
       async read (req, into, target) {
-        if (req.dim !== null || target === undefined || stream.ucxOpen === undefined) return stream.read(req, into)
+        // Only the manifest's chunks (the puller checks them against it); slices that are not are gathered over TCP.
+        if (target === undefined || stream.ucxOpen === undefined) return stream.read(req, into)
         const id = `${req.model}\u0000${req.version}`
         if (id !== openedFor) {
           release()
@@ -117,7 +120,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
           await stream.have(req.model, req.version) // retired since: ERR_WEIGHTS_RETIRED, as a TCP READ would say
           checked.add(req.tensorIndex)
         }
-        await get(u, req.tensorIndex, req.byteOffset, target)
+        await get(u, req.tensorIndex, target.sourceOffset, target.range)
         return { crc32c: undefined, via: 'ucx' }
       },
       ucxOpen: (model, version, tensors) => stream.ucxOpen!(model, version, tensors),

@@ -1,6 +1,6 @@
 // Pulls over UCX (PROTOCOL.md "RDMA (UCX)"): with weights.transports ["ucx", "tcp"], whole-tensor chunks
-// are read one-sided from ranges the server mapped after the authenticated handshake, byte-exact, over
-// UCX_TLS=tcp and over shared memory; sliced reads stay on TCP; a server that does not serve UCX, or
+// (and aligned row ranges of column-parallel slices) are read one-sided from ranges the server mapped after
+// the authenticated handshake, byte-exact, over UCX_TLS=tcp and over shared memory; gathered slices stay on TCP; a server that does not serve UCX, or
 // cannot pin a version larger than its pool, leaves the pull on TCP with the reason; a version retired
 // mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP; a source that stops mid-pull hands the pull to
 // another full holder; a stranger is refused at the handshake. Real StateManagers, weight services, UCX.
@@ -40,7 +40,7 @@ function useTls (t: Test, tls: string): void {
 }
 
 for (const tls of ['tcp', 'posix,self']) {
-  t.test(`UCX_TLS=${tls}: a whole pull reads every byte over UCX, byte-exact; a sliced pull reads over TCP`, { skip }, async t => {
+  t.test(`UCX_TLS=${tls}: a whole pull and aligned row ranges read over UCX, byte-exact; gathered slices over TCP`, { skip }, async t => {
     useTls(t, tls)
     const key = sharedKey()
     const tensors = layers(1, 24)
@@ -64,6 +64,14 @@ for (const tls of ['tcp', 'posix,self']) {
       if ((await keyBytes(c.sm, sliced.keys[i]!)).equals(half)) exact++
     }
     t.equal(exact, tensors.length, 'every slice byte-exact over TCP')
+
+    // Column-parallel rank 1: rows 256.. of each tensor, contiguous and on chunk boundaries: the manifest's chunks, over UCX.
+    const rows = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+    const column = await rows.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: { tp: 2, rank: 1, rules: [{ pattern: 'down_proj', dim: 0 }] }, streams: 2 })
+    t.equal(column.ucx?.bytes, total(tensors) / 2, 'an aligned row range is read over UCX')
+    let rowsExact = 0
+    for (const [i, x] of tensors.entries()) if ((await keyBytes(rows.sm, column.keys[i]!)).equals(x.data.subarray(x.data.length / 2))) rowsExact++
+    t.equal(rowsExact, tensors.length, 'every row range byte-exact')
   })
 }
 
