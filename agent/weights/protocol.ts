@@ -129,8 +129,8 @@ export interface UcxOpenReply {
   tensors: Array<{ address: string, rkey: string }>
 }
 
-/** Parses and checks a UCX_OPEN reply (against the version's tensor count unless it is -1). */
-export function decodeUcxOpenReply (payload: Buffer, tensors: number): UcxOpenReply {
+/** Parses and checks the shape of a UCX_OPEN reply (the reader checks each tensor index it uses against it). */
+export function decodeUcxOpenReply (payload: Buffer): UcxOpenReply {
   let reply: UcxOpenReply
   try {
     reply = JSON.parse(payload.toString('utf8')) as UcxOpenReply
@@ -138,9 +138,9 @@ export function decodeUcxOpenReply (payload: Buffer, tensors: number): UcxOpenRe
     throw protocolError('UCX_OPEN reply is not JSON')
   }
   const hex = (x: unknown): boolean => typeof x === 'string' && x.length > 0 && x.length % 2 === 0 && /^[0-9a-f]+$/.test(x)
-  if (!hex(reply?.worker) || !Array.isArray(reply.tensors) || (tensors >= 0 && reply.tensors.length !== tensors) ||
+  if (!hex(reply?.worker) || !Array.isArray(reply.tensors) ||
     !reply.tensors.every(t => hex(t?.rkey) && typeof t.address === 'string' && /^[1-9]\d{0,19}$/.test(t.address))) {
-    throw protocolError(`UCX_OPEN reply malformed (expected a worker address and ${tensors} mapped tensors)`)
+    throw protocolError('UCX_OPEN reply malformed (expected a worker address and a mapped address and remote key per tensor)')
   }
   return reply
 }

@@ -218,9 +218,9 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         const reply = await request(Op.read, encodeReadRequest(req), into)
         return { crc32c: reply.crc32c }
       },
-      async ucxOpen (model, version, tensors) {
+      async ucxOpen (model, version) {
         const reply = await request(Op.ucxOpen, encodeManifestRequest(model, version), null)
-        return decodeUcxOpenReply(reply.payload!, tensors)
+        return decodeUcxOpenReply(reply.payload!)
       },
       close () { fail(new AgentError('ERR_WEIGHTS_TRANSFER', `connection to ${address} closed by this agent`)) },
     }

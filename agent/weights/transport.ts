@@ -29,7 +29,7 @@ export interface WeightStream {
    */
   read(request: ReadRequest, into: Buffer, target?: { range: HostRange, sourceOffset: number }): Promise<{ crc32c: number | undefined, via?: 'ucx' }>
   /** UCX_OPEN (PROTOCOL.md "RDMA (UCX)"): where the server mapped each tensor of exact `version` for one-sided reads. */
-  ucxOpen?(model: string, version: number, tensors: number): Promise<UcxOpenReply>
+  ucxOpen?(model: string, version: number): Promise<UcxOpenReply>
   /** Which UCX transports carried this stream's reads, or why it read over TCP; undefined when UCX was not tried. */
   ucxReport?(): { transports: string[] } | { fallback: string } | undefined
   /**

@@ -33,9 +33,11 @@ interface Opened {
   endpoint: UcxEndpoint
   keys: UcxRemoteKey[]
   addresses: bigint[]
+  /** Closes the endpoint when the TCP connection closes, where UCX cannot see the server die itself. */
+  watch?: NodeJS.Timeout
 }
 
-/** How often a get in flight looks whether its TCP connection closed (the server died), ms. */
+/** How often an endpoint UCX cannot watch itself looks whether its TCP connection closed (the server died), ms. */
 const closedCheckMs = 200
 
 export function createUcxConnector (tcp: WeightStreamConnector, components: { worker: () => UcxWorker, logger: Logger }): WeightStreamConnector {
@@ -59,6 +61,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
 
     const release = (): void => {
       if (current === undefined) return
+      clearInterval(current.watch)
       for (const k of current.keys) k.destroy()
       current.endpoint.close()
       current = undefined
@@ -66,10 +69,15 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
 
     async function open (model: string, version: number): Promise<Opened | undefined> {
       try {
-        const reply = await stream.ucxOpen!(model, version, -1)
+        const reply = await stream.ucxOpen!(model, version)
         const worker = components.worker()
         const endpoint = worker.connect(Buffer.from(reply.worker, 'hex'))
         current = { endpoint, keys: reply.tensors.map(t => worker.remoteKey(endpoint, Buffer.from(t.rkey, 'hex'))), addresses: reply.tensors.map(t => BigInt(t.address)) }
+        if (!endpoint.peerFailure) {
+          const watched = current
+          watched.watch = setInterval(() => { if (stream.closed) watched.endpoint.close() }, closedCheckMs)
+          watched.watch.unref()
+        }
         transports = endpoint.transports()
         logger.debug({ address, model, version, transports }, 'weights read over UCX')
         return current
@@ -85,16 +93,13 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
       }
     }
 
-    /** One get, failed (and the stream closed) when the TCP connection closes first. */
+    /** One get; a failed one closes the stream (the puller reconnects, as when TCP drops). */
     async function get (u: Opened, index: number, offset: number, target: HostRange): Promise<void> {
-      const watch = setInterval(() => { if (stream.closed) u.endpoint.close() }, closedCheckMs)
       try {
         await components.worker().get(u.endpoint, u.keys[index]!, u.addresses[index]! + BigInt(offset), target)
       } catch (err) {
         stream.close()
         throw new AgentError('ERR_WEIGHTS_TRANSFER', `UCX read from ${address}: ${(err as Error).message}`, { cause: err })
-      } finally {
-        clearInterval(watch)
       }
     }
 
@@ -123,7 +128,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
         await get(u, req.tensorIndex, target.sourceOffset, target.range)
         return { crc32c: undefined, via: 'ucx' }
       },
-      ucxOpen: (model, version, tensors) => stream.ucxOpen!(model, version, tensors),
+      ucxOpen: (model, version) => stream.ucxOpen!(model, version),
       ucxReport () {
         if (transports !== undefined) return { transports }
         return fallback !== undefined ? { fallback } : undefined
