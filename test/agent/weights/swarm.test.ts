@@ -26,6 +26,14 @@ function sharedKeyOf (t: Test): Uint8Array {
   return key
 }
 
+/** Proxy filter: past the handshake and the first replies, every server→client chunk gets one byte flipped. */
+function flipAfterHandshake (chunk: Buffer, seen: number): Buffer {
+  if (seen < 64 * 1024) return chunk
+  const copy = Buffer.from(chunk)
+  copy[copy.length >> 1] = copy[copy.length >> 1]! ^ 0x5a
+  return copy
+}
+
 async function checkWhole (t: Test, node: NodeFixture, result: { keys: string[] }, tensors: FixtureTensor[], who: string): Promise<void> {
   let exact = 0
   for (const [i, x] of tensors.entries()) if ((await keyBytes(node.sm, result.keys[i]!)).equals(x.data)) exact++
@@ -63,13 +71,7 @@ t.test('a peer that serves a corrupt chunk is dropped and named; the pull comple
   const a = await publisher(t, tensors)
   const holder = await weightsNode(t, sharedKeyOf(t), {}, undefined, 64 * MiB)
   await holder.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
-  // Past the handshake and the first replies, every server→client chunk gets one byte flipped.
-  const corrupt = await tcpProxy(t, holder.weights.address(), (chunk, seen) => {
-    if (seen < 64 * 1024) return chunk
-    const copy = Buffer.from(chunk)
-    copy[copy.length >> 1] = copy[copy.length >> 1]! ^ 0x5a
-    return copy
-  })
+  const corrupt = await tcpProxy(t, holder.weights.address(), flipAfterHandshake)
   const slowPublisher = await tcpProxy(t, a.weights.address(), c => c, () => undefined, 16 * MiB)
   const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
   const r = await b.weights.pull({ from: slowPublisher.address, model: 'm', version: 1, streams: 2, peers: [corrupt.address] })
@@ -200,12 +202,7 @@ t.test('four pullers of one layout\'s slices at once fetch them from each other;
   t.match(pullers.map(b => b.weights.list().versions), [0, 1, 2, 3].map(() => [{ version: 1, partial: { tp: 2, rank: 0 } }]), 'each puller is a partial holder of the layout')
 
   // A holder of rank 0 behind a proxy that flips bytes serves a rank-0 puller: dropped, named, nothing of it kept.
-  const corrupt = await tcpProxy(t, pullers[0]!.weights.address(), (chunk, seen) => {
-    if (seen < 64 * 1024) return chunk
-    const copy = Buffer.from(chunk)
-    copy[copy.length >> 1] = copy[copy.length >> 1]! ^ 0x5a
-    return copy
-  })
+  const corrupt = await tcpProxy(t, pullers[0]!.weights.address(), flipAfterHandshake)
   const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
   const r = await b.weights.pull({ from: uplink.address, model: 'm', version: 1, layout: rowParallel(0), streams: 2, peers: [corrupt.address] })
   t.match(r.droppedSources, [{ address: corrupt.address, reason: /crc32c [0-9a-f]+, its reply says [0-9a-f]+/ }], 'the corrupt peer is named with what it did')
