@@ -41,7 +41,8 @@ import { formatKey, parseKey, type StateKey } from '../state/keys.ts'
 import type { MemorySpec, StateManager } from '../state/state-manager.ts'
 import { pinClientMemory } from '../state/client-memory.ts'
 import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
-import { maxOpJsonBytes, ranksOnNode } from '../../mesh/control/jobs/op-wire.ts'
+import { maxOpJsonBytes } from '../../mesh/control/jobs/op-wire.ts'
+import { executionJobs, findExecutionJob, ranksOnNode } from '../../mesh/control/jobs/job-groups.ts'
 import { WorkerAllocationSchema, WorkerRegistrationSchema } from '../api/wire/workers.ts'
 
 /** A registration and an allocate reply name each state tensor once. */
@@ -111,8 +112,8 @@ export interface WorkerRegistry {
   deregister(id: string): void
   /** Drops a worker (it is told `stop`); its stored state stays. */
   drop(worker: WorkerRecord, reason: string): void
-  /** The job's ranks hosted here (and its gpusPerNode); ERR_JOB_NOT_FOUND / ERR_JOB_NOT_RUNNING when it is not placed here. */
-  localRanks(job: string): { ranks: number[], gpusPerNode: number }
+  /** The job's ranks hosted here and the local GPU of each (job-groups.ts ranksOnNode); ERR_JOB_NOT_FOUND / ERR_JOB_NOT_RUNNING when it is not placed here. */
+  localRanks(job: string): { ranks: number[], gpus: Array<number | null> }
   /** The live worker of (job, rank) here, if any (registered; attached or about to). */
   live(job: string, rank: number): WorkerRecord | undefined
   /** Resolves once every registered worker of the (job, ranks) here has attached, or after timeoutMs. */
@@ -247,22 +248,26 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
     }
   }
 
-  const localRanks = (job: string): { ranks: number[], gpusPerNode: number } => {
-    const record = components.jobs().jobs.find(j => j.id === job)
+  const localRanks = (job: string): { ranks: number[], gpus: Array<number | null> } => {
+    const record = findExecutionJob(components.jobs().jobs, job)
     if (record === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `no job ${job} in the job table node ${options.selfPeerId} applied`)
     const index = record.nodes.indexOf(options.selfPeerId)
     if (record.state !== 'RUNNING' || index < 0) {
       throw new AgentError('ERR_JOB_NOT_RUNNING', `job ${job} is ${record.state}${record.state === 'RUNNING' ? ` on ${record.nodeNames.join(', ')}` : ''}, not on node ${options.selfPeerId}: its workers register, and its operations run, on the nodes it is placed on`)
     }
-    return { ranks: ranksOnNode(record.spec.gpusPerNode, index), gpusPerNode: record.spec.gpusPerNode }
+    if (record.spec.layout !== undefined) {
+      throw new AgentError('ERR_BAD_REQUEST', `job ${job} runs one worker group per workflow component (${record.spec.layout.groups.map(g => `${job}.${g.component}`).join(', ')}): its workers register with their group's id`)
+    }
+    const here = ranksOnNode(record, index)
+    return { ranks: here.map(r => r.rank), gpus: here.map(r => r.gpu) }
   }
 
   const registry: WorkerRegistry = {
     async register (body, pid) {
       const r = validator.parse(body, 'worker registration')
-      const { ranks, gpusPerNode } = localRanks(r.job)
+      const { ranks, gpus } = localRanks(r.job)
       if (!ranks.includes(r.rank)) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} is not hosted on this node (ranks ${ranks.join(', ')} are)`)
-      const expectedGpu = gpusPerNode === 0 ? null : r.rank - ranks[0]!
+      const expectedGpu = gpus[ranks.indexOf(r.rank)]!
       if (r.gpu !== expectedGpu) throw new AgentError('ERR_BAD_REQUEST', `rank ${r.rank} of job ${r.job} runs on ${expectedGpu === null ? 'no GPU (gpu: null, a CPU-only group)' : `GPU ${expectedGpu} of this node`}, not ${r.gpu === null ? 'null' : `GPU ${r.gpu}`}`)
       const tensors: StateTensor[] = r.tensors.map((t, i) => {
         let key: StateKey
@@ -448,11 +453,11 @@ export function createWorkerRegistry (options: WorkerRegistryOptions, components
 
     async sweep () {
       const view = components.jobs()
-      const here = new Set(view.jobs.filter(j => j.state === 'RUNNING' && j.nodes.includes(options.selfPeerId)).map(j => j.id))
+      const here = new Set(executionJobs(view.jobs).filter(j => j.state === 'RUNNING' && j.nodes.includes(options.selfPeerId)).map(j => j.id))
       for (const w of [...byId.values()]) {
         if (here.has(w.job)) continue
         // Why, when the leader said (the job's latest event: evicted by the guard, cancelled, moved).
-        const why = view.jobs.find(j => j.id === w.job)?.events?.at(-1)?.message
+        const why = findExecutionJob(view.jobs, w.job)?.events?.at(-1)?.message
         registry.drop(w, `job ${w.job} no longer runs on this node${why !== undefined ? ` (${why})` : ''}`)
       }
       for (const [s, entry] of [...stored]) {

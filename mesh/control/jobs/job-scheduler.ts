@@ -27,6 +27,7 @@ import { ClusterHorizon } from '../../policies/placement/cluster-horizon.ts'
 import { footprintEnd } from '../../policies/placement/footprint.ts'
 import { claimNodes, planPlacement, type NodeClaim, type PlacementPolicyName } from '../../policies/placement/placement-policy.ts'
 import { durationSlots } from '../../policies/placement/ring-horizon.ts'
+import { groupId, groupsOf } from './job-groups.ts'
 import { measuredOpsThreshold, normalizedSpec, placementJobOf, sameJobSpec, type JobSpec } from './job-spec.ts'
 import { maxJobEvents, type JobRecord, type JobTable } from './job-table.ts'
 import { guardEviction, type GuardEviction } from '../../policies/placement/slowdown-guard.ts'
@@ -78,6 +79,10 @@ export function submitJob (table: JobTable, spec: JobSpec, nowMs: number, option
     if (!sameJobSpec(existing.spec, normalized)) throw new AgentError('ERR_JOB_CONFLICT', `job ${spec.id} exists with another spec (${existing.state}); submit it under a new id`)
     return { table, job: existing, created: false }
   }
+  // A worker group's id (job-groups.ts) must name nothing else.
+  const taken = new Set(table.jobs.flatMap(j => [j.id, ...groupsOf(j).map(g => g.id)]))
+  const clash = [spec.id, ...(normalized.layout?.groups.map(g => groupId(spec.id, g.component)) ?? [])].find(id => taken.has(id))
+  if (clash !== undefined) throw new AgentError('ERR_JOB_CONFLICT', `${clash} already names a job or a workflow job's worker group; submit under another id`)
   const active = table.jobs.filter(j => j.state !== 'COMPLETED').length
   if (active >= options.maxActiveJobs) throw new AgentError('ERR_JOBS_FULL', `the cluster already holds ${active} queued or running jobs (placement.maxActiveJobs)`)
   const job: JobRecord = { id: spec.id, spec: normalized, state: 'QUEUED', nodes: [], nodeNames: [], placement: null, submittedAtMs: nowMs, startedAtMs: null, completedAtMs: null, completedBy: null, requeues: 0 }

@@ -12,10 +12,11 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { JobSpecSchema } from './job-spec.ts'
+import { WorkflowLayoutSchema } from './workflow-layout.ts'
 
-const { live: _live, ...requiredSpecFields } = Type.Required(JobSpecSchema).properties
-/** A stored spec: every field but `live` filled in (job-spec.ts normalizedSpec). */
-const StoredSpecSchema = Type.Object({ ...requiredSpecFields, live: Type.Optional(Type.Literal(true)) }, { additionalProperties: false })
+const { live: _live, placement: _placement, workflow: _workflow, ...requiredSpecFields } = Type.Required(JobSpecSchema).properties
+/** A stored spec: every field but `live` filled in, and a placement auto job's layout (job-spec.ts normalizedSpec). */
+const StoredSpecSchema = Type.Object({ ...requiredSpecFields, live: Type.Optional(Type.Literal(true)), layout: Type.Optional(WorkflowLayoutSchema) }, { additionalProperties: false })
 
 /** A live job's figures measured by the leaders' operation schedulers (mesh/control/jobs/op-scheduler.ts). */
 export const MeasuredProfileSchema = Type.Object({

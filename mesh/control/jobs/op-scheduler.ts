@@ -49,6 +49,8 @@ import { selectRunnable, type NodeRuntimeState, type RuntimeSchedulerName, type 
 import type { JobRecord, JobTable } from './job-table.ts'
 import type { OpDispatch } from './op-dispatch.ts'
 import { createComponentProfile, type ComponentProfile } from './component-profile.ts'
+import { devicesOnNode, executionJobs, findExecutionJob, gpuCountOf, groupId, type ExecutionJob } from './job-groups.ts'
+import { createIterationClock, type IterationClock } from './iteration-clock.ts'
 import type { DispatchAnswer, JobsTop, OpAnswer, OpRequest, RankResult, VersionsAnswer } from './op-wire.ts'
 
 export interface OpSchedulerOptions {
@@ -121,10 +123,13 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   const queues = new Map<string, Op[]>()
   const running = new Map<string, Op>()
   const finished = new Map<string, Finished>()
+  /** Per device (`<peer>/<device>`, devices as the node executor locks them: gpu:k, cpu). */
   const locks = new Map<string, string>()
   const resident = new Map<string, string>()
   const expectedFreeS = new Map<string, number>()
-  const nodeIndex = new Map<string, number>()
+  const deviceIndex = new Map<string, number>()
+  /** Per job with a workflow layout: its iterations' spans over all its groups. */
+  const iterations = new Map<string, IterationClock>()
   const stats = new Map<string, MeasuredJob>()
   /** Per job: stores or a rollback in flight; the job is not admitted until they settle. */
   const settling = new Map<string, Promise<void>>()
@@ -133,11 +138,14 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   let versionCounter = 0
   let stopped = false
 
-  const indexOf = (peer: string): number => {
-    let i = nodeIndex.get(peer)
-    if (i === undefined) { i = nodeIndex.size; nodeIndex.set(peer, i) }
+  const indexOf = (device: string): number => {
+    let i = deviceIndex.get(device)
+    if (i === undefined) { i = deviceIndex.size; deviceIndex.set(device, i) }
     return i
   }
+  /** The job's devices on `peer` (one of its nodes). */
+  const devicesOn = (job: ExecutionJob, peer: string): string[] => devicesOnNode(job, job.nodes.indexOf(peer)).map(d => `${peer}/${d}`)
+  const devicesOf = (job: ExecutionJob): string[] => job.nodes.flatMap(peer => devicesOn(job, peer))
   const statsOf = (job: string): MeasuredJob => {
     let s = stats.get(job)
     if (s === undefined) { s = { ops: 0, failed: 0, switches: 0, runMs: 0, switchMs: 0, queuedMs: 0, byName: new Map(), components: createComponentProfile() }; stats.set(job, s) }
@@ -147,7 +155,22 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     versionCounter = (versionCounter + 1) % versionsPerEpoch
     return Math.max(options.epoch, 1) * versionsPerEpoch + versionCounter
   }
-  const jobOf = (id: string): JobRecord | undefined => components.table().jobs.find(j => j.id === id)
+  const jobOf = (id: string): ExecutionJob | undefined => findExecutionJob(components.table().jobs, id)
+  const clockOf = (parent: string): IterationClock => {
+    let clock = iterations.get(parent)
+    if (clock === undefined) { clock = createIterationClock(); iterations.set(parent, clock) }
+    return clock
+  }
+  /** An operation for a job with a workflow layout goes to the group of its component. */
+  const routed = (request: OpRequest): OpRequest => {
+    const job = components.table().jobs.find(j => j.id === request.job)
+    const layout = job?.spec.layout
+    if (job === undefined || layout === undefined) return request
+    const groups = layout.groups.map(g => g.component)
+    if (request.component === undefined) throw new AgentError('ERR_BAD_REQUEST', `job ${job.id} runs its workflow as worker groups (${groups.join(', ')}): name the operation's component`)
+    if (!groups.includes(request.component)) throw new AgentError('ERR_BAD_REQUEST', `job ${job.id} has no worker group for component ${request.component} (it has ${groups.join(', ')})`)
+    return { ...request, job: groupId(job.id, request.component) }
+  }
   const sameRequest = (a: OpRequest, b: OpRequest): boolean => a.name === b.name && JSON.stringify(a.args ?? null) === JSON.stringify(b.args ?? null)
 
   const remember = (key: string, f: Finished): void => {
@@ -186,12 +209,12 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     }
     if (candidates.length === 0) return
     const tasks: RuntimeTask[] = candidates.map(({ op, job }) => ({
-      taskId: op.key, jobId: job.id, nodes: job.nodes.map(indexOf), readyS: op.readyMs / 1000, execS: Math.max(execS(job, op.request.name), 1e-6), setupS: setupS(job),
+      taskId: op.key, jobId: job.id, nodes: devicesOf(job).map(indexOf), readyS: op.readyMs / 1000, execS: Math.max(execS(job, op.request.name), 1e-6), setupS: setupS(job),
     }))
     const nodes: NodeRuntimeState[] = []
-    for (const [peer, i] of nodeIndex) {
-      const holder = locks.get(peer)
-      nodes[i] = { lockHolder: holder, residentJob: resident.get(peer), ...(holder !== undefined ? { expectedFreeS: expectedFreeS.get(peer) } : {}) }
+    for (const [device, i] of deviceIndex) {
+      const holder = locks.get(device)
+      nodes[i] = { lockHolder: holder, residentJob: resident.get(device), ...(holder !== undefined ? { expectedFreeS: expectedFreeS.get(device) } : {}) }
     }
     const byKey = new Map(candidates.map(c => [c.op.key, c]))
     for (const task of selectRunnable(tasks, nodes, nowMs / 1000, options.scheduler)) {
@@ -205,20 +228,24 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       if (op.prefetched) continue
       op.prefetched = true
       // Where another job runs now, or is resident, this one is switched in next.
-      for (const peer of job.nodes) if (locks.has(peer) || resident.get(peer) !== job.id) background(peer, { kind: 'prefetch', epoch: options.epoch, job: job.id })
+      for (const peer of job.nodes) if (devicesOn(job, peer).some(d => locks.has(d) || resident.get(d) !== job.id)) background(peer, { kind: 'prefetch', epoch: options.epoch, job: job.id })
     }
   }
 
-  const start = async (op: Op, job: JobRecord, task: RuntimeTask): Promise<void> => {
+  const start = async (op: Op, job: ExecutionJob, task: RuntimeTask): Promise<void> => {
     const admittedMs = clockMs()
     running.set(job.id, op)
-    for (const peer of job.nodes) { locks.set(peer, op.key); expectedFreeS.set(peer, admittedMs / 1000 + task.execS + task.setupS) }
+    const devices = devicesOf(job)
+    for (const d of devices) { locks.set(d, op.key); expectedFreeS.set(d, admittedMs / 1000 + task.execS + task.setupS) }
+    const clock = job.group !== undefined && op.request.iteration !== undefined ? clockOf(job.group.parent) : undefined
+    clock?.started(op.request.iteration!, admittedMs)
     const version = nextVersion()
     const message = { kind: 'run' as const, epoch: options.epoch, job: job.id, opId: op.request.opId, name: op.request.name, args: op.request.args ?? null, version }
     const settled = await Promise.allSettled(job.nodes.map(peer => components.dispatch.send(peer, message, abort.signal) as Promise<DispatchAnswer>))
-    for (const peer of job.nodes) { locks.delete(peer); expectedFreeS.delete(peer) }
+    for (const d of devices) { locks.delete(d); expectedFreeS.delete(d) }
     running.delete(job.id)
     const endMs = clockMs()
+    clock?.ended(op.request.iteration!, endMs)
     const next = queues.get(job.id)?.[0]
     if (next !== undefined) next.readyMs = Math.max(next.submittedMs, endMs)
     if (stopped) return
@@ -226,13 +253,13 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     const failures = settled.flatMap((r, i) => r.status === 'rejected' ? [{ peer: job.nodes[i]!, err: asAgentError(r.reason) }] : [])
     if (failures.length > 0) {
       s.failed++
-      for (const f of failures) resident.delete(f.peer)
+      for (const f of failures) for (const d of devicesOn(job, f.peer)) resident.delete(d)
       const lost = failures.find(f => f.err.code === 'ERR_WORKER_LOST')
       if (lost !== undefined) {
-        for (const peer of job.nodes) if (resident.get(peer) === job.id) resident.delete(peer)
+        for (const d of devices) if (resident.get(d) === job.id) resident.delete(d)
         settle(job.id, rollBack(job))
       } else {
-        settled.forEach((r, i) => { if (r.status === 'fulfilled') resident.set(job.nodes[i]!, job.id) })
+        settled.forEach((r, i) => { if (r.status === 'fulfilled') for (const d of devicesOn(job, job.nodes[i]!)) resident.set(d, job.id) })
       }
       // The most telling error: a rank's own failure before a transport one.
       const err = failures.find(f => f.err.code !== 'ERR_NODE_LOST')?.err ?? failures[0]!.err
@@ -250,7 +277,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     const switchMs = Math.max(0, ...answers.map(a => a.switchMs))
     const runMs = Math.max(0, ...answers.map(a => a.runMs))
     const switched = answers.some(a => a.onloaded || a.offloaded.length > 0)
-    for (const peer of job.nodes) resident.set(peer, job.id)
+    for (const d of devices) resident.set(d, job.id)
     // Jobs offloaded here are stored under the same version on their other nodes too.
     const offloaded = new Map<string, { version: number, by: string[] }>()
     answers.forEach((a, i) => {
@@ -275,7 +302,7 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
     byName.totalMs += runMs
     s.byName.set(op.request.name, byName)
     const { component, iteration, granularity } = op.request
-    if (component !== undefined) s.components.record({ component, ...(iteration !== undefined ? { iteration } : {}), ...(granularity !== undefined ? { granularity } : {}) }, job.nodes.length * job.spec.gpusPerNode, runMs)
+    if (component !== undefined) s.components.record({ component, ...(iteration !== undefined ? { iteration } : {}), ...(granularity !== undefined ? { granularity } : {}) }, gpuCountOf(job), runMs)
     const answer: OpAnswer = { job: job.id, opId: op.request.opId, name: op.request.name, ranks, switched, offloadMs, onloadMs, switchMs, runMs, queuedMs, totalMs: endMs - op.submittedMs }
     remember(op.key, { request: op.request, answer })
     op.resolve(answer)
@@ -349,8 +376,10 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
   }
 
   return {
-    submit (request) {
+    submit (asked) {
       if (stopped) return Promise.reject(new AgentError('ERR_NOT_LEADER', 'this agent stopped acting as leader'))
+      let request: OpRequest
+      try { request = routed(asked) } catch (err) { return Promise.reject(err) }
       const key = `${request.job}/${request.opId}`
       const done = finished.get(key)
       if (done !== undefined) {
@@ -395,9 +424,25 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
           components: s?.components.samples() ?? [],
         }
       })
-      const peers = new Set([...nodeIndex.keys(), ...components.table().jobs.filter(j => j.state === 'RUNNING').flatMap(j => j.nodes)])
-      const nodes = [...peers].sort().map(node => ({ node, residentJob: resident.get(node) ?? null, runningOp: locks.get(node) ?? null }))
-      return { scheduler: options.scheduler, epoch: options.epoch, nodes, jobs, switches, switchMs, runMs }
+      const table = components.table().jobs
+      const devices = new Set([...deviceIndex.keys(), ...executionJobs(table).filter(j => j.state === 'RUNNING' && j.spec.layout === undefined).flatMap(devicesOf)])
+      const nodes = [...devices].sort().map(d => {
+        const cut = d.lastIndexOf('/')
+        return { node: d.slice(0, cut), device: d.slice(cut + 1), residentJob: resident.get(d) ?? null, runningOp: locks.get(d) ?? null }
+      })
+      const workflows = table.flatMap(j => {
+        if (j.spec.layout === undefined || (j.state !== 'RUNNING' && !iterations.has(j.id))) return []
+        const measured = iterations.get(j.id)?.measured() ?? null
+        return [{
+          job: j.id,
+          mode: j.spec.layout.mode,
+          groups: j.spec.layout.groups.map(g => ({ component: g.component, job: groupId(j.id, g.component), gpus: g.gpus })),
+          predictedIterationS: j.spec.layout.iterationS,
+          measuredIterationS: measured === null ? null : measured.meanMs / 1000,
+          iterations: measured?.iterations ?? 0,
+        }]
+      })
+      return { scheduler: options.scheduler, epoch: options.epoch, nodes, jobs, workflows, switches, switchMs, runMs }
     },
     measured: () => stats,
     stop () {

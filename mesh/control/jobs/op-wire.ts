@@ -117,9 +117,10 @@ export const JobsTopSchema = Type.Object({
   epoch: Type.Integer(),
   nodes: Type.Array(Type.Object({
     node: Type.String(),
-    residentJob: Type.Union([Type.String(), Type.Null()], { description: 'job whose state is on the node\'s devices (null: none or unknown)' }),
-    runningOp: Type.Union([Type.String(), Type.Null()], { description: '<job>/<opId> holding the node\'s lock' }),
-  })),
+    device: Type.String({ description: 'the device lock: gpu:k, or cpu for a CPU-only group' }),
+    residentJob: Type.Union([Type.String(), Type.Null()], { description: 'job (or worker group) whose state is on the device (null: none or unknown)' }),
+    runningOp: Type.Union([Type.String(), Type.Null()], { description: '<job>/<opId> holding the device\'s lock' }),
+  }), { description: 'one row per device' }),
   jobs: Type.Array(Type.Object({
     job: Type.String(),
     pending: Type.Integer({ description: 'operations waiting (the head is the admission candidate)' }),
@@ -140,6 +141,14 @@ export const JobsTopSchema = Type.Object({
       iterationMs: Type.Number({ description: 'mean run time per iteration' }),
     }), { description: 'measured run time per workflow component (operations submitted with component), on this leader' }),
   })),
+  workflows: Type.Array(Type.Object({
+    job: Type.String(),
+    mode: Type.String({ description: 'the planner\'s: collocated, disaggregated or hybrid' }),
+    groups: Type.Array(Type.Object({ component: Type.String(), job: Type.String({ description: 'the group\'s id: its workers register under it' }), gpus: Type.Tuple([Type.Integer(), Type.Integer()]) })),
+    predictedIterationS: Type.Number(),
+    measuredIterationS: Type.Union([Type.Number(), Type.Null()], { description: 'mean span of its finished iterations (first admission to last end over its groups), on this leader; null before one finished' }),
+    iterations: Type.Integer({ description: 'iterations the measured mean is over (the latest 64)' }),
+  }), { description: 'jobs with placement auto: the plan against what ran' }),
   switches: Type.Integer(),
   switchMs: Type.Number(),
   runMs: Type.Number(),
@@ -177,10 +186,4 @@ export function parseDispatchAnswer (answer: unknown): DispatchAnswer {
 export function parseVersionsAnswer (answer: unknown): VersionsAnswer {
   if (!checkVersionsAnswer.Check(answer)) throw new AgentError('ERR_INTERNAL', `versions answer ${problem(checkVersionsAnswer.Errors(answer))}`)
   return answer
-}
-
-/** Ranks of a job hosted by the i-th node of its group (PROTOCOL.md "Ranks"). */
-export function ranksOnNode (gpusPerNode: number, nodeIndex: number): number[] {
-  const perNode = Math.max(gpusPerNode, 1)
-  return Array.from({ length: perNode }, (_, k) => nodeIndex * perNode + k)
 }
