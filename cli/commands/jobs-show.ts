@@ -1,7 +1,8 @@
 /**
  * agentctl jobs show ID: one job of the table this agent applied, with the
  * profile placement uses for it: the submitted one, or the one the leaders
- * measured on its live operations (once there are enough of them).
+ * measured on its live operations (once there are enough of them), and a
+ * placement-auto job's worker groups.
  */
 import { AgentError } from '../../core/errors.ts'
 import { measuredOpsThreshold } from '../../mesh/control/jobs/job-spec.ts'
@@ -38,6 +39,7 @@ export const jobsShowCommand: Command = {
         `  ${submitted}`,
         `  ${measured}`,
         `  slowdown bound ${spec.maxSlowdown}: ${boundState(job)}`,
+        ...(spec.layout === undefined ? [] : [`workflow laid out ${spec.layout.mode}, ${spec.layout.iterationS.toFixed(3)} s per iteration predicted; worker groups:`, ...spec.layout.groups.map(g => `  ${id}.${g.component}  GPUs ${g.gpus[0]}-${g.gpus[1] - 1} (${g.gpus[1] - g.gpus[0]})`)]),
         ...(job.events === undefined || job.events.length === 0 ? [] : ['events:', ...job.events.map(e => `  ${new Date(e.atMs).toISOString()}  ${e.message}`)]),
       ].join('\n'),
     }
