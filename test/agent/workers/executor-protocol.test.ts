@@ -103,8 +103,11 @@ function cluster () {
    * dies when it receives this operation (its stream closes, no reply); `offloadMs`: copying its state
    * out takes that long; `fullWhileOthersHold`: its device has no room while another job holds it.
    */
-  const startWorker = async (jobId: string, rank: number, dieOn?: string, o: { offloadMs?: number, fullWhileOthersHold?: boolean } = {}): Promise<void> => {
-    const peer = table.jobs.find(j => j.id === jobId)!.nodes[rank === 0 ? 0 : 1]!
+  /** Runs under way per node, and the most at once. */
+  const running = new Map<string, number>()
+  const mostRunning = new Map<string, number>()
+  const startWorker = async (jobId: string, rank: number, dieOn?: string, o: { offloadMs?: number, fullWhileOthersHold?: boolean, peer?: string, gpu?: number, runMs?: number } = {}): Promise<void> => {
+    const peer = o.peer ?? table.jobs.find(j => j.id === jobId)!.nodes[rank === 0 ? 0 : 1]!
     const { registry } = nodes.get(peer)!
     const name = `${jobId}/${rank}`
     let generation = 0
@@ -115,7 +118,7 @@ function cluster () {
     }
     let cell = allocateCell()
     const key = `${jobId}/r${rank}/w:param@[0]/[1]:f32#v0`
-    const answer = await registry.register({ job: jobId, rank, gpu: 0, ops: ['step'], tensors: [{ name: 'w', key, memory: { kind: 'shm', name: cell, offset: 0 } }] }, 1000 + rank)
+    const answer = await registry.register({ job: jobId, rank, gpu: o.gpu ?? 0, ops: ['step'], tensors: [{ name: 'w', key, memory: { kind: 'shm', name: cell, offset: 0 } }] }, 1000 + rank)
     const detach = registry.attach(answer.workerId, (type, data) => {
       const d = data as { requestId: string, opId?: string }
       setTimeout(() => {
@@ -131,13 +134,16 @@ function cluster () {
         if (type === 'allocate') { cell = allocateCell(); result = { tensors: [{ name: 'w', memory: { kind: 'shm', name: cell, offset: 0 } }] } }
         if (type === 'release') memory.delete(cell)
         if (type === 'run') { const c = memory.get(cell)!; c.counter++; result = { counter: c.counter } }
-        reply({ ok: true, result })
+        if (type !== 'run' || o.runMs === undefined) { reply({ ok: true, result }); return }
+        running.set(peer, (running.get(peer) ?? 0) + 1)
+        mostRunning.set(peer, Math.max(mostRunning.get(peer) ?? 0, running.get(peer)!))
+        setTimeout(() => { running.set(peer, running.get(peer)! - 1); reply({ ok: true, result }) }, o.runMs)
       }, 0)
     })
   }
   /** Submits operation `opId` (`step`) of a job to the leader's scheduler. */
   const step = async (jobId: string, opId: string) => await scheduler.submit({ job: jobId, opId, name: 'step' })
-  return { table, scheduler, nodes, keys, memory, faults, log, startWorker, events, stops, step }
+  return { table, scheduler, nodes, keys, memory, faults, log, startWorker, events, stops, step, mostRunning }
 }
 
 t.test('a store that failed on one node, then a rank lost: every rank rolls back to the same version', async t => {
@@ -296,4 +302,27 @@ t.test('a worker whose job left its node is stopped with the leader\'s reason (t
   for (let i = 0; i < 100 && c.stops.length === 0; i++) await sleep(5) // the double reads its messages on the next tick
   t.same(c.stops, [{ worker: 'k/0', reason: 'job k no longer runs on this node (evicted by the slowdown guard: job x over its bound)' }])
   t.same(c.nodes.get('A')!.registry.list().map(w => w.job), [], 'and dropped')
+})
+
+t.test('a workflow job over two nodes: each group registers and runs on its own GPUs, the groups side by side', async t => {
+  const c = cluster()
+  t.teardown(() => c.scheduler.stop())
+  // 2 nodes × 2 GPUs: rollout on A's GPU 0; actor on A's GPU 1 and B's GPUs 0-1.
+  const base = job('w', ['A', 'B'])
+  c.table.jobs.push({ ...base, spec: { ...base.spec, gpusPerNode: 2, layout: { mode: 'disaggregated', iterationS: 1, groups: [{ component: 'rollout', gpus: [0, 1] }, { component: 'actor', gpus: [1, 4] }] } } })
+  const a = c.nodes.get('A')!.registry
+  await t.rejects(a.register({ job: 'w.actor', rank: 0, gpu: 0, ops: ['step'], tensors: [] }, 1), { code: 'ERR_BAD_REQUEST', message: /GPU 1 of this node/ })
+  await t.rejects(a.register({ job: 'w.actor', rank: 1, gpu: 0, ops: ['step'], tensors: [] }, 1), { code: 'ERR_BAD_REQUEST', message: /not hosted on this node \(ranks 0 are\)/ })
+  await c.startWorker('w.rollout', 0, undefined, { peer: 'A', gpu: 0, runMs: 40 })
+  for (const [rank, peer, gpu] of [[0, 'A', 1], [1, 'B', 0], [2, 'B', 1]] as const) await c.startWorker('w.actor', rank, undefined, { peer, gpu, runMs: 40 })
+  const submit = (component: string, i: number) => c.scheduler.submit({ job: 'w', opId: `${component}-${i}`, name: 'step', component, iteration: 0 })
+  const answers = await Promise.all([0, 1, 2].flatMap(i => [submit('rollout', i), submit('actor', i)]))
+  t.same(answers.filter(x => x.job === 'w.actor').map(x => x.ranks.map(r => [r.rank, r.node, r.result])), [1, 2, 3].map(n => [[0, 'A', { counter: n }], [1, 'B', { counter: n }], [2, 'B', { counter: n }]]), 'actor ranks 0 on A, 1-2 on B, each op once, in order')
+  t.same(answers.filter(x => x.job === 'w.rollout').map(x => x.ranks.map(r => [r.rank, r.node])), [[[0, 'A']], [[0, 'A']], [[0, 'A']]])
+  t.equal(c.mostRunning.get('A'), 2, 'on node A the rollout and the actor ran at the same time (GPU 0 and GPU 1)')
+  t.notOk(answers.some(x => x.offloadMs > 0), 'neither group offloaded the other')
+  t.same([...new Set(c.log.filter(e => e.kind === 'run' && e.job === 'w.rollout').map(e => e.peer))], ['A'], 'the rollout group\'s runs go to A only')
+  await t.rejects(c.scheduler.submit({ job: 'w', opId: 'x', name: 'step' }), { code: 'ERR_BAD_REQUEST', message: /name the operation's component/ })
+  const top = c.scheduler.top()
+  t.same(top.nodes.filter(n => n.node === 'A').map(n => [n.device, n.residentJob]), [['gpu:0', 'w.rollout'], ['gpu:1', 'w.actor']])
 })
