@@ -22,7 +22,7 @@ const { values } = parseArgs({ options: { runs: { type: 'string', default: '3' }
 const runs = Number(values.runs)
 const iterations = Number(values.iterations)
 const skip = torchSkipReason()
-if (skip !== false) { console.log(`skipped: ${skip}`); process.exit(0) }
+if (skip !== false) { console.log(`workflow-live not run: ${skip}`); process.exit(0) }
 
 const teardowns: Array<() => unknown> = []
 const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
