@@ -48,7 +48,10 @@ export const planWorkflowCommand: Command = {
     if (!rlinf) return planWorkflowGraph(text, path)
     if (jobId === undefined) return planRlinfConfig(parseRlinfConfig(text, path), path)
     const top = await client.jobsTop({ signal })
-    const live = top.jobs.find(j => j.job === jobId)
+    // A placement-auto job is measured per worker group (each on its own GPU count): their samples together.
+    const groups = new Set(top.workflows.find(w => w.job === jobId)?.groups.map(g => g.job) ?? [])
+    const ran = top.jobs.filter(j => j.job === jobId || groups.has(j.job))
+    const live = ran.length === 0 ? undefined : { components: ran.flatMap(j => j.components) }
     if (live === undefined) throw new AgentError('ERR_JOB_NOT_FOUND', `the leader has run no operation of job ${jobId} (it measures a job's operations while it leads)`)
     const measured = rlinfJobFromMeasurements(text, path, jobId, live.components)
     return planRlinfConfig(measured.job, path, measured.sources)

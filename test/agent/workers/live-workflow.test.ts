@@ -75,6 +75,10 @@ t.test('placement auto: worker groups laid out by the plan, run by the agent as 
     t.same(top.nodes.map(n => [n.device, n.residentJob]), [['gpu:0', 'wf-d.rollout'], ['gpu:1', 'wf-d.actor'], ['gpu:2', 'wf-d.actor']], 'one row per GPU, each group resident on its own')
     const text = await runNode(agentctlMain, ['--socket', agent.socketPath, 'jobs', 'top'])
     t.match(text.stdout, /JOB\s+MODE\s+GROUPS \(GPUS\)\s+PREDICTED\s+MEASURED\s+DIFF\s+ITERATIONS\nwf-d\s+disaggregated\s+rollout 0-0, actor 1-2\s+1\.330 s\s+\d\.\d{3} s\s+-?\d+\.\d%\s+2/)
+    // Planned again from what its groups measured (rollout on 1 GPU, actor on 2), extrapolated to the config's 3.
+    const replanned = await runNode(agentctlMain, ['--socket', agent.socketPath, 'plan', 'workflow', join(dir, 'wf-d.yaml'), '--job', 'wf-d', '--json'])
+    t.equal(replanned.code, 0, replanned.stderr)
+    t.same(JSON.parse(replanned.stdout).profileSources.map((x: { key: string, source: string }) => [x.key, x.source]), [['profile_data.rollout_cost', 'extrapolated'], ['profile_data.actor_cost', 'extrapolated']], 'both costs from the groups\' measurements')
     const shown = await runNode(agentctlMain, ['--socket', agent.socketPath, 'jobs', 'show', 'wf-d'])
     t.match(shown.stdout, /workflow laid out disaggregated, 1\.330 s per iteration predicted; worker groups:\n {2}wf-d\.rollout {2}GPUs 0-0 \(1\)\n {2}wf-d\.actor {2}GPUs 1-2 \(2\)/)
     await agent.client.completeJob('wf-d')

@@ -29,6 +29,11 @@ t.test('groups over nodes of 4 GPUs: nodes, ranks and local GPUs', async t => {
   t.equal(rollout!.group!.parent, 'rl')
 })
 
+t.test('a requeued job\'s groups are requeued with it: no nodes, not RUNNING', async t => {
+  const job = { ...record('rl', [], 4, [{ component: 'actor', gpus: [0, 8] }]), state: 'QUEUED' as const }
+  t.same(groupsOf(job).map(g => [g.id, g.state, g.nodes]), [['rl.actor', 'QUEUED', []]])
+})
+
 t.test('plain jobs: ranks as before; lookups find jobs and groups, nothing else', async t => {
   const plain = record('p', ['A', 'B'], 2)
   const cpu = record('c', ['A'], 0)
