@@ -45,18 +45,45 @@ write_file() { # write_file PATH MODE < content
   mv -f "$1.tmp.$$" "$1"
 }
 
+# The packages the agent runs with (npm ls --omit=dev: Node.js itself included), each with what it
+# nests, as paths under node_modules/; empty without npm or when npm cannot tell.
+production_packages() {
+  command -v npm >/dev/null 2>&1 || return 0
+  (cd "$src" && npm ls --omit=dev --all --parseable 2>/dev/null) | sed -n "s#^$src/##p" \
+    | awk -F/ '$1 == "node_modules" { print ($2 ~ /^@/) ? $1 "/" $2 "/" $3 : $1 "/" $2 }' | sort -u || true
+}
+
 echo "installing agentd from $src into $root"
 run mkdir -p "$root" "$root/bin"
-for part in dist node_modules package.json package-lock.json README.md; do
+for part in dist package.json package-lock.json README.md; do
   [ -e "$src/$part" ] || continue
   run rm -rf "$root/$part"
   run cp -a "$src/$part" "$root/$part"
 done
-# Build-time packages (TypeScript, tap, node-gyp) are not needed to run.
-if command -v npm >/dev/null 2>&1; then
+# Build-time packages (TypeScript, tap, the linters: more than half of node_modules) are not needed
+# to run: only the production packages are copied (with npm's record of the tree and the command
+# links, those of the packages left out removed). Without npm the whole tree is kept.
+packages=$(production_packages)
+run rm -rf "$root/node_modules"
+if [ -n "$packages" ]; then
+  run mkdir -p "$root/node_modules"
+  for extra in .bin .package-lock.json; do
+    [ -e "$src/node_modules/$extra" ] && run cp -a "$src/node_modules/$extra" "$root/node_modules/$extra"
+  done
+  if [ "$dry_run" -eq 1 ]; then
+    echo "would copy $(echo "$packages" | wc -l) production packages of $src/node_modules"
+  else
+    for package in $packages; do
+      mkdir -p "$root/$(dirname "$package")"
+      cp -a "$src/$package" "$root/$package"
+    done
+  fi
   run npm prune --omit=dev --no-audit --no-fund --prefix "$root" --loglevel=error
+  # Links of the build-time packages' commands point nowhere now.
+  run find "$root/node_modules/.bin" -xtype l -delete
 else
   echo "npm not found: keeping development dependencies in $root/node_modules"
+  run cp -a "$src/node_modules" "$root/node_modules"
 fi
 if [ -d "$src/native/build" ]; then
   run mkdir -p "$root/native"

@@ -36,6 +36,10 @@ t.test('install into DESTDIR: tree, wrappers, unit, config, sysusers', { skip: b
   for (const path of ['dist/bundle/agentd.js', 'dist/bundle/agentctl.js', 'node_modules/.bin/node', 'package.json']) {
     t.ok(existsSync(join(prefix, path)), `${path} installed`)
   }
+  for (const dev of ['typescript', 'tap', '@biomejs', 'node-gyp']) t.notOk(existsSync(join(prefix, 'node_modules', dev)), `build-time package ${dev} not installed`)
+  const links = readdirSync(join(prefix, 'node_modules/.bin'))
+  t.ok(links.includes('node'), 'node_modules/.bin/node installed')
+  t.same(links.filter(l => !existsSync(join(prefix, 'node_modules/.bin', l))), [], 'no command link points nowhere')
   const wrapper = readFileSync(join(prefix, 'bin/agentd'), 'utf8')
   for (const [name, value] of Object.entries(agentEnvironment)) {
     t.match(wrapper, `: "\${${name}:=${value}}"\nexport ${name}\n`, `sets ${name}=${value} unless the environment has it (agent/node-flags.ts)`)
