@@ -52,8 +52,7 @@ try {
       predicted = layout.iterationS
       await Promise.all(layout.groups.flatMap(g => Array.from({ length: g.gpus[1] - g.gpus[0] }, async (_, rank) =>
         await startTrainer(t, agent.socketPath, { job: `${id}.${g.component}`, rank, gpu: (g.gpus[0] + rank) % plan.gpus, seed: 1 }))))
-      // One more iteration than measured: an iteration counts once the next one started.
-      const answers = await runWorkflow(agent.client, id, layout, plan.config, iterations + 1, `r${run}`)
+      const answers = await runWorkflow(agent.client, id, layout, plan.config, iterations, `r${run}`)
       const top = (await agent.client.jobsTop()).workflows.find(w => w.job === id)!
       measured.push(top.measuredIterationS!)
       ideal.push(idealS(layout, answers))

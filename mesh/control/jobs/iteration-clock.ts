@@ -6,14 +6,16 @@
  *
  * Contract: operations carry their `iteration`. An iteration counts once a
  * later one has started (an RL loop starts iteration i + 1 after i's
- * update); its span still grows if one of its operations ends later. The
- * latest `keptIterations` are kept and the figure is their mean span.
+ * update), or, the latest one, once the caller says nothing of the job is
+ * queued or running; its span still grows if one of its operations ends
+ * later. The latest `keptIterations` are kept and the figure is their mean
+ * span.
  */
 export interface IterationClock {
   started(iteration: number, atMs: number): void
   ended(iteration: number, atMs: number): void
-  /** Mean span of the finished iterations kept; null before one finished. */
-  measured(): { iterations: number, meanMs: number } | null
+  /** Mean span of the finished iterations kept; null before one finished. `idle`: the latest one finished too. */
+  measured(idle?: boolean): { iterations: number, meanMs: number } | null
 }
 
 export const keptIterations = 64
@@ -36,8 +38,8 @@ export function createIterationClock (): IterationClock {
       const span = spans.get(iteration)
       if (span !== undefined) span.endMs = Math.max(span.endMs, atMs)
     },
-    measured () {
-      const done = [...spans].filter(([i]) => i < latest).map(([, s]) => s.endMs - s.startMs)
+    measured (idle = false) {
+      const done = [...spans].filter(([i]) => i < latest || idle).map(([, s]) => s.endMs - s.startMs)
       return done.length === 0 ? null : { iterations: done.length, meanMs: done.reduce((a, b) => a + b, 0) / done.length }
     },
   }

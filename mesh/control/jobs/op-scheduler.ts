@@ -432,7 +432,8 @@ export function createOpScheduler (options: OpSchedulerOptions, components: OpSc
       })
       const workflows = table.flatMap(j => {
         if (j.spec.layout === undefined || (j.state !== 'RUNNING' && !iterations.has(j.id))) return []
-        const measured = iterations.get(j.id)?.measured() ?? null
+        const busy = j.spec.layout.groups.some(g => running.has(groupId(j.id, g.component)) || (queues.get(groupId(j.id, g.component))?.length ?? 0) > 0)
+        const measured = iterations.get(j.id)?.measured(!busy) ?? null
         return [{
           job: j.id,
           mode: j.spec.layout.mode,

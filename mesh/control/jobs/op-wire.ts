@@ -146,7 +146,7 @@ export const JobsTopSchema = Type.Object({
     mode: Type.String({ description: 'the planner\'s: collocated, disaggregated or hybrid' }),
     groups: Type.Array(Type.Object({ component: Type.String(), job: Type.String({ description: 'the group\'s id: its workers register under it' }), gpus: Type.Tuple([Type.Integer(), Type.Integer()]) })),
     predictedIterationS: Type.Number(),
-    measuredIterationS: Type.Union([Type.Number(), Type.Null()], { description: 'mean span of its finished iterations (first admission to last end over its groups), on this leader; null before one finished' }),
+    measuredIterationS: Type.Union([Type.Number(), Type.Null()], { description: 'mean span of its finished iterations (first admission to last end over its groups; the latest counts once none of its operations is queued or running), on this leader; null before one finished' }),
     iterations: Type.Integer({ description: 'iterations the measured mean is over (the latest 64)' }),
   }), { description: 'jobs with placement auto: the plan against what ran' }),
   switches: Type.Integer(),

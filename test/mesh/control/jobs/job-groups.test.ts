@@ -76,6 +76,8 @@ t.test('the iteration clock: an iteration counts once a later one started; its s
   t.same(clock.measured(), { iterations: 1, meanMs: 900 })
   clock.ended(0, 2100)
   t.same(clock.measured(), { iterations: 1, meanMs: 1100 }, 'a late operation of iteration 0 still counts')
+  clock.ended(1, 2500)
+  t.same(clock.measured(true), { iterations: 2, meanMs: 800 }, 'the latest counts once nothing of the job is queued or running')
   for (let i = 2; i < keptIterations + 10; i++) { clock.started(i, i * 1000); clock.ended(i, i * 1000 + 500) }
   t.equal(clock.measured()!.iterations, keptIterations - 1, 'bounded: the latest kept, the newest not finished')
 })
