@@ -23,6 +23,8 @@ API_BODY_LIMIT = 1 << 20
 #: api.maxConnections of the agent (the smallest allowed), so a test can fill it.
 MAX_CONNECTIONS = 16
 KEY_BYTES = 16
+#: Room for MAX_BATCH_ITEMS keys of one 4 KiB extent each, plus the one over the limit.
+POOL_FOR_THE_BATCH = (MAX_BATCH_ITEMS + 1024) * 4096
 
 agent: DevAgent
 
@@ -30,8 +32,10 @@ agent: DevAgent
 def setUpModule() -> None:
     global agent
     # An agent of its own: the big batch is not dropped afterwards (a shared agent would carry it),
-    # and its connection cap is low enough to reach.
-    agent = DevAgent(["--set", f"api.maxConnections={MAX_CONNECTIONS}"]).start()
+    # and its connection cap is low enough to reach. Its pool holds the whole batch (a key takes at least
+    # a 4 KiB extent): what is tested here is the limit, not spilling 65,536 keys to NVMe one by one.
+    agent = DevAgent(["--set", f"api.maxConnections={MAX_CONNECTIONS}",
+                      "--set", f"state.hostPoolBytes={POOL_FOR_THE_BATCH}"]).start()
     agent.client = AgentClient(agent.socket_path, timeout_s=600)
 
 
