@@ -1,21 +1,26 @@
 /**
  * The leader's live scheduler of function-level operations (PlexRL §5.2;
  * RLinf §3.3 for the device lock): admission by HRRS (or FCFS) over every
- * job's next operation, lock-gated and gang-wide across the job's nodes,
+ * job's next operation, lock-gated and gang-wide across the job's devices,
  * with automatic context switching carried out by the nodes' executors.
  *
  * Contract:
+ * - "Job" here is what executes (job-groups.ts): a table job, or a worker
+ *   group of a placement-auto job. An operation submitted to a
+ *   placement-auto job runs on the group of its `component` (none, or one
+ *   the layout lacks: ERR_BAD_REQUEST); its answer names the group.
  * - A job's operations run strictly in submission order, one at a time; only
  *   a job's head operation is an admission candidate. Its ready time is when
  *   it was submitted or the job's previous operation ended, whichever is
  *   later (the W in HRRS counts from there).
- * - A candidate starts when the lock of every node of its job is free
- *   (selectRunnable, mesh/policies/runtime/hrrs.ts — the simulator's code):
- *   then the nodes are locked, each node is sent the run (op-dispatch.ts),
- *   and the lock is held until every node answered. E is the job's measured
- *   mean for the operation's name (the default until measured), C its
- *   measured mean switch cost (the spec's switchS until measured); a switch is
- *   needed where another job is resident.
+ * - Locks are per device, as the node executors lock them (`gpu:k` of a
+ *   node, or its `cpu`). A candidate starts when the lock of every device of
+ *   its job is free (selectRunnable, mesh/policies/runtime/hrrs.ts — the
+ *   simulator's code): then they are locked, each of its nodes is sent the
+ *   run (op-dispatch.ts), and the locks are held until every node answered.
+ *   E is the job's measured mean for the operation's name (the default until
+ *   measured), C its measured mean switch cost (the spec's switchS until
+ *   measured); a switch is needed where another job is resident on a device.
  * - Idempotency: (job, opId) names an operation. A repeat while it is queued
  *   or running joins it; a repeat after it finished gets the same answer (or
  *   error) from the retained results; a repeat with another name or args is
