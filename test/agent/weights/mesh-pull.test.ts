@@ -59,7 +59,8 @@ if (!capabilities.addon.loaded) {
     const pull = (agent: MeshAgent, body: Record<string, unknown>): Promise<{ from: string, bytes: number, keys: string[] }> => agent.client.call('POST', '/v1/weights/pull', { model: 'm', version: 1, ...body }) as Promise<{ from: string, bytes: number, keys: string[] }>
     await pull(b, { from: aAddress, layout: { tp: 2, rank: 0, rules } })
     const layoutOf = (await b.client.call('GET', '/v1/weights') as { versions: Array<{ partial?: { layout: string } }> }).versions[0]!.partial!.layout
-    await mesh.waitFor([c], peers => peers.some(p => p.peerId === b.peerId && p.record?.weights?.some(w => w.version === 1 && w.layout === layoutOf) === true), 15_000, 'C sees B advertise its slices')
+    // Its slices as held, not as being pulled (a swarm seed's entry, `pulling`, is no source for a pull).
+    await mesh.waitFor([c], peers => peers.some(p => p.peerId === b.peerId && p.record?.weights?.some(w => w.version === 1 && w.layout === layoutOf && w.pulling !== true) === true), 15_000, 'C sees B advertise its slices as held')
     await mesh.waitFor([c], peers => peers.some(p => p.peerId === a.peerId && p.record?.weights?.some(w => w.version === 1 && w.layout === undefined) === true), 15_000, 'C sees A advertise v1')
     const same = await pull(c, { layout: { tp: 2, rank: 0, rules } })
     t.equal(same.from, bAddress, 'the same layout and rank: from the partial holder B')
