@@ -65,6 +65,8 @@ if (!capabilities.addon.loaded) {
     const same = await pull(c, { layout: { tp: 2, rank: 0, rules } })
     t.equal(same.from, bAddress, 'the same layout and rank: from the partial holder B')
     t.equal(same.bytes, tensors[0]!.data.length / 2 + tensors[1]!.data.length)
+    // A loaded machine can have C suspect A for a moment; the source is chosen among alive holders.
+    await mesh.waitFor([c], peers => peers.some(p => p.peerId === a.peerId && p.state === 'alive' && p.record?.weights?.some(w => w.version === 1 && w.layout === undefined) === true), 15_000, 'C sees A alive, advertising v1')
     const other = await pull(c, { layout: { tp: 2, rank: 1, rules } })
     t.equal(other.from, aAddress, 'another rank: from the full holder A')
   })
