@@ -12,8 +12,8 @@
  */
 import { parseArgs } from 'node:util'
 import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
-import { liveJobSpec, startTrainer } from '../helpers/live-workers.ts'
-import { fakeGpus, reasoningConfig, runWorkflow, type Layout } from '../helpers/live-workflow.ts'
+import { fakeGpus, liveJobSpec, startTrainer } from '../helpers/live-workers.ts'
+import { reasoningConfig, runWorkflow, type Layout } from '../helpers/live-workflow.ts'
 import { torchSkipReason } from '../helpers/python.ts'
 import type { OpAnswer } from '../../agent/api/wire/workers.ts'
 import { median } from './bench-stats.ts'

@@ -12,8 +12,13 @@ import { python } from './python.ts'
 
 export const tinyTrainer = join(repoRoot, 'test/helpers/workers/tiny_trainer.py')
 
-/** `--set inventory.gpus=…` for an agent with two stand-in GPUs (no CUDA behind them: workers use shared memory). */
-export const twoFakeGpus = JSON.stringify([0, 1].map(i => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
+/** `--set inventory.gpus=…`: `n` stand-in GPUs (no CUDA behind them: workers use shared memory). */
+export function fakeGpus (n: number): string {
+  return JSON.stringify(Array.from({ length: n }, (_, i) => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
+}
+
+/** `--set inventory.gpus=…` for an agent with two stand-in GPUs. */
+export const twoFakeGpus = fakeGpus(2)
 
 /**
  * A live job on one node with `gpusPerNode` ranks: one GPU segment of `segmentS` per `periodS`, a small

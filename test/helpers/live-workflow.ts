@@ -16,11 +16,6 @@ import { rlinfCostModel } from '../../mesh/policies/workflow/rlinf-cost-models.t
 import type { AgentClient } from '../../agent/client/client.ts'
 import type { OpAnswer } from '../../agent/api/wire/workers.ts'
 
-/** `--set inventory.gpus=…`: `n` stand-in GPUs (no CUDA behind them: workers use shared memory). */
-export function fakeGpus (n: number): string {
-  return JSON.stringify(Array.from({ length: n }, (_, i) => ({ model: 'fake', memoryBytes: 1 << 30, uuid: `GPU-${i}`, pciBus: `0000:0${i}:00.0` })))
-}
-
 /**
  * A reasoning config (rollout → actor, 4 group batches per iteration) on
  * 1 node × `gpus`: with max_running_requests 8 all of a batch's requests fit
