@@ -1,6 +1,7 @@
 /**
  * SWIM failure detection (Das et al. 2002, §3; memberlist's probe loop):
- * each protocol period one member is probed, in a shuffled round-robin order;
+ * each protocol period one member is probed, in a shuffled round-robin order
+ * over this agent's neighbors (the `targets`);
  * no answer within the (health-scaled) probe timeout → `indirectProbes` other
  * members are asked to probe it (ping-req); no answer from anyone → suspect.
  *
@@ -40,6 +41,13 @@ export interface FailureDetectorComponents {
   prober: Prober
   health: LocalHealth
   log: { debug(obj: object, msg: string): void }
+  /**
+   * The members to probe and to ask for indirect probes: this agent's
+   * neighbors (peer-dialer.ts), whose connections are open. Every member is
+   * some agents' neighbor, so every member is probed, and each agent's probe
+   * traffic stays independent of the cluster's size. Default: every listed member.
+   */
+  targets?(): string[]
   random?(): number
 }
 
@@ -60,7 +68,12 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
   let controller: AbortController | undefined
   let timer: NodeJS.Timeout | undefined
 
-  const probeable = (): string[] => membership.members().filter(m => m.state !== 'dead').map(m => m.peerId)
+  const probeable = (): string[] => {
+    const listed = membership.members().filter(m => m.state !== 'dead').map(m => m.peerId)
+    if (components.targets === undefined) return listed
+    const targets = new Set(components.targets())
+    return listed.filter(p => targets.has(p))
+  }
 
   const nextTarget = (): string | undefined => {
     const live = new Set(probeable())

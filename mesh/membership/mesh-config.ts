@@ -76,12 +76,22 @@ export const MeshSection = Type.Object({
   connectionPingIntervalMs: Type.Integer({
     minimum: 100,
     maximum: 600_000,
-    description: 'libp2p connection monitor: every connection is pinged this often and aborted when the ping fails, in milliseconds. It reclaims dead connections; a frozen or dead agent is noticed by the SWIM probes (probeIntervalMs: suspect in about a second at any cluster size). Each ping opens a stream on every connection of a full mesh, so this is the idle cost that grows with the cluster (20 agents on one host: 4.2-4.3 % of a core per idle agent at 10 s, 5.0-5.2 % at 5 s). Default: 10000 (libp2p\'s).',
+    description: 'libp2p connection monitor: every connection is pinged this often and aborted when the ping fails, in milliseconds. It reclaims dead connections; a frozen or dead agent is noticed by the SWIM probes (probeIntervalMs: suspect in about a second at any cluster size). Each ping opens a stream on every connection (the neighbors, mesh.maxPeers). Default: 10000 (libp2p\'s).',
+  }),
+  maxPeers: Type.Integer({
+    minimum: 2,
+    maximum: 100_000,
+    description: 'Most neighbors: members this agent keeps a connection to, and over which gossip, SWIM probes and connection pings run. ceil(maxPeers / 3) are drawn at random from the live members (a uniform sample, refreshed as members join and leave); the rest are members that drew this agent. Connections to others (a leader call, a weight query, an indirect probe) are closed when idle (idleConnectionMs). An agent\'s idle cost grows with maxPeers, not with the cluster; 3 x (members - 1) or more makes a full mesh. Default: 12.',
+  }),
+  idleConnectionMs: Type.Integer({
+    minimum: 1000,
+    maximum: 3_600_000,
+    description: 'A connection to a member that is not a neighbor is closed after carrying no request for this long, in milliseconds (gossip, identify and pings are not requests). Default: 30000.',
   }),
   maxConnections: Type.Integer({
     minimum: 8,
     maximum: 100_000,
-    description: 'Connections libp2p keeps before pruning; the agent connects to every member, so this bounds the cluster size. Default: 1024.',
+    description: 'Connections libp2p keeps before pruning (neighbors, seeds while joining, and connections in use). Default: 1024.',
   }),
   maxRecordBytes: Type.Integer({
     minimum: 1024,
@@ -112,6 +122,8 @@ export function defaultMeshConfig (): MeshConfig {
     suspicionMaxTimeoutMult: 6,
     deadRetentionMs: 300_000,
     connectionPingIntervalMs: 10_000,
+    maxPeers: 12,
+    idleConnectionMs: 30_000,
     maxConnections: 1024,
     maxRecordBytes: 64 * 1024,
   }

@@ -10,7 +10,9 @@
  *   (state-sync.ts): the signed records it holds newer than ours, applied as above.
  *   membership claims about this agent → refute: raise the incarnation
  *   (persisted) and publish a record at once.
- *   connection closed → probe that member now.
+ *   bounded connections: a random partial view of at most mesh.maxPeers
+ *   neighbors (peer-dialer.ts), over which gossip, probes and pings run.
+ *   a neighbor's connection closed → probe that member now.
  *   connected peer without an outbound gossip stream → hang up, dial afresh
  *   (gossip-stream-watchdog.ts).
  *   event loop stalled longer than a probe timeout → refute pre-emptively:
@@ -173,6 +175,8 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   })
   membership.subscribe(e => {
     log.info({ peer: e.peerId, node: e.node, from: e.from, to: e.to, incarnation: e.incarnation, reason: e.reason }, 'member state')
+    if (e.to === 'alive' && (e.from === null || e.from === 'dead')) dialer.memberJoined(e.peerId)
+    if (e.to === 'dead' || e.to === 'forgotten') dialer.memberLost(e.peerId)
     if (e.to === 'alive') dialer.kick()
   })
 
@@ -180,11 +184,11 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     probeIntervalMs: config.probeIntervalMs,
     probeTimeoutMs: config.probeTimeoutMs,
     indirectProbes: config.indirectProbes,
-  }, { membership, prober, health, log })
+  }, { membership, prober, health, log, targets: () => dialer.neighbors() })
 
-  const dialer = createPeerDialer({ seeds: config.join }, {
+  const dialer = createPeerDialer({ seeds: config.join, maxPeers: config.maxPeers, idleConnectionMs: config.idleConnectionMs }, {
     node,
-    members: () => membership.members().filter(m => m.state !== 'dead').map(m => ({ peerId: m.peerId, addresses: m.record?.addresses.mesh ?? [] })),
+    members: () => membership.members().map(m => ({ peerId: m.peerId, state: m.state, addresses: m.record?.addresses.mesh ?? [] })),
     log,
   })
 
@@ -260,7 +264,11 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   const onSubscriptionChange = (event: CustomEvent<{ subscriptions: Array<{ topic: string, subscribe: boolean }> }>): void => {
     if (ownRecordUnsent && event.detail.subscriptions.some(s => s.topic === meshTopic && s.subscribe)) publisher.changed()
   }
-  const onDisconnect = (event: CustomEvent<{ toString(): string }>): void => detector.probeNow(event.detail.toString())
+  // A neighbor's link closing is news (a killed agent's port now refuses: dead in milliseconds); an idle link closed on purpose is not.
+  const onDisconnect = (event: CustomEvent<{ toString(): string }>): void => {
+    const peer = event.detail.toString()
+    if (dialer.disconnected(peer)) detector.probeNow(peer)
+  }
   let stopped: Promise<void> | undefined
   let started = false
 
@@ -268,6 +276,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     async start ({ signal }) {
       await prober.register()
       await sync.register()
+      await dialer.register()
       pubsub.topicValidators.set(meshTopic, (_peer, message) => validate(message.data))
       node.addEventListener('peer:disconnect', onDisconnect)
       pubsub.addEventListener('subscription-change', onSubscriptionChange)
@@ -292,7 +301,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
         leaving = true
         detector.stop()
         await sync.stop()
-        dialer.stop()
+        await dialer.stop()
         gossipWatchdog.stop()
         publisher.stop()
         health.stop()
@@ -330,6 +339,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
         topicPeers: pubsub.getSubscribers(meshTopic).length,
         meshPeers: meshPeers.length,
         seeds: dialer.seeds(),
+        neighbors: dialer.view(),
         members: counts,
         messages: {
           published: { total: stats.published.total, perSecond: round(stats.published.perSecond()) },

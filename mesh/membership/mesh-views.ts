@@ -47,6 +47,15 @@ export const MeshInfoSchema = Type.Object({
   topicPeers: Type.Integer({ description: 'connected peers subscribed to the mesh topic' }),
   meshPeers: Type.Integer({ description: 'gossipsub mesh peers of the topic (eager push)' }),
   seeds: Type.Array(Type.Object({ address: Type.String(), peerId: Type.Union([Type.String(), Type.Null()]), connected: Type.Boolean(), failures: Type.Integer() })),
+  neighbors: Type.Object({
+    maxPeers: Type.Integer({ description: 'mesh.maxPeers: most neighbors' }),
+    outbound: Type.Integer({ description: 'neighbors this agent chose' }),
+    inbound: Type.Integer({ description: 'neighbors that chose this agent (and it did not choose)' }),
+    outboundTarget: Type.Integer({ description: 'outbound neighbors it keeps: ceil(maxPeers / 3)' }),
+    inboundLimit: Type.Integer({ description: 'inbound neighbors it accepts: maxPeers - outboundTarget' }),
+    idleClosed: Type.Integer({ description: 'connections to non-neighbors closed after mesh.idleConnectionMs without a request' }),
+    rejected: Type.Integer({ description: 'neighbor asks other agents rejected (their inbound side full)' }),
+  }, { description: 'the bounded partial view gossip and probes run over (peer-dialer.ts)' }),
   members: Type.Object({ alive: Type.Integer(), suspect: Type.Integer(), dead: Type.Integer() }),
   messages: Type.Object({
     published: Rate,

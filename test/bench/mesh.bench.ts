@@ -1,7 +1,10 @@
 /**
- * Mesh benchmark: N real agents (separate processes) on loopback, N = 3 and 20.
+ * Mesh benchmark: N real agents (separate processes) on loopback, each size
+ * with the bounded partial view (mesh.maxPeers = 12, the default) and with a
+ * full mesh (maxPeers = 1024: every agent draws every other, the agent before
+ * the bounded view), measured in the same run.
  *
- *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=3,20] [idleS=60] [servers=3] [build=bundle]
+ *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=10,25,50] [idleS=30] [servers=3] [build=bundle] [maxPeers=12,1024]
  *
  * The cluster is deployed as README describes: `servers` election servers
  * (one voter set) and the rest clients; servers=0 makes every agent a --dev
@@ -20,9 +23,15 @@
  *   other agent logged it dead (and suspect first, for SIGSTOP); then SIGCONT
  *   and the time until every agent sees it alive again (refutation).
  *
+ * - connections and neighbors per agent at the end of the idle window;
+ * - bytes written per second per agent over the idle window (wchar of
+ *   /proc/<pid>/io: the agents' socket writes, plus a few log lines).
+ *
  * Goals (issue 6): detect SIGKILL < 1 s and SIGSTOP < 5 s at 20 agents,
- * converge < 3 s, idle < 5 % of a core and < 120 MB per agent. Anchor:
- * Serf/memberlist LAN defaults detect in ~6-7 s and converge in ~2 s.
+ * converge < 3 s, idle < 5 % of a core and < 120 MB per agent. Goals at 100
+ * agents (issue 20): all members seen within 15 s, SIGKILL seen by all within
+ * 3 s, idle <= 0.5 % of a core and <= 80 MB per agent, connections <= the
+ * bound. Anchor: Serf/memberlist LAN defaults detect in ~6-7 s and converge in ~2 s.
  */
 import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -30,12 +39,13 @@ import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
 import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
 import { MiB, processCpuSeconds, processRssBytes } from './bench-stats.ts'
 
-const sizes = (process.argv[2] ?? '3,20').split(',').map(Number)
-const idleS = Number(process.argv[3] ?? 60)
+const sizes = (process.argv[2] ?? '10,25,50').split(',').map(Number)
+const idleS = Number(process.argv[3] ?? 30)
 const servers = Number(process.argv[4] ?? 3)
 const build = process.argv[5] ?? 'bundle'
 if (build !== 'bundle' && build !== 'unbundled') throw new Error(`build must be bundle or unbundled, got ${build}`)
 const built = build === 'bundle' ? true : 'unbundled'
+const views = (process.argv[6] ?? '12,1024').split(',').map(Number)
 
 interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
 const lines = (a: { output(): string }): LogLine[] => a.output().split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l) as LogLine)
@@ -43,6 +53,8 @@ const ms = (iso: string): number => Date.parse(iso)
 const rssMiB = (pid: number): number => processRssBytes(pid) / MiB
 /** Proportional set size: the Node.js binary's text (~55 MB of RSS) is shared by every agent on a host. */
 const pssMiB = (pid: number): number => Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))![1]) / 1024
+/** Bytes the process passed to write() and friends so far (sockets, pipes, files). */
+const writtenBytes = (pid: number): number => Number(/^wchar:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/io`, 'utf8'))![1])
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round = (x: number, d = 1): number => Math.round(x * 10 ** d) / 10 ** d
 
@@ -56,11 +68,11 @@ async function loggedAt (observers: MeshAgent[], peer: string, state: string, si
   }
 }
 
-async function run (n: number): Promise<Record<string, unknown>> {
+async function run (n: number, maxPeers: number): Promise<Record<string, unknown>> {
   const teardowns: Array<() => unknown> = []
   const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
   try {
-    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 120_000, built, ...(servers > 0 ? { clusterServers: Math.min(servers, n) } : {}) })
+    const mesh = await startTestMesh(t, { nodes: n, convergeTimeoutMs: 60_000 + 4000 * n, built, args: ['--set', `mesh.maxPeers=${maxPeers}`], ...(servers > 0 ? { clusterServers: Math.min(servers, n) } : {}) })
     const baselineDir = tempDir(t)
     const baseline = await spawnAgent(t, { stateDir: baselineDir, built, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
     const agents = mesh.agents
@@ -72,10 +84,12 @@ async function run (n: number): Promise<Record<string, unknown>> {
     const pids = [...agents.map(a => a.proc.pid!), baseline.proc.pid!]
     await sleep(5000)
     const before = pids.map(processCpuSeconds)
+    const writtenBefore = pids.map(writtenBytes)
     const idleBegan = performance.now()
     await sleep(idleS * 1000)
     const seconds = (performance.now() - idleBegan) / 1000
     const cpu = pids.map((p, i) => (processCpuSeconds(p) - before[i]!) / seconds * 100)
+    const written = pids.map((p, i) => (writtenBytes(p) - writtenBefore[i]!) / seconds)
     const rss = pids.map(rssMiB)
     const pss = pids.map(pssMiB)
     const infos = await Promise.all(agents.map(a => a.client.mesh({ idleTimeoutMs: 60_000 })))
@@ -102,8 +116,11 @@ async function run (n: number): Promise<Record<string, unknown>> {
     /** Of the observers, how many logged it within the wait (a NaN max / median means not all did). */
     const seenBy = (xs: number[]): string => `${xs.filter(x => !Number.isNaN(x)).length}/${xs.length}`
     const medianOfSeen = (xs: number[], from: number): number => median(delays(xs, from).filter(x => !Number.isNaN(x)))
+    const perAgent = (xs: number[], d = 1): { median: number, max: number } => ({ median: round(median(xs), d), max: round(Math.max(...xs), d) })
     return {
       agents: n,
+      maxPeers,
+      view: maxPeers >= 3 * (n - 1) ? 'full mesh' : 'bounded',
       build,
       electionServers: servers > 0 ? Math.min(servers, n) : 'every agent leads itself (--dev)',
       convergenceMs: Math.round(convergenceMs),
@@ -113,8 +130,11 @@ async function run (n: number): Promise<Record<string, unknown>> {
         cpuPercentOfCore: { median: round(median(cpu.slice(0, -1)), 2), max: round(Math.max(...cpu.slice(0, -1)), 2) },
         rssMiB: { median: round(median(rss.slice(0, -1))), max: round(Math.max(...rss.slice(0, -1))) },
         pssMiB: { median: round(median(pss.slice(0, -1))), max: round(Math.max(...pss.slice(0, -1))) },
-        baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!), pssMiB: round(pss.at(-1)!) },
+        writtenBytesPerS: perAgent(written.slice(0, -1), 0),
+        baselineAgentWithoutMesh: { cpuPercentOfCore: round(cpu.at(-1)!, 2), rssMiB: round(rss.at(-1)!), pssMiB: round(pss.at(-1)!), writtenBytesPerS: round(written.at(-1)!, 0) },
       },
+      connectionsPerAgent: perAgent(infos.map(i => i.connections), 0),
+      neighborsPerAgent: perAgent(infos.map(i => i.neighbors.outbound + i.neighbors.inbound), 0),
       sigkill: { detectedByAllMs: Math.max(...delays(killDead, killAt)), medianMs: medianOfSeen(killDead, killAt), seenBy: seenBy(killDead) },
       sigstop: {
         firstSuspectMs: Math.min(...stopSuspect.map(l => l === undefined ? NaN : ms(l.time) - stopAt)),
@@ -130,8 +150,15 @@ async function run (n: number): Promise<Record<string, unknown>> {
   }
 }
 
-const results = []
+const results: Array<Record<string, any>> = []
 for (const n of sizes) {
-  results.push(await run(n))
-  console.log(JSON.stringify(results.at(-1), null, 2))
+  for (const maxPeers of views) {
+    results.push(await run(n, maxPeers))
+    console.log(JSON.stringify(results.at(-1), null, 2))
+  }
+}
+console.log('\nagents maxPeers view       converge  SIGKILL-all  SIGSTOP-dead-all  idle-cpu%(median)  rss-MiB(median)  connections(median/max)  written-B/s(median)')
+for (const r of results) {
+  const i = r.idlePerAgent
+  console.log(`${String(r.agents).padEnd(6)} ${String(r.maxPeers).padEnd(8)} ${String(r.view).padEnd(10)} ${String(r.convergenceMs).padStart(6)} ms ${String(r.sigkill.detectedByAllMs).padStart(8)} ms ${String(r.sigstop.deadByAllMs).padStart(12)} ms ${String(i.cpuPercentOfCore.median).padStart(12)} ${String(i.rssMiB.median).padStart(14)} ${String(r.connectionsPerAgent.median).padStart(14)}/${r.connectionsPerAgent.max} ${String(i.writtenBytesPerS.median).padStart(16)}`)
 }

@@ -159,7 +159,7 @@ t.test('weights, mesh, leader, jobs, reward: their views as series', async t => 
   const weights: WeightsCounters = { server: { servedBytes: 1000, accepted: 3, refused: 1, pending: 0, authenticated: 2, sharedReads: 7, windowBytes: 4096 }, pulledBytes: 500, pulls: { completed: 2, failed: 1 }, pulling: 1, serving: 2, versions: 3 }
   const info = {
     peerId: 'p', node: 'n', incarnation: 3, addresses: [], announce: { ip: '127.0.0.1', source: 'dev loopback' }, listen: [], clusterKeyFile: '', connections: 4, topicPeers: 3, meshPeers: 2,
-    seeds: [], members: { alive: 3, suspect: 1, dead: 2 },
+    seeds: [], neighbors: { maxPeers: 12, outbound: 4, inbound: 2, outboundTarget: 4, inboundLimit: 8, idleClosed: 5, rejected: 1 }, members: { alive: 3, suspect: 1, dead: 2 },
     messages: { published: { total: 10, perSecond: 1 }, received: { total: 20, perSecond: 2 }, stale: 1, invalid: { oversized: 0, malformed: 1, schema: 0, signature: 2 } },
     dissemination: { samples: 0, p50Ms: null, p99Ms: null, maxMs: null }, sync: { syncs: 5, failed: 1, recordsApplied: 7 }, probes: { sent: 100, failed: 3, discarded: 1 }, health: { score: 0, healthy: true },
   } satisfies MeshInfo
@@ -179,6 +179,8 @@ t.test('weights, mesh, leader, jobs, reward: their views as series', async t => 
   t.equal(sampleValue(m, 'agentd_weights_active_pulls', { direction: 'serving' }), 2)
   t.equal(sampleValue(m, 'agentd_weights_connections', { state: 'authenticated' }), 2)
   t.equal(sampleValue(m, 'agentd_mesh_peers', { state: 'suspect' }), 1)
+  t.equal(sampleValue(m, 'agentd_mesh_neighbors', { direction: 'inbound' }), 2)
+  t.equal(sampleValue(m, 'agentd_mesh_idle_connections_closed_total'), 5)
   t.equal(sampleValue(m, 'agentd_mesh_messages_received_total'), 20)
   t.equal(sampleValue(m, 'agentd_mesh_messages_invalid_total', { reason: 'signature' }), 2)
   t.equal(sampleValue(m, 'agentd_mesh_probes_total', { outcome: 'failed' }), 3)

@@ -78,12 +78,19 @@ t.test('etcd backend: a new leader that cannot read the committed state yet deci
   const etcdProcess = await startEtcd(t)
   const proxy = await startEtcdProxy(t, etcdProcess.endpoint)
   const cluster = await startElectionCluster(t, { servers: 3, etcd: { endpoint: proxy.endpoint } })
-  const first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
+  let first = await waitForLeader(cluster.agents, cluster.agents, 20_000)
   const follower = cluster.agents.find(a => a !== first.leader)!
   const acknowledged = await follower.client.submitJob(jepsenJob('before-takeover'))
 
   // The next leader's read of the committed state goes unanswered; its campaign, lease and guarded writes do not.
   proxy.hold('/agentd/election.desired')
+  // Under CI load a lease can lapse before the kill: a leader that took over meanwhile read the state
+  // before the hold. The one killed must be the one leading now (a take-over after the hold is held too).
+  for (let i = 0; i < 3; i++) {
+    const now = await first.leader!.client.leader()
+    if (now.self === 'leader' && now.epoch === first.epoch) break
+    first = await waitForLeader(cluster.agents, cluster.agents, 20_000, first.epoch)
+  }
   first.leader!.proc.kill('SIGKILL')
   await first.leader!.exited
   const survivors = cluster.agents.filter(a => a !== first.leader)
