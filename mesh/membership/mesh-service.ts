@@ -4,7 +4,8 @@
  *
  *   received message → signed-envelope (size, schema, signature) → membership
  *   (monotonic version, SWIM precedence) → accepted ones are forwarded by
- *   gossipsub, stale ones ignored, invalid ones rejected and counted.
+ *   gossipsub, stale ones ignored (but the first gossip copy of a record
+ *   taken from a state sync is forwarded), invalid ones rejected and counted.
  *   own record published while no peer listened → again once one subscribes.
  *   join, and every syncIntervalMs → state sync with one member
  *   (state-sync.ts): the signed records it holds newer than ours, applied as above.
@@ -211,6 +212,14 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     log,
   })
 
+  /** Record versions ("peer/incarnation/seq") taken from a state sync whose gossip copy has not come yet (bounded; oldest dropped first). */
+  const syncedUnforwarded = new Set<string>()
+  const versionKey = (r: AvailabilityRecord): string => `${r.from}/${r.incarnation}/${r.seq}`
+  const rememberSynced = (r: AvailabilityRecord): void => {
+    syncedUnforwarded.add(versionKey(r))
+    if (syncedUnforwarded.size > 4096) syncedUnforwarded.delete(syncedUnforwarded.values().next().value!)
+  }
+
   let decisionHandler: ((batch: DecisionBatch) => Promise<DecisionVerdict>) | undefined
   /** Gossip's validator, and state sync's (`via: 'sync'`: records only, not counted as received messages). */
   const validate = async (data: Uint8Array, via: 'gossip' | 'sync' = 'gossip'): Promise<TopicValidatorResult> => {
@@ -229,7 +238,15 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
       return verdict === 'accepted' ? TopicValidatorResult.Accept : TopicValidatorResult.Ignore
     }
     const result = message.kind === 'record' ? membership.applyRecord(message) : membership.applyClaim(message)
-    if (result === 'stale') { stats.stale++; return TopicValidatorResult.Ignore }
+    if (result === 'stale') {
+      // The gossip copy of a record this agent took from a state sync: forwarded once all the same. With a
+      // bounded view the agents that synced with a joiner sit on the gossip paths to the rest, and a copy
+      // they dropped reached the others only with their next anti-entropy pull (20 s to converge at 25 agents).
+      if (message.kind === 'record' && via === 'gossip' && syncedUnforwarded.delete(versionKey(message))) return TopicValidatorResult.Accept
+      stats.stale++
+      return TopicValidatorResult.Ignore
+    }
+    if (message.kind === 'record' && via === 'sync') rememberSynced(message)
     if (message.kind === 'record' && message.from !== self) envelopes.set(message.from, heldRecord(message, data))
     if (message.kind === 'record' && via === 'gossip') stats.dissemination.add(Math.max(0, Date.now() - message.publishedAtMs))
     return TopicValidatorResult.Accept

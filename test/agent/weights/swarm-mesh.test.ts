@@ -88,7 +88,10 @@ t.test('eight pullers find each other in the mesh, whole and sliced; a puller ki
     // byte-exact in swarm.test.ts, and each piece against its checksum here.
     if (i !== 0 && i !== live.length - 1) continue
     const copy = await exported(live[i]!, 2, mesh.dir)
-    t.ok(v2.every(x => copy.get(x.name)?.equals(rank0(x)) === true), `sliced puller ${i}: every slice byte-exact`)
+    // Which tensors differ, and how: a slice missing from the export, one of another length, or other bytes.
+    const wrong = v2.filter(x => copy.get(x.name)?.equals(rank0(x)) !== true)
+      .map(x => { const got = copy.get(x.name); return `${x.name}: ${got === undefined ? 'missing' : got.length !== rank0(x).length ? `${got.length} bytes` : 'other bytes'}` })
+    t.same(wrong, [], `sliced puller ${i}: every slice byte-exact (exported: ${[...copy.keys()].length} tensors)`)
   }
   t.ok(slicedFromPeers > 3 * 12 * MiB, `the sliced pullers got ${(slicedFromPeers / MiB).toFixed(1)} of ${7 * 12} MiB from each other`)
 
