@@ -1,9 +1,15 @@
 // Twenty agents (separate processes) on loopback converge, and all of them notice one of them
-// killed. Kept short for CI: start, converge, kill one, done. The built agents run (dist/, as
+// killed, on a bounded partial view (mesh.maxPeers = 6: each agent keeps at most six neighbors, the
+// seed that all joined through too, and closes idle connections to others after 2 s); the neighbors
+// of the killed one draw replacements. Kept short for CI: start, converge, kill one, done. The built agents run (dist/, as
 // installed): starting twenty from the sources costs more CPU than the mesh itself.
 // test/bench/mesh.bench.ts measures 20 agents (convergence, dissemination, detection, idle cost).
 import t from 'tap'
-import { startTestMesh } from '../../helpers/test-mesh.ts'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { startTestMesh, type MeshAgent } from '../../helpers/test-mesh.ts'
+
+const maxPeers = 6
+const infos = async (agents: MeshAgent[]) => Promise.all(agents.map(a => a.client.mesh()))
 
 // Starting twenty agents on a 2-core CI machine that runs another test file beside it takes 1-3 minutes.
 t.setTimeout(300_000)
@@ -11,7 +17,7 @@ t.setTimeout(300_000)
 t.test('a 20-agent cluster converges and every member sees a SIGKILLed one dead', { timeout: 290_000 }, async t => {
   const began = performance.now()
   // Deployed as a cluster: three election servers, seventeen clients (not twenty one-agent elections).
-  const mesh = await startTestMesh(t, { nodes: 20, built: true, convergeTimeoutMs: 220_000, clusterServers: 3 })
+  const mesh = await startTestMesh(t, { nodes: 20, built: true, convergeTimeoutMs: 220_000, clusterServers: 3, args: ['--set', `mesh.maxPeers=${maxPeers}`, '--set', 'mesh.idleConnectionMs=2000'] })
   t.equal(mesh.agents.length, 20)
   // Converged means every agent saw the others alive; a member starved of CPU for seconds right after
   // may be suspected and declared dead for a moment before it refutes: its view must return to 19 alive.
@@ -19,6 +25,19 @@ t.test('a 20-agent cluster converges and every member sees a SIGKILLed one dead'
   const settledMs = await mesh.waitFor([mesh.agents[7]!], peers => liveWithRecords(peers) === 19, 30_000, 'agent 7 to hold the 19 others\' records, none dead')
   t.pass(`agent 7 holds the 19 others' records, none dead (${Math.round(settledMs)} ms after convergence)`)
   t.comment(`started and converged in ${Math.round(performance.now() - began)} ms`)
+
+  const views = (await infos(mesh.agents)).map(i => i.neighbors)
+  t.ok(views.every(v => v.outbound + v.inbound <= maxPeers), `every agent within ${maxPeers} neighbors (${views.map(v => v.outbound + v.inbound).join(' ')})`)
+  // Requests (state sync, leader calls, indirect probes) open connections beyond the neighbors for a moment;
+  // idle ones close after 2 s. Two agents that ask each other at once hold two connections for one link.
+  let connections: number[] = []
+  for (let i = 0; i < 100; i++) {
+    connections = (await infos(mesh.agents)).map(i => i.connections)
+    if (connections.every(c => c <= maxPeers + 3)) break
+    await sleep(100)
+  }
+  t.ok(connections.every(c => c <= maxPeers + 3), `connections per agent ${connections.join(' ')}: at most ${maxPeers} neighbors plus requests in flight`)
+  t.ok(connections[0]! <= maxPeers + 3, `the seed every agent joined through keeps ${connections[0]} connections, not one per member (19)`)
 
   const victim = mesh.agents[19]!
   const survivors = mesh.agents.slice(0, 19)
@@ -31,4 +50,12 @@ t.test('a 20-agent cluster converges and every member sees a SIGKILLed one dead'
       throw new Error([err.message, ...exited].join('\n'))
     })
   t.pass(`the 19 survivors saw it dead within ${Math.round(ms)} ms (polling every 50 ms)`)
+  // Everyone keeps drawing: no survivor is left without an outbound neighbor, none holds more than its bound.
+  let after: Array<{ outbound: number, inbound: number }> = []
+  for (let i = 0; i < 100; i++) {
+    after = (await infos(survivors)).map(x => x.neighbors)
+    if (after.every(v => v.outbound >= 1)) break
+    await sleep(100)
+  }
+  t.ok(after.every(v => v.outbound >= 1 && v.outbound + v.inbound <= maxPeers), `every survivor has drawn a neighbor, within the bound (${after.map(v => `${v.outbound}+${v.inbound}`).join(' ')})`)
 })
