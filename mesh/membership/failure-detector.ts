@@ -72,7 +72,8 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     const listed = membership.members().filter(m => m.state !== 'dead').map(m => m.peerId)
     if (components.targets === undefined) return listed
     const targets = new Set(components.targets())
-    return listed.filter(p => targets.has(p))
+    // No neighbor yet (joining, or cut off): probe the members themselves rather than no one.
+    return targets.size === 0 ? listed : listed.filter(p => targets.has(p))
   }
 
   const nextTarget = (): string | undefined => {

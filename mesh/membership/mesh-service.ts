@@ -190,6 +190,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
   const dialer = createPeerDialer({ seeds: config.join, maxPeers: config.maxPeers, idleConnectionMs: config.idleConnectionMs }, {
     node,
     members: () => membership.members().map(m => ({ peerId: m.peerId, state: m.state, addresses: m.record?.addresses.mesh ?? [] })),
+    unreachable: peer => detector.probeNow(peer),
     log,
   })
 

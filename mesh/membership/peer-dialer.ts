@@ -69,6 +69,11 @@ export interface PeerDialerComponents {
   node: MeshLibp2p
   /** Listed members (dead ones until forgotten) and their announced mesh addresses. */
   members(): DialerMember[]
+  /**
+   * Asking `peer` failed in transport (not a rejection): it may be gone. The failure detector
+   * probes it, since a member that is nobody's neighbor (it died before a link formed) is probed by no one else.
+   */
+  unreachable?(peer: string): void
   log: { debug(obj: object, msg: string): void, warn(obj: object, msg: string): void }
 }
 
@@ -177,6 +182,7 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
         failed(b)
         backoffs.set(peer, b)
         if (b.failures === 1 || b.failures % 20 === 0) log.debug({ peer, failures: b.failures, err: err.message }, 'neighbor ask failed; another member is drawn')
+        if (!signal.aborted) components.unreachable?.(peer)
       })
       .finally(() => { asking.delete(peer) })
   }
