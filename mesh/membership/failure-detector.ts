@@ -48,8 +48,17 @@ export interface FailureDetectorComponents {
    * traffic stays independent of the cluster's size. Default: every listed member.
    */
   targets?(): string[]
+  /** A member outside the targets was probed (its connection was opened for the probe alone). */
+  probedOutside?(peer: string): void
   random?(): number
 }
+
+/**
+ * Every this many periods the probe goes to a random listed member outside
+ * the targets instead (SWIM's random probing): a member that is nobody's
+ * neighbor yet (it joined and died before any link formed) is still probed.
+ */
+const outsideProbeEvery = 8
 
 export interface FailureDetector {
   start(options: { signal: AbortSignal }): void
@@ -130,12 +139,23 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     }
   }
 
+  let ticks = 0
+  /** A random listed member that is not a target, or undefined when there is none (or no targets). */
+  const outsideTarget = (): string | undefined => {
+    if (components.targets === undefined) return undefined
+    const targets = new Set(components.targets())
+    if (targets.size === 0) return undefined
+    const outside = membership.members().filter(m => m.state !== 'dead' && !targets.has(m.peerId)).map(m => m.peerId)
+    return outside[Math.floor(random() * outside.length)]
+  }
+
   const tick = (): void => {
     if (controller === undefined || controller.signal.aborted) return
     const signal = controller.signal
-    const target = nextTarget()
+    const outside = ++ticks % outsideProbeEvery === 0 ? outsideTarget() : undefined
+    const target = outside ?? nextTarget()
     const began = performance.now()
-    const done = target === undefined ? Promise.resolve() : probe(target, signal)
+    const done = target === undefined ? Promise.resolve() : probe(target, signal).finally(() => { if (outside !== undefined) components.probedOutside?.(outside) })
     void done.catch(() => {}).finally(() => {
       if (signal.aborted) return
       // One probe per period; a probe that outlasts the period delays the next (memberlist).

@@ -185,7 +185,7 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     probeIntervalMs: config.probeIntervalMs,
     probeTimeoutMs: config.probeTimeoutMs,
     indirectProbes: config.indirectProbes,
-  }, { membership, prober, health, log, targets: () => dialer.neighbors() })
+  }, { membership, prober, health, log, targets: () => dialer.neighbors(), probedOutside: peer => dialer.closeWhenIdle(peer) })
 
   const dialer = createPeerDialer({ seeds: config.join, maxPeers: config.maxPeers, idleConnectionMs: config.idleConnectionMs }, {
     node,

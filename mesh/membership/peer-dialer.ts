@@ -90,6 +90,8 @@ export interface PeerDialer {
   memberLost(peerId: string): void
   /** Every connection to `peerId` closed; returns whether it was a neighbor (then it is worth a probe). */
   disconnected(peerId: string): boolean
+  /** `peer` was dialed for one probe: its connection closes as soon as it carries nothing (not after idleConnectionMs). */
+  closeWhenIdle(peer: string): void
   /** Current neighbors, each once. */
   neighbors(): string[]
   view(): { maxPeers: number, outbound: number, inbound: number, outboundTarget: number, inboundLimit: number, idleClosed: number, rejected: number }
@@ -138,6 +140,8 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
   /** Peer → when (monotonic ms) one of its connections last carried a request. */
   const lastActive = new Map<string, number>()
   const counters = { idleClosed: 0, rejected: 0 }
+  /** Peers connected for one probe: reaped at the first check that finds their connections carrying nothing. */
+  const probeOnly = new Set<string>()
   let controller: AbortController | undefined
   let timer: NodeJS.Timeout | undefined
   let reconnectTimer: NodeJS.Timeout | undefined
@@ -221,11 +225,13 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
       byPeer.set(id, e)
     }
     for (const id of lastActive.keys()) if (!byPeer.has(id)) lastActive.delete(id)
+    for (const id of probeOnly) if (!byPeer.has(id)) probeOnly.delete(id)
     for (const [id, e] of byPeer) {
       if (e.active) lastActive.set(id, now)
-      if (keep.has(id) || neighbors.has(id) || asking.has(id)) continue
+      if (keep.has(id) || neighbors.has(id) || asking.has(id)) { probeOnly.delete(id); continue }
       const since = Math.max(e.openedAt, lastActive.get(id) ?? 0)
-      if (now - since < options.idleConnectionMs) continue
+      if (probeOnly.has(id) ? e.active : now - since < options.idleConnectionMs) continue
+      probeOnly.delete(id)
       counters.idleClosed++
       lastActive.delete(id)
       void node.hangUp(e.peer).catch(() => {})
@@ -330,6 +336,7 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
       neighbors.remove(peerId)
       preferred.delete(peerId)
     },
+    closeWhenIdle (peerId) { if (!neighbors.has(peerId)) probeOnly.add(peerId) },
     disconnected (peerId) {
       lastActive.delete(peerId)
       return neighbors.remove(peerId)
