@@ -69,3 +69,34 @@ t.test('a probe that timed out while this agent stalled is discarded: no accusat
   t.equal(r.state, 'alive')
   t.equal(r.probes.discarded, 1)
 })
+
+t.test('targets: only neighbors are probed in turn, and every 8th period a random member outside them', async t => {
+  const health = { healthy: () => true, stalledSince: () => false, scale: (ms: number) => ms, probeSucceeded: () => {}, probeFailedEverywhere: () => {} } as unknown as LocalHealth
+  const m = createMembership({ self, probeIntervalMs: 10, suspicionMult: 4, suspicionMaxTimeoutMult: 6, deadRetentionMs: 60_000 },
+    { health, broadcast: () => {}, onRefute: () => {} })
+  for (const id of [target, h1, h2]) m.applyRecord(record(id))
+  const pinged: string[] = []
+  const outside: string[] = []
+  // h1 and h2 are the neighbors; the target is no one's neighbor here (it joined, then died before a link formed).
+  const detector = createFailureDetector({ probeIntervalMs: 5, probeTimeoutMs: 5, indirectProbes: 1 }, {
+    membership: m,
+    health,
+    log: { debug: () => {} },
+    targets: () => [h1, h2],
+    probedOutside: peer => outside.push(peer),
+    prober: {
+      ping: async peer => { pinged.push(peer); return peer === target ? 'refused' : 'ack' },
+      pingReq: async (_helper, peer) => peer === target ? 'refused' : 'ack',
+    },
+  })
+  const controller = new AbortController()
+  detector.start({ signal: controller.signal })
+  for (let i = 0; i < 200 && m.get(target)?.state !== 'dead'; i++) await sleep(10)
+  controller.abort()
+  detector.stop()
+  m.stop()
+  t.equal(m.get(target)?.state, 'dead', 'the member outside the neighbors was probed and found dead')
+  t.same(outside, [target], 'its probe was an outside one (its connection is closed as soon as it is idle)')
+  const beforeOutside = pinged.slice(0, pinged.indexOf(target))
+  t.ok(beforeOutside.length >= 7 && beforeOutside.every(p => p === h1 || p === h2), `the periods before it probed the neighbors only (${beforeOutside.length})`)
+})
