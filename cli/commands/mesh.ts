@@ -22,7 +22,7 @@ export function renderMesh (m: MeshInfo): string {
     `listening    ${m.listen.join(', ')}`,
     `cluster key  ${m.clusterKeyFile}`,
     `connections  ${m.connections} (${m.topicPeers} on the mesh topic, ${m.meshPeers} in the gossip mesh)`,
-    `neighbors    ${m.neighbors.outbound} chosen + ${m.neighbors.inbound} choosing this agent, of at most ${m.neighbors.maxPeers} (${m.neighbors.idleClosed} idle connections closed, ${m.neighbors.rejected} asks rejected)`,
+    `neighbors    ${m.neighbors.outbound} chosen + ${m.neighbors.inbound} choosing this agent, of at most ${m.neighbors.maxPeers} (${m.neighbors.idleClosed} idle connections closed, ${m.neighbors.rejected} asks rejected, ${m.neighbors.priorityRefused} priority asks refused)`,
     `members      ${m.members.alive} alive, ${m.members.suspect} suspect, ${m.members.dead} dead`,
     `messages     published ${m.messages.published.total} (${m.messages.published.perSecond}/s), received ${m.messages.received.total} (${m.messages.received.perSecond}/s), stale ${m.messages.stale}`,
     `invalid      oversized ${m.messages.invalid.oversized}, malformed ${m.messages.invalid.malformed}, schema ${m.messages.invalid.schema}, signature ${m.messages.invalid.signature}`,

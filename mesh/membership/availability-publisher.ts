@@ -28,6 +28,7 @@ import { readFileSync } from 'node:fs'
 import { TypeCompiler } from '@sinclair/typebox/compiler'
 import { AvailabilityRecordSchema, type AvailabilityRecord, type GpuAvailability } from './mesh-messages.ts'
 import { envelopeHeaderBytes, meshMessageSchemaError } from './signed-envelope.ts'
+import { heartbeatPeriodMs } from './heartbeat-period.ts'
 
 /**
  * What the record reads of the node inventory: its GPUs, in inventory order.
@@ -55,13 +56,6 @@ export interface StateTiersAvailability {
   namespaces: string[]
 }
 
-/** Live members per heartbeatIntervalMs before the heartbeat period starts to grow. */
-export const heartbeatMembersPerInterval = 6
-
-/** The heartbeat period for `liveMembers` members (module comment). */
-export function heartbeatPeriodMs (heartbeatIntervalMs: number, liveMembers: number): number {
-  return Math.round(heartbeatIntervalMs * Math.max(1, liveMembers / heartbeatMembersPerInterval))
-}
 
 /** Record sections a subsystem may contribute. */
 export type AvailabilitySections = Partial<Pick<AvailabilityRecord, 'gpus' | 'hostPool' | 'nvme' | 'resident' | 'weights' | 'rollout' | 'election'>> & {

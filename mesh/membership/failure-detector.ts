@@ -16,6 +16,7 @@
  */
 import type { LocalHealth } from './local-health.ts'
 import type { Membership } from './membership.ts'
+import { systemClock, type Clock, type ClockTimer } from '../../core/clock.ts'
 
 /** What probing a member found. */
 export type ProbeOutcome = 'ack' | 'timeout' | 'refused'
@@ -51,6 +52,8 @@ export interface FailureDetectorComponents {
   /** A member outside the targets was probed (its connection was opened for the probe alone). */
   probedOutside?(peer: string): void
   random?(): number
+  /** Default: the system clock. */
+  clock?: Clock
 }
 
 /**
@@ -71,18 +74,21 @@ export interface FailureDetector {
 export function createFailureDetector (options: FailureDetectorOptions, components: FailureDetectorComponents): FailureDetector {
   const { membership, prober, health, log } = components
   const random = components.random ?? Math.random
+  const clock = components.clock ?? systemClock
   const inFlight = new Set<string>()
   const counters = { sent: 0, failed: 0, discarded: 0 }
   let order: string[] = []
   let controller: AbortController | undefined
-  let timer: NodeJS.Timeout | undefined
+  let timer: ClockTimer | undefined
 
+  const listedLive = (): string[] => membership.livePeerIds()
+  /** The targets that are listed and not dead; O(targets), not O(members), per period. */
   const probeable = (): string[] => {
-    const listed = membership.members().filter(m => m.state !== 'dead').map(m => m.peerId)
-    if (components.targets === undefined) return listed
-    const targets = new Set(components.targets())
+    if (components.targets === undefined) return listedLive()
+    const targets = components.targets()
     // No neighbor yet (joining, or cut off): probe the members themselves rather than no one.
-    return targets.size === 0 ? listed : listed.filter(p => targets.has(p))
+    if (targets.length === 0) return listedLive()
+    return targets.filter(p => { const m = membership.get(p); return m !== undefined && m.state !== 'dead' })
   }
 
   const nextTarget = (): string | undefined => {
@@ -99,7 +105,7 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     if (inFlight.has(target)) return
     inFlight.add(target)
     counters.sent++
-    const began = performance.now()
+    const began = clock.monotonic()
     try {
       const timeoutMs = health.scale(options.probeTimeoutMs)
       const direct = await prober.ping(target, timeoutMs, signal)
@@ -145,7 +151,7 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     if (components.targets === undefined) return undefined
     const targets = new Set(components.targets())
     if (targets.size === 0) return undefined
-    const outside = membership.members().filter(m => m.state !== 'dead' && !targets.has(m.peerId)).map(m => m.peerId)
+    const outside = membership.livePeerIds().filter(p => !targets.has(p))
     return outside[Math.floor(random() * outside.length)]
   }
 
@@ -154,14 +160,13 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     const signal = controller.signal
     const outside = ++ticks % outsideProbeEvery === 0 ? outsideTarget() : undefined
     const target = outside ?? nextTarget()
-    const began = performance.now()
+    const began = clock.monotonic()
     const done = target === undefined ? Promise.resolve() : probe(target, signal).finally(() => { if (outside !== undefined) components.probedOutside?.(outside) })
     void done.catch(() => {}).finally(() => {
       if (signal.aborted) return
       // One probe per period; a probe that outlasts the period delays the next (memberlist).
-      const wait = Math.max(0, health.scale(options.probeIntervalMs) - (performance.now() - began))
-      timer = setTimeout(tick, wait)
-      timer.unref()
+      const wait = Math.max(0, health.scale(options.probeIntervalMs) - (clock.monotonic() - began))
+      timer = clock.setTimeout(tick, wait)
     })
   }
 
@@ -169,12 +174,11 @@ export function createFailureDetector (options: FailureDetectorOptions, componen
     start ({ signal }) {
       controller = new AbortController()
       signal.addEventListener('abort', () => this.stop(), { once: true })
-      timer = setTimeout(tick, options.probeIntervalMs)
-      timer.unref()
+      timer = clock.setTimeout(tick, options.probeIntervalMs)
     },
     stop () {
       controller?.abort()
-      if (timer !== undefined) clearTimeout(timer)
+      clock.clearTimeout(timer)
     },
     probeNow (peerId) {
       const m = membership.get(peerId)

@@ -18,12 +18,13 @@
  * its death: the dead claim is said again (at most once per probe interval),
  * so it can refute. Dead members are forgotten after deadRetentionMs.
  *
- * Timers: one suspicion timer per suspect and one forget timer per dead
- * member, all unref'd and cleared by stop().
+ * Timers (on `clock`, core/clock.ts): one suspicion timer per suspect and one
+ * forget timer per dead member, all cleared by stop().
  */
 import type { AvailabilityRecord, MembershipClaim } from './mesh-messages.ts'
 import { suspicionBounds, suspicionTimeoutMs, type SuspicionTimeoutOptions } from './suspicion-timeout.ts'
 import type { LocalHealth } from './local-health.ts'
+import { systemClock, type Clock, type ClockTimer } from '../../core/clock.ts'
 
 export type MemberState = 'alive' | 'suspect' | 'dead'
 export type ClaimReason = MembershipClaim['reason']
@@ -70,7 +71,8 @@ export interface MembershipComponents {
   broadcast(claim: Omit<MembershipClaim, 'from' | 'sentAtMs'>): void
   /** A claim about this agent at `incarnation` must be refuted with a higher one. */
   onRefute(incarnation: number, claim: MembershipClaim): void
-  now?(): number
+  /** Default: the system clock. */
+  clock?: Clock
 }
 
 export interface Membership {
@@ -84,6 +86,8 @@ export interface Membership {
   heard(peerId: string): void
   get(peerId: string): Member | undefined
   members(): Member[]
+  /** The peer ids of the members not held dead (no snapshots: cheap at thousands of members). */
+  livePeerIds(): string[]
   /** Alive and suspect members, this agent included. */
   liveCount(): number
   subscribe(listener: (event: MembershipEvent) => void): () => void
@@ -91,14 +95,17 @@ export interface Membership {
 }
 
 interface Entry extends Member {
-  suspicion?: { startedAt: number, confirmations: Set<string>, timer: NodeJS.Timeout | undefined }
-  forgetTimer?: NodeJS.Timeout
+  suspicion?: { startedAt: number, confirmations: Set<string>, timer: ClockTimer | undefined }
+  forgetTimer?: ClockTimer
   lastReclaimAt?: number
 }
 
 export function createMembership (options: MembershipOptions, components: MembershipComponents): Membership {
-  const now = components.now ?? Date.now
+  const clock = components.clock ?? systemClock
+  const now = (): number => clock.now()
   const table = new Map<string, Entry>()
+  /** Entries in state dead (kept up to date by setState and forgetting), so liveCount is O(1). */
+  let deadCount = 0
   const listeners = new Set<(event: MembershipEvent) => void>()
 
   const emit = (e: Entry, from: MemberState | null, to: MemberState | 'forgotten', reason: MembershipEvent['reason']): void => {
@@ -108,10 +115,10 @@ export function createMembership (options: MembershipOptions, components: Member
     }
   }
 
-  const liveCount = (): number => 1 + [...table.values()].filter(e => e.state !== 'dead').length
+  const liveCount = (): number => 1 + table.size - deadCount
 
   const clearSuspicion = (e: Entry): void => {
-    if (e.suspicion !== undefined) clearTimeout(e.suspicion.timer)
+    if (e.suspicion !== undefined) clock.clearTimeout(e.suspicion.timer)
     e.suspicion = undefined
   }
 
@@ -119,40 +126,40 @@ export function createMembership (options: MembershipOptions, components: Member
     const from = e.state
     if (from === state) return
     e.state = state
+    if (from === 'dead') deadCount--
+    if (state === 'dead') deadCount++
     e.stateSinceMs = now()
     e.reason = reason === 'record' || reason === 'retention' ? undefined : reason
     if (state !== 'suspect') clearSuspicion(e)
-    if (e.forgetTimer !== undefined) { clearTimeout(e.forgetTimer); e.forgetTimer = undefined }
+    if (e.forgetTimer !== undefined) { clock.clearTimeout(e.forgetTimer); e.forgetTimer = undefined }
     if (state === 'dead') {
-      e.forgetTimer = setTimeout(() => {
+      e.forgetTimer = clock.setTimeout(() => {
         if (table.get(e.peerId) !== e || e.state !== 'dead') return
         table.delete(e.peerId)
+        deadCount--
         emit(e, 'dead', 'forgotten', 'retention')
       }, options.deadRetentionMs)
-      e.forgetTimer.unref()
     }
     emit(e, from, state, reason)
   }
 
   const armSuspicionTimer = (e: Entry): void => {
     const s = e.suspicion!
-    clearTimeout(s.timer)
+    clock.clearTimeout(s.timer)
     const bounds = suspicionBounds(liveCount(), options)
     // The accuser's own confirmation is not independent: confirmations = other accusers.
     const timeout = suspicionTimeoutMs(bounds, Math.max(0, s.confirmations.size - 1))
     const remaining = Math.max(0, s.startedAt + timeout - now())
-    s.timer = setTimeout(() => {
+    s.timer = clock.setTimeout(() => {
       if (e.suspicion !== s || e.state !== 'suspect') return
       if (!components.health.healthy()) {
         // A stalled agent does not accuse: look again one probe interval later.
-        s.timer = setTimeout(() => armSuspicionTimer(e), options.probeIntervalMs)
-        s.timer.unref()
+        s.timer = clock.setTimeout(() => armSuspicionTimer(e), options.probeIntervalMs)
         return
       }
       setState(e, 'dead', 'suspicion-timeout')
       components.broadcast({ kind: 'dead', subject: e.peerId, incarnation: e.incarnation, reason: 'suspicion-timeout' })
     }, remaining)
-    s.timer.unref()
   }
 
   const startSuspicion = (e: Entry, accuser: string, reason: ClaimReason): void => {
@@ -263,6 +270,11 @@ export function createMembership (options: MembershipOptions, components: Member
 
     get: peerId => { const e = table.get(peerId); return e === undefined ? undefined : snapshot(e) },
     members: () => [...table.values()].map(snapshot),
+    livePeerIds () {
+      const ids: string[] = []
+      for (const e of table.values()) if (e.state !== 'dead') ids.push(e.peerId)
+      return ids
+    },
     liveCount,
     subscribe (listener) {
       listeners.add(listener)
@@ -271,7 +283,7 @@ export function createMembership (options: MembershipOptions, components: Member
     stop () {
       for (const e of table.values()) {
         clearSuspicion(e)
-        if (e.forgetTimer !== undefined) clearTimeout(e.forgetTimer)
+        clock.clearTimeout(e.forgetTimer)
       }
       listeners.clear()
     },

@@ -55,6 +55,7 @@ export const MeshInfoSchema = Type.Object({
     inboundLimit: Type.Integer({ description: 'inbound neighbors it accepts: maxPeers - outboundTarget' }),
     idleClosed: Type.Integer({ description: 'connections to non-neighbors closed after mesh.idleConnectionMs without a request' }),
     rejected: Type.Integer({ description: 'neighbor asks other agents rejected (their inbound side full)' }),
+    priorityRefused: Type.Integer({ description: 'priority asks this agent refused: its priority evictions for the window were used up' }),
   }, { description: 'the bounded partial view gossip and probes run over (peer-dialer.ts)' }),
   members: Type.Object({ alive: Type.Integer(), suspect: Type.Integer(), dead: Type.Integer() }),
   messages: Type.Object({

@@ -17,7 +17,11 @@
  *   outbound neighbor is always accepted: the link is one, whoever asked).
  *   A rejected asker draws another member; an asker with no neighbor at all
  *   asks with priority, and a full agent then evicts a random inbound
- *   neighbor for it (which draws again).
+ *   neighbor for it (which draws again) — at most `priorityEvictions` times
+ *   per `priorityWindowMs`, so a peer that keeps asking with priority (a bug,
+ *   or a holder of the cluster key churning the overlay) cannot strip an
+ *   agent of its inbound neighbors; beyond that a priority ask is rejected
+ *   like any other.
  * So an agent never holds more than maxPeers neighbors. With maxPeers ≥ 3 ×
  * (cluster size − 1) every agent draws every other: the full mesh.
  */
@@ -25,7 +29,13 @@
 export interface NeighborSetOptions {
   /** Most neighbors, inbound and outbound together (>= 2). */
   maxPeers: number
+  /** Priority evictions allowed per priorityWindowMs. Default 4. */
+  priorityEvictions?: number
+  /** The window of priorityEvictions, ms. Default 10000. */
+  priorityWindowMs?: number
   random?(): number
+  /** Monotonic clock, ms. Default performance.now. */
+  now?(): number
 }
 
 export interface NeighborSet {
@@ -36,6 +46,10 @@ export interface NeighborSet {
   list(): string[]
   outbound(): string[]
   inbound(): string[]
+  /** Inbound neighbors that are not outbound ones too (what inboundLimit bounds). */
+  inboundOnlyCount(): number
+  /** Priority asks refused because priorityEvictions were used up in the window. */
+  readonly priorityRefused: number
   /**
    * `peer` asked to be a neighbor: records and returns whether it is accepted,
    * and, for a `priority` ask (the asker has no neighbor at all) that found the
@@ -64,15 +78,32 @@ export interface NeighborSet {
 export function createNeighborSet (options: NeighborSetOptions): NeighborSet {
   if (!Number.isInteger(options.maxPeers) || options.maxPeers < 2) throw new RangeError(`maxPeers must be an integer >= 2, got ${options.maxPeers}`)
   const random = options.random ?? Math.random
+  const now = options.now ?? (() => performance.now())
+  const priorityEvictions = options.priorityEvictions ?? 4
+  const priorityWindowMs = options.priorityWindowMs ?? 10_000
+  /** When recent priority evictions happened (monotonic ms), oldest first. */
+  const evictedAt: number[] = []
+  let priorityRefused = 0
   const outboundTarget = Math.ceil(options.maxPeers / 3)
   const inboundLimit = options.maxPeers - outboundTarget
   const out = new Set<string>()
   const inb = new Set<string>()
   const inboundOnly = (): number => { let n = 0; for (const p of inb) if (!out.has(p)) n++; return n }
 
+  /** Whether one more priority eviction fits in the window (and records it if so). */
+  const takeEviction = (): boolean => {
+    const t = now()
+    while (evictedAt.length > 0 && t - evictedAt[0]! >= priorityWindowMs) evictedAt.shift()
+    if (evictedAt.length >= priorityEvictions) { priorityRefused++; return false }
+    evictedAt.push(t)
+    return true
+  }
+
   return {
     outboundTarget,
     inboundLimit,
+    get priorityRefused () { return priorityRefused },
+    inboundOnlyCount: inboundOnly,
     has: peer => out.has(peer) || inb.has(peer),
     list: () => [...new Set([...out, ...inb])],
     outbound: () => [...out],
@@ -81,7 +112,7 @@ export function createNeighborSet (options: NeighborSetOptions): NeighborSet {
       if (inb.has(peer) || out.has(peer)) { inb.add(peer); return { accepted: true } }
       if (inboundOnly() < inboundLimit) { inb.add(peer); return { accepted: true } }
       const evictable = [...inb].filter(p => !out.has(p))
-      if (!priority || evictable.length === 0) return { accepted: false }
+      if (!priority || evictable.length === 0 || !takeEviction()) return { accepted: false }
       const evicted = evictable[Math.floor(random() * evictable.length)]!
       inb.delete(evicted)
       inb.add(peer)

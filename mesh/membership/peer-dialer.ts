@@ -94,7 +94,7 @@ export interface PeerDialer {
   closeWhenIdle(peer: string): void
   /** Current neighbors, each once. */
   neighbors(): string[]
-  view(): { maxPeers: number, outbound: number, inbound: number, outboundTarget: number, inboundLimit: number, idleClosed: number, rejected: number }
+  view(): { maxPeers: number, outbound: number, inbound: number, outboundTarget: number, inboundLimit: number, idleClosed: number, rejected: number, priorityRefused: number }
   /** Seeds with their state, for `agentctl mesh`. */
   seeds(): Array<{ address: string, peerId: string | null, connected: boolean, failures: number }>
 }
@@ -245,7 +245,9 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
     mergeAddresses(listed)
     const alive = listed.filter(m => m.state === 'alive' && m.addresses.length > 0).map(m => m.peerId)
     const aliveSet = new Set(alive)
-    for (const p of neighbors.outbound()) if (!aliveSet.has(p) && !listed.some(m => m.peerId === p && m.state === 'suspect')) neighbors.remove(p)
+    const suspect = new Set(listed.filter(m => m.state === 'suspect').map(m => m.peerId))
+    // A suspect neighbor stays: the suspicion may be refuted, and its link is how it would hear of it.
+    for (const p of neighbors.outbound()) if (!aliveSet.has(p) && !suspect.has(p)) neighbors.remove(p)
     const now = performance.now()
     const keep = new Set<string>()
     if (joining()) {
@@ -259,9 +261,12 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
     let missing = neighbors.missing(alive.length, asking.size)
     if (missing > 0) {
       const eligible = (p: string): boolean => aliveSet.has(p) && !asking.has(p) && !neighbors.has(p) && !backedOff(backoffs.get(p), now)
-      const first = [...preferred].filter(eligible)
+      // Drawn at random among the preferred, not in the order they were learned: a join sync learns
+      // every member at once, in the seed's table order, and taking the first ones would send every
+      // joiner to the cluster's oldest members (found by the membership simulator, membership-sim.ts: half the agents
+      // then had no inbound neighbor and the oldest were full).
+      const picks = neighbors.draw([...preferred].filter(eligible), missing)
       for (const p of preferred) if (!aliveSet.has(p)) preferred.delete(p)
-      const picks = [...first.slice(0, missing)]
       missing -= picks.length
       if (missing > 0) picks.push(...neighbors.draw(alive.filter(p => eligible(p) && !picks.includes(p)), missing))
       for (const p of picks) ask(p, signal)
@@ -345,10 +350,11 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
     view: () => ({
       maxPeers: options.maxPeers,
       outbound: neighbors.outbound().length,
-      inbound: neighbors.inbound().filter(p => !neighbors.outbound().includes(p)).length,
+      inbound: neighbors.inboundOnlyCount(),
       outboundTarget: neighbors.outboundTarget,
       inboundLimit: neighbors.inboundLimit,
       ...counters,
+      priorityRefused: neighbors.priorityRefused,
     }),
     seeds: () => seeds.map(s => ({ address: s.key, peerId: s.peerId?.toString() ?? null, connected: connected(s.peerId), failures: s.failures })),
   }

@@ -38,7 +38,7 @@
  * normalized queue delay (wait / own duration, PlexRL Fig. 8) percentiles,
  * GPU busy fraction (useful task seconds over node-seconds of the makespan).
  */
-import { createEventQueue } from './event-queue.ts'
+import { createEventQueue } from '../../core/event-queue.ts'
 import { createSeededRandom } from '../../core/seeded-random.ts'
 import { defaultContextSwitchS, type PlacementTrace, type PlacementTraceJob } from './placement-trace.ts'
 import { ClusterHorizon } from '../policies/placement/cluster-horizon.ts'

@@ -36,7 +36,7 @@
  *   same rule as the planner's SIMULATE).
  * - Extra delay of a batch = its completion − T, T = max_i (arrivalS_i + Σ_j s_ij) (Eq. 1–2).
  */
-import { createEventQueue } from './event-queue.ts'
+import { createEventQueue } from '../../core/event-queue.ts'
 import { checkWorkerLifecycle, createStageWorkers, createStartPacer, idealWorkers, type StageWorkers, type WorkerLifecycle } from './stage-workers.ts'
 import type { RewardTrace } from './reward-trace.ts'
 import { createPriorityHeap, type PriorityHeap } from '../../core/priority-heap.ts'

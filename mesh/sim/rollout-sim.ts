@@ -25,7 +25,7 @@
  * modelled.
  */
 import { rebalance, selectInstance, selectRoundRobin, selectShortestQueue, type InstanceLoad } from '../policies/rollout-balancing/load-balancer.ts'
-import { createEventQueue, type SimEvent } from './event-queue.ts'
+import { createEventQueue, type SimEvent } from '../../core/event-queue.ts'
 
 export interface SimEngine {
   id: string

@@ -6,7 +6,7 @@
  * seed under HRRS and under FCFS compares the two schedulers on the same
  * queue: context switches, task waits, per-job slowdown.
  */
-import { createEventQueue } from './event-queue.ts'
+import { createEventQueue } from '../../core/event-queue.ts'
 import { createSeededRandom } from '../../core/seeded-random.ts'
 import { createTaskExecutor } from './task-executor.ts'
 import type { RuntimeSchedulerName } from '../policies/runtime/hrrs.ts'

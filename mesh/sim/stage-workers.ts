@@ -23,7 +23,7 @@
  * worker-seconds up to then with the old total); `hooks.ready()` runs when a
  * worker comes up, i.e. capacity rose without a call.
  */
-import type { EventQueue, SimEvent } from './event-queue.ts'
+import type { EventQueue, SimEvent } from '../../core/event-queue.ts'
 
 export interface WorkerLifecycle {
   /** Seconds from a worker's start to its first request (process start, imports, first fetch). */

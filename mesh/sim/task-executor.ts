@@ -22,7 +22,7 @@
  * cannot even hold the switch, and the job would then wait a whole foreign
  * task plus two switches for its next segment.
  */
-import type { EventQueue } from './event-queue.ts'
+import type { EventQueue } from '../../core/event-queue.ts'
 import { nextTaskState, selectRunnable, startOperations, type NodeRuntimeState, type RuntimeSchedulerName, type RuntimeTask, type TaskOperation, type TaskState } from '../policies/runtime/hrrs.ts'
 
 export interface TaskExecutorOptions {

@@ -1,5 +1,5 @@
 /**
- * The simulators' EventQueue interface (mesh/sim/event-queue.ts) on the wall
+ * The simulators' EventQueue interface (core/event-queue.ts) on the wall
  * clock: `nowS` is seconds since the epoch (Date.now), events run from
  * timers. The leader runs the simulators' task executor on it, so the live
  * runtime schedule and `agentctl sim placement` share the same HRRS code.
@@ -8,7 +8,7 @@
  * at the same time run in scheduling order; `close()` cancels every pending
  * event (idempotent). `runUntil` is a simulation-only operation and throws.
  */
-import type { EventQueue, SimEvent } from '../../sim/event-queue.ts'
+import type { EventQueue, SimEvent } from '../../../core/event-queue.ts'
 
 export interface WallClockQueue extends EventQueue {
   close(): void

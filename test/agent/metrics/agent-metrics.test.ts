@@ -159,7 +159,7 @@ t.test('weights, mesh, leader, jobs, reward: their views as series', async t => 
   const weights: WeightsCounters = { server: { servedBytes: 1000, accepted: 3, refused: 1, pending: 0, authenticated: 2, sharedReads: 7, windowBytes: 4096 }, pulledBytes: 500, pulls: { completed: 2, failed: 1 }, pulling: 1, serving: 2, versions: 3 }
   const info = {
     peerId: 'p', node: 'n', incarnation: 3, addresses: [], announce: { ip: '127.0.0.1', source: 'dev loopback' }, listen: [], clusterKeyFile: '', connections: 4, topicPeers: 3, meshPeers: 2,
-    seeds: [], neighbors: { maxPeers: 12, outbound: 4, inbound: 2, outboundTarget: 4, inboundLimit: 8, idleClosed: 5, rejected: 1 }, members: { alive: 3, suspect: 1, dead: 2 },
+    seeds: [], neighbors: { maxPeers: 12, outbound: 4, inbound: 2, outboundTarget: 4, inboundLimit: 8, idleClosed: 5, rejected: 1, priorityRefused: 0 }, members: { alive: 3, suspect: 1, dead: 2 },
     messages: { published: { total: 10, perSecond: 1 }, received: { total: 20, perSecond: 2 }, stale: 1, invalid: { oversized: 0, malformed: 1, schema: 0, signature: 2 } },
     dissemination: { samples: 0, p50Ms: null, p99Ms: null, maxMs: null }, sync: { syncs: 5, failed: 1, recordsApplied: 7 }, probes: { sent: 100, failed: 3, discarded: 1 }, health: { score: 0, healthy: true },
   } satisfies MeshInfo

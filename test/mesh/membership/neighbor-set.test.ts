@@ -33,8 +33,27 @@ t.test('bounds: ceil(maxPeers / 3) outbound, the rest inbound, never more than m
   t.ok(inboundOnly.includes(evicted) && !n.has(evicted), `by evicting an inbound neighbor (${urgent.evicted}), never an outbound one`)
   t.equal(n.list().length, 12, 'still at the bound')
   t.same(n.acceptInbound('other'), { accepted: false }, 'an ordinary ask is still rejected')
+  t.equal(n.inboundOnlyCount(), 8, 'inboundOnlyCount: the inbound side the limit bounds')
   t.throws(() => createNeighborSet({ maxPeers: 1 }), /maxPeers must be an integer >= 2/)
   t.throws(() => createNeighborSet({ maxPeers: 4.5 }), /maxPeers/)
+})
+
+t.test('priority evictions are rate-limited: a peer that keeps asking with priority cannot strip the inbound side', async t => {
+  let clock = 0
+  const n = createNeighborSet({ maxPeers: 6, priorityEvictions: 2, priorityWindowMs: 10_000, now: () => clock })
+  for (let i = 0; i < n.inboundLimit; i++) t.ok(n.acceptInbound(`i${i}`).accepted)
+  t.ok(n.acceptInbound('p0', true).evicted !== undefined, 'the first priority ask evicts')
+  clock = 1000
+  t.ok(n.acceptInbound('p1', true).evicted !== undefined, 'the second too')
+  clock = 2000
+  t.same(n.acceptInbound('p2', true), { accepted: false }, 'the third within the window is rejected like an ordinary ask')
+  t.equal(n.priorityRefused, 1, 'and counted')
+  t.ok(n.has('p1') && !n.has('p2'), 'the last admitted asker is held, the refused one is not')
+  clock = 10_000
+  t.ok(n.acceptInbound('p3', true).evicted !== undefined, 'once the first eviction left the window, one more is allowed')
+  t.same(n.acceptInbound('p4', true), { accepted: false }, 'but not two')
+  t.equal(n.priorityRefused, 2)
+  t.equal(n.inboundOnlyCount(), n.inboundLimit, 'the inbound side never exceeds its limit')
 })
 
 t.test('missing: outbound neighbors still to find, capped by the live members and the asks in flight', async t => {

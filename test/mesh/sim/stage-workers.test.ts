@@ -1,6 +1,6 @@
 // The live life cycle of the reward simulator's workers: start-up time and pacing, keep-warm, and what is given up first.
 import t from 'tap'
-import { createEventQueue } from '../../../mesh/sim/event-queue.ts'
+import { createEventQueue } from '../../../core/event-queue.ts'
 import { checkWorkerLifecycle, createStageWorkers, createStartPacer, type WorkerLifecycle } from '../../../mesh/sim/stage-workers.ts'
 
 function harness (lifecycle: WorkerLifecycle) {

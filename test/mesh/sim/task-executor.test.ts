@@ -1,5 +1,5 @@
 import t from 'tap'
-import { createEventQueue } from '../../../mesh/sim/event-queue.ts'
+import { createEventQueue } from '../../../core/event-queue.ts'
 import { createTaskExecutor, type TaskRun } from '../../../mesh/sim/task-executor.ts'
 
 /** Job a runs [0, 10) on node 0; job b's task becomes ready at `readyS`. Returns b's run. */

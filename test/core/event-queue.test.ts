@@ -1,5 +1,5 @@
 import t from 'tap'
-import { createEventQueue } from '../../../mesh/sim/event-queue.ts'
+import { createEventQueue } from '../../core/event-queue.ts'
 
 t.test('runs events in time order, ties in scheduling order, with the clock at each event', async t => {
   const q = createEventQueue()

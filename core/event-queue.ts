@@ -1,7 +1,8 @@
-import { createPriorityHeap } from '../../core/priority-heap.ts'
+import { createPriorityHeap } from './priority-heap.ts'
 
 /**
- * The discrete-event engine shared by every simulator in mesh/sim/: a clock in
+ * The discrete-event engine shared by every simulator (mesh/sim/, and the
+ * membership simulator mesh/membership/membership-sim.ts): a clock in
  * seconds and a binary min-heap of events ordered by (time, insertion order),
  * so events at the same instant run in the order they were scheduled and a
  * run is deterministic. Events may schedule further events; nothing here
@@ -31,7 +32,13 @@ export interface EventQueue {
   runUntil(untilS?: number): number
 }
 
-export function createEventQueue (startS = 0): EventQueue {
+/** The simulators' own queue: it can also say when its next event is due (to step a run that awaits promises between events). */
+export interface SimulationQueue extends EventQueue {
+  /** Time of the next event to run (cancelled ones skipped), or undefined when none is pending. */
+  readonly nextAtS: number | undefined
+}
+
+export function createEventQueue (startS = 0): SimulationQueue {
   const heap = createPriorityHeap<SimEvent>((a, b) => a.atS < b.atS || (a.atS === b.atS && a.seq < b.seq))
   let nowS = startS
   let seq = 0
@@ -40,6 +47,11 @@ export function createEventQueue (startS = 0): EventQueue {
   return {
     get nowS () { return nowS },
     get pending () { return live },
+    get nextAtS () {
+      let next = heap.peek()
+      while (next?.cancelled === true) { heap.pop(); next = heap.peek() }
+      return next?.atS
+    },
     at (atS, run) {
       if (!Number.isFinite(atS) || atS < nowS) throw new RangeError(`cannot schedule at ${atS}s: now is ${nowS}s`)
       const event: SimEvent = { atS, seq: seq++, run, cancelled: false }
