@@ -113,8 +113,9 @@ export interface MembershipSimResult {
   perAgent: { messagesSentPerS: Spread, bytesSentPerS: Spread, neighbors: Spread }
   /** The kill: from the stop until the first and until every running agent held each victim dead, s. */
   detection: { firstS: number | null, allS: number | null, missed: number }
-  /** Suspect / dead events about agents that were running, over the whole run. */
+  /** Suspicions of running agents raised by a failed probe (each one agent's accusation, however far it spread), over the whole run. */
   falseSuspicions: number
+  /** Times an agent held a running agent dead (per holder), over the whole run. */
   falseDeaths: number
   /** Simulated events run, and the wall time they took, s. */
   events: number
@@ -412,7 +413,10 @@ export async function runMembershipSim (options: MembershipSimOptions): Promise<
     a.membership = createMembership({ self: a.id, probeIntervalMs: mesh.probeIntervalMs, suspicionMult: mesh.suspicionMult, suspicionMaxTimeoutMult: mesh.suspicionMaxTimeoutMult, deadRetentionMs: mesh.deadRetentionMs }, {
       health: healthy,
       clock,
-      broadcast: claim => publish(a, { ...claim, from: a.id, sentAtMs: Math.round(clock.now()) } as MembershipClaim),
+      broadcast: claim => {
+        if (claim.kind === 'suspect' && byId.get(claim.subject)!.up) result.falseSuspicions++
+        publish(a, { ...claim, from: a.id, sentAtMs: Math.round(clock.now()) } as MembershipClaim)
+      },
       onRefute: incarnation => {
         if (incarnation < a.incarnation) return
         a.incarnation = incarnation + 1
@@ -451,7 +455,6 @@ export async function runMembershipSim (options: MembershipSimOptions): Promise<
     }
     if (e.to === 'dead' || e.to === 'forgotten') { a.neighbors.remove(e.peerId); a.preferred.delete(e.peerId) }
     if (subject.up) {
-      if (e.to === 'suspect') result.falseSuspicions++
       if (e.to === 'dead') result.falseDeaths++
     } else if (e.to === 'dead' && !deadAt.has(`${a.id}>${e.peerId}`)) {
       deadAt.set(`${a.id}>${e.peerId}`, queue.nowS)

@@ -26,6 +26,9 @@ t.test('three live jobs share one GPU group through a leader that dies mid-run',
   const cluster = await startElectionCluster(t, { servers: 3, clients: 2, clientArgs: i => i === 0 ? ['--set', `inventory.gpus=${twoFakeGpus}`, '--set', 'state.enabled=true'] : [] })
   const first = await waitForLeader(cluster.agents, cluster.agents, 30_000)
   const gpuNode = cluster.clients[0]!
+  // Placement reads the leader's view: submitted before the leader holds the GPU node's record, a job waits
+  // unplaced (what a loaded CI machine showed). Every server, since any may lead by the time the jobs go in.
+  await cluster.waitFor(cluster.servers, peers => peers.some(p => p.peerId === gpuNode.peerId && p.state === 'alive' && (p.record?.gpus.length ?? 0) === 2), 30_000, 'every server to hold the GPU node\'s record with its two GPUs')
   for (const id of jobs) {
     const submitted = await gpuNode.client.submitJob(liveJobSpec(id))
     t.same(submitted.job.nodes, [gpuNode.peerId], `${id} placed on the GPU node`)
