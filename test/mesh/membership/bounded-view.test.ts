@@ -25,8 +25,20 @@ t.test('the neighbor protocol: malformed asks are refused, and a stranger gets a
     const answer = await requestJson(intruders[0]!, agent.peerId, protocol, bad, AbortSignal.timeout(5000)).then(() => 'answered', (err: Error) => err.message)
     t.not(answer, 'answered', `${JSON.stringify(bad)} is refused (the stream is aborted)`)
   }
-  for (const node of intruders) await node.dial(multiaddr(agent.meshAddress))
-  const answers = await Promise.all(intruders.map(node => requestJson(node, agent.peerId, protocol, { op: 'join' }, AbortSignal.timeout(5000)))) as Array<{ accepted: boolean }>
+  // The agent closes a non-neighbor's connection after 2 s without a request (neighbor asks are none):
+  // on a loaded machine it may do so between a dial and the ask. A closed link is redialed and asked
+  // again; a refusal is an answer and is not retried.
+  const join = async (node: typeof intruders[number]): Promise<{ accepted: boolean }> => {
+    for (let attempt = 1; ; attempt++) {
+      await node.dial(multiaddr(agent.meshAddress))
+      try {
+        return await requestJson(node, agent.peerId, protocol, { op: 'join' }, AbortSignal.timeout(5000)) as { accepted: boolean }
+      } catch (err) {
+        if (attempt === 3) throw err
+      }
+    }
+  }
+  const answers = await Promise.all(intruders.map(join))
   // maxPeers 4: 2 outbound, at most 2 inbound.
   t.same(answers.map(a => a.accepted).sort(), [false, false, true, true], 'two accepted, two rejected')
   const info = await agent.client.mesh()
