@@ -124,7 +124,7 @@ export interface MembershipSimResult {
 
 export interface Spread { median: number, max: number }
 
-interface Message { id: number, origin: string, body: AvailabilityRecord | MembershipClaim, bytes: number }
+interface Message { id: number, body: AvailabilityRecord | MembershipClaim, bytes: number }
 
 interface Agent {
   id: string
@@ -284,7 +284,7 @@ export async function runMembershipSim (options: MembershipSimOptions): Promise<
   }
 
   const publish = (a: Agent, body: AvailabilityRecord | MembershipClaim): void => {
-    const m: Message = { id: messageCount++, origin: a.id, body, bytes: body.kind === 'record' ? bytes.record : bytes.claim }
+    const m: Message = { id: messageCount++, body, bytes: body.kind === 'record' ? bytes.record : bytes.claim }
     markSeen(a, m.id)
     gossip(a, m, undefined)
   }
@@ -323,11 +323,7 @@ export async function runMembershipSim (options: MembershipSimOptions): Promise<
       if (join) {
         // Introduction: the seed takes the joiner's record and gossips it.
         const joiner = ownRecord.get(a.id)
-        if (joiner !== undefined && b.membership.applyRecord(joiner) === 'accepted') {
-          const m: Message = { id: messageCount++, origin: b.id, body: joiner, bytes: bytes.record }
-          markSeen(b, m.id)
-          gossip(b, m, undefined)
-        }
+        if (joiner !== undefined && b.membership.applyRecord(joiner) === 'accepted') publish(b, joiner)
       }
       const records = newerThan(b, digest)
       send(b, a, 64 + records.length * bytes.record, () => { for (const r of records) a.membership.applyRecord(r) })
