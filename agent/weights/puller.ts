@@ -322,6 +322,12 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         admitted: i => seed?.fetching(slices[i]!.index, true),
       })
       const fail = (err: Error): void => schedule.fail(err)
+      /**
+       * Slices being stored (their last piece landed). The pull is over when these are, not when the
+       * last piece landed: ending it closes the peers' connections, and a peer's task can end then
+       * (its HAVE cut short) while its lane still checksums and stores a slice.
+       */
+      const stores = new Set<Promise<void>>()
       /** A slice's last piece landed: checksummed for a sliced pull, stored, and out of the window (into a file: its pieces are written). */
       const store = async (i: number): Promise<void> => {
         if (file === undefined) {
@@ -549,11 +555,15 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         doneBytes += piece.length
         request.onProgress?.(doneBytes, totalBytes)
         if (schedule.landed(piece)) {
+          const storing = store(piece.slice)
+          stores.add(storing)
           try {
-            await store(piece.slice)
+            await storing
           } catch (err) {
             fail(err as Error)
             return false
+          } finally {
+            stores.delete(storing)
           }
         }
         return true
@@ -590,6 +600,7 @@ export function createPuller (options: PullerOptions, components: PullerComponen
       let pullError: Error | undefined
       try {
         await schedule.finished
+        await Promise.all(stores)
       } catch (err) {
         pullError = err as Error
       } finally {

@@ -233,3 +233,36 @@ t.test('a sliced pull in progress serves only its stored slices: other slices an
   await checkSlices(t, d, rank0, tensors, 0, 'the rank-0 puller')
   await checkSlices(t, b, await pulling, tensors, 0, 'the seed')
 })
+
+/**
+ * Proxy filter for a peer: on each connection, the first HAVE reply passes and everything after it is
+ * swallowed — the puller's next HAVE is still unanswered when its pull ends (as one in flight can be
+ * at any moment: HAVE is asked every 100 ms). READ connections are not touched.
+ */
+function stallAfterFirstHave (tensors: number): (chunk: Buffer, seen: number, connection: number) => Buffer {
+  const haveReply = 24 + 4 + 2 * Math.ceil(tensors / 8)
+  const stalled = new Set<number>()
+  return (chunk, _seen, connection) => {
+    if (stalled.has(connection)) return Buffer.alloc(0)
+    if (chunk.length === haveReply && chunk.toString('latin1', 0, 4) === 'AGWR' && chunk.readUInt32LE(24) === tensors) stalled.add(connection)
+    return chunk
+  }
+}
+
+t.test('a sliced pull whose last slices come from a peer has stored every one of them when it returns, though closing the peer cuts a HAVE short', async t => {
+  const tensors = layers(320, 16) // 16 MiB; 8 MiB per rank, 16 slices of 512 KiB
+  const a = await publisher(t, tensors)
+  const c = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+  await checkSlices(t, c, await c.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: rowParallel(0), streams: 1 }), tensors, 0, 'the peer')
+  // The peer's uplink paced (about 1 s for the rank): its pieces land last, after the few the publisher sends before the peer's HAVE.
+  const peer = await tcpProxy(t, c.weights.address(), stallAfterFirstHave(tensors.length), () => undefined, 8 * MiB)
+  for (const n of [1, 2, 3]) {
+    const b = await weightsNode(t, sharedKeyOf(t), {}, undefined, 16 * MiB)
+    const r = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: rowParallel(0), streams: 1, peers: [peer.address] })
+    t.ok((r.sources[peer.address] ?? 0) > 4 * MiB, `puller ${n}: ${((r.sources[peer.address] ?? 0) / MiB).toFixed(1)} MiB from the peer`)
+    const stored = new Set(b.sm.storedKeys('weights/m/').map(k => k.text))
+    t.same(r.keys.filter(k => !stored.has(k)), [], `puller ${n}: every key the pull returned is stored`)
+    await checkSlices(t, b, r, tensors, 0, `puller ${n}`)
+    t.match(b.weights.list().versions, [{ version: 1, partial: { tp: 2, rank: 0 } }], `puller ${n}: a partial holder`)
+  }
+})
