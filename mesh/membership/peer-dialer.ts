@@ -16,7 +16,8 @@
  *   and draw each other into their views;
  * - every other connection (a probe, a leader call, a state sync, a weight
  *   query: whoever dialed it) is closed once it carried no request for
- *   idleConnectionMs. Gossipsub, identify and ping streams are not requests.
+ *   idleConnectionMs. Gossipsub, identify and ping streams are not requests;
+ *   a neighbor ask is (a link is not closed under an ask being answered).
  *
  * A failed dial backs off exponentially (initialBackoffMs × 2^n, capped at
  * maxBackoffMs) and success resets it. Seeds may be given without a /p2p/
@@ -112,7 +113,7 @@ interface Seed extends Backoff {
 }
 
 /** Streams that are not requests: a connection carrying only these is idle. */
-const passiveProtocols = /^\/(meshsub|ipfs\/id|ipfs\/ping|agentd\/neighbor)\//
+const passiveProtocols = /^\/(meshsub|ipfs\/id|ipfs\/ping)\//
 
 export function createPeerDialer (options: PeerDialerOptions, components: PeerDialerComponents): PeerDialer {
   const { node, log } = components
@@ -308,6 +309,9 @@ export function createPeerDialer (options: PeerDialerOptions, components: PeerDi
         if (priority !== undefined && priority !== true) throw new Error('bad neighbor request')
         if (op === 'leave') { neighbors.removeInbound(from); return { accepted: true } }
         if (op !== 'join') throw new Error('bad neighbor request')
+        // An ask that waited while its link closed (reaped as idle, cut) takes no slot: a neighbor
+        // without a link would hold it until the asker is next seen disconnecting, which it never is.
+        if (node.getConnections(peerIdFromString(from)).length === 0) throw new Error('the asker\'s connection closed')
         const { accepted, evicted } = neighbors.acceptInbound(from, priority === true)
         if (evicted !== undefined) {
           log.debug({ peer: from, evicted }, 'a member without neighbors asked: an inbound neighbor is evicted for it')

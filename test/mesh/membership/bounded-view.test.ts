@@ -21,15 +21,15 @@ t.test('the neighbor protocol: malformed asks are refused, and a stranger gets a
   const key = parseClusterKey(readFileSync(mesh.clusterKeyFile, 'utf8'), 'test key')
   const protocol = { protocol: neighborProtocol, maxMessageBytes: 256 }
   // The malformed asks come from a node of their own: the four that ask to join then dial fresh links
-  // (an old link of a non-neighbor is closed after 2 s without a request, and neighbor asks are none).
+  // (a link of a non-neighbor is closed after 2 s without a request).
   const [malformed, ...intruders] = await Promise.all(Array.from({ length: 5 }, () => startMeshNode(t, key))) as [Awaited<ReturnType<typeof startMeshNode>>, ...Array<Awaited<ReturnType<typeof startMeshNode>>>]
   for (const bad of [{ op: 'grab' }, null, 'join', { op: 1 }, { op: 'join', priority: 'yes' }]) {
     const answer = await requestJson(malformed, agent.peerId, protocol, bad, AbortSignal.timeout(5000)).then(() => 'answered', (err: Error) => err.message)
     t.not(answer, 'answered', `${JSON.stringify(bad)} is refused (the stream is aborted)`)
   }
-  // The agent closes a non-neighbor's connection after 2 s without a request (neighbor asks are none):
-  // on a loaded machine it may do so between a dial and the ask. A closed link is redialed and asked
-  // again; a refusal is an answer and is not retried.
+  // The agent closes a non-neighbor's connection after 2 s without a request: on a loaded machine it
+  // may do so between a dial and the ask (an ask that arrives over a closed link takes no slot). A
+  // closed link is redialed and asked again; a refusal is an answer and is not retried.
   const join = async (node: typeof intruders[number]): Promise<{ accepted: boolean }> => {
     for (let attempt = 1; ; attempt++) {
       await node.dial(multiaddr(agent.meshAddress))
