@@ -3,7 +3,7 @@
  * with a matching HTTP status. Bad client input is 4xx, never a crash; only
  * unexpected errors are 500 and logged.
  */
-import { STATUS_CODES } from 'node:http'
+import { nodeHttp } from '../../core/node-http.ts'
 import type { Socket } from 'node:net'
 import { finished } from 'node:stream'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
@@ -101,7 +101,7 @@ export function createClientErrorHandler (logger: Logger, requestTimeoutMs: numb
     if (socket.writable && inFlight?.headersSent !== true) {
       const status = httpStatusOf(mapped)
       const body = JSON.stringify(toErrorBody(mapped))
-      socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+      socket.write(`HTTP/1.1 ${status} ${nodeHttp.STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
     }
     socket.destroy()
   }

@@ -7,7 +7,8 @@
  * agent closed before answering gives ERR_CONNECTION_LOST (the request may or
  * may not have been carried out).
  */
-import { request, type IncomingMessage } from 'node:http'
+import type { IncomingMessage } from 'node:http'
+import { nodeHttp } from '../../core/node-http.ts'
 import { AgentError, isErrorCode, type ErrorBody } from '../../core/errors.ts'
 import type { HealthBody, StatusBody } from '../api/wire/status.ts'
 import type { NodeInventory } from '../api/wire/node.ts'
@@ -136,7 +137,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body))
     return new Promise<T>((resolve, reject) => {
       const idleTimeoutMs = requestOptions.idleTimeoutMs ?? timeoutMs
-      const req = request({
+      const req = nodeHttp.request({
         socketPath,
         method,
         path,
@@ -172,7 +173,7 @@ export function createAgentClient (options: AgentClientOptions = {}): AgentClien
     const method = body === undefined ? 'GET' : 'POST'
     return new Promise<IncomingMessage>((resolve, reject) => {
       const headers = { accept: 'text/event-stream', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) }
-      const req = request({ socketPath, method, path, headers, ...(signal !== undefined ? { signal } : {}) }, res => {
+      const req = nodeHttp.request({ socketPath, method, path, headers, ...(signal !== undefined ? { signal } : {}) }, res => {
         if (res.statusCode === 200) {
           resolve(res)
           return

@@ -16,7 +16,8 @@
  *   local address, a privileged port, or a non-loopback bind without
  *   allowRemote). stop() closes every connection; idempotent.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import { nodeHttp } from '../../core/node-http.ts'
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import { contentType, renderExposition, type MetricFamily } from './exposition.ts'
@@ -81,7 +82,7 @@ export function createMetricsServer (options: MetricsServerOptions, components: 
   return {
     async start () {
       if (server !== undefined) return
-      const s = createServer({ requestTimeout: options.headersTimeoutMs ?? 10_000, headersTimeout: options.headersTimeoutMs ?? 10_000 }, (request, response) => {
+      const s = nodeHttp.createServer({ requestTimeout: options.headersTimeoutMs ?? 10_000, headersTimeout: options.headersTimeoutMs ?? 10_000 }, (request, response) => {
         answer(request, response).catch(err => {
           logger.error({ err }, 'metrics: request failed')
           if (!response.headersSent) reply(response, 500, 'internal error\n')
