@@ -92,7 +92,9 @@ export async function createMeshNode (options: MeshNodeOptions): Promise<MeshLib
     },
     services: {
       identify: identify(),
-      ping: ping(),
+      // The prober keeps one ping stream per probed member (libp2p-prober.ts) beside the connection
+      // monitor's pings: two outbound ping streams per connection; a handler ends a stream after a minute.
+      ping: ping({ timeout: 60_000, maxInboundStreams: 4, maxOutboundStreams: 2 }),
       pubsub: gossipsub({
         globalSignaturePolicy: 'StrictNoSign',
         allowPublishToZeroTopicPeers: true,

@@ -1,42 +1,118 @@
 /**
  * The failure detector's probes over libp2p: a direct probe is a libp2p ping
- * (over the open connection, or a fresh dial when there is none), and
- * `/agentd/ping-req/1.0.0` asks another agent to ping a target for us (SWIM's
- * indirect probe). Both say 'refused' when the target's port refused the TCP
- * connection — the evidence that the process is gone.
+ * (`/ipfs/ping/1.0.0`: 32 random bytes, echoed), and `/agentd/ping-req/1.0.0`
+ * asks another agent to ping a target for us (SWIM's indirect probe). Both
+ * say 'refused' when the target's port refused the TCP connection — the
+ * evidence that the process is gone.
+ *
+ * Direct probes of a member reuse one ping stream (probeStreams below): the
+ * ping handler echoes every 32 bytes until the stream closes, so a probe is
+ * two small frames, not a stream opened, negotiated and closed at both ends
+ * each time (a third of an idle agent's CPU went there). A probe on a reused
+ * stream that fails before its deadline is retried once on a fresh one: the
+ * stream may have been closed under it (the remote's handler timeout, a
+ * reaped connection), which says nothing about the member.
  *
  * ping-req wire (json-protocol.ts): the requester sends { target, timeoutMs }
  * and reads back { outcome }; the helper caps the timeout at maxHelperTimeoutMs.
  */
 import { peerIdFromString } from '@libp2p/peer-id'
+import type { PeerId, Stream } from '@libp2p/interface'
 import type { MeshLibp2p } from './libp2p-node.ts'
 import { handleJson, requestJson } from './json-protocol.ts'
 import type { ProbeOutcome, Prober } from './failure-detector.ts'
 
 export const pingReqProtocol = '/agentd/ping-req/1.0.0'
+export const pingProtocol = '/ipfs/ping/1.0.0'
+const pingBytes = 32
 const maxHelperTimeoutMs = 10_000
 const outcomes: ReadonlySet<string> = new Set(['ack', 'timeout', 'refused'])
 
 export interface Libp2pProber extends Prober {
   /** Registers the ping-req handler (before the node starts). */
   register(): Promise<void>
-  /** Stops answering ping-req (idempotent). */
+  /** Stops answering ping-req and closes the probe streams (idempotent). */
   unregister(): Promise<void>
+}
+
+/**
+ * One open ping stream per probed member, reused probe after probe. A probe
+ * that fails aborts its stream (a late echo must not answer the next probe),
+ * and a stream that closes leaves the table.
+ */
+function probeStreams (node: MeshLibp2p): { ping(peer: PeerId, signal: AbortSignal): Promise<{ reused: boolean }>, closeAll(): void } {
+  const open = new Map<string, Stream>()
+
+  async function streamTo (peer: PeerId, signal: AbortSignal): Promise<{ stream: Stream, reused: boolean }> {
+    const id = peer.toString()
+    const existing = open.get(id)
+    if (existing !== undefined && existing.status === 'open' && existing.writeStatus === 'writable' && existing.readStatus === 'readable') return { stream: existing, reused: true }
+    if (existing !== undefined) { open.delete(id); existing.abort(new Error('probe stream replaced')) }
+    const stream = await node.dialProtocol(peer, pingProtocol, { signal, runOnLimitedConnection: false })
+    open.set(id, stream)
+    stream.addEventListener('close', () => { if (open.get(id) === stream) open.delete(id) }, { once: true })
+    return { stream, reused: false }
+  }
+
+  return {
+    async ping (peer, signal) {
+      const { stream, reused } = await streamTo(peer, signal)
+      const sent = crypto.getRandomValues(new Uint8Array(pingBytes))
+      try {
+        await new Promise<void>((resolve, reject) => {
+          const chunks: Uint8Array[] = []
+          let received = 0
+          const done = (err?: Error): void => {
+            stream.removeEventListener('message', onMessage)
+            stream.removeEventListener('close', onClose)
+            signal.removeEventListener('abort', onAbort)
+            if (err === undefined) resolve(); else reject(err)
+          }
+          const onMessage = (evt: { data: Uint8Array | { subarray(): Uint8Array } }): void => {
+            const data = evt.data instanceof Uint8Array ? evt.data : evt.data.subarray()
+            chunks.push(data)
+            received += data.byteLength
+            if (received < pingBytes) return
+            const echo = Buffer.concat(chunks)
+            done(received === pingBytes && echo.equals(sent) ? undefined : new Error(`wrong ping echo (${received} bytes)`))
+          }
+          const onClose = (): void => { done(new Error('probe stream closed')) }
+          const onAbort = (): void => { done(signal.reason as Error) }
+          stream.addEventListener('message', onMessage)
+          stream.addEventListener('close', onClose)
+          signal.addEventListener('abort', onAbort, { once: true })
+          stream.send(sent)
+        })
+        return { reused }
+      } catch (err) {
+        open.delete(peer.toString())
+        stream.abort(err as Error)
+        throw Object.assign(err as Error, { reusedStream: reused })
+      }
+    },
+    closeAll () {
+      for (const stream of open.values()) void stream.close().catch(() => {})
+      open.clear()
+    },
+  }
 }
 
 export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
   const protocol = { protocol: pingReqProtocol, maxMessageBytes: 1024 }
+  const streams = probeStreams(node)
   async function ping (target: string, timeoutMs: number, signal: AbortSignal): Promise<ProbeOutcome> {
     const peer = peerIdFromString(target)
     const deadline = AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)])
-    // A connection that just closed can fail the first ping before any dial; then dial once more.
+    // A reused stream can have closed under the probe, and a connection that just closed can fail
+    // the first ping before any dial: then once more, on a fresh stream (dialing if need be).
     for (let attempt = 0; attempt < 2; attempt++) {
       try {
-        await node.services.ping.ping(peer, { signal: deadline })
+        await streams.ping(peer, deadline)
         return 'ack'
       } catch (err) {
         if (isConnectionRefused(err)) return 'refused'
-        if (deadline.aborted || node.getConnections(peer).length > 0) return 'timeout'
+        if (deadline.aborted) return 'timeout'
+        if ((err as { reusedStream?: boolean }).reusedStream !== true && node.getConnections(peer).length > 0) return 'timeout'
       }
     }
     return 'timeout'
@@ -65,6 +141,7 @@ export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
       })
     },
     async unregister () {
+      streams.closeAll()
       await node.unhandle(pingReqProtocol).catch(() => {})
     },
   }
