@@ -39,7 +39,8 @@ export interface ElectionRpc extends ElectionTransport {
 }
 
 export function createElectionRpc (node: MeshLibp2p): ElectionRpc {
-  const protocol = { protocol: electionProtocol, maxMessageBytes }
+  // Kept streams (json-protocol.ts): ten heartbeats a second per voter; every request here may arrive twice.
+  const protocol = { protocol: electionProtocol, maxMessageBytes, keepAlive: true }
   return {
     async request (peer, request, signal) {
       return parseResponse(await requestJson(node, peer, protocol, request, signal))
