@@ -4,7 +4,12 @@
  * full mesh (maxPeers = 1024: every agent draws every other, the agent before
  * the bounded view), measured in the same run.
  *
- *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=10,25,50] [idleS=30] [servers=3] [build=bundle] [maxPeers=12,1024]
+ *   node_modules/.bin/node test/bench/mesh.bench.ts [sizes=10,25,50] [idleS=30] [servers=3] [builds=bundle] [maxPeers=12,1024] [rounds=1]
+ *
+ * `builds`: comma-separated, each `bundle` (this build as installed),
+ * `unbundled` (its compiled modules) or the path of another build's agentd
+ * entry (a previous version's dist/bundle/agentd.js: the baseline). Each
+ * round runs every build in turn, so a baseline is measured in the same run.
  *
  * The cluster is deployed as README describes: `servers` election servers
  * (one voter set) and the rest clients; servers=0 makes every agent a --dev
@@ -15,7 +20,7 @@
  *   logged every other one alive (log timestamps, one clock, no polling);
  * - dissemination: record receipt − publish time over the idle minute, per
  *   agent (GET /v1/mesh): median of the agents' p50, max of their p99;
- * - idle CPU (utime+stime over the idle window, % of one core), RSS and PSS
+ * - idle CPU (utime+stime over the idle window, % of one core; election servers and clients apart), RSS and PSS
  *   per agent — built agents as installed (the bundle, agent/node-flags.ts;
  *   build=unbundled runs the compiled modules instead, the previous build) —
  *   with an agent whose mesh is disabled as the baseline in the same run;
@@ -33,19 +38,26 @@
  * 3 s, idle <= 0.5 % of a core and <= 80 MB per agent, connections <= the
  * bound. Anchor: Serf/memberlist LAN defaults detect in ~6-7 s and converge in ~2 s.
  */
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { startTestMesh, type MeshAgent } from '../helpers/test-mesh.ts'
-import { spawnAgent, tempDir } from '../helpers/agent-process.ts'
+import { spawnAgent, tempDir, type SpawnOptions } from '../helpers/agent-process.ts'
 import { MiB, processCpuSeconds, processRssBytes } from './bench-stats.ts'
 
 const sizes = (process.argv[2] ?? '10,25,50').split(',').map(Number)
 const idleS = Number(process.argv[3] ?? 30)
 const servers = Number(process.argv[4] ?? 3)
-const build = process.argv[5] ?? 'bundle'
-if (build !== 'bundle' && build !== 'unbundled') throw new Error(`build must be bundle or unbundled, got ${build}`)
-const built = build === 'bundle' ? true : 'unbundled'
+const builds = (process.argv[5] ?? 'bundle').split(',')
 const views = (process.argv[6] ?? '12,1024').split(',').map(Number)
+const rounds = Number(process.argv[7] ?? 1)
+/** What spawnAgent runs for a build named on the command line. */
+function builtOf (build: string): SpawnOptions['built'] {
+  if (build === 'bundle') return true
+  if (build === 'unbundled') return 'unbundled'
+  if (!existsSync(build)) throw new Error(`build ${build}: bundle, unbundled or the path of an agentd entry point`)
+  return { entry: resolve(build) }
+}
 
 interface LogLine { time: string, msg: string, peer?: string, to?: string, peerId?: string }
 const lines = (a: { output(): string }): LogLine[] => a.output().split('\n').filter(l => l.startsWith('{')).map(l => JSON.parse(l) as LogLine)
@@ -68,7 +80,8 @@ async function loggedAt (observers: MeshAgent[], peer: string, state: string, si
   }
 }
 
-async function run (n: number, maxPeers: number): Promise<Record<string, unknown>> {
+async function run (n: number, maxPeers: number, build: string): Promise<Record<string, unknown>> {
+  const built = builtOf(build)
   const teardowns: Array<() => unknown> = []
   const t = { teardown: (fn: () => unknown) => { teardowns.push(fn) } }
   try {
@@ -76,6 +89,8 @@ async function run (n: number, maxPeers: number): Promise<Record<string, unknown
     const baselineDir = tempDir(t)
     const baseline = await spawnAgent(t, { stateDir: baselineDir, built, args: ['--dev', '--state-dir', baselineDir, '--set', 'state.enabled=false', '--set', 'mesh.enabled=false'] })
     const agents = mesh.agents
+    /** The first `voters` agents are the election servers (startTestMesh's clusterServers). */
+    const voters = servers > 0 ? Math.min(servers, n) : 0
 
     const lastStart = Math.max(...agents.map(a => ms(lines(a).find(l => l.msg === 'mesh started')!.time)))
     const learned = agents.map(a => Math.max(...agents.filter(b => b !== a).map(b => ms(lines(a).find(l => l.msg === 'member state' && l.peer === b.peerId && l.to === 'alive')!.time))))
@@ -128,6 +143,7 @@ async function run (n: number, maxPeers: number): Promise<Record<string, unknown
       idlePerAgent: {
         windowS: round(seconds),
         cpuPercentOfCore: { median: round(median(cpu.slice(0, -1)), 2), max: round(Math.max(...cpu.slice(0, -1)), 2) },
+        ...(voters > 0 && voters < n ? { serversCpuPercentOfCore: round(median(cpu.slice(0, voters)), 2), clientsCpuPercentOfCore: round(median(cpu.slice(voters, n)), 2) } : {}),
         rssMiB: { median: round(median(rss.slice(0, -1))), max: round(Math.max(...rss.slice(0, -1))) },
         pssMiB: { median: round(median(pss.slice(0, -1))), max: round(Math.max(...pss.slice(0, -1))) },
         writtenBytesPerS: perAgent(written.slice(0, -1), 0),
@@ -153,12 +169,27 @@ async function run (n: number, maxPeers: number): Promise<Record<string, unknown
 const results: Array<Record<string, any>> = []
 for (const n of sizes) {
   for (const maxPeers of views) {
-    results.push(await run(n, maxPeers))
-    console.log(JSON.stringify(results.at(-1), null, 2))
+    for (let r = 0; r < rounds; r++) {
+      for (const build of builds) {
+        results.push(await run(n, maxPeers, build))
+        console.log(JSON.stringify(results.at(-1), null, 2))
+      }
+    }
   }
 }
 console.log('\nagents maxPeers view       converge  SIGKILL-all  SIGSTOP-dead-all  idle-cpu%(median)  rss-MiB(median)  connections(median/max)  written-B/s(median)')
 for (const r of results) {
   const i = r.idlePerAgent
-  console.log(`${String(r.agents).padEnd(6)} ${String(r.maxPeers).padEnd(8)} ${String(r.view).padEnd(10)} ${String(r.convergenceMs).padStart(6)} ms ${String(r.sigkill.detectedByAllMs).padStart(8)} ms ${String(r.sigstop.deadByAllMs).padStart(12)} ms ${String(i.cpuPercentOfCore.median).padStart(12)} ${String(i.rssMiB.median).padStart(14)} ${String(r.connectionsPerAgent.median).padStart(14)}/${r.connectionsPerAgent.max} ${String(i.writtenBytesPerS.median).padStart(16)}`)
+  console.log(`${String(r.agents).padEnd(6)} ${String(r.maxPeers).padEnd(8)} ${String(r.view).padEnd(10)} ${String(r.convergenceMs).padStart(6)} ms ${String(r.sigkill.detectedByAllMs).padStart(8)} ms ${String(r.sigstop.deadByAllMs).padStart(12)} ms ${String(i.cpuPercentOfCore.median).padStart(12)} ${String(i.rssMiB.median).padStart(14)} ${String(r.connectionsPerAgent.median).padStart(14)}/${r.connectionsPerAgent.max} ${String(i.writtenBytesPerS.median).padStart(16)}  ${r.build}`)
+}
+// Idle CPU by build and role: the median over the rounds of each round's per-agent median.
+for (const n of sizes) {
+  for (const maxPeers of views) {
+    for (const build of builds) {
+      const runs = results.filter(r => r.agents === n && r.maxPeers === maxPeers && r.build === build).map(r => r.idlePerAgent)
+      if (runs[0]?.serversCpuPercentOfCore === undefined) continue
+      const of = (key: string): string => `median ${round(median(runs.map(i => i[key] as number)), 2)} %  [${runs.map(i => i[key]).join(', ')}]`
+      console.log(`idle CPU ${n} agents maxPeers ${maxPeers} ${build}: servers ${of('serversCpuPercentOfCore')}  clients ${of('clientsCpuPercentOfCore')}`)
+    }
+  }
 }
