@@ -42,7 +42,8 @@ interface KeptStream { stream: Stream, lp: LengthPrefixedStream<Stream>, timer?:
 /** Per node: idle streams by "peer protocol". */
 const keptStreams = new WeakMap<MeshLibp2p, Map<string, KeptStream[]>>()
 
-const usable = (stream: Stream): boolean => stream.status === 'open' && stream.readStatus === 'readable' && stream.writeStatus === 'writable'
+/** Whether a stream kept for reuse can still carry a request and its answer both ways. */
+export const usable = (stream: Stream): boolean => stream.status === 'open' && stream.readStatus === 'readable' && stream.writeStatus === 'writable'
 
 function takeKept (node: MeshLibp2p, key: string): KeptStream | undefined {
   const list = keptStreams.get(node)?.get(key)
@@ -70,6 +71,13 @@ function keep (node: MeshLibp2p, key: string, kept: KeptStream): void {
   byKey.set(key, list)
 }
 
+/**
+ * Sends `message` to `peer` and returns its parsed answer; rejects on any
+ * transport or parse failure, and as soon as `signal` aborts: a dial to a
+ * host whose packets are dropped (a partition) can outlive the signal inside
+ * the transport until TCP gives up, minutes later, and no caller's round
+ * (an election, a probe, a sync) may wait for that.
+ */
 export function requestJson (node: MeshLibp2p, peer: string, p: JsonProtocol, message: unknown, signal: AbortSignal): Promise<unknown> {
   const work = exchange(node, peer, p, message, signal)
   if (signal.aborted) { work.catch(() => {}); return Promise.reject(signal.reason) }

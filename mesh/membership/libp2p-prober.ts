@@ -18,12 +18,13 @@
  */
 import { peerIdFromString } from '@libp2p/peer-id'
 import type { PeerId, Stream } from '@libp2p/interface'
+import { PING_PROTOCOL } from '@libp2p/ping'
 import type { MeshLibp2p } from './libp2p-node.ts'
-import { handleJson, requestJson } from './json-protocol.ts'
+import { handleJson, requestJson, usable } from './json-protocol.ts'
 import type { ProbeOutcome, Prober } from './failure-detector.ts'
 
 export const pingReqProtocol = '/agentd/ping-req/1.0.0'
-export const pingProtocol = '/ipfs/ping/1.0.0'
+export const pingProtocol = PING_PROTOCOL
 const pingBytes = 32
 const maxHelperTimeoutMs = 10_000
 const outcomes: ReadonlySet<string> = new Set(['ack', 'timeout', 'refused'])
@@ -40,13 +41,19 @@ export interface Libp2pProber extends Prober {
  * that fails aborts its stream (a late echo must not answer the next probe),
  * and a stream that closes leaves the table.
  */
-function probeStreams (node: MeshLibp2p): { ping(peer: PeerId, signal: AbortSignal): Promise<{ reused: boolean }>, closeAll(): void } {
+function probeStreams (node: MeshLibp2p): {
+  /** The member's open probe stream (`reused`), or a fresh one. */
+  streamTo(peer: PeerId, signal: AbortSignal): Promise<{ stream: Stream, reused: boolean }>
+  /** One probe on `stream`: resolves on the echo of 32 random bytes. */
+  echo(peer: PeerId, stream: Stream, signal: AbortSignal): Promise<void>
+  closeAll(): void
+} {
   const open = new Map<string, Stream>()
 
   async function streamTo (peer: PeerId, signal: AbortSignal): Promise<{ stream: Stream, reused: boolean }> {
     const id = peer.toString()
     const existing = open.get(id)
-    if (existing !== undefined && existing.status === 'open' && existing.writeStatus === 'writable' && existing.readStatus === 'readable') return { stream: existing, reused: true }
+    if (existing !== undefined && usable(existing)) return { stream: existing, reused: true }
     if (existing !== undefined) { open.delete(id); existing.abort(new Error('probe stream replaced')) }
     const stream = await node.dialProtocol(peer, pingProtocol, { signal, runOnLimitedConnection: false })
     open.set(id, stream)
@@ -55,8 +62,8 @@ function probeStreams (node: MeshLibp2p): { ping(peer: PeerId, signal: AbortSign
   }
 
   return {
-    async ping (peer, signal) {
-      const { stream, reused } = await streamTo(peer, signal)
+    streamTo,
+    async echo (peer, stream, signal) {
       const sent = crypto.getRandomValues(new Uint8Array(pingBytes))
       try {
         await new Promise<void>((resolve, reject) => {
@@ -81,13 +88,12 @@ function probeStreams (node: MeshLibp2p): { ping(peer: PeerId, signal: AbortSign
           stream.addEventListener('message', onMessage)
           stream.addEventListener('close', onClose)
           signal.addEventListener('abort', onAbort, { once: true })
-          stream.send(sent)
+          try { stream.send(sent) } catch (err) { done(err as Error) }
         })
-        return { reused }
       } catch (err) {
-        open.delete(peer.toString())
+        if (open.get(peer.toString()) === stream) open.delete(peer.toString())
         stream.abort(err as Error)
-        throw Object.assign(err as Error, { reusedStream: reused })
+        throw err
       }
     },
     closeAll () {
@@ -106,13 +112,16 @@ export function createLibp2pProber (node: MeshLibp2p): Libp2pProber {
     // A reused stream can have closed under the probe, and a connection that just closed can fail
     // the first ping before any dial: then once more, on a fresh stream (dialing if need be).
     for (let attempt = 0; attempt < 2; attempt++) {
+      let reused = false
       try {
-        await streams.ping(peer, deadline)
+        const probe = await streams.streamTo(peer, deadline)
+        reused = probe.reused
+        await streams.echo(peer, probe.stream, deadline)
         return 'ack'
       } catch (err) {
         if (isConnectionRefused(err)) return 'refused'
         if (deadline.aborted) return 'timeout'
-        if ((err as { reusedStream?: boolean }).reusedStream !== true && node.getConnections(peer).length > 0) return 'timeout'
+        if (!reused && node.getConnections(peer).length > 0) return 'timeout'
       }
     }
     return 'timeout'
