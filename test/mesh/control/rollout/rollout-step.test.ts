@@ -77,7 +77,9 @@ async function misbehaving (t: Test, mode: 'garbage' | 'stall' | 'overrun' | 'st
     res.writeHead(200, { 'content-type': 'text/event-stream' })
     const chunk = (text: string): string => `data: ${JSON.stringify({ choices: [{ index: 0, text, finish_reason: null }] })}\n\n`
     if (mode === 'garbage') { res.write(chunk(' w1')); res.write('data: {oops\n\n'); return }
-    for (let i = 0; i < 100_000; i++) res.write(chunk(' w2')) // far more than max_tokens
+    // Far more than max_tokens, but not so many that writing them blocks this process (the good
+    // engine runs in it too) long enough for its first token to miss firstTokenMs on a loaded machine.
+    for (let i = 0; i < 1000; i++) res.write(chunk(' w2'))
   })
   server.listen(0, '127.0.0.1')
   await new Promise(resolve => server.once('listening', resolve))
