@@ -134,7 +134,6 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
     state: { stateManager: () => handle('state') ?? { unavailable: subsystemReason('state') } },
     mesh: { mesh: () => handle('mesh') ?? { unavailable: subsystemReason('mesh') } },
     leader: { leader: () => handle('leader') ?? { unavailable: subsystemReason('leader') } },
-    ...(config.election.faultInjection ? { fault: { mesh: () => handle('mesh'), leader: () => handle('leader') } } : {}),
     weights: { weights: () => handle('weights') ?? { unavailable: subsystemReason('weights') } },
     jobs: { jobs: () => handle('jobs') ?? { unavailable: subsystemReason('jobs') } },
     reward: { reward: () => handle('reward') ?? { unavailable: subsystemReason('reward') } },
@@ -378,10 +377,6 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       // a second agent leaves here with ERR_STATE_DIR_LOCKED or ERR_SOCKET_IN_USE, having
       // changed nothing. The lock is held until stop() (or the process dies).
       stateDirLock = await lockStateDir({ stateDir: config.node.stateDir }, { logger: components.logger })
-      if (config.election.faultInjection) {
-        components.logger.warn({ routes: ['/v1/fault/partition', '/v1/fault/stale-decision'] },
-          'FAULT INJECTION IS ON (election.faultInjection): an admin caller of the socket (root, the agent\'s uid, api.adminGroup) can cut this agent off from peers and publish stale decisions. Test clusters only: never in production')
-      }
       try {
         await claimSocketPath(config.api.socketPath)
         // The default root of API file paths (api.pathRoots), made once nothing can refuse this agent any more.

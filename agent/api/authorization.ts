@@ -66,8 +66,6 @@ export const routeAccess: Readonly<Record<string, RouteAccess>> = {
   'GET /v1/leader': 'read',
   'GET /v1/leader/decisions': 'read',
   'POST /v1/leader/decisions': 'admin',
-  'PUT /v1/fault/partition': 'admin',
-  'POST /v1/fault/stale-decision': 'admin',
 
   'GET /v1/weights': 'read',
   'GET /v1/weights/:model/:version/manifest': 'read',

@@ -22,7 +22,6 @@ import { registerLockRoutes, type DeviceLockSource } from './routes/locks.ts'
 import { registerStateRoutes, type StateSource } from './routes/state.ts'
 import { registerMeshRoutes, type MeshSource } from './routes/mesh.ts'
 import { registerLeaderRoutes, type LeaderSource } from './routes/leader.ts'
-import { registerFaultRoutes, type FaultSource } from './routes/fault.ts'
 import { registerWeightsRoutes, type WeightsSource } from './routes/weights.ts'
 import { registerJobsRoutes, type JobsSource } from './routes/jobs.ts'
 import { registerRewardRoutes, type RewardSource } from './routes/reward.ts'
@@ -84,8 +83,6 @@ export interface ApiServerComponents {
   mesh?: MeshSource
   /** The leader election; without it the leader routes answer ERR_LEADER_UNAVAILABLE. */
   leader?: LeaderSource
-  /** Fault injection for test clusters (election.faultInjection); without it /v1/fault/* is 404. */
-  fault?: FaultSource
   /** The weight-transfer agent; without it the weights routes answer ERR_UNAVAILABLE. */
   weights?: WeightsSource
   /** Jobs (mesh/control/jobs/); without it the jobs routes answer ERR_UNAVAILABLE. */
@@ -189,7 +186,6 @@ export async function buildApiApp (
   registerStateRoutes(app, stateSource, pathRoots, namespaces)
   registerMeshRoutes(app, components.mesh ?? { mesh: () => ({ unavailable: 'the API was started without one' }) })
   registerLeaderRoutes(app, components.leader ?? { leader: () => ({ unavailable: 'the API was started without one' }) })
-  if (components.fault !== undefined) registerFaultRoutes(app, components.fault)
   registerWeightsRoutes(app, components.weights ?? { weights: () => ({ unavailable: 'the API was started without one' }) }, pathRoots, authorization, namespaces)
   registerJobsRoutes(app, components.jobs ?? { jobs: () => ({ unavailable: 'the API was started without one' }) })
   registerRewardRoutes(app, components.reward ?? { reward: () => ({ unavailable: 'the API was started without one' }) })

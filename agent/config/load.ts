@@ -94,7 +94,6 @@ export function loadConfig (layers: ConfigLayers): LoadedConfig {
   validateElectionConfig((config as AgentConfig).election)
   validateWeightsConfig((config as AgentConfig).weights)
   validateMetricsConfig((config as AgentConfig).metrics)
-  checkFaultInjectionAllowed(config as AgentConfig, dev, origins)
   checkShutdownGrace(config as AgentConfig, origins)
   return { config: config as AgentConfig, dev, configFile, origins }
 }
@@ -115,31 +114,6 @@ export function checkShutdownGrace (config: AgentConfig, origins: Map<string, st
     key: 'shutdown.graceMs',
     origin: originOf(origins, ['shutdown', 'graceMs']),
     message: `${config.shutdown.graceMs} ms is too short: a graceful stop waits up to reward.workerStopGraceMs (${config.reward.workerStopGraceMs} ms, ${originOf(origins, ['reward', 'workerStopGraceMs'])}) for the reward workers to exit, so it needs at least ${need} ms`,
-  }])
-}
-
-/**
- * election.faultInjection serves /v1/fault/* (cut this agent off from its
- * peers, publish a decision past the lease): a switch for partition tests on
- * one machine, until they move to network namespaces (DESIGN "Mesh and
- * leader"). It is refused unless the agent is a `--dev` agent whose API
- * socket no other uid can reach (api.socketMode grants nothing to group or
- * others; root reaches any socket), so that neither a production config, a
- * stray AGENTD_ELECTION_FAULT_INJECTION in an environment, nor another user
- * on a dev machine can turn it into a way to split a cluster. The daemon
- * also logs a warning each time it starts with it (daemon.ts).
- */
-export function checkFaultInjectionAllowed (config: AgentConfig, dev: boolean, origins: Map<string, string>): void {
-  if (!config.election.faultInjection) return
-  const why: string[] = []
-  if (!dev) why.push('the agent is not a --dev agent')
-  const mode = Number.parseInt(config.api.socketMode, 8)
-  if ((mode & 0o077) !== 0) why.push(`api.socketMode ${config.api.socketMode} (${originOf(origins, ['api', 'socketMode'])}) lets ${(mode & 0o070) !== 0 ? `the socket's group${(mode & 0o007) !== 0 ? ' and every user' : ''}` : 'every user'} call the agent`)
-  if (why.length === 0) return
-  throw configError([{
-    key: 'election.faultInjection',
-    origin: originOf(origins, ['election', 'faultInjection']),
-    message: `fault injection (/v1/fault/partition, /v1/fault/stale-decision) is for test clusters only: it needs a --dev agent whose API socket only its own uid reaches (api.socketMode 0600); here ${why.join(', and ')}`,
   }])
 }
 

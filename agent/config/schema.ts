@@ -53,7 +53,7 @@ export const ApiSection = Type.Object({
   adminGroup: Type.String({
     maxLength: 64,
     pattern: '^([0-9]{1,10}|[A-Za-z_][A-Za-z0-9_.-]*[$]?)?$',
-    description: 'Group whose members (the calling process\'s primary or a supplementary group) are API admins, as root and the agent\'s own uid are: they may call the admin routes (leader decisions, job submission, completion and operations, reward work, fault injection) and use every namespace, model, device-lock holder and worker (agent/api/AUTHORIZATION.md). A group name, which must exist in /etc/group when the agent starts, or a numeric gid as a string ("4242"). "" = none: only root and the agent\'s uid. Default: "".',
+    description: 'Group whose members (the calling process\'s primary or a supplementary group) are API admins, as root and the agent\'s own uid are: they may call the admin routes (leader decisions, job submission, completion and operations, reward work) and use every namespace, model, device-lock holder and worker (agent/api/AUTHORIZATION.md). A group name, which must exist in /etc/group when the agent starts, or a numeric gid as a string ("4242"). "" = none: only root and the agent\'s uid. Default: "".',
   }),
   bodyLimitBytes: Type.Integer({
     minimum: 1024,

@@ -80,9 +80,6 @@ export const ElectionSection = Type.Object({
     maximum: 60_000,
     description: 'etcd backend: how often every agent reads the campaign keys to learn the leader and its epoch, in milliseconds. Default: 100.',
   }),
-  faultInjection: Type.Boolean({
-    description: 'Test clusters only: serve /v1/fault/partition (refuse connections with given peers) and /v1/fault/stale-decision (publish a decision in the last epoch this agent led, ignoring its lease). The agent refuses to start with it (exit 78) unless it runs with --dev and api.socketMode gives group and others nothing (0600); every start with it logs a warning. Default: false.',
-  }),
 }, { additionalProperties: false })
 
 export type ElectionConfig = Static<typeof ElectionSection>
@@ -103,7 +100,6 @@ export const defaultElectionConfig: ElectionConfig = {
   etcdLeaseTtlS: 2,
   etcdRequestTimeoutMs: 500,
   etcdPollIntervalMs: 100,
-  faultInjection: false,
 }
 
 export const devElectionConfig: ElectionConfig = { ...defaultElectionConfig, server: true, bootstrapExpect: 1 }

@@ -139,12 +139,6 @@ export interface LeaderService {
   callLeader(method: string, body: unknown, options?: LeaderCallOptions): Promise<unknown>
   /** Every applied decision, in order (agents apply what concerns them). */
   onApplied(listener: (decision: AppliedDecision) => void): () => void
-  /**
-   * Fault injection (tests): publishes a decision in the last epoch this agent
-   * led, with the next seq, ignoring the lease — what a leader frozen between
-   * its lease check and its publish would send. ERR_NOT_LEADER if it never led.
-   */
-  publishStaleDecision(kind: string, payload: unknown): Promise<{ epoch: number, seq: number }>
 }
 
 const recentDecisions = 32
@@ -327,9 +321,8 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
    * until its first decision committed) and recent decisions. A lease that
    * lapsed and was renewed in time (a late majority acknowledgement, a late
    * etcd keep-alive answer) resumes acting in the same epoch from there.
-   * publishStaleDecision publishes in it.
    */
-  interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], unpublished: Decision[], staleSeq: number }
+  interface Led { epoch: number, committed: LogSnapshot | undefined, recent: Decision[], unpublished: Decision[] }
   let lastLed: Led | undefined
   /**
    * tasksStarted: the leader tasks of this epoch have started (leader calls are answered from then on).
@@ -418,7 +411,7 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
   const startActing = (state: LeaderElectionState): void => {
     const controller = new AbortController()
     const resumed = lastLed !== undefined && lastLed.epoch === state.epoch && lastLed.committed !== undefined ? lastLed : undefined
-    const a: Acting = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [], unpublished: resumed?.unpublished ?? [], staleSeq: 0, controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false, tookOver: Promise.withResolvers() }
+    const a: Acting = { epoch: state.epoch, committed: resumed?.committed, recent: resumed?.recent ?? [], unpublished: resumed?.unpublished ?? [], controller, republish: setInterval(() => republish(), config.republishIntervalMs), tasksStarted: false, tookOver: Promise.withResolvers() }
     a.republish.unref()
     a.tookOver.promise.catch(() => {})
     acting = a
@@ -572,13 +565,5 @@ export async function createLeaderService (options: LeaderServiceOptions, compon
     callLeader: (method, body, options) => calls.call(method, body, options),
     desiredState: () => ({ ...desired }),
     onApplied (listener) { appliedListeners.add(listener); return () => appliedListeners.delete(listener) },
-    async publishStaleDecision (kind, payload) {
-      if (lastLed === undefined) throw new AgentError('ERR_NOT_LEADER', 'this agent never led: no epoch to publish in')
-      const seq = Math.max(lastLed.committed?.seq ?? 0, lastLed.staleSeq) + 1
-      lastLed.staleSeq = seq
-      log.warn({ epoch: lastLed.epoch, seq, kind }, 'fault injection: publishing a decision without a lease')
-      await mesh.publish({ kind: 'decisions', from: self, voterSetId: election.voterSetId(), epoch: lastLed.epoch, decisions: [{ seq, kind, payload }], sentAtMs: Date.now() })
-      return { epoch: lastLed.epoch, seq }
-    },
   }
 }

@@ -51,16 +51,10 @@ export interface MeshNodeOptions {
   maxMessageDataBytes: number
   /** libp2p user agent, e.g. "agentd/0.1.0". */
   userAgent: string
-  /**
-   * Peers (ids) no connection is made to or accepted from, read at every
-   * dial and handshake (fault injection: partitions in tests). Default: none.
-   */
-  deniedPeers?: ReadonlySet<string>
 }
 
 /** Creates the node, not yet started. */
 export async function createMeshNode (options: MeshNodeOptions): Promise<MeshLibp2p> {
-  const denied = options.deniedPeers ?? new Set<string>()
   return createLibp2p({
     start: false,
     privateKey: options.privateKey,
@@ -71,11 +65,6 @@ export async function createMeshNode (options: MeshNodeOptions): Promise<MeshLib
     },
     transports: [tcp()],
     connectionProtector: preSharedKey({ psk: options.clusterKey }),
-    connectionGater: {
-      denyDialPeer: peer => denied.has(peer.toString()),
-      denyInboundEncryptedConnection: peer => denied.has(peer.toString()),
-      denyOutboundEncryptedConnection: peer => denied.has(peer.toString()),
-    },
     connectionEncrypters: [noise()],
     streamMuxers: [yamux()],
     connectionManager: {

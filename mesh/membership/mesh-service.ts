@@ -83,12 +83,6 @@ export interface Mesh {
    * forwarded, 'stale' and 'ignored' are not. Without a handler they are ignored.
    */
   setDecisionHandler(handler: ((batch: DecisionBatch) => Promise<DecisionVerdict>) | undefined): void
-  /**
-   * Fault injection (tests only; the API exposes it only with
-   * election.faultInjection): refuse every connection with these peers and
-   * close the open ones — a network partition. [] heals it.
-   */
-  denyPeers(peers: readonly string[]): Promise<void>
 }
 
 export type DecisionVerdict = 'accepted' | 'stale' | 'ignored'
@@ -101,7 +95,6 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     : { file: config.clusterKeyFile, key: await loadClusterKey(config.clusterKeyFile) }
   if (config.clusterKeyFile === '' && !options.dev) throw new AgentError('ERR_CLUSTER_KEY_INVALID', 'mesh.clusterKeyFile is empty; only --dev generates a key')
   const privateKey = await loadOrCreateNodeKey(options.stateDir)
-  const deniedPeers = new Set<string>()
   const incarnation = await openIncarnationStore(options.stateDir)
   const announce = chooseAnnounceAddress({ configured: config.announceAddress, dev: options.dev, interfaces: networkInterfaces() })
   const node = await createMeshNode({
@@ -114,7 +107,6 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     maxConnections: config.maxConnections,
     maxMessageDataBytes: 4 * config.maxRecordBytes,
     userAgent: `agentd/${options.version}`,
-    deniedPeers,
   })
   const self = node.peerId.toString()
   const pubsub = node.services.pubsub
@@ -379,13 +371,6 @@ export async function createMesh (options: MeshOptions, components: MeshComponen
     node,
     publish: publishMessage,
     setDecisionHandler (handler) { decisionHandler = handler },
-    async denyPeers (peers) {
-      deniedPeers.clear()
-      for (const p of peers) deniedPeers.add(p)
-      log.warn({ denied: [...deniedPeers] }, 'fault injection: connections with these peers refused')
-      await Promise.all(node.getConnections().filter(c => deniedPeers.has(c.remotePeer.toString())).map(c => c.close().catch(() => c.abort(new Error('denied')))))
-      if (peers.length === 0) dialer.kick()
-    },
   }
 }
 

@@ -375,8 +375,8 @@ const item1 = 'decision kinds owned by subsystems'
   p('root POST decisions notes, 64 KiB + 1 payload', async () => await call('POST', '/v1/leader/decisions', { kind: 'notes', payload: 'x'.repeat(65_536) }))
   for (const kind of ['', '../jobs', 'jobs\n', ' jobs', 'a'.repeat(129), 7, null]) p(`root POST decisions kind ${JSON.stringify(kind)}`, async () => await call('POST', '/v1/leader/decisions', { kind, payload: 1 }))
   for (const body of [null, [], {}, { payload: 1 }, 'jobs']) p(`root POST decisions body ${JSON.stringify(body)}`, async () => await call('POST', '/v1/leader/decisions', body))
-  p('root PUT /v1/fault/partition (fault injection off)', async () => await call('PUT', '/v1/fault/partition', { deny: ['x'] }))
-  p('root POST /v1/fault/stale-decision jobs (fault injection off)', async () => await call('POST', '/v1/fault/stale-decision', { kind: 'jobs', payload: {} }))
+  p('root PUT /v1/fault/partition (no such route in any build)', async () => await call('PUT', '/v1/fault/partition', { deny: ['x'] }))
+  p('root POST /v1/fault/stale-decision jobs (no such route in any build)', async () => await call('POST', '/v1/fault/stale-decision', { kind: 'jobs', payload: {} }))
   await runProbes(item1, probes)
   await checkAfter(item1)
 }

@@ -12,13 +12,29 @@
  *   SIGKILL + restart, leader SIGSTOP + SIGCONT, minority|majority partition +
  *   heal; on the etcd backend also etcd SIGKILL + restart) under a steady flow
  *   of decisions, then the invariants over every agent's decision log.
+ *
+ * Partitions are real: the cluster runs in network namespaces (netns-lab.ts,
+ * startLabCluster) and a cut moves links between bridges. Nothing in the
+ * agent can be told to refuse its peers or to publish past its lease.
  */
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { privateKeyFromProtobuf } from '@libp2p/crypto/keys'
+import { peerIdFromPrivateKey } from '@libp2p/peer-id'
+import { multiaddr } from '@multiformats/multiaddr'
 import { createSeededRandom } from '../../core/seeded-random.ts'
 import type { InvariantViolation } from '../../mesh/election/decision-invariants.ts'
-import type { MeshAgent } from './test-mesh.ts'
-import type { EtcdProcess } from './etcd-process.ts'
-import { decisionLoad, decisionViolations, faultInjectionArgs, readDecisionLogs, waitForLeader, type ElectionCluster } from './test-election.ts'
+import { parseClusterKey } from '../../mesh/membership/cluster-key.ts'
+import { meshTopic } from '../../mesh/membership/mesh-messages.ts'
+import { encodeEnvelope } from '../../mesh/membership/signed-envelope.ts'
+import type { MeshAgent, TestMesh } from './test-mesh.ts'
+import { startEtcd, type EtcdProcess } from './etcd-process.ts'
+import { startMeshNode } from './mesh-node.ts'
+import { createNetnsLab, type NetnsLab } from './netns-lab.ts'
+import { decisionLoad, decisionViolations, readDecisionLogs, startElectionCluster, waitForLeader, type ElectionCluster, type ElectionClusterOptions, type TestBackend } from './test-election.ts'
+
+interface Teardown { teardown(fn: () => unknown): void }
 
 export type FailoverFault = 'SIGKILL' | 'SIGSTOP'
 
@@ -34,18 +50,48 @@ export interface FailoverResult {
 export interface LiveCluster {
   cluster: ElectionCluster
   agents: MeshAgent[]
+  /** The lab the agents (and etcd) run in, when they do: partitions need one. */
+  lab?: NetnsLab
 }
 
-export function liveCluster (cluster: ElectionCluster): LiveCluster {
-  return { cluster, agents: [...cluster.agents] }
+export function liveCluster (cluster: ElectionCluster, lab?: NetnsLab): LiveCluster {
+  return { cluster, agents: [...cluster.agents], ...(lab !== undefined ? { lab } : {}) }
+}
+
+/**
+ * An election cluster on `backend` whose agents run in a network-namespace lab, one host each,
+ * and, on etcd, the etcd in the host after theirs: partitionLab can cut it. Root only
+ * (netnsSkipReason says why not).
+ */
+export async function startLabCluster (t: Teardown, backend: TestBackend, options: Omit<ElectionClusterOptions, 'etcd' | 'hosts'>): Promise<LiveCluster & { etcd?: EtcdProcess }> {
+  const agents = options.servers + (options.clients ?? 0)
+  const lab = await createNetnsLab(t, agents + (backend === 'etcd' ? 1 : 0))
+  const etcd = backend === 'etcd' ? await startEtcd(t, { host: lab.hosts[agents]! }) : undefined
+  const cluster = await startElectionCluster(t, { ...options, hosts: lab.hosts.slice(0, agents), ...(etcd !== undefined ? { etcd: { endpoint: etcd.endpoint } } : {}) })
+  return { ...liveCluster(cluster, lab), ...(etcd !== undefined ? { etcd } : {}) }
+}
+
+/**
+ * Cuts the lab in two: `side` alone on one side, every other host (the other agents, and etcd
+ * when it runs in the lab) on the other. Packets across the cut are dropped, connections are not
+ * reset, as when a switch fails. lab.heal() joins them again.
+ */
+export async function partitionLab (live: LiveCluster, side: readonly MeshAgent[]): Promise<void> {
+  const lab = live.lab
+  if (lab === undefined) throw new Error('a partition needs the cluster in a network-namespace lab (startLabCluster)')
+  const hostOf = (a: MeshAgent): number => lab.hosts.findIndex(h => h.ns === a.host?.ns)
+  const cut = side.map(hostOf)
+  if (cut.includes(-1)) throw new Error(`not every agent of ${side.map(a => a.name).join(', ')} runs in the lab`)
+  await lab.partition([cut, lab.hosts.map((_, i) => i).filter(i => !cut.includes(i))])
 }
 
 const portOf = (a: MeshAgent): string => /\/tcp\/(\d+)/.exec(a.meshAddress)![1]!
 
-/** Restarts a killed agent with the same state dir, port (so seeds stay valid) and role (server or client). */
+/** Restarts a killed agent with the same state dir, address (so seeds stay valid) and role (server or client). */
 export async function restartAgent (live: LiveCluster, agent: MeshAgent): Promise<MeshAgent> {
   const server = !live.cluster.clients.some(c => c.name === agent.name)
-  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, ...faultInjectionArgs, '--set', `election.server=${server}`] })
+  const where = agent.host !== undefined ? { host: agent.host, args: [] } : { args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`] }
+  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, ...where, args: [...where.args, '--set', `election.server=${server}`] })
   live.agents[live.agents.indexOf(agent)] = again
   return again
 }
@@ -111,10 +157,10 @@ export async function randomFaultRun (live: LiveCluster, seed: number, steps: nu
         const minoritySize = Math.floor((live.agents.length - 1) / 2)
         const minority = random.shuffled(live.agents).slice(0, Math.max(1, minoritySize))
         const majority = live.agents.filter(a => !minority.includes(a))
-        faults.push(`partition ${minority.map(a => a.name).join(',')} | ${majority.map(a => a.name).join(',')}`)
-        await partition(minority, majority)
+        faults.push(`partition ${minority.map(a => a.name).join(',')} | ${majority.map(a => a.name).join(',')}${etcd !== undefined ? ',etcd' : ''}`)
+        await partitionLab(live, minority)
         await sleep(random.uniform(1000, 4000))
-        await partition([], [], live.agents)
+        await live.lab!.heal()
       } else {
         const victim = random.pick(followers)
         faults.push(`SIGKILL follower ${victim.name}`)
@@ -134,28 +180,42 @@ export async function randomFaultRun (live: LiveCluster, seed: number, steps: nu
   return { seed, faults, decisions, epochs, violations: decisionViolations(live.agents) }
 }
 
-/** Cuts every connection between `a` and `b` (both directions); `heal` agents refuse nobody again. */
-export async function partition (a: MeshAgent[], b: MeshAgent[], heal: MeshAgent[] = []): Promise<void> {
-  const deny = (who: MeshAgent, peers: MeshAgent[]): Promise<unknown> => who.client.call('PUT', '/v1/fault/partition', { deny: peers.map(p => p.peerId) })
-  await Promise.all([...a.map(x => deny(x, b)), ...b.map(x => deny(x, a)), ...heal.map(x => deny(x, []))])
-}
-
 /**
- * Makes `old` publish decisions of `epoch` (an epoch it led, now superseded) through the
- * fault route until every agent in `others` logged one of them as rejected; returns their
- * seqs. One publish may go to nobody while gossip connections come back, so it repeats.
+ * What a leader frozen between its lease check and its publish sends after it resumes: decisions
+ * of `epoch` (which `old` led, now superseded), signed with `old`'s identity key (read from its
+ * state dir) and published on the mesh topic by a node of the test process connected to every
+ * agent in `others` (so on loopback, not in a lab), once every 500 ms until each of them logged
+ * one as rejected; returns their seqs. The signature is old's, as a relayed message would be.
  */
-export async function publishStaleUntilRejected (old: MeshAgent, others: MeshAgent[], epoch: number, timeoutMs = 20_000): Promise<number[]> {
+export async function publishStaleUntilRejected (cluster: TestMesh, old: MeshAgent, others: MeshAgent[], epoch: number, timeoutMs = 20_000): Promise<number[]> {
+  const key = privateKeyFromProtobuf(readFileSync(join(old.stateDir, 'mesh.key')))
+  if (peerIdFromPrivateKey(key).toString() !== old.peerId) throw new Error(`${old.name}'s mesh.key is not the key of its peer id`)
+  const { voterSetId } = await others[0]!.client.leader()
+  // The next seq after every decision of the epoch anyone logged, so none of them is a duplicate.
+  let seq = Math.max(0, ...[...readDecisionLogs([old, ...others]).values()].flat().filter(e => e.epoch === epoch).map(e => e.seq))
   const seqs: number[] = []
   const rejected = (a: MeshAgent): boolean =>
     readDecisionLogs([a]).get(a.name)!.some(e => e.epoch === epoch && e.leader === old.peerId && seqs.includes(e.seq) && e.outcome === 'rejected')
-  const deadline = performance.now() + timeoutMs
-  while (!others.every(rejected)) {
-    if (performance.now() > deadline) throw new Error(`stale decisions ${seqs.join(',')} of epoch ${epoch} not rejected by every other agent`)
-    const stale = await old.client.call<{ epoch: number, seq: number }>('POST', '/v1/fault/stale-decision', { kind: 'test', payload: { stale: true } })
-    if (stale.epoch !== epoch) throw new Error(`the stale decision went out in epoch ${stale.epoch}, not ${epoch}`)
-    seqs.push(stale.seq)
-    await sleep(500)
+  const stops: Array<() => unknown> = []
+  try {
+    const node = await startMeshNode({ teardown: fn => { stops.push(fn) } }, parseClusterKey(readFileSync(cluster.clusterKeyFile, 'utf8'), 'test key'))
+    node.services.pubsub.subscribe(meshTopic)
+    await Promise.all(others.map(a => node.dial(multiaddr(a.meshAddress))))
+    const deadline = performance.now() + timeoutMs
+    // A publication before an agent's subscription is known does not reach it.
+    while (!others.every(a => node.services.pubsub.getSubscribers(meshTopic).some(p => p.toString() === a.peerId))) {
+      if (performance.now() > deadline) throw new Error('the agents never subscribed to the mesh topic at the test node')
+      await sleep(50)
+    }
+    while (!others.every(rejected)) {
+      if (performance.now() > deadline) throw new Error(`stale decisions ${seqs.join(',')} of epoch ${epoch} not rejected by every other agent`)
+      seqs.push(++seq)
+      const batch = { kind: 'decisions' as const, from: old.peerId, voterSetId, epoch, decisions: [{ seq, kind: 'test', payload: { stale: true } }], sentAtMs: Date.now() }
+      await node.services.pubsub.publish(meshTopic, await encodeEnvelope(batch, key))
+      await sleep(500)
+    }
+    return seqs
+  } finally {
+    for (const stop of stops.reverse()) await stop()
   }
-  return seqs
 }

@@ -1,6 +1,8 @@
 /**
  * startEtcd(t): a real single-member etcd (Debian's etcd-server, /usr/bin/etcd)
- * on loopback free ports with a temp data dir, killed and removed at teardown.
+ * on loopback free ports with a temp data dir, killed and removed at teardown;
+ * startEtcd(t, { host }) runs it in a network namespace of netns-lab.ts on
+ * ports 2379/2380 of the host's address, where only the lab reaches it.
  * Tests that need it call etcdSkipReason() first and skip with its reason when
  * the binary is missing.
  *
@@ -14,6 +16,7 @@ import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { tempDir } from './agent-process.ts'
+import type { NetnsHost } from './netns-lab.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 
@@ -26,6 +29,8 @@ export function etcdSkipReason (): string | undefined {
 
 export interface EtcdProcess {
   proc: ChildProcess
+  /** The network namespace it runs in, if any. */
+  host?: NetnsHost
   /** The client URL, e.g. http://127.0.0.1:40123. */
   endpoint: string
   dataDir: string
@@ -47,34 +52,40 @@ async function freePort (): Promise<number> {
   })
 }
 
-export async function startEtcd (t: Teardown): Promise<EtcdProcess> {
+export async function startEtcd (t: Teardown, options: { host?: NetnsHost } = {}): Promise<EtcdProcess> {
+  const { host } = options
   const dir = tempDir(t, 'agentd-etcd-')
   const dataDir = join(dir, 'data')
-  const clientPort = await freePort()
-  const peerPort = await freePort()
-  const endpoint = `http://127.0.0.1:${clientPort}`
-  const peer = `http://127.0.0.1:${peerPort}`
+  const endpoint = host !== undefined ? `http://${host.address}:2379` : `http://127.0.0.1:${await freePort()}`
+  const peer = host !== undefined ? `http://${host.address}:2380` : `http://127.0.0.1:${await freePort()}`
   let output = ''
   let proc: ChildProcess
   let exited: Promise<void> = Promise.resolve()
 
   const launch = async (): Promise<void> => {
-    proc = spawn(etcdBinary, [
+    const args = [
       '--name', 'test', '--data-dir', dataDir,
       '--listen-client-urls', endpoint, '--advertise-client-urls', endpoint,
       '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `test=${peer}`,
-      '--heartbeat-interval', '50', '--election-timeout', '500', '--log-level', 'warn',
-    ], { stdio: ['ignore', 'pipe', 'pipe'] })
+      '--heartbeat-interval', '50', '--election-timeout', '500', '--log-level', host !== undefined ? 'info' : 'warn',
+    ]
+    // `ip netns exec` execs etcd itself: the pid, signals and exit are etcd's.
+    proc = host !== undefined ? spawn('ip', ['netns', 'exec', host.ns, etcdBinary, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }) : spawn(etcdBinary, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    const from = output.length
     proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
     proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
     exited = new Promise(resolve => proc.once('exit', () => resolve()))
     const began = Date.now()
     for (;;) {
       if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`etcd exited before it was ready:\n${output}`)
-      try {
-        const r = await fetch(`${endpoint}/v3/maintenance/status`, { method: 'POST', body: '{}', signal: AbortSignal.timeout(500) })
-        if (r.ok) return
-      } catch { /* not listening yet */ }
+      // The test process cannot reach a namespace's address: there etcd's own log says when it serves.
+      if (host !== undefined && output.indexOf('ready to serve client requests', from) >= 0) return
+      if (host === undefined) {
+        try {
+          const r = await fetch(`${endpoint}/v3/maintenance/status`, { method: 'POST', body: '{}', signal: AbortSignal.timeout(500) })
+          if (r.ok) return
+        } catch { /* not listening yet */ }
+      }
       if (Date.now() - began > 20_000) throw new Error(`etcd not ready after 20 s:\n${output}`)
       await sleep(50)
     }
@@ -88,5 +99,5 @@ export async function startEtcd (t: Teardown): Promise<EtcdProcess> {
   // A test file killed on timeout runs no teardown: etcd must not outlive it.
   process.once('exit', () => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL') })
   await launch()
-  return { get proc () { return proc }, endpoint, dataDir, output: () => output, kill, restart: launch }
+  return { get proc () { return proc }, ...(host !== undefined ? { host } : {}), endpoint, dataDir, output: () => output, kill, restart: launch }
 }

@@ -26,7 +26,7 @@ import type { LeaderViewBody } from '../../mesh/election/leader-views.ts'
 import type { JobsView } from '../../mesh/control/jobs/job-table.ts'
 import type { MeshAgent } from './test-mesh.ts'
 import { createNetnsLab, type NetnsLab } from './netns-lab.ts'
-import { decisionViolations, faultInjectionArgs, startElectionCluster, waitForLeader, type ElectionCluster } from './test-election.ts'
+import { decisionViolations, startElectionCluster, waitForLeader, type ElectionCluster } from './test-election.ts'
 
 interface Teardown { teardown(fn: () => unknown): void }
 
@@ -79,7 +79,7 @@ export function jepsenJob (id: string): Record<string, unknown> {
 }
 
 /** The flags every agent of a run gets: room for the run's jobs in one table and one mesh message. */
-export const jepsenAgentArgs = [...faultInjectionArgs, '--set', 'placement.maxActiveJobs=1000', '--set', 'mesh.maxRecordBytes=262144']
+export const jepsenAgentArgs = ['--set', 'placement.maxActiveJobs=1000', '--set', 'mesh.maxRecordBytes=262144']
 
 export async function startJepsenCluster (t: Teardown, servers: number): Promise<{ lab: NetnsLab, cluster: ElectionCluster }> {
   const lab = await createNetnsLab(t, servers)

@@ -37,12 +37,6 @@ export function etcdBackendArgs (etcd: { endpoint: string, leaseTtlS?: number })
     '--set', `election.etcdLeaseTtlS=${etcd.leaseTtlS ?? 1}`, '--set', 'election.etcdRequestTimeoutMs=250', '--set', 'election.etcdPollIntervalMs=50']
 }
 
-/**
- * The flags of an agent that serves /v1/fault/* (partitions, stale decisions): fault injection is
- * refused unless the agent is a --dev agent whose API socket no other uid reaches (agent/config/load.ts).
- */
-export const faultInjectionArgs: readonly string[] = ['--set', 'election.faultInjection=true', '--set', 'api.socketMode=0600']
-
 export interface ElectionCluster extends TestMesh {
   servers: MeshAgent[]
   clients: MeshAgent[]

@@ -1,17 +1,19 @@
-// Network partitions of the embedded backend (connection gater driven by the test-only /v1/fault
-// routes), with real agents on loopback: 1|2 of 3 servers and 2|3 of 5, the leader on the minority
-// side. The minority elects nobody, inflates no term (PreVote) and applies nothing new; the majority
-// elects a leader; healing converges on one.
+// Network partitions of the embedded backend, with real agents in network namespaces (one per agent,
+// netns-lab.ts): 1|2 of 3 servers and 2|3 of 5, the leader on the minority side, cut by moving links
+// between bridges. The minority elects nobody, inflates no term (PreVote) and applies nothing new;
+// the majority elects a leader; healing converges on one.
 import t from 'tap'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { decisionLoad, decisionViolations, faultInjectionArgs, startElectionCluster, waitForLeader } from '../../helpers/test-election.ts'
-import { partition } from '../../helpers/election-faults.ts'
+import { decisionLoad, decisionViolations, waitForLeader } from '../../helpers/test-election.ts'
+import { partitionLab, startLabCluster } from '../../helpers/election-faults.ts'
+import { netnsSkipReason } from '../../helpers/netns-lab.ts'
 
-const faultArgs = [...faultInjectionArgs]
+const netnsSkip = await netnsSkipReason()
 
 for (const { servers, minoritySize } of [{ servers: 3, minoritySize: 1 }, { servers: 5, minoritySize: 2 }]) {
-  t.test(`partition ${minoritySize}|${servers - minoritySize}: the minority with the leader stops acting and elects nobody; the majority elects a leader; healing converges on one`, async t => {
-    const cluster = await startElectionCluster(t, { servers, args: faultArgs })
+  t.test(`partition ${minoritySize}|${servers - minoritySize}: the minority with the leader stops acting and elects nobody; the majority elects a leader; healing converges on one`, { skip: netnsSkip }, async t => {
+    const live = await startLabCluster(t, 'embedded', { servers })
+    const cluster = live.cluster
     const first = await waitForLeader(cluster.agents, cluster.agents, 30_000)
     const minority = [first.leader!, ...cluster.agents.filter(a => a !== first.leader).slice(0, minoritySize - 1)]
     const majority = cluster.agents.filter(a => !minority.includes(a))
@@ -19,7 +21,7 @@ for (const { servers, minoritySize } of [{ servers: 3, minoritySize: 1 }, { serv
     t.teardown(() => load.stop())
     await sleep(500)
 
-    await partition(minority, majority)
+    await partitionLab(live, minority)
     const partitionedAt = performance.now()
     const second = await waitForLeader(cluster.agents, majority, 30_000, first.epoch)
     t.ok(second.epoch > first.epoch && majority.includes(second.leader!), `the majority elected ${second.leader?.name} for epoch ${second.epoch}`)
@@ -36,7 +38,7 @@ for (const { servers, minoritySize } of [{ servers: 3, minoritySize: 1 }, { serv
       await sleep(500)
     }
 
-    await partition([], [], cluster.agents)
+    await live.lab!.heal()
     const healed = await waitForLeader(cluster.agents, cluster.agents, 30_000, first.epoch)
     t.ok(healed.epoch >= second.epoch, `healed: everyone follows ${healed.leader?.name} in epoch ${healed.epoch}`)
     const { made } = await load.stop()
