@@ -42,6 +42,7 @@ import { createMembership, type Membership, type MembershipEvent } from './membe
 import { createFailureDetector, type FailureDetector, type ProbeOutcome } from './failure-detector.ts'
 import { createNeighborSet, type NeighborSet } from './neighbor-set.ts'
 import { heartbeatPeriodMs } from './heartbeat-period.ts'
+import { defaultMeshConfig } from './mesh-config.ts'
 import type { LocalHealth } from './local-health.ts'
 import type { AvailabilityRecord, MembershipClaim } from './mesh-messages.ts'
 
@@ -97,10 +98,15 @@ export interface SimWireBytes {
   digestEntry: number
 }
 
-export const defaultSimMesh: SimMeshSettings = {
-  probeIntervalMs: 500, probeTimeoutMs: 300, indirectProbes: 3, suspicionMult: 4, suspicionMaxTimeoutMult: 6,
-  deadRetentionMs: 300_000, heartbeatIntervalMs: 2000, syncIntervalMs: 30_000, maxPeers: 12, checkIntervalMs: 250,
-}
+/** The agent's own defaults (mesh-config.ts), and the peer dialer's check period. */
+export const defaultSimMesh: SimMeshSettings = (() => {
+  const m = defaultMeshConfig()
+  return {
+    probeIntervalMs: m.probeIntervalMs, probeTimeoutMs: m.probeTimeoutMs, indirectProbes: m.indirectProbes, suspicionMult: m.suspicionMult,
+    suspicionMaxTimeoutMult: m.suspicionMaxTimeoutMult, deadRetentionMs: m.deadRetentionMs, heartbeatIntervalMs: m.heartbeatIntervalMs,
+    syncIntervalMs: m.syncIntervalMs, maxPeers: m.maxPeers, checkIntervalMs: 250,
+  }
+})()
 
 /** Sizes on the wire as an idle agent sends them (signed envelope, JSON, noise and yamux framing included, rounded up). */
 export const defaultWireBytes: SimWireBytes = { record: 1200, claim: 400, ping: 120, pingReq: 250, neighborAsk: 200, digestEntry: 70 }
