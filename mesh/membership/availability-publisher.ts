@@ -9,7 +9,8 @@
  * (heartbeatPeriodMs), so every agent receives about that many heartbeat
  * records per heartbeatIntervalMs whatever the cluster's size — gossip cost
  * per agent stays flat instead of growing with N. Changes are not delayed by
- * it; only the repair of a lost message is (20 agents: 6.7 s at the defaults).
+ * it; only the repair of a lost message is (20 agents: 33 s at the defaults, about
+ * the state sync's period, which repairs it too).
  *
  * Every publication fits the receivers' bound (fitRecord): a record larger
  * than maxRecordBytes would be dropped by every peer as oversized and the

@@ -9,7 +9,7 @@
  * When:
  * - join: with the first agent this one is connected to after start; a
  *   joiner then knows the whole cluster at once instead of after every
- *   member's next heartbeat (6.7 s at 20 agents, availability-publisher.ts).
+ *   member's next heartbeat (33 s at 20 agents, availability-publisher.ts).
  *   A failed join sync is tried again with the next agent that connects and
  *   at the next pull.
  * - introduction: the agent joined through asks the joiner back and gossips
