@@ -82,7 +82,7 @@ for (const backend of randomRuns > 0 ? backends : []) {
     const s = scope()
     try {
       const live = await startLabCluster(s.t, backend, { servers })
-      const r = await randomFaultRun(live, 100 + run, steps, live.etcd)
+      const r = await randomFaultRun(live, 100 + run, steps)
       total.violations += r.violations.length
       total.epochs += r.epochs
       total.decisions += r.decisions

@@ -52,10 +52,12 @@ export interface LiveCluster {
   agents: MeshAgent[]
   /** The lab the agents (and etcd) run in, when they do: partitions need one. */
   lab?: NetnsLab
+  /** The cluster's etcd, on the etcd backend. */
+  etcd?: EtcdProcess
 }
 
-export function liveCluster (cluster: ElectionCluster, lab?: NetnsLab): LiveCluster {
-  return { cluster, agents: [...cluster.agents], ...(lab !== undefined ? { lab } : {}) }
+export function liveCluster (cluster: ElectionCluster & { etcd?: EtcdProcess }, lab?: NetnsLab): LiveCluster {
+  return { cluster, agents: [...cluster.agents], ...(lab !== undefined ? { lab } : {}), ...(cluster.etcd !== undefined ? { etcd: cluster.etcd } : {}) }
 }
 
 /**
@@ -63,12 +65,12 @@ export function liveCluster (cluster: ElectionCluster, lab?: NetnsLab): LiveClus
  * and, on etcd, the etcd in the host after theirs: partitionLab can cut it. Root only
  * (netnsSkipReason says why not).
  */
-export async function startLabCluster (t: Teardown, backend: TestBackend, options: Omit<ElectionClusterOptions, 'etcd' | 'hosts'>): Promise<LiveCluster & { etcd?: EtcdProcess }> {
+export async function startLabCluster (t: Teardown, backend: TestBackend, options: Omit<ElectionClusterOptions, 'etcd' | 'hosts'>): Promise<LiveCluster> {
   const agents = options.servers + (options.clients ?? 0)
   const lab = await createNetnsLab(t, agents + (backend === 'etcd' ? 1 : 0))
   const etcd = backend === 'etcd' ? await startEtcd(t, { host: lab.hosts[agents]! }) : undefined
   const cluster = await startElectionCluster(t, { ...options, hosts: lab.hosts.slice(0, agents), ...(etcd !== undefined ? { etcd: { endpoint: etcd.endpoint } } : {}) })
-  return { ...liveCluster(cluster, lab), ...(etcd !== undefined ? { etcd } : {}) }
+  return liveCluster(Object.assign(cluster, etcd !== undefined ? { etcd } : {}), lab)
 }
 
 /**
@@ -90,8 +92,11 @@ const portOf = (a: MeshAgent): string => /\/tcp\/(\d+)/.exec(a.meshAddress)![1]!
 /** Restarts a killed agent with the same state dir, address (so seeds stay valid) and role (server or client). */
 export async function restartAgent (live: LiveCluster, agent: MeshAgent): Promise<MeshAgent> {
   const server = !live.cluster.clients.some(c => c.name === agent.name)
-  const where = agent.host !== undefined ? { host: agent.host, args: [] } : { args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`] }
-  const again = await live.cluster.addAgent({ name: agent.name, stateDir: agent.stateDir, ...where, args: [...where.args, '--set', `election.server=${server}`] })
+  const role = ['--set', `election.server=${server}`]
+  // In a lab, addAgent listens on the host's address again; on loopback, the same port.
+  const again = await live.cluster.addAgent(agent.host !== undefined
+    ? { name: agent.name, stateDir: agent.stateDir, host: agent.host, args: role }
+    : { name: agent.name, stateDir: agent.stateDir, args: ['--mesh-listen', `/ip4/127.0.0.1/tcp/${portOf(agent)}`, ...role] })
   live.agents[live.agents.indexOf(agent)] = again
   return again
 }
@@ -124,10 +129,11 @@ export interface RandomFaultRun {
 
 /**
  * `steps` seeded faults under decision load; every fault is repaired before the next.
- * With `etcd` (the cluster's, etcd backend) one fault in six is an etcd outage:
+ * On the etcd backend (live.etcd) one fault in six is an etcd outage:
  * SIGKILL of etcd for 0.5–3 s, then a restart on the same data dir.
  */
-export async function randomFaultRun (live: LiveCluster, seed: number, steps: number, etcd?: EtcdProcess): Promise<RandomFaultRun> {
+export async function randomFaultRun (live: LiveCluster, seed: number, steps: number): Promise<RandomFaultRun> {
+  const { etcd } = live
   const random = createSeededRandom(seed)
   const faults: string[] = []
   const load = decisionLoad(() => live.agents, 'load', 100)

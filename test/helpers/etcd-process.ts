@@ -29,8 +29,6 @@ export function etcdSkipReason (): string | undefined {
 
 export interface EtcdProcess {
   proc: ChildProcess
-  /** The network namespace it runs in, if any. */
-  host?: NetnsHost
   /** The client URL, e.g. http://127.0.0.1:40123. */
   endpoint: string
   dataDir: string
@@ -75,17 +73,18 @@ export async function startEtcd (t: Teardown, options: { host?: NetnsHost } = {}
     proc.stdout!.on('data', (c: Buffer) => { output += c.toString() })
     proc.stderr!.on('data', (c: Buffer) => { output += c.toString() })
     exited = new Promise(resolve => proc.once('exit', () => resolve()))
+    // The test process cannot reach a namespace's address: there etcd's own log says when it serves.
+    const ready = host !== undefined
+      ? async (): Promise<boolean> => output.indexOf('ready to serve client requests', from) >= 0
+      : async (): Promise<boolean> => {
+        try {
+          return (await fetch(`${endpoint}/v3/maintenance/status`, { method: 'POST', body: '{}', signal: AbortSignal.timeout(500) })).ok
+        } catch { return false } // not listening yet
+      }
     const began = Date.now()
     for (;;) {
       if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`etcd exited before it was ready:\n${output}`)
-      // The test process cannot reach a namespace's address: there etcd's own log says when it serves.
-      if (host !== undefined && output.indexOf('ready to serve client requests', from) >= 0) return
-      if (host === undefined) {
-        try {
-          const r = await fetch(`${endpoint}/v3/maintenance/status`, { method: 'POST', body: '{}', signal: AbortSignal.timeout(500) })
-          if (r.ok) return
-        } catch { /* not listening yet */ }
-      }
+      if (await ready()) return
       if (Date.now() - began > 20_000) throw new Error(`etcd not ready after 20 s:\n${output}`)
       await sleep(50)
     }
@@ -99,5 +98,5 @@ export async function startEtcd (t: Teardown, options: { host?: NetnsHost } = {}
   // A test file killed on timeout runs no teardown: etcd must not outlive it.
   process.once('exit', () => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL') })
   await launch()
-  return { get proc () { return proc }, ...(host !== undefined ? { host } : {}), endpoint, dataDir, output: () => output, kill, restart: launch }
+  return { get proc () { return proc }, endpoint, dataDir, output: () => output, kill, restart: launch }
 }

@@ -15,7 +15,7 @@ const seedOf = (backend: string): number => Number(process.env.ELECTION_FAULT_SE
 
 for (const backend of testBackends) t.test(`${backend}: random faults (seed ${seedOf(backend)}): at most one leader per epoch, no stale decision applied`, { skip: backendSkip(backend) || netnsSkip }, async t => {
   const live = await startLabCluster(t, backend, { servers: 3 })
-  const run = await randomFaultRun(live, seedOf(backend), 3, live.etcd)
+  const run = await randomFaultRun(live, seedOf(backend), 3)
   t.comment(run.faults.join('; '))
   t.ok(run.epochs >= 1, `${run.decisions} decisions applied over ${run.epochs} epochs`)
   t.same(run.violations, [], 'no invariant violation in any decision log')
