@@ -38,7 +38,7 @@ export type { HostPool, HostPoolInfo, HostPoolOptions } from './host-pool.ts'
 export type { NativeFileInfo, NativeTransferResult } from './native-binding.ts'
 export type { SharedMemoryObject } from './shared-memory.ts'
 export type { PeerCredentials } from './unix-socket.ts'
-export type { UcxEndpoint, UcxInfo, UcxMapping, UcxRemoteKey, UcxWorker } from './ucx.ts'
+export type { UcxEndpoint, UcxInfo, UcxMapping, UcxRemoteKey, UcxRun, UcxWorker } from './ucx.ts'
 
 const addonFile = 'agentd_native.node'
 

@@ -104,7 +104,7 @@ export interface NativeUcxWorker {
   unmap (id: number): void
   unpackRkey (endpoint: number, rkey: Buffer): number
   destroyRkey (id: number): void
-  get (requestId: number, endpoint: number, rkey: number, remoteAddress: bigint, region: NativeRegion, offset: number, length: number): void
+  get (requestId: number, endpoint: number, rkey: number, remoteAddress: bigint, region: NativeRegion, offset: number, length: number, runs?: Float64Array): void
   close (): void
 }
 

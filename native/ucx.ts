@@ -51,6 +51,9 @@ export interface UcxEndpoint {
   close(): void
 }
 
+/** A contiguous run of remote bytes, at `offset` from a get's remote address. */
+export interface UcxRun { offset: number, length: number }
+
 export interface UcxRemoteKey {
   destroy(): void
 }
@@ -65,8 +68,12 @@ export interface UcxWorker {
   unmap(mapping: UcxMapping): void
   /** A peer's packed remote key, usable for gets on `endpoint` until destroyed or the endpoint closes. */
   remoteKey(endpoint: UcxEndpoint, rkey: Uint8Array): UcxRemoteKey
-  /** Reads `into.length` bytes at the peer's `remoteAddress` into `into`. */
-  get(endpoint: UcxEndpoint, key: UcxRemoteKey, remoteAddress: bigint, into: HostRange): Promise<void>
+  /**
+   * Reads `into.length` bytes at the peer's `remoteAddress` into `into`; with `runs`, those runs (offsets from
+   * `remoteAddress`, in order, their lengths adding up to `into.length`) one after another into `into`: a
+   * slice gathered from a remote tensor in one call (one UCX request per run, settled when all are).
+   */
+  get(endpoint: UcxEndpoint, key: UcxRemoteKey, remoteAddress: bigint, into: HostRange, runs?: readonly UcxRun[]): Promise<void>
   close(): void
 }
 
@@ -78,6 +85,21 @@ export function endpointTransports (description: string): string[] {
   const found = new Set<string>()
   for (const m of description.matchAll(/lane\[\d+\]:\s+\d+:([A-Za-z0-9_]+)\/([^\s]+)/g)) found.add(`${m[1]}/${m[2]!.replace(/\.\d+$/, '')}`)
   return [...found]
+}
+
+/** `runs` as the native (offset, bytes) pairs; ERR_ARG_INVALID unless they are whole, non-empty and add up to `length`. */
+function runPairs (runs: readonly UcxRun[], length: number): Float64Array {
+  if (runs.length === 0) throw new AgentError('ERR_ARG_INVALID', 'a UCX get needs at least one run')
+  const pairs = new Float64Array(runs.length * 2)
+  let total = 0
+  runs.forEach((r, i) => {
+    if (!Number.isSafeInteger(r.offset) || r.offset < 0 || !Number.isSafeInteger(r.length) || r.length < 1) throw new AgentError('ERR_ARG_INVALID', `UCX get run ${i} (offset ${r.offset}, ${r.length} bytes) is not a whole offset >= 0 and length >= 1`)
+    pairs[2 * i] = r.offset
+    pairs[2 * i + 1] = r.length
+    total += r.length
+  })
+  if (total !== length) throw new AgentError('ERR_ARG_INVALID', `UCX get runs add up to ${total} bytes, the destination has ${length}`)
+  return pairs
 }
 
 export function createUcxWorker (binding: NativeBinding): UcxWorker {
@@ -159,9 +181,10 @@ export function createUcxWorker (binding: NativeBinding): UcxWorker {
       }
       return key
     },
-    get (endpoint, key, remoteAddress, into) {
+    get (endpoint, key, remoteAddress, into, runs) {
       open()
       checkHostRange(into, 'UCX get destination')
+      const pairs = runs === undefined ? undefined : runPairs(runs, into.length)
       const ep = endpoint as EndpointHandle
       const k = key as KeyHandle
       if (ep.closed) return Promise.reject(new AgentError('ERR_RESOURCE_CLOSED', 'the UCX endpoint is closed'))
@@ -171,7 +194,7 @@ export function createUcxWorker (binding: NativeBinding): UcxWorker {
         pending.set(id, { resolve, reject, what: `UCX get of ${into.length} bytes at 0x${remoteAddress.toString(16)}`, endpoint: ep.id })
       })
       try {
-        callNative(() => native.get(id, ep.id, k.id, remoteAddress, into.memory.region, into.offset, into.length))
+        callNative(() => native.get(id, ep.id, k.id, remoteAddress, into.memory.region, into.offset, into.length, pairs))
       } catch (err) {
         pending.delete(id)
         return Promise.reject(err)

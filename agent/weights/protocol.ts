@@ -38,7 +38,7 @@ export const modelNamePattern = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/
 /** "latest committed version" in a MANIFEST request. */
 export const latestVersion = -1
 
-export const Op = { auth: 1, manifest: 2, read: 3, have: 4, ucxOpen: 5 } as const
+export const Op = { auth: 1, manifest: 2, read: 3, have: 4, ucxOpen: 5, checksum: 6 } as const
 export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6, notHeld: 7 } as const
 export type StatusCode = typeof Status[keyof typeof Status]
 
@@ -95,7 +95,7 @@ export function encodeRequestHeader (op: number, requestId: number, bodyLength: 
 export function decodeRequestHeader (b: Buffer): RequestHeader {
   if (b.readUInt32LE(0) !== requestMagic) throw protocolError('bad request magic')
   const op = b.readUInt8(4)
-  if (op !== Op.manifest && op !== Op.read && op !== Op.have && op !== Op.ucxOpen) throw protocolError(`unknown op ${op}`)
+  if (op !== Op.manifest && op !== Op.read && op !== Op.have && op !== Op.ucxOpen && op !== Op.checksum) throw protocolError(`unknown op ${op}`)
   const bodyLength = b.readUInt32LE(12)
   if (bodyLength > maxRequestBodyBytes) throw protocolError(`request body of ${bodyLength} bytes exceeds ${maxRequestBodyBytes}`)
   return { op, requestId: b.readUInt32LE(8), bodyLength }

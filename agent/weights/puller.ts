@@ -49,7 +49,7 @@ import { dtypeBytes } from '../state/keys.ts'
 import type { ScratchBytes, StateManager } from '../state/state-manager.ts'
 import { latestVersion, maxReadBytes } from './protocol.ts'
 import { chunkChecksums } from './publisher.ts'
-import { layoutId, planReshard, sameSlice, type TargetLayout, type TensorSlice } from './reshard.ts'
+import { layoutId, planReshard, sameSlice, sliceRuns, type TargetLayout, type TensorSlice } from './reshard.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 import { weightsKey, type HeldSlice, type PartialHolding, type VersionStore, type WeightsManifest } from './version-store.ts'
 import type { PullResult } from '../api/wire/weights.ts'
@@ -494,10 +494,11 @@ export function createPuller (options: PullerOptions, components: PullerComponen
         const chunk = tensorChunkOf(s, piece)
         const timer = src.primary ? undefined : setTimeout(() => { schedule.drop(src, `no answer within ${pieceTimeoutMs} ms`); stream.close() }, pieceTimeoutMs)
         try {
-          // A piece that is one of the manifest's chunks may be read one-sided (UCX): the manifest checks it.
+          // A one-sided transport (UCX) reads the piece's source runs itself; the manifest checks a chunk of it.
+          const t = manifest.tensors[s.index]!
           const reply = await stream.read({
             model: request.model, version, tensorIndex: s.index, dim: s.dim, ranges: s.ranges, byteOffset: piece.offset, byteLength: piece.length,
-          }, dst.view, chunk !== undefined ? { range: dst.range, sourceOffset: chunk * manifest.chunkBytes } : undefined)
+          }, dst.view, { range: dst.range, inManifest: chunk !== undefined, runs: () => sliceRuns({ name: t.name, shape: t.shape, elementBytes: dtypeBytes[t.dtype] }, s.dim, s.ranges, piece.offset, piece.length) })
           crc = reply.crc32c
           if (reply.via === 'ucx') ucxBytes += piece.length
         } catch (err) {

@@ -218,6 +218,11 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         const reply = await request(Op.read, encodeReadRequest(req), into)
         return { crc32c: reply.crc32c }
       },
+      async checksum (req: ReadRequest) {
+        const reply = await request(Op.checksum, encodeReadRequest(req), null)
+        if (reply.payload!.length !== 0) throw protocolError(`CHECKSUM answered with ${reply.payload!.length} bytes`)
+        return reply.crc32c
+      },
       async ucxOpen (model, version) {
         const reply = await request(Op.ucxOpen, encodeManifestRequest(model, version), null)
         return decodeUcxOpenReply(reply.payload!)

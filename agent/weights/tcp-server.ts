@@ -170,6 +170,9 @@ function alignedChunk (req: ReadRequest, chunkBytes: number, totalBytes: number)
 const limitNames = ['authTimeoutMs', 'maxPendingConnections', 'maxPendingPerAddress', 'maxConnections', 'frameTimeoutMs', 'idleTimeoutMs'] as const
 
 /** The options' limits with defaults filled in, checked against the config schema's bounds and rules. */
+/** The payload of a CHECKSUM answer. */
+const noBytes = Buffer.alloc(0)
+
 function dataPortLimits (options: TcpWeightServerOptions): DataPortLimits {
   const limits = { ...defaultWeightsConfig } as DataPortLimits
   const problems: string[] = []
@@ -545,12 +548,18 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           return
         }
         const req = decodeReadRequest(body)
+        if (op === Op.checksum) {
+          // What a READ of these bytes would carry, without them: a puller read them one-sided (UCX).
+          const { manifest, held } = readSource(req)
+          await (held !== undefined ? serveSliceRead(manifest, held, req, requestId, false) : serveRead(manifest, req, requestId, false))
+          return
+        }
         await paceUpload(req.byteLength)
         const { manifest, held } = readSource(req)
         const pull = pulls.get(socket) ?? { remote, model: req.model, version: req.version, bytesSent: 0, connectedAtMs: Date.now() }
         Object.assign(pull, { model: req.model, version: req.version })
         pulls.set(socket, pull)
-        await (held !== undefined ? serveSliceRead(manifest, held, req, requestId) : serveRead(manifest, req, requestId))
+        await (held !== undefined ? serveSliceRead(manifest, held, req, requestId, true) : serveRead(manifest, req, requestId, true))
         pull.bytesSent += req.byteLength
         servedBytes += req.byteLength
       } catch (err) {
@@ -563,7 +572,8 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
       }
     }
 
-    async function serveRead (manifest: WeightsManifest, req: ReadRequest, requestId: number): Promise<void> {
+    /** A READ's answer: its bytes and checksum, or (`withBytes` false: CHECKSUM) the checksum alone. */
+    async function serveRead (manifest: WeightsManifest, req: ReadRequest, requestId: number, withBytes: boolean): Promise<void> {
       const tensor = manifest.tensors[req.tensorIndex]
       if (tensor === undefined) throw new AgentError('ERR_BAD_REQUEST', `tensor ${req.tensorIndex} does not exist (the version has ${manifest.tensors.length})`)
       const runs = sliceRuns({ name: tensor.name, shape: tensor.shape, elementBytes: dtypeBytes[tensor.dtype] }, req.dim, req.ranges, req.byteOffset, req.byteLength)
@@ -577,7 +587,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           const chunk = alignedChunk(req, manifest.chunkBytes, tensor.bytes)
           const crc = chunk !== undefined ? tensor.chunkChecksums[chunk]! : await checksum(range)
           if (chunk === undefined && pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, sub, from, to)
-          await send(Status.ok, requestId, viewHostRange(range), crc)
+          await send(Status.ok, requestId, withBytes ? viewHostRange(range) : noBytes, crc)
           return
         }
         const scratch = await sm.scratch(req.byteLength)
@@ -591,7 +601,7 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           }))
           // After the gather: the scratch is private now, and a change made before or during it shows.
           if (pinned.sharedRegion !== undefined) await verifyCommitted(manifest, tensor, sub, from, to)
-          await send(Status.ok, requestId, scratch.view, await checksum(scratch.range))
+          await send(Status.ok, requestId, withBytes ? scratch.view : noBytes, await checksum(scratch.range))
         } finally {
           scratch.release()
         }
@@ -606,13 +616,13 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
      * holder would gather). Windows on the manifest's chunks carry the
      * checksum recorded when the slice was pulled; others are computed.
      */
-    async function serveSliceRead (manifest: WeightsManifest, held: HeldSlice, req: ReadRequest, requestId: number): Promise<void> {
+    async function serveSliceRead (manifest: WeightsManifest, held: HeldSlice, req: ReadRequest, requestId: number, withBytes: boolean): Promise<void> {
       if (req.byteOffset + req.byteLength > held.bytes) throw new AgentError('ERR_BAD_REQUEST', `bytes ${req.byteOffset}..${req.byteOffset + req.byteLength} past the ${held.bytes} bytes of the slice`)
       const pinned = await started().read(held.key, held.bytes, req.byteOffset, req.byteOffset + req.byteLength, manifest.chunkBytes)
       try {
         const range: HostRange = { memory: pinned.range.memory, offset: pinned.range.offset + req.byteOffset - pinned.at, length: req.byteLength }
         const chunk = alignedChunk(req, manifest.chunkBytes, held.bytes)
-        await send(Status.ok, requestId, viewHostRange(range), chunk !== undefined ? held.chunkChecksums[chunk]! : await checksum(range))
+        await send(Status.ok, requestId, withBytes ? viewHostRange(range) : noBytes, chunk !== undefined ? held.chunkChecksums[chunk]! : await checksum(range))
       } finally {
         pinned.release()
       }

@@ -1,19 +1,23 @@
 /**
- * Weight streams that read whole-tensor chunks with UCX one-sided gets
- * (PROTOCOL.md "RDMA (UCX)"), wrapping authenticated TCP streams: the
- * manifest, HAVE, sliced READs and everything else go over TCP as before.
+ * Weight streams that read tensor bytes (whole or resharded) with UCX
+ * one-sided gets (PROTOCOL.md "RDMA (UCX)"), wrapping authenticated TCP
+ * streams: the manifest, HAVE, checksums and the fallback go over TCP.
  *
- * - The first whole-tensor read of a version on a stream asks the server
+ * - The first read of a version on a stream asks the server
  *   (UCX_OPEN, over the authenticated TCP connection: an unauthenticated
  *   peer never sees a key) where each tensor is mapped, connects this
  *   agent's UCX worker to the server's and unpacks the keys. A server that
  *   refuses (no UCX, the version does not fit its pool, a partial holding)
  *   leaves the stream on TCP, with the reason logged and reported.
- * - A read the puller marks as one of the manifest's chunks (a whole tensor's,
- *   or an aligned row range of a column-parallel slice) is one get of those
- *   bytes straight into the puller's range; no checksum comes with it
- *   (`crc32c` undefined): the puller checks it against the manifest's chunk
- *   checksum. Other slices are gathered by the server over TCP.
+ * - A read is gets of its source runs (one for a manifest chunk or any
+ *   contiguous slice window, one per row for a row-parallel slice, ...)
+ *   straight into the puller's range, started together. A manifest chunk
+ *   carries no checksum (`crc32c` undefined): the puller checks it against
+ *   the manifest. Any other slice window asks the server over TCP, at the
+ *   same time, for the checksum a READ of it would carry (CHECKSUM), so it
+ *   is checked exactly as over TCP. Windows of runs shorter than
+ *   `minRunBytes` on average (element-wise gathers) are read over TCP: the
+ *   server gathers them faster than one get per run.
  * - Retirement behaves as over TCP at tensor granularity: the first read of
  *   each tensor on a stream asks HAVE, so a retired version fails the read
  *   with ERR_WEIGHTS_RETIRED (bytes already read were read from pinned,
@@ -27,6 +31,7 @@
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
 import type { HostRange, UcxEndpoint, UcxRemoteKey, UcxWorker } from '../../native/index.ts'
+import type { ByteRun } from './reshard.ts'
 import type { WeightStream, WeightStreamConnector } from './transport.ts'
 
 interface Opened {
@@ -39,6 +44,9 @@ interface Opened {
 
 /** How often an endpoint UCX cannot watch itself looks whether its TCP connection closed (the server died), ms. */
 const closedCheckMs = 200
+
+/** Average source-run bytes below which a gathered slice window is read over TCP instead of one get per run. */
+export const minRunBytes = 256
 
 export function createUcxConnector (tcp: WeightStreamConnector, components: { worker: () => UcxWorker, logger: Logger }): WeightStreamConnector {
   const { logger } = components
@@ -93,10 +101,10 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
       }
     }
 
-    /** One get; a failed one closes the stream (the puller reconnects, as when TCP drops). */
-    async function get (u: Opened, index: number, offset: number, target: HostRange): Promise<void> {
+    /** One get of `runs`; a failed one closes the stream (the puller reconnects, as when TCP drops). */
+    async function get (u: Opened, index: number, runs: ByteRun[], target: HostRange): Promise<void> {
       try {
-        await components.worker().get(u.endpoint, u.keys[index]!, u.addresses[index]! + BigInt(offset), target)
+        await components.worker().get(u.endpoint, u.keys[index]!, u.addresses[index]!, target, runs)
       } catch (err) {
         stream.close()
         throw new AgentError('ERR_WEIGHTS_TRANSFER', `UCX read from ${address}: ${(err as Error).message}`, { cause: err })
@@ -107,9 +115,11 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
       get closed () { return stream.closed },
       manifest: (model, version, options) => stream.manifest(model, version, options),
       have: (model, version, layout) => stream.have(model, version, layout),
+      checksum: req => stream.checksum!(req),
       async read (req, into, target) {
-        // Only the manifest's chunks (the puller checks them against it); slices that are not are gathered over TCP.
-        if (target === undefined || stream.ucxOpen === undefined) return stream.read(req, into)
+        if (target === undefined || stream.ucxOpen === undefined || stream.checksum === undefined) return stream.read(req, into)
+        const runs = target.runs()
+        if (!target.inManifest && req.byteLength / runs.length < minRunBytes) return stream.read(req, into)
         const id = `${req.model}\u0000${req.version}`
         if (id !== openedFor) {
           release()
@@ -125,8 +135,12 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
           await stream.have(req.model, req.version) // retired since: ERR_WEIGHTS_RETIRED, as a TCP READ would say
           checked.add(req.tensorIndex)
         }
-        await get(u, req.tensorIndex, target.sourceOffset, target.range)
-        return { crc32c: undefined, via: 'ucx' }
+        if (target.inManifest) {
+          await get(u, req.tensorIndex, runs, target.range)
+          return { crc32c: undefined, via: 'ucx' }
+        }
+        const [crc32c] = await Promise.all([stream.checksum(req), get(u, req.tensorIndex, runs, target.range)])
+        return { crc32c, via: 'ucx' }
       },
       ucxOpen: (model, version) => stream.ucxOpen!(model, version),
       ucxReport () {

@@ -108,11 +108,14 @@ Napi::Value UcxInfoJs(const Napi::CallbackInfo& info) {
 
 class UcxWorker;
 
-// One get in flight: who to tell, and the memory it writes.
+// One get in flight (one or more runs of remote bytes read into one destination): who to tell, the memory it
+// writes, and how many of its UCX requests are still out (plus one while they are being started).
 struct GetRequest {
   UcxWorker* worker;
   double id;
   std::shared_ptr<HostRegion> destination;
+  size_t outstanding;
+  ucs_status_t status;
 };
 
 struct Endpoint {
@@ -288,9 +291,17 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
 
   static void OnGetDone(void* request, ucs_status_t status, void* user) {
     auto* get = static_cast<GetRequest*>(user);
-    get->worker->Complete(get->id, status);
-    delete get;
+    get->worker->Settle(get, status);
     ucp_request_free(request);
+  }
+
+  // One of a get's UCX requests ended (or, UCS_OK, its starting did): the get completes when all have, with
+  // the first error any of them had.
+  void Settle(GetRequest* get, ucs_status_t status) {
+    if (status != UCS_OK && get->status == UCS_OK) get->status = status;
+    if (--get->outstanding > 0) return;
+    Complete(get->id, get->status);
+    delete get;
   }
 
   void Complete(double id, ucs_status_t status) {
@@ -488,9 +499,12 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
     return info.Env().Undefined();
   }
 
-  // get(requestId, ep, rkeyId, remoteAddress: bigint, region, offset, length): starts a one-sided read of
-  // `length` bytes at the peer's `remoteAddress` into region[offset..]. Its completion is told through
-  // onCompletions with requestId (also when it completes at once).
+  // get(requestId, ep, rkeyId, remoteAddress: bigint, region, offset, length[, runs: Float64Array]): starts a
+  // one-sided read into region[offset, offset + length) of `length` bytes at the peer's `remoteAddress`, or,
+  // with `runs` (pairs: offset from remoteAddress, bytes; their bytes add up to `length`), of those runs one
+  // after another (a slice gathered from a tensor: one UCX request per run, one completion for all). Its
+  // completion is told through onCompletions with requestId (also when it completes at once). After an error
+  // starting a run, no further run is started; the get fails once those started have ended.
   Napi::Value Get(const Napi::CallbackInfo& info) {
     double id = info[0].As<Napi::Number>().DoubleValue();
     Endpoint& endpoint = EndpointOf(info[1]);
@@ -503,23 +517,51 @@ class UcxWorker : public Napi::ObjectWrap<UcxWorker> {
     size_t offset = ToSize(info[5], "offset");
     size_t length = ToSize(info[6], "length");
     uint8_t* destination = region->Span(offset, length);
+    std::vector<std::pair<uint64_t, size_t>> runs;
+    if (info.Length() > 7 && !info[7].IsUndefined()) {
+      if (!info[7].IsTypedArray() || info[7].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+        throw NativeError("ERR_ARG_INVALID", "UCX get runs must be a Float64Array of (offset, bytes) pairs");
+      Napi::Float64Array pairs = info[7].As<Napi::Float64Array>();
+      if (pairs.ElementLength() % 2 != 0 || pairs.ElementLength() == 0)
+        throw NativeError("ERR_ARG_INVALID",
+                          "UCX get runs must be a non-empty list of (offset, bytes) pairs");
+      size_t total = 0;
+      for (size_t i = 0; i < pairs.ElementLength(); i += 2) {
+        double at = pairs[i], bytes = pairs[i + 1];
+        if (!(at >= 0 && at <= 9007199254740991.0 && at == double(uint64_t(at))) ||
+            !(bytes >= 1 && bytes == double(size_t(bytes))))
+          throw NativeError("ERR_ARG_INVALID", "UCX get run " + std::to_string(i / 2) +
+                                                   " is not a whole offset >= 0 and byte count >= 1");
+        runs.emplace_back(uint64_t(at), size_t(bytes));
+        total += size_t(bytes);
+      }
+      if (total != length)
+        throw NativeError("ERR_ARG_INVALID", "UCX get runs add up to " + std::to_string(total) +
+                                                 " bytes, the destination has " + std::to_string(length));
+    } else {
+      runs.emplace_back(0, length);
+    }
     if (endpoint.failure != UCS_OK) {
       Complete(id, endpoint.failure);
     } else {
-      auto* get = new GetRequest{this, id, region};
+      auto* get = new GetRequest{this, id, region, 1, UCS_OK};
       ucp_request_param_t param = {};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       param.cb.send = &UcxWorker::OnGetDone;
       param.user_data = get;
-      ucs_status_ptr_t request =
-          ucp_get_nbx(endpoint.ep, destination, length, remote, rkey->second.second, &param);
-      if (request == nullptr) {
-        Complete(id, UCS_OK);
-        delete get;
-      } else if (UCS_PTR_IS_ERR(request)) {
-        Complete(id, UCS_PTR_STATUS(request));
-        delete get;
+      uint8_t* into = destination;
+      for (const auto& run : runs) {
+        ucs_status_ptr_t request =
+            ucp_get_nbx(endpoint.ep, into, run.second, remote + run.first, rkey->second.second, &param);
+        into += run.second;
+        if (request == nullptr) continue;
+        if (UCS_PTR_IS_ERR(request)) {
+          get->status = UCS_PTR_STATUS(request);
+          break;
+        }
+        get->outstanding++;
       }
+      Settle(get, UCS_OK);  // the starting's own count
     }
     ProgressAndArm();
     Deliver();

@@ -85,7 +85,20 @@ for (const tls of ['tcp', 'posix,self']) {
     await Promise.all(Array.from({ length: 64 }, (_, i) => worker.get(ep, highKey, high.address + BigInt(i * 128 * 1024), mine.range(extent, i * 128 * 1024, 128 * 1024))))
     t.equal(mismatches(mine.view(extent), high.offset, 3), 0, '64 concurrent 128 KiB gets of the other mapping')
 
+    // A gather: 1000 runs of 1000 bytes, 3000 apart, in one call, laid one after another into one range.
+    viewHostRange(mine.range(extent)).fill(0)
+    const runs = Array.from({ length: 1000 }, (_, i) => ({ offset: 7 + i * 3000, length: 1000 }))
+    await worker.get(ep, key, low.address, mine.range(extent, 0, 1_000_000), runs)
+    let gatherBad = 0
+    for (const [i, r] of runs.entries()) gatherBad += mismatches(viewHostRange(mine.range(extent, i * 1000, 1000)), r.offset, 3)
+    t.equal(gatherBad, 0, 'a gather of 1000 runs in one get, byte-exact')
+    t.equal(viewHostRange(mine.range(extent, 1_000_000, 4096)).every(b => b === 0), true, 'nothing written past it')
+
     // Bad input: refused before anything is sent.
+    t.throws(() => worker.get(ep, key, low.address, mine.range(extent, 0, 100), [{ offset: 0, length: 99 }]), { code: 'ERR_ARG_INVALID', message: /add up to 99 bytes, the destination has 100/ }, 'runs that do not fill the destination')
+    t.throws(() => worker.get(ep, key, low.address, mine.range(extent, 0, 100), [{ offset: -1, length: 100 }]), { code: 'ERR_ARG_INVALID', message: /run 0/ }, 'a negative run offset')
+    t.throws(() => worker.get(ep, key, low.address, mine.range(extent, 0, 100), [{ offset: 0, length: 100 }, { offset: 5, length: 0 }]), { code: 'ERR_ARG_INVALID', message: /run 1/ }, 'an empty run')
+    t.throws(() => worker.get(ep, key, low.address, mine.range(extent, 0, 100), []), { code: 'ERR_ARG_INVALID', message: /at least one run/ }, 'no runs')
     t.throws(() => worker.get(ep, key, low.address, { memory: mine, offset: 16 * MiB - 10, length: 20 }), { code: 'ERR_OUT_OF_RANGE' }, 'a destination past the pool')
     const other = worker.connect(peer.address)
     await t.rejects(worker.get(other, key, low.address, mine.range(extent, 0, 16)), { code: 'ERR_ARG_INVALID', message: /another endpoint/ }, 'a key of another endpoint')

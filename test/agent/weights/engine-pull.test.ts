@@ -6,24 +6,11 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { agentctlMain, runNode, spawnAgent, tempDir } from '../../helpers/agent-process.ts'
 import { capabilities } from '../../../native/index.ts'
-import { clusterKeyFile, tensor, writeSafetensors } from './weights-fixtures.ts'
+import { clusterKeyFile, rawSafetensorsHeader, tensor, writeSafetensors } from './weights-fixtures.ts'
 import { readSafetensorsHeader } from '../../../agent/weights/publisher.ts'
 import { processMemory } from '../../helpers/process-memory.ts'
 
 const skip = capabilities.addon.loaded ? false : `the weights subsystem needs the native addon (${capabilities.addon.error})`
-
-/**
- * A safetensors file's header, read as the format defines it (readSafetensorsHeader, which publish
- * uses, refuses tensors of no elements: they cannot become StateManager keys).
- */
-function rawSafetensorsHeader (file: string): { metadata: Record<string, string>, tensors: Array<{ name: string, shape: number[], start: number, end: number }>, dataStart: number } {
-  const bytes = readFileSync(file)
-  const length = Number(bytes.readBigUInt64LE(0))
-  const json = JSON.parse(bytes.subarray(8, 8 + length).toString()) as Record<string, { shape: number[], data_offsets: [number, number] } | Record<string, string>>
-  const { __metadata__: metadata, ...entries } = json
-  const tensors = Object.entries(entries as Record<string, { shape: number[], data_offsets: [number, number] }>).map(([name, e]) => ({ name, shape: e.shape, start: e.data_offsets[0], end: e.data_offsets[1] }))
-  return { metadata: (metadata ?? {}) as Record<string, string>, tensors, dataStart: 8 + length }
-}
 
 /** Two dev agents sharing a cluster key, with host pools of `poolBytes` and weights chunks of `chunkBytes`, and agentctl on each. */
 async function twoAgents (t: Test, poolBytes: number, chunkBytes: number) {

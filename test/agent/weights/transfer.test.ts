@@ -1,6 +1,10 @@
 // Publish and pull between two in-process weight services over real TCP on loopback, with real pools and NVMe files.
 import t from 'tap'
 import { join } from 'node:path'
+import { checksumBytes } from '../../../native/index.ts'
+import { createDataAuth } from '../../../agent/weights/data-auth.ts'
+import type { ReadRequest } from '../../../agent/weights/protocol.ts'
+import { createTcpConnector } from '../../../agent/weights/tcp-client.ts'
 import { keyBytes, MiB, sharedKey, tensor, weightsNode, writeSafetensors } from './weights-fixtures.ts'
 
 t.test('publish from safetensors, full pull over 3 streams: bytes identical, keys stored on the puller, served from there too', async t => {
@@ -126,4 +130,30 @@ t.test('publish from a handed-out shm region and from stored keys; bad input lea
   t.same(a.weights.list().versions.map(v => `${v.model}@${v.version}`), ['r@0'])
   const next = await a.weights.publish({ model: 'x', source: { kind: 'keys', prefix: 'job1/actor/' } })
   t.equal(next.version, 0, 'a failed publish does not use up its version')
+})
+
+t.test('CHECKSUM answers the crc32c a READ of the same bytes carries, without the bytes; bad requests as READ', async t => {
+  const key = sharedKey()
+  const a = await weightsNode(t, key)
+  const w = tensor('model.layers.0.mlp.down_proj.weight', 'bf16', [256, 3000], 4)
+  const file = join(a.dir, 'm.safetensors')
+  writeSafetensors(file, [w])
+  await a.weights.publish({ model: 'm', version: 1, source: { kind: 'safetensors', path: file } })
+  const stream = await createTcpConnector(createDataAuth(key)).open(a.weights.address())
+  t.teardown(() => stream.close())
+  const cases: Array<[string, ReadRequest]> = [
+    ['a whole tensor (one chunk: the manifest\'s checksum)', { model: 'm', version: 1, tensorIndex: 0, dim: null, ranges: [], byteOffset: 0, byteLength: 1_536_000 }],
+    ['an unaligned window', { model: 'm', version: 1, tensorIndex: 0, dim: null, ranges: [], byteOffset: 777, byteLength: 12_345 }],
+    ['a gathered row-parallel window', { model: 'm', version: 1, tensorIndex: 0, dim: 1, ranges: [{ start: 1500, count: 1500 }], byteOffset: 3000, byteLength: 200_000 }],
+  ]
+  for (const [what, req] of cases) {
+    const bytes = Buffer.alloc(req.byteLength)
+    const read = await stream.read(req, bytes)
+    t.equal(await stream.checksum!(req), read.crc32c, `${what}: the READ's checksum`)
+    t.equal(read.crc32c, await checksumBytes(bytes), `${what}: which is the bytes' crc32c`)
+  }
+  await t.rejects(stream.checksum!({ ...cases[0]![1], tensorIndex: 5 }), { code: 'ERR_WEIGHTS_PROTOCOL', message: /bad request: tensor 5 does not exist/ }, 'a tensor that does not exist')
+  await t.rejects(stream.checksum!({ ...cases[0]![1], version: 9 }), { code: 'ERR_WEIGHTS_NOT_FOUND' }, 'a version that does not exist')
+  await t.rejects(stream.checksum!({ ...cases[2]![1], ranges: [{ start: 2900, count: 200 }] }), { code: 'ERR_WEIGHTS_PROTOCOL', message: /outside dim 1/ }, 'a range past the tensor')
+  t.equal(await stream.checksum!(cases[1]![1]), (await stream.read(cases[1]![1], Buffer.alloc(12_345))).crc32c, 'the stream is still in step')
 })

@@ -1,6 +1,7 @@
-// Pulls over UCX (PROTOCOL.md "RDMA (UCX)"): with weights.transports ["ucx", "tcp"], whole-tensor chunks
-// (and aligned row ranges of column-parallel slices) are read one-sided from ranges the server mapped after
-// the authenticated handshake, byte-exact, over UCX_TLS=tcp and over shared memory; gathered slices stay on TCP; a server that does not serve UCX, or
+// Pulls over UCX (PROTOCOL.md "RDMA (UCX)"): with weights.transports ["ucx", "tcp"], whole tensors, aligned
+// row ranges of column-parallel slices and gathered row-parallel slices (one get per source run, checked with
+// the server's CHECKSUM) are read one-sided from ranges the server mapped after the authenticated handshake,
+// byte-exact, over UCX_TLS=tcp and over shared memory; element-wise gathers stay on TCP; a server that does not serve UCX, or
 // cannot pin a version larger than its pool, leaves the pull on TCP with the reason; a version retired
 // mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP; a source that stops mid-pull hands the pull to
 // another full holder; a stranger is refused at the handshake. Real StateManagers, weight services, UCX.
@@ -40,35 +41,40 @@ function useTls (t: Test, tls: string): void {
 }
 
 for (const tls of ['tcp', 'posix,self']) {
-  t.test(`UCX_TLS=${tls}: a whole pull and aligned row ranges read over UCX, byte-exact; gathered slices over TCP`, { skip }, async t => {
+  t.test(`UCX_TLS=${tls}: a whole pull, aligned row ranges and gathered slices read over UCX, byte-exact; element-wise gathers over TCP`, { skip }, async t => {
     useTls(t, tls)
     const key = sharedKey()
     const tensors = layers(1, 24)
-    const a = await publisher(t, key, tensors)
+    const narrow = tensor('model.layers.0.mlp.narrow_proj.weight', 'bf16', [2048, 128], 99)
+    const a = await publisher(t, key, [...tensors, narrow])
     const b = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
     const r = await b.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
-    t.equal(r.ucx?.bytes, total(tensors), `all ${total(tensors) / MiB} MiB over UCX`)
+    t.equal(r.ucx?.bytes, total([...tensors, narrow]), `all ${total([...tensors, narrow]) / MiB} MiB over UCX`)
     const family = tls === 'tcp' ? /^tcp\// : /^(posix|sysv|cma)\//
     t.ok(r.ucx !== undefined && r.ucx.transports.length > 0 && r.ucx.transports.every(x => family.test(x)), `carried by ${r.ucx?.transports.join(', ')}`)
     t.equal(r.refetchedPieces, 0)
-    await checkWhole(t, b, r, tensors, 'the UCX puller')
+    await checkWhole(t, b, r, [...tensors, narrow], 'the UCX puller')
 
-    // Row-parallel rank 1: slices are gathered by the server, so they come over TCP.
-    const layout: { tp: number, rank: number, rules: TargetLayout['rules'] } = { tp: 2, rank: 1, rules: [{ pattern: 'down_proj', dim: 1 }] }
+    // Row-parallel rank 1 of down_proj: 512 runs of 1 KiB per tensor, one get each, checked with the server's CHECKSUM.
+    // narrow_proj split the same way has runs of 128 bytes: the server gathers those over TCP.
+    const layout: { tp: number, rank: number, rules: TargetLayout['rules'] } = { tp: 2, rank: 1, rules: [{ pattern: 'down_proj', dim: 1 }, { pattern: 'narrow_proj', dim: 1 }] }
     const c = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
     const sliced = await c.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout, streams: 2 })
-    t.equal(sliced.ucx?.bytes ?? 0, 0, 'no slice over UCX')
-    let exact = 0
-    for (const [i, x] of tensors.entries()) {
-      const half = Buffer.concat(Array.from({ length: 512 }, (_, row) => x.data.subarray(row * 2048 + 1024, row * 2048 + 2048)))
-      if ((await keyBytes(c.sm, sliced.keys[i]!)).equals(half)) exact++
+    t.equal(sliced.ucx?.bytes, total(tensors) / 2, 'every down_proj slice over UCX, narrow_proj over TCP')
+    t.equal(sliced.refetchedPieces, 0, 'every gathered slice matched the server\'s checksum')
+    const columns = (x: FixtureTensor, rows: number): Buffer => {
+      const row = x.data.length / rows
+      return Buffer.concat(Array.from({ length: rows }, (_, i) => x.data.subarray(i * row + row / 2, (i + 1) * row)))
     }
-    t.equal(exact, tensors.length, 'every slice byte-exact over TCP')
+    let exact = 0
+    for (const [i, x] of tensors.entries()) if ((await keyBytes(c.sm, sliced.keys[i]!)).equals(columns(x, 512))) exact++
+    t.equal(exact, tensors.length, 'every gathered slice byte-exact over UCX')
+    t.ok((await keyBytes(c.sm, sliced.keys[tensors.length]!)).equals(columns(narrow, 2048)), 'the element-wise gather byte-exact over TCP')
 
     // Column-parallel rank 1: rows 256.. of each tensor, contiguous and on chunk boundaries: the manifest's chunks, over UCX.
     const rows = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
     const column = await rows.weights.pull({ from: a.weights.address(), model: 'm', version: 1, layout: { tp: 2, rank: 1, rules: [{ pattern: 'down_proj', dim: 0 }] }, streams: 2 })
-    t.equal(column.ucx?.bytes, total(tensors) / 2, 'an aligned row range is read over UCX')
+    t.equal(column.ucx?.bytes, total(tensors) / 2 + narrow.data.length, 'an aligned row range (and narrow_proj, whole: no rule splits it) is read over UCX')
     let rowsExact = 0
     for (const [i, x] of tensors.entries()) if ((await keyBytes(rows.sm, column.keys[i]!)).equals(x.data.subarray(x.data.length / 2))) rowsExact++
     t.equal(rowsExact, tensors.length, 'every row range byte-exact')

@@ -3,7 +3,7 @@
  * agent's reader), in-process weight services over real StateManagers and
  * real TCP on loopback, and a TCP proxy that can cut or corrupt a connection.
  */
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { createServer, connect, type Server, type Socket } from 'node:net'
 import { join } from 'node:path'
 import type { Test } from 'tap'
@@ -151,4 +151,17 @@ export async function tcpProxy (t: Test, target: string, tamper: (chunk: Buffer,
   }
   t.teardown(() => proxy.close())
   return proxy
+}
+
+/**
+ * A safetensors file's header, read as the format defines it (readSafetensorsHeader, which publish
+ * uses, refuses tensors of no elements: they cannot become StateManager keys).
+ */
+export function rawSafetensorsHeader (file: string): { metadata: Record<string, string>, tensors: Array<{ name: string, shape: number[], start: number, end: number }>, dataStart: number } {
+  const bytes = readFileSync(file)
+  const length = Number(bytes.readBigUInt64LE(0))
+  const json = JSON.parse(bytes.subarray(8, 8 + length).toString()) as Record<string, { shape: number[], data_offsets: [number, number] } | Record<string, string>>
+  const { __metadata__: metadata, ...entries } = json
+  const tensors = Object.entries(entries as Record<string, { shape: number[], data_offsets: [number, number] }>).map(([name, e]) => ({ name, shape: e.shape, start: e.data_offsets[0], end: e.data_offsets[1] }))
+  return { metadata: (metadata ?? {}) as Record<string, string>, tensors, dataStart: 8 + length }
 }
