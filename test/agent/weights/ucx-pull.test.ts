@@ -1,7 +1,7 @@
 // Pulls over UCX (PROTOCOL.md "RDMA (UCX)"): with weights.transports ["ucx", "tcp"], whole tensors, aligned
 // row ranges of column-parallel slices and gathered row-parallel slices (one get per source run, checked with
 // the server's CHECKSUM) are read one-sided from ranges the server mapped after the authenticated handshake,
-// byte-exact, over UCX_TLS=tcp and over shared memory; element-wise gathers stay on TCP; a server that does not serve UCX, or
+// byte-exact, over UCX_TLS=tcp and over shared memory; gathers of narrow runs stay on TCP; a server that does not serve UCX, or
 // cannot pin a version larger than its pool, leaves the pull on TCP with the reason; a version retired
 // mid-pull fails it with ERR_WEIGHTS_RETIRED as over TCP; a source that stops mid-pull hands the pull to
 // another full holder; a stranger is refused at the handshake. Real StateManagers, weight services, UCX.
@@ -41,7 +41,7 @@ function useTls (t: Test, tls: string): void {
 }
 
 for (const tls of ['tcp', 'posix,self']) {
-  t.test(`UCX_TLS=${tls}: a whole pull, aligned row ranges and gathered slices read over UCX, byte-exact; element-wise gathers over TCP`, { skip }, async t => {
+  t.test(`UCX_TLS=${tls}: a whole pull, aligned row ranges and gathered slices read over UCX, byte-exact; narrow column splits over TCP`, { skip }, async t => {
     useTls(t, tls)
     const key = sharedKey()
     const tensors = layers(1, 24)
@@ -69,7 +69,7 @@ for (const tls of ['tcp', 'posix,self']) {
     let exact = 0
     for (const [i, x] of tensors.entries()) if ((await keyBytes(c.sm, sliced.keys[i]!)).equals(columns(x, 512))) exact++
     t.equal(exact, tensors.length, 'every gathered slice byte-exact over UCX')
-    t.ok((await keyBytes(c.sm, sliced.keys[tensors.length]!)).equals(columns(narrow, 2048)), 'the element-wise gather byte-exact over TCP')
+    t.ok((await keyBytes(c.sm, sliced.keys[tensors.length]!)).equals(columns(narrow, 2048)), 'the narrow column split byte-exact over TCP')
 
     // Column-parallel rank 1: rows 256.. of each tensor, contiguous and on chunk boundaries: the manifest's chunks, over UCX.
     const rows = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
