@@ -152,7 +152,7 @@ export const weightsPullCommand: Command = {
         `${Object.keys(result.sources).length > 1 ? `\nfrom ${Object.entries(result.sources).sort((a, b) => b[1] - a[1]).map(([address, bytes]) => `${address} ${formatBytes(bytes)}`).join(', ')}` : ''}` +
         `${(result.droppedSources ?? []).map(d => `\ndropped swarm peer ${d.address}: ${d.reason}`).join('')}` +
         // Which transport carried the bytes: UCX (and which of its transports) or TCP, with why not UCX.
-        `${result.ucx === undefined ? '' : result.ucx.bytes > 0 ? `\nover UCX (${result.ucx.transports.join(', ')}): ${formatBytes(result.ucx.bytes)}, the rest over TCP` : `\nover TCP: UCX not used (${result.ucx.fallback ?? 'no whole-tensor chunks'})`}` +
+        `${result.ucx === undefined ? '' : result.ucx.bytes > 0 ? `\nover UCX (${result.ucx.transports.join(', ')}): ${formatBytes(result.ucx.bytes)}, the rest over TCP` : `\nover TCP: UCX not used (${result.ucx.fallback ?? 'no slice with rows of 1 KiB or more'})`}` +
         `${files !== undefined ? `\nwrote ${files.join(', ')}` : ''}` +
         `${result.paddedShapes !== undefined ? `\n${Object.entries(result.paddedShapes).map(([key, shape]) => `${key}: the engine's parameter is [${shape.join(', ')}] (vocab padding)`).join('\n')}` : ''}`,
     }
