@@ -38,7 +38,7 @@ export const modelNamePattern = /^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,128}$/
 /** "latest committed version" in a MANIFEST request. */
 export const latestVersion = -1
 
-export const Op = { auth: 1, manifest: 2, read: 3, have: 4, ucxOpen: 5, checksum: 6 } as const
+export const Op = { auth: 1, manifest: 2, read: 3, have: 4, ucxOpen: 5, checksum: 6, ucxAddress: 7 } as const
 export const Status = { ok: 0, notFound: 1, retired: 2, badRequest: 3, internal: 4, unauthorized: 5, corrupt: 6, notHeld: 7 } as const
 export type StatusCode = typeof Status[keyof typeof Status]
 
@@ -95,7 +95,7 @@ export function encodeRequestHeader (op: number, requestId: number, bodyLength: 
 export function decodeRequestHeader (b: Buffer): RequestHeader {
   if (b.readUInt32LE(0) !== requestMagic) throw protocolError('bad request magic')
   const op = b.readUInt8(4)
-  if (op !== Op.manifest && op !== Op.read && op !== Op.have && op !== Op.ucxOpen && op !== Op.checksum) throw protocolError(`unknown op ${op}`)
+  if (!Object.values(Op).includes(op as never) || op === Op.auth) throw protocolError(`unknown op ${op}`)
   const bodyLength = b.readUInt32LE(12)
   if (bodyLength > maxRequestBodyBytes) throw protocolError(`request body of ${bodyLength} bytes exceeds ${maxRequestBodyBytes}`)
   return { op, requestId: b.readUInt32LE(8), bodyLength }
@@ -129,6 +129,20 @@ export interface UcxOpenReply {
   tensors: Array<{ address: string, rkey: string }>
 }
 
+const isHex = (x: unknown): boolean => typeof x === 'string' && x.length > 0 && x.length % 2 === 0 && /^[0-9a-f]+$/.test(x)
+
+/** Parses a UCX_ADDRESS reply: `{ "worker": "<hex UCP worker address>" }`, the server's worker address (hex). */
+export function decodeUcxAddressReply (payload: Buffer): string {
+  let reply: { worker?: unknown }
+  try {
+    reply = JSON.parse(payload.toString('utf8')) as { worker?: unknown }
+  } catch {
+    throw protocolError('UCX_ADDRESS reply is not JSON')
+  }
+  if (!isHex(reply?.worker)) throw protocolError('UCX_ADDRESS reply malformed (expected a worker address)')
+  return reply.worker as string
+}
+
 /** Parses and checks the shape of a UCX_OPEN reply (the reader checks each tensor index it uses against it). */
 export function decodeUcxOpenReply (payload: Buffer): UcxOpenReply {
   let reply: UcxOpenReply
@@ -137,9 +151,8 @@ export function decodeUcxOpenReply (payload: Buffer): UcxOpenReply {
   } catch {
     throw protocolError('UCX_OPEN reply is not JSON')
   }
-  const hex = (x: unknown): boolean => typeof x === 'string' && x.length > 0 && x.length % 2 === 0 && /^[0-9a-f]+$/.test(x)
-  if (!hex(reply?.worker) || !Array.isArray(reply.tensors) ||
-    !reply.tensors.every(t => hex(t?.rkey) && typeof t.address === 'string' && /^[1-9]\d{0,19}$/.test(t.address))) {
+  if (!isHex(reply?.worker) || !Array.isArray(reply.tensors) ||
+    !reply.tensors.every(t => isHex(t?.rkey) && typeof t.address === 'string' && /^[1-9]\d{0,19}$/.test(t.address))) {
     throw protocolError('UCX_OPEN reply malformed (expected a worker address and a mapped address and remote key per tensor)')
   }
   return reply

@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { AgentError } from '../../core/errors.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
-  decodeHave, decodeHello, decodeReplyHeader, decodeUcxOpenReply, encodeAuth, encodeHaveRequest, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
+  decodeHave, decodeHello, decodeReplyHeader, decodeUcxAddressReply, decodeUcxOpenReply, encodeAuth, encodeHaveRequest, encodeManifestRequest, encodeReadRequest, encodeRequestHeader, helloBytes,
   Op, proofBytes, protocolError, replyHeaderBytes, Status, statusName, type ReadRequest,
 } from './protocol.ts'
 import { splitHostPort } from './tcp-server.ts'
@@ -222,6 +222,9 @@ export function createTcpConnector (auth: DataAuth, options: TcpConnectorOptions
         const reply = await request(Op.checksum, encodeReadRequest(req), null)
         if (reply.payload!.length !== 0) throw protocolError(`CHECKSUM answered with ${reply.payload!.length} bytes`)
         return reply.crc32c
+      },
+      async ucxAddress () {
+        return decodeUcxAddressReply((await request(Op.ucxAddress, Buffer.alloc(0), null)).payload!)
       },
       async ucxOpen (model, version) {
         const reply = await request(Op.ucxOpen, encodeManifestRequest(model, version), null)

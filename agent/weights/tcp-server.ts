@@ -68,7 +68,7 @@ import type { StateManager } from '../state/state-manager.ts'
 import type { DataAuth } from './data-auth.ts'
 import {
   authBytes, decodeAuth, decodeHaveRequest, decodeManifestRequest, decodeReadRequest, decodeRequestHeader, encodeHave, encodeHello, encodeReplyHeader,
-  latestVersion, Op, requestHeaderBytes, Status, type Have, type ReadRequest, type StatusCode,
+  latestVersion, Op, protocolError, requestHeaderBytes, Status, type Have, type ReadRequest, type StatusCode,
 } from './protocol.ts'
 import type { SwarmHoldings } from './swarm-holdings.ts'
 import type { UcxOpened, UcxServe } from './ucx-serve.ts'
@@ -111,8 +111,9 @@ export interface TcpWeightServerComponents {
   logger: Logger
   /** Versions this agent is pulling whole: their stored tensors are served too (swarm-holdings.ts). */
   swarm?: SwarmHoldings
-  /** Committed versions served for one-sided UCX reads too (UCX_OPEN, ucx-serve.ts); absent: UCX_OPEN is refused. */
+  /** Committed versions served for one-sided UCX reads too (UCX_ADDRESS, UCX_OPEN: ucx-serve.ts); absent: both are refused, with `ucxRefusal` as the reason. */
   ucx?: UcxServe
+  ucxRefusal?: string
 }
 
 /** Chunks the default serve window holds at least (serveWindowBytes). */
@@ -257,6 +258,12 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
    * The version a MANIFEST names: committed here, or (an exact version) being
    * pulled whole here, served as it arrives. Otherwise the version store's error.
    */
+  /** The UCX side, or ERR_UCX_UNAVAILABLE with the reason this agent serves none. */
+  function ucxServe (): UcxServe {
+    if (components.ucx !== undefined) return components.ucx
+    throw new AgentError('ERR_UCX_UNAVAILABLE', `this agent does not serve weights over UCX: ${components.ucxRefusal ?? 'weights.transports does not list "ucx"'}`)
+  }
+
   function lookup (model: string, version: number): WeightsManifest {
     try {
       return versions.get(model, version)
@@ -530,11 +537,16 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           await send(Status.ok, requestId, json, 0)
           return
         }
+        if (op === Op.ucxAddress) {
+          if (body.length !== 0) throw protocolError('UCX_ADDRESS has no body')
+          await send(Status.ok, requestId, Buffer.from(JSON.stringify({ worker: ucxServe().address() })), 0)
+          return
+        }
         if (op === Op.ucxOpen) {
           const req = decodeManifestRequest(body)
-          if (components.ucx === undefined) throw new AgentError('ERR_UCX_UNAVAILABLE', 'this agent does not serve weights over UCX (weights.transports, or a native addon built without UCX)')
+          ucxServe()
           if (req.version === latestVersion) throw new AgentError('ERR_BAD_REQUEST', 'UCX_OPEN names an exact version')
-          const opened = await components.ucx.open(versions.get(req.model, req.version))
+          const opened = await ucxServe().open(versions.get(req.model, req.version))
           // One version at a time per connection; a closed connection keeps nothing.
           ucxOpened?.release()
           ucxOpened = opened

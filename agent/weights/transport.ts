@@ -41,6 +41,8 @@ export interface WeightStream {
   read(request: ReadRequest, into: Buffer, target?: ReadTarget): Promise<{ crc32c: number | undefined, via?: 'ucx' }>
   /** CHECKSUM (PROTOCOL.md op 6): the crc32c a READ of `request` would carry, without its bytes. */
   checksum?(request: ReadRequest): Promise<number>
+  /** UCX_ADDRESS (PROTOCOL.md op 7): the server's UCP worker address (hex), to see how UCX would reach it. */
+  ucxAddress?(): Promise<string>
   /** UCX_OPEN (PROTOCOL.md "RDMA (UCX)"): where the server mapped each tensor of exact `version` for one-sided reads. */
   ucxOpen?(model: string, version: number): Promise<UcxOpenReply>
   /** Which UCX transports carried this stream's reads, or why it read over TCP; undefined when UCX was not tried. */

@@ -52,7 +52,12 @@ const closedCheckMs = 200
  */
 export const minRunBytes = 1024
 
-export function createUcxConnector (tcp: WeightStreamConnector, components: { worker: () => UcxWorker, logger: Logger }): WeightStreamConnector {
+export interface UcxConnectorOptions {
+  /** Read over UCX also from a server UCX reaches only through its TCP transport (weights.ucxOverTcp). */
+  ucxOverTcp: boolean
+}
+
+export function createUcxConnector (tcp: WeightStreamConnector, options: UcxConnectorOptions, components: { worker: () => UcxWorker, logger: Logger }): WeightStreamConnector {
   const { logger } = components
   return {
     async open (address, options) {
@@ -80,20 +85,30 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
     }
 
     async function open (model: string, version: number): Promise<Opened | undefined> {
+      let endpoint: UcxEndpoint | undefined
       try {
-        const reply = await stream.ucxOpen!(model, version)
         const worker = components.worker()
-        const endpoint = worker.connect(Buffer.from(reply.worker, 'hex'))
-        current = { endpoint, keys: reply.tensors.map(t => worker.remoteKey(endpoint, Buffer.from(t.rkey, 'hex'))), addresses: reply.tensors.map(t => BigInt(t.address)) }
+        // How UCX reaches the server, asked before UCX_OPEN pins anything there.
+        const serverWorker = await stream.ucxAddress!()
+        endpoint = worker.connect(Buffer.from(serverWorker, 'hex'))
+        const via = endpoint.transports()
+        if (!options.ucxOverTcp && via.length > 0 && via.every(x => x.startsWith('tcp/'))) {
+          throw new AgentError('ERR_UCX_UNAVAILABLE', `UCX reaches ${address} only through its TCP transport (${via.join(', ')}), slower than this agent's own TCP streams (weights.ucxOverTcp)`)
+        }
+        const reply = await stream.ucxOpen!(model, version)
+        if (reply.worker !== serverWorker) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `${address} answered UCX_OPEN with another worker address than UCX_ADDRESS`)
+        current = { endpoint, keys: reply.tensors.map(t => worker.remoteKey(endpoint!, Buffer.from(t.rkey, 'hex'))), addresses: reply.tensors.map(t => BigInt(t.address)) }
         if (!endpoint.peerFailure) {
           const watched = current
           watched.watch = setInterval(() => { if (stream.closed) watched.endpoint.close() }, closedCheckMs)
           watched.watch.unref()
         }
-        transports = endpoint.transports()
+        transports = via
         logger.debug({ address, model, version, transports }, 'weights read over UCX')
         return current
       } catch (err) {
+        if (current?.endpoint === endpoint) release()
+        else endpoint?.close()
         const code = (err as AgentError).code
         // A retired version or a broken connection is the pull's business, as over TCP. Anything else — the
         // source holds the version only in part or is still pulling it (a swarm seed), serves no UCX, cannot
@@ -121,7 +136,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
       have: (model, version, layout) => stream.have(model, version, layout),
       checksum: req => stream.checksum!(req),
       async read (req, into, target) {
-        if (target === undefined || stream.ucxOpen === undefined || stream.checksum === undefined) return stream.read(req, into)
+        if (target === undefined || stream.ucxOpen === undefined || stream.ucxAddress === undefined || stream.checksum === undefined) return stream.read(req, into)
         const runs = target.runs()
         if (!target.inManifest && req.byteLength / runs.length < minRunBytes) return stream.read(req, into)
         const id = `${req.model}\u0000${req.version}`
@@ -146,6 +161,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, components: { wo
         const [crc32c] = await Promise.all([stream.checksum(req), get(u, req.tensorIndex, runs, target.range)])
         return { crc32c, via: 'ucx' }
       },
+      ucxAddress: () => stream.ucxAddress!(),
       ucxOpen: (model, version) => stream.ucxOpen!(model, version),
       ucxReport () {
         if (transports !== undefined) return { transports }

@@ -24,6 +24,8 @@ export interface UcxOpened {
 }
 
 export interface UcxServe {
+  /** This agent's UCP worker address (hex), what a puller connects to (UCX_ADDRESS). */
+  address(): string
   /** Pins and maps every tensor of `manifest` (a committed full version); ERR_UCX_UNAVAILABLE / ERR_TIER_FULL / ERR_BAD_REQUEST with the reason otherwise. */
   open(manifest: WeightsManifest): Promise<UcxOpened>
 }
@@ -34,6 +36,7 @@ export function createUcxServe (components: { stateManager: StateManager, worker
   const pinnedVersions = new Map<string, { bytes: number, connections: number }>()
   const pinnedBytes = (): number => [...pinnedVersions.values()].reduce((a, v) => a + v.bytes, 0)
   return {
+    address: () => components.worker().address().toString('hex'),
     async open (manifest) {
       if (manifest.partial !== undefined) throw new AgentError('ERR_BAD_REQUEST', `this agent holds only some slices of ${manifest.model} v${manifest.version}: read them over TCP`)
       if (manifest.tensors.some(t => t.bytes === 0)) throw new AgentError('ERR_BAD_REQUEST', `${manifest.model} v${manifest.version} has empty tensors, which UCX cannot map: read it over TCP`)

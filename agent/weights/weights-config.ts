@@ -19,7 +19,8 @@ export const WeightsSection = Type.Object({
   idleTimeoutMs: Type.Integer({ minimum: 0, maximum: 86_400_000, description: 'An authenticated data connection with no request in progress and no bytes moving either way for this long is closed, in milliseconds; 0: never. Default: 300000 (5 min).' }),
   uploadBytesPerSecond: Type.Integer({ minimum: 0, maximum: 2 ** 40, description: 'Tensor bytes per second the data server sends, all pullers together (a rollout node serving swarm peers keeps the rest of its uplink for its own work); 0: no limit. Default: 0.' }),
   swarmPeerTimeoutMs: Type.Integer({ minimum: 100, maximum: 600_000, description: 'A swarm peer that has not answered a READ of this pull\'s within this many milliseconds is dropped for the rest of the pull (its tensors go back to the pull\'s source). Default: 10000.' }),
-  transports: Type.Array(Type.Union([Type.Literal('ucx'), Type.Literal('tcp')]), { minItems: 1, maxItems: 2, uniqueItems: true, description: 'How weight bytes move, in order of preference. "tcp" (required: the authenticated control connection, sliced reads and the fallback); "ucx": the data server also serves committed versions for one-sided UCX reads (RDMA on InfiniBand/RoCE, shared memory within a node, TCP otherwise; UCX_TLS and UCX_NET_DEVICES apply), and, listed before "tcp", pulls read tensor bytes with UCX (resharded slices as one get per source row), falling back to TCP with the reason reported. Needs the native addon built with UCX (libucx-dev). Default: ["tcp"].' }),
+  transports: Type.Array(Type.Union([Type.Literal('ucx'), Type.Literal('tcp')]), { minItems: 1, maxItems: 2, uniqueItems: true, description: 'How weight bytes move, in order of preference. "tcp" (required: the authenticated control connection, narrow slices and the fallback); "ucx": the data server also serves committed versions for one-sided UCX reads (RDMA on InfiniBand/RoCE, shared memory within a node; UCX_TLS and UCX_NET_DEVICES apply), and, listed before "tcp", pulls read tensor bytes with UCX (resharded slices as one get per source row), falling back to TCP with the reason reported: a server without UCX, one reached by UCX only over its TCP transport (weights.ucxOverTcp), a version too large to pin. Needs the native addon built with UCX (libucx-dev); without it, TCP only (logged). Default: ["ucx", "tcp"] (dev: ["tcp"]: dev agents share one host, where UCX would move bytes through shared memory and bypass the network under test).' }),
+  ucxOverTcp: Type.Boolean({ description: 'Read over UCX also from a server UCX reaches only through its TCP transport (no RDMA, no shared memory). Off by default: measured, UCX\'s TCP transport moved 0.42x the bytes per second of this agent\'s own TCP streams; such a server is read over TCP, with the reason reported. Default: false.' }),
 }, { additionalProperties: false })
 
 export type WeightsConfig = Static<typeof WeightsSection>
@@ -41,10 +42,11 @@ export const defaultWeightsConfig: WeightsConfig = {
   idleTimeoutMs: 300_000,
   uploadBytesPerSecond: 0,
   swarmPeerTimeoutMs: 10_000,
-  transports: ['tcp'],
+  transports: ['ucx', 'tcp'],
+  ucxOverTcp: false,
 }
 
-export const devWeightsConfig: WeightsConfig = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0' }
+export const devWeightsConfig: WeightsConfig = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0', transports: ['tcp'] }
 
 /** The data server's connection limits (tcp-server.ts), named as in the config. */
 export type DataPortLimits = Pick<WeightsConfig, 'authTimeoutMs' | 'maxPendingConnections' | 'maxPendingPerAddress' | 'maxConnections' | 'frameTimeoutMs' | 'idleTimeoutMs'> & Partial<Pick<WeightsConfig, 'transports'>>

@@ -131,14 +131,20 @@ export function createWeightsService (options: WeightsServiceOptions, components
   const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
   const swarm = createSwarmHoldings(() => components.availabilityChanged?.())
-  // UCX (PROTOCOL.md "RDMA (UCX)"): served when listed, used by pulls when listed before tcp. The worker is made at first use.
+  // UCX (PROTOCOL.md "RDMA (UCX)"): served when listed (and uploads are not paced), used by pulls when listed
+  // before tcp. The worker is made at first use.
   const ucxListed = options.transports.includes('ucx')
   const ucxReady = ucxListed && capabilities.ucx.compiled
-  if (ucxListed && !ucxReady) logger.warn({ transports: options.transports }, 'weights.transports lists ucx, but the native addon was built without UCX (install libucx-dev and rebuild): weights move over TCP only')
+  const ucxRefusal = !ucxListed ? 'weights.transports does not list "ucx"'
+    : !ucxReady ? 'its native addon was built without UCX'
+      : options.uploadBytesPerSecond > 0 ? 'weights.uploadBytesPerSecond paces what it serves, and one-sided reads cannot be paced' : undefined
+  if (ucxListed && ucxRefusal !== undefined) logger.info({ transports: options.transports }, `weights served over TCP only: ${ucxRefusal}${ucxReady ? '' : ' (install libucx-dev and rebuild for UCX); pulls read over TCP too'}`)
   let ucxWorker: UcxWorker | undefined
   const worker = (): UcxWorker => (ucxWorker ??= createUcxWorker())
   const tcpConnector = createTcpConnector(auth)
-  const connector = ucxReady && options.transports.indexOf('ucx') < options.transports.indexOf('tcp') ? createUcxConnector(tcpConnector, { worker, logger }) : tcpConnector
+  const connector = ucxReady && options.transports.indexOf('ucx') < options.transports.indexOf('tcp')
+    ? createUcxConnector(tcpConnector, { ucxOverTcp: options.ucxOverTcp }, { worker, logger })
+    : tcpConnector
   const server = createTcpWeightServer({
     listen: options.dataListen,
     serveWindowBytes: options.serveWindowBytes,
@@ -150,7 +156,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     frameTimeoutMs: options.frameTimeoutMs,
     idleTimeoutMs: options.idleTimeoutMs,
     uploadBytesPerSecond: options.uploadBytesPerSecond,
-  }, { stateManager, versions, auth, logger, swarm, ...(ucxReady ? { ucx: createUcxServe({ stateManager, worker }) } : {}) })
+  }, { stateManager, versions, auth, logger, swarm, ...(ucxRefusal === undefined ? { ucx: createUcxServe({ stateManager, worker }) } : { ucxRefusal }) })
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }

@@ -17,7 +17,7 @@ import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../agent/state/state-manager.ts'
 import { chunkChecksums } from '../../agent/weights/publisher.ts'
 import { createWeightsService, type WeightsService } from '../../agent/weights/weights-service.ts'
-import { defaultWeightsConfig } from '../../agent/weights/weights-config.ts'
+import { defaultWeightsConfig, devWeightsConfig } from '../../agent/weights/weights-config.ts'
 import { generateClusterKey, parseClusterKey } from '../../mesh/membership/cluster-key.ts'
 import { gbPerSecond, median, MiB } from './bench-stats.ts'
 
@@ -51,7 +51,7 @@ async function node (name: string, poolBytes: number): Promise<{ sm: StateManage
     spillHighWatermark: 0.99, spillLowWatermark: 0.9, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }, { logger })
   await sm.start()
-  const weights = createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', durable: false, streams, manifestDir: join(dir, name, 'weights') }, { stateManager: sm, clusterKey: key, logger })
+  const weights = createWeightsService({ ...devWeightsConfig, durable: false, streams, manifestDir: join(dir, name, 'weights') }, { stateManager: sm, clusterKey: key, logger })
   await weights.start()
   nodes.push({ sm, weights })
   return { sm, weights }

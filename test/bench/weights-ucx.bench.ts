@@ -63,7 +63,7 @@ try {
         waitReady: false,
         env: { UCX_TLS: tls },
         args: ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--log-level', 'warn', '--set', 'mesh.enabled=false',
-          '--set', `state.hostPoolBytes=${Math.ceil(total * poolFactor / MiB) * MiB}`, '--set', `state.nvmeCapacityBytes=${4 * total}`, '--set', `weights.transports=${transports}`],
+          '--set', `state.hostPoolBytes=${Math.ceil(total * poolFactor / MiB) * MiB}`, '--set', `state.nvmeCapacityBytes=${4 * total}`, '--set', `weights.transports=${transports}`, '--set', 'weights.ucxOverTcp=true'],
       })
       agents.push(agent)
       return agent

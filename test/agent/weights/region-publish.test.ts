@@ -11,7 +11,7 @@ import t from 'tap'
 import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
 import { createPublisher, type WeightsRegion } from '../../../agent/weights/publisher.ts'
 import { createWeightsService } from '../../../agent/weights/weights-service.ts'
-import { defaultWeightsConfig } from '../../../agent/weights/weights-config.ts'
+import { devWeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { diskDir, makeShm } from '../../native/helpers.ts'
 import { keyBytes, logger, MiB, sharedKey, tensor, versionStoreNode, weightsNode, type FixtureTensor } from './weights-fixtures.ts'
 
@@ -88,7 +88,7 @@ t.test('a region-published version comes back from NVMe after a restart', async 
     hostPoolBytes: 16 * MiB, lockHostPool: false, nvmeDir: join(dir, 'nvme'), nvmeCapacityBytes: 64 * MiB, directIo: true,
     spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }
-  const serviceOptions = { ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 128 * 1024, manifestDir: join(dir, 'weights') }
+  const serviceOptions = { ...devWeightsConfig, chunkBytes: 128 * 1024, manifestDir: join(dir, 'weights') }
   const boot = async (): Promise<{ sm: StateManager, weights: ReturnType<typeof createWeightsService> }> => {
     const sm = createStateManager(poolOptions, { logger })
     await sm.start()
@@ -148,7 +148,7 @@ t.test('bad region publishes change nothing; a publish that fails past validatio
     spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }, { logger })
   await smallSm.start()
-  const small = { sm: smallSm, weights: createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 65536, manifestDir: join(dir, 'weights') }, { stateManager: smallSm, clusterKey: key, logger }) }
+  const small = { sm: smallSm, weights: createWeightsService({ ...devWeightsConfig, chunkBytes: 65536, manifestDir: join(dir, 'weights') }, { stateManager: smallSm, clusterKey: key, logger }) }
   await small.weights.start()
   t.teardown(async () => { await small.weights.stop(); await smallSm.stop() })
   const failing = await small.weights.createRegion('h', undefined, [{ name: 'huge.weight', dtype: 'u8', shape: [2 * MiB] }])

@@ -35,7 +35,7 @@ t.test('between agent processes over UCX: whole and gathered pulls byte-exact; t
       stateDir: state,
       env: { UCX_TLS: 'tcp' },
       args: ['--dev', '--state-dir', state, '--cluster-key', keyFile, '--set', 'mesh.enabled=false', '--set', 'weights.chunkBytes=262144',
-        '--set', `state.hostPoolBytes=${poolMiB * MiB}`, '--set', 'weights.transports=["ucx","tcp"]'],
+        '--set', `state.hostPoolBytes=${poolMiB * MiB}`, '--set', 'weights.transports=["ucx","tcp"]', '--set', 'weights.ucxOverTcp=true'],
     })
   }
   // 128 MiB in 64 tensors of 2 MiB: A and B pin it whole for UCX readers (at most half their pools).

@@ -9,6 +9,7 @@ import t, { type Test } from 'tap'
 import { join } from 'node:path'
 import { capabilities } from '../../../native/index.ts'
 import type { TargetLayout } from '../../../agent/weights/reshard.ts'
+import type { WeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { keyBytes, MiB, sharedKey, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
 
 const skip = !capabilities.addon.loaded
@@ -16,11 +17,12 @@ const skip = !capabilities.addon.loaded
   : !capabilities.ucx.compiled ? 'the native addon was built without UCX (install libucx-dev and rebuild: npm run build:native)' : false
 if (skip !== false) t.comment(`skipping the UCX pull tests: ${skip}`)
 
-const ucxFirst = { transports: ['ucx', 'tcp'] as Array<'ucx' | 'tcp'> }
+// ucxOverTcp: these tests read over UCX_TLS=tcp too, which a default agent leaves to its own TCP streams.
+const ucxFirst = { transports: ['ucx', 'tcp'] as Array<'ucx' | 'tcp'>, ucxOverTcp: true }
 const layers = (seed: number, count: number): FixtureTensor[] => Array.from({ length: count }, (_, i) => tensor(`model.layers.${i}.mlp.down_proj.weight`, 'bf16', [512, 1024], seed + i))
 const total = (ts: FixtureTensor[]): number => ts.reduce((s, x) => s + x.data.length, 0)
 
-async function publisher (t: Test, key: Uint8Array, tensors: FixtureTensor[], overrides = ucxFirst, poolBytes = 64 * MiB): Promise<NodeFixture> {
+async function publisher (t: Test, key: Uint8Array, tensors: FixtureTensor[], overrides: Partial<WeightsConfig> = ucxFirst, poolBytes = 64 * MiB): Promise<NodeFixture> {
   const a = await weightsNode(t, key, overrides, undefined, poolBytes)
   const file = join(a.dir, 'm.safetensors')
   writeSafetensors(file, tensors)
@@ -98,6 +100,20 @@ t.test('a server that does not serve UCX, or cannot pin a version larger than it
   const r2 = await c.weights.pull({ from: small.weights.address(), model: 'm', version: 1, streams: 2 })
   t.match(r2.ucx, { bytes: 0, fallback: /./ }, `UCX not used: ${r2.ucx?.fallback}`)
   await checkWhole(t, c, r2, big, 'the puller of a version larger than the server\'s pool')
+
+  // The defaults: a server UCX reaches only through its TCP transport is read over this agent's TCP streams.
+  const a = await publisher(t, key, tensors)
+  const byDefault = await weightsNode(t, key, { transports: ['ucx', 'tcp'] }, undefined, 64 * MiB)
+  const r3 = await byDefault.weights.pull({ from: a.weights.address(), model: 'm', version: 1, streams: 2 })
+  t.match(r3.ucx, { bytes: 0, fallback: /only through its TCP transport \(tcp\/lo\).*weights\.ucxOverTcp/ }, 'UCX over TCP only: not used, and why')
+  await checkWhole(t, byDefault, r3, tensors, 'the puller that kept to TCP')
+
+  // A server whose uploads are paced serves no one-sided reads (they would pass the pacing by).
+  const paced = await publisher(t, key, tensors, { ...ucxFirst, uploadBytesPerSecond: 2 ** 30 })
+  const d = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+  const r4 = await d.weights.pull({ from: paced.weights.address(), model: 'm', version: 1, streams: 2 })
+  t.match(r4.ucx, { bytes: 0, fallback: /uploadBytesPerSecond paces what it serves/ }, 'a paced server: not over UCX, and why')
+  await checkWhole(t, d, r4, tensors, 'the puller of a paced server')
 })
 
 t.test('a version retired while it is read over UCX fails the pull with ERR_WEIGHTS_RETIRED and stores nothing', { skip }, async t => {

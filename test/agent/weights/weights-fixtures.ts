@@ -10,7 +10,7 @@ import type { Test } from 'tap'
 import { pino } from 'pino'
 import { createStateManager, type StateManager } from '../../../agent/state/state-manager.ts'
 import { createWeightsService, type WeightsService } from '../../../agent/weights/weights-service.ts'
-import { defaultWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
+import { devWeightsConfig, type WeightsConfig } from '../../../agent/weights/weights-config.ts'
 import { createVersionStore, type VersionStore } from '../../../agent/weights/version-store.ts'
 import { generateClusterKey, parseClusterKey } from '../../../mesh/membership/cluster-key.ts'
 import type { PeerView } from '../../../mesh/membership/mesh-views.ts'
@@ -74,7 +74,7 @@ export async function weightsNode (t: Test, clusterKey: Uint8Array, overrides: P
     spillHighWatermark: 0.95, spillLowWatermark: 0.8, namespaceQuotaBytes: {}, prefetchHorizonMs: 1000,
   }, { logger })
   await sm.start()
-  const weights = createWeightsService({ ...defaultWeightsConfig, dataListen: '127.0.0.1:0', chunkBytes: 256 * 1024, ...overrides, manifestDir: join(dir, 'weights') }, { stateManager: sm, clusterKey, logger, ...(meshPeers !== undefined ? { meshPeers } : {}) })
+  const weights = createWeightsService({ ...devWeightsConfig, chunkBytes: 256 * 1024, ...overrides, manifestDir: join(dir, 'weights') }, { stateManager: sm, clusterKey, logger, ...(meshPeers !== undefined ? { meshPeers } : {}) })
   await weights.start()
   t.teardown(async () => { await weights.stop(); await sm.stop() })
   return { sm, weights, dir }
