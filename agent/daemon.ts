@@ -111,7 +111,7 @@ export function createDaemon (options: DaemonOptions, components: DaemonComponen
       native: capabilities,
       ...(mesh !== undefined ? { mesh: mesh.status() } : {}),
       ...(leader !== undefined ? { leader: leader.view() } : {}),
-      ...(weights !== undefined ? { weights: { address: weights.address() } } : {}),
+      ...(weights !== undefined ? { weights: { address: weights.address(), ...weights.served() } } : {}),
       ...(metrics !== undefined ? { metrics: { address: metrics.address() } } : {}),
     }
     return body

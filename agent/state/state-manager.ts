@@ -251,10 +251,13 @@ export interface StateManager {
   poolReclaimer(reclaim: (wantBytes: number) => number): () => void
   /**
    * Stores a filled scratch range as `key` without copying (its length must be
-   * the key's byte size); the scratch is consumed either way. Returns false
-   * when the key was already stored (deduplicated: the scratch is freed).
+   * the key's byte size); the scratch is consumed either way. Resolves true
+   * when this call stored the key, false when it was stored already
+   * (deduplicated: one more replica, the scratch freed). A key another writer
+   * has in flight is waited for: deduplicated when that write succeeds, stored
+   * from the scratch when it fails.
    */
-  adopt(key: string, scratch: ScratchBytes): boolean
+  adopt(key: string, scratch: ScratchBytes): Promise<boolean>
   /**
    * Writes stored keys to NVMe (fsynced) so they survive a restart, as
    * offload with durability "nvme" does; ERR_KEY_NOT_FOUND for a key not stored.
@@ -814,15 +817,17 @@ export function createStateManager (options: StateManagerOptions, components: St
       return { range: copy.range, copied: true, release: copy.release }
     },
     scratch,
-    adopt (text, handle) {
+    async adopt (text, handle) {
       const k = parseKey(text)
       const extent = scratchExtents.get(handle)
       if (extent === undefined) throw new AgentError('ERR_BAD_REQUEST', 'adopt needs a live scratch range from this StateManager')
       if (handle.range.length !== k.bytes) throw new AgentError('ERR_SIZE_MISMATCH', `${text} has ${k.bytes} bytes, the scratch range ${handle.range.length}`)
+      for (let pending = inflight.get(k.text); pending !== undefined; pending = inflight.get(k.text)) await pending
       const existing = entries.get(k.text)
-      if (existing !== undefined || inflight.has(k.text)) {
+      if (existing !== undefined) {
         handle.release()
-        if (existing !== undefined) { existing.replicas++; counters.deduplicated++ }
+        existing.replicas++
+        counters.deduplicated++
         return false
       }
       scratchExtents.delete(handle)

@@ -297,7 +297,7 @@ export function createPublisher (options: PublisherOptions, components: Publishe
           scratch.release()
           throw err
         }
-        if (sm.adopt(key, scratch)) created.push(key)
+        if (await sm.adopt(key, scratch)) created.push(key)
         tensors.push({ ...t, key })
         onProgress('reading', doneBytes += t.end - t.start, totalBytes)
       }

@@ -334,8 +334,8 @@ export function createPuller (options: PullerOptions, components: PullerComponen
           const scratch = scratches[i]!
           if (layout !== undefined) sliceSums[i] = await chunkChecksums(scratch.range, manifest.chunkBytes)
           scratches[i] = undefined
-          sm.adopt(keys[i]!, scratch)
-          adopted.push(keys[i]!)
+          // Only keys this pull stored are dropped if it fails: a deduplicated one was someone else's first.
+          if (await sm.adopt(keys[i]!, scratch)) adopted.push(keys[i]!)
           seed?.stored(slices[i]!.index, layout !== undefined ? sliceSums[i] : undefined)
         }
         schedule.release(i)

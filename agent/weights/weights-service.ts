@@ -77,6 +77,8 @@ export interface WeightsService {
   stop(): Promise<void>
   /** host:port of the data server. */
   address(): string
+  /** How the data server serves weights: "tcp", and "ucx" unless `ucxUnavailable` says why not. */
+  served(): { transports: Array<'ucx' | 'tcp'>, ucxUnavailable?: string }
   /** See Publisher.createRegion: the model is claimed for `owner` (a uid; undefined = the agent) if nobody owns it, in the tick this is called. */
   createRegion(model: string, version: number | undefined, tensors: TensorSpec[], owner?: number): Promise<WeightsRegion>
   /** Removes a region handed out and never published (a trainer giving up on that version). */
@@ -178,6 +180,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
       ucxWorker?.close()
     },
     address: () => server.address,
+    served: () => ucxRefusal === undefined ? { transports: ['ucx', 'tcp'] } : { transports: ['tcp'], ucxUnavailable: ucxRefusal },
     createRegion: (model, version, tensors, owner) => publisher.createRegion(model, version, tensors, owner),
     discardRegion: name => publisher.discardRegion(name),
     async publish (request, owner) {

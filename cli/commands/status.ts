@@ -36,9 +36,14 @@ export function renderStatus (status: StatusBody): string {
   const native = status.native as Capabilities | undefined
   if (native !== undefined) {
     const memlock = native.memlockLimitBytes === null || native.memlockLimitBytes === Infinity ? 'unlimited' : formatBytes(native.memlockLimitBytes)
+    const ucx = native.ucx === undefined ? '' : native.ucx.compiled ? `, ucx ${native.ucx.version} (${[...new Set(native.ucx.transports.map(x => x.transport))].join(' ')})` : ', ucx not built'
     head.push(native.addon.loaded
-      ? `native   cuda ${native.cuda.available ? `${native.cuda.devices.length} device(s)` : `unavailable (${native.cuda.reason ?? 'unknown'})`}, memlock ${memlock}, crc32c ${native.crc32c ?? '-'}`
+      ? `native   cuda ${native.cuda.available ? `${native.cuda.devices.length} device(s)` : `unavailable (${native.cuda.reason ?? 'unknown'})`}, memlock ${memlock}, crc32c ${native.crc32c ?? '-'}${ucx}`
       : `native   not loaded: ${native.addon.error ?? 'unknown'}`)
+  }
+  const weights = status.weights
+  if (weights !== undefined) {
+    head.push(`weights  data ${weights.address}, serves ${(weights.transports ?? ['tcp']).join(' + ')}${weights.ucxUnavailable !== undefined ? ` (no ucx: ${weights.ucxUnavailable})` : ''}`)
   }
   const conflicts = status.leader?.otherVoterSets ?? []
   if (conflicts.length > 0) head.push(`DEGRADED another voter set on this mesh (${conflicts.map(c => `${c.voterSetId}: ${c.agents.length} agent(s)`).join('; ')}): see agentctl leader`)

@@ -35,7 +35,11 @@ export const StatusSchema = Type.Object({
   native: Type.Optional(Type.Unknown({ description: 'capabilities of the native addon: cuda, directIo, hugePages, memlockLimitBytes, ...' })),
   mesh: Type.Optional(MeshStatusSchema),
   leader: Type.Optional(LeaderViewSchema),
-  weights: Type.Optional(Type.Object({ address: Type.String({ description: 'host:port of the weight data server (TCP)' }) })),
+  weights: Type.Optional(Type.Object({
+    address: Type.String({ description: 'host:port of the weight data server (TCP)' }),
+    transports: Type.Optional(Type.Array(Type.Union([Type.Literal('ucx'), Type.Literal('tcp')]), { description: 'how its data server serves weights: "tcp" always, "ucx" when it answers one-sided UCX reads' })),
+    ucxUnavailable: Type.Optional(Type.String({ description: 'why it serves no UCX, when it does not' })),
+  })),
 }, { additionalProperties: true, description: 'Later subsystems add their own sections.' })
 
 export type StatusBody = Static<typeof StatusSchema>

@@ -30,7 +30,7 @@ async function nvmeOnly (t: Test, keys: string[], bytes: number): Promise<{ sm: 
   for (const [i, key] of keys.entries()) {
     const scratch = await writer.scratch(bytes)
     scratch.view.set(data[i]!)
-    writer.adopt(key, scratch)
+    await writer.adopt(key, scratch)
     await writer.persist([key])
   }
   await writer.stop()
@@ -116,7 +116,7 @@ t.test('a key with a host copy is read in place: no copy, nothing kept, pinned w
   const data = tensor('x', 'u8', [bytes], 9).data
   const scratch = await sm.scratch(bytes)
   scratch.view.set(data)
-  sm.adopt(keyOf(2, bytes), scratch)
+  await sm.adopt(keyOf(2, bytes), scratch)
   const window = createServeReadWindow({ windowBytes: MiB }, { stateManager: sm })
   const r = await window.read(keyOf(2, bytes), bytes, chunk, 2 * chunk, chunk)
   t.ok(Buffer.from(viewHostRange(r.range)).equals(data.subarray(chunk, 2 * chunk)))

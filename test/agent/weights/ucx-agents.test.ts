@@ -44,7 +44,9 @@ t.test('between agent processes over UCX: whole and gathered pulls byte-exact; t
   writeSafetensors(model, tensors)
   const [a, b, c] = await Promise.all([start(320), start(320), start(64)])
   const { version } = await a.client.weightsPublish({ model: 'm', source: { kind: 'safetensors', path: model } })
-  const fromA = (await a.client.status()).weights!.address!
+  const served = (await a.client.status()).weights!
+  t.same(served.transports, ['ucx', 'tcp'], 'status: A serves UCX and TCP')
+  const fromA = served.address
   const fromB = (await b.client.status()).weights!.address!
 
   const held = await b.client.weightsPull({ from: fromA, model: 'm', version, streams: 2 })
