@@ -546,7 +546,10 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
           const req = decodeManifestRequest(body)
           ucxServe()
           if (req.version === latestVersion) throw new AgentError('ERR_BAD_REQUEST', 'UCX_OPEN names an exact version')
-          const opened = await ucxServe().open(versions.get(req.model, req.version))
+          // Retired later: the connection is closed (its close releases what it opened).
+          const opened = await ucxServe().open(versions.get(req.model, req.version), () => socket.destroy())
+          // Retired while it was being pinned: nothing of it is handed out.
+          if (versions.list().every(m => m.model !== req.model || m.version !== req.version)) { opened.release(); versions.get(req.model, req.version) }
           // One version at a time per connection; a closed connection keeps nothing.
           ucxOpened?.release()
           ucxOpened = opened

@@ -18,15 +18,17 @@
  *   is checked exactly as over TCP. Windows of runs shorter than
  *   `minRunBytes` on average (narrow column splits) are read over TCP: the
  *   server gathers them faster than one get per run.
- * - Retirement behaves as over TCP at tensor granularity: the first read of
- *   each tensor on a stream asks HAVE, so a retired version fails the read
- *   with ERR_WEIGHTS_RETIRED (bytes already read were read from pinned,
- *   committed memory and stay valid).
+ * - Retirement: the server closes every connection that opened the version
+ *   (its mappings die with it), and the reconnected stream's HAVE or READ
+ *   answers ERR_WEIGHTS_RETIRED, as over TCP; the first read of each tensor
+ *   on a stream asks HAVE too. Bytes read before came from pinned, committed
+ *   memory and were checked.
  * - A get that fails (the server died, its endpoint broke) closes the stream
  *   and rejects with ERR_WEIGHTS_TRANSFER, so the puller reconnects or moves
- *   on exactly as when a TCP connection drops. Where UCX cannot detect a dead
- *   peer (shared memory), the TCP connection closing is the signal: the
- *   endpoint is closed, which fails its gets.
+ *   on exactly as when a TCP connection drops. The TCP connection closing
+ *   closes the endpoint too, which fails its gets: UCX cannot detect a dead
+ *   peer over shared memory, and a get of a range the server unmapped is
+ *   never answered over its software transports.
  */
 import type { Logger } from 'pino'
 import { AgentError } from '../../core/errors.ts'
@@ -38,11 +40,11 @@ interface Opened {
   endpoint: UcxEndpoint
   keys: UcxRemoteKey[]
   addresses: bigint[]
-  /** Closes the endpoint when the TCP connection closes, where UCX cannot see the server die itself. */
+  /** Closes the endpoint when the TCP connection closes. */
   watch?: NodeJS.Timeout
 }
 
-/** How often an endpoint UCX cannot watch itself looks whether its TCP connection closed (the server died), ms. */
+/** How often an endpoint looks whether its TCP connection closed (the server died or revoked the version), ms. */
 const closedCheckMs = 200
 
 /**
@@ -98,11 +100,12 @@ export function createUcxConnector (tcp: WeightStreamConnector, options: UcxConn
         const reply = await stream.ucxOpen!(model, version)
         if (reply.worker !== serverWorker) throw new AgentError('ERR_WEIGHTS_PROTOCOL', `${address} answered UCX_OPEN with another worker address than UCX_ADDRESS`)
         current = { endpoint, keys: reply.tensors.map(t => worker.remoteKey(endpoint!, Buffer.from(t.rkey, 'hex'))), addresses: reply.tensors.map(t => BigInt(t.address)) }
-        if (!endpoint.peerFailure) {
-          const watched = current
-          watched.watch = setInterval(() => { if (stream.closed) watched.endpoint.close() }, closedCheckMs)
-          watched.watch.unref()
-        }
+        // The server closing the TCP connection (it died, or retired the version: its mappings are gone) closes the
+        // endpoint, which fails the gets still waiting: UCX's software transports answer none for an unmapped range,
+        // and over shared memory UCX cannot see the server die at all.
+        const watched = current
+        watched.watch = setInterval(() => { if (stream.closed) watched.endpoint.close() }, closedCheckMs)
+        watched.watch.unref()
         transports = via
         logger.debug({ address, model, version, transports }, 'weights read over UCX')
         return current

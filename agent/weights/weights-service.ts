@@ -20,7 +20,7 @@ import { layoutId, type LayoutRule, type TargetLayout } from './reshard.ts'
 import { capabilities, createUcxWorker, type UcxWorker } from '../../native/index.ts'
 import { createTcpConnector } from './tcp-client.ts'
 import { createUcxConnector } from './ucx-connector.ts'
-import { createUcxServe } from './ucx-serve.ts'
+import { createUcxServe, type UcxServe } from './ucx-serve.ts'
 import { createTcpWeightServer } from './tcp-server.ts'
 import type { WeightServerCounters } from './transport.ts'
 import { createVersionStore, type ModelOwner, type WeightsManifest } from './version-store.ts'
@@ -87,7 +87,7 @@ export interface WeightsService {
   publish(request: PublishRequest, owner?: number): Promise<WeightsManifest>
   pull(options: PullOptions): Promise<PullResult>
   /** Versions held, manifests found damaged at start, connections pulling from this agent, and the pulls and publishes this agent is making. */
-  list(): Pick<VersionList, 'versions' | 'damaged' | 'pulls' | 'pulling' | 'publishing' | 'distributing' | 'droppedPeers'>
+  list(): Pick<VersionList, 'versions' | 'damaged' | 'pulls' | 'pulling' | 'publishing' | 'distributing' | 'droppedPeers' | 'ucx'>
   manifest(model: string, version: number): WeightsManifest
   retire(model: string, version: number): Promise<void>
   /** Who owns `model` here (version-store.ts "Ownership"): a uid, 'agent', or undefined when nobody does. */
@@ -130,7 +130,12 @@ const maxDroppedPeers = 16
 export function createWeightsService (options: WeightsServiceOptions, components: WeightsServiceComponents): WeightsService {
   const { stateManager, logger } = components
   const auth = createDataAuth(components.clusterKey)
-  const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, { stateManager, logger, changed: () => components.availabilityChanged?.() })
+  /** The data server's UCX side, when it serves UCX (below): a retired version's keys are revoked at once. */
+  let ucxServe: UcxServe | undefined
+  const committed = (model: string, version: number): boolean => versions.list().some(m => m.model === model && m.version === version)
+  const versions = createVersionStore({ dir: options.manifestDir, retainVersions: options.retainVersions }, {
+    stateManager, logger, changed: () => { ucxServe?.revoke(committed); components.availabilityChanged?.() },
+  })
   const publisher = createPublisher({ chunkBytes: options.chunkBytes, durable: options.durable, owner: options.manifestDir }, { stateManager, versions, logger })
   const swarm = createSwarmHoldings(() => components.availabilityChanged?.())
   // UCX (PROTOCOL.md "RDMA (UCX)"): served when listed (and uploads are not paced), used by pulls when listed
@@ -158,7 +163,7 @@ export function createWeightsService (options: WeightsServiceOptions, components
     frameTimeoutMs: options.frameTimeoutMs,
     idleTimeoutMs: options.idleTimeoutMs,
     uploadBytesPerSecond: options.uploadBytesPerSecond,
-  }, { stateManager, versions, auth, logger, swarm, ...(ucxRefusal === undefined ? { ucx: createUcxServe({ stateManager, worker }) } : { ucxRefusal }) })
+  }, { stateManager, versions, auth, logger, swarm, ...(ucxRefusal === undefined ? { ucx: ucxServe = createUcxServe({ stateManager, worker }) } : { ucxRefusal }) })
   const pulling = new Set<PullInProgress>()
   const publishing = new Set<PublishInProgress>()
   const pullTotals = { pulledBytes: 0, completed: 0, failed: 0 }
@@ -237,9 +242,15 @@ export function createWeightsService (options: WeightsServiceOptions, components
       publishing: [...publishing].map(p => ({ ...p })),
       distributing: distributing(),
       droppedPeers: droppedPeers.map(d => ({ ...d })),
+      ucx: ucxServe?.served() ?? [],
     }),
     manifest: (model, version) => versions.get(model, version),
-    retire: (model, version) => versions.retire(model, version),
+    async retire (model, version) {
+      const retiring = versions.retire(model, version)
+      // The version left the committed set synchronously: revoke its UCX keys now, not after the durable writes.
+      ucxServe?.revoke(committed)
+      await retiring
+    },
     modelOwner: model => versions.ownerOf(model),
     counters: () => ({
       server: server.counters(),

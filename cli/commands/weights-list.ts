@@ -31,6 +31,8 @@ export const weightsListCommand: Command = {
         pulls.length > 0 ? formatTable(['PULLER', 'MODEL', 'VERSION', 'SENT'], pulls) : 'nobody is pulling from this agent',
         ...(pulling.length > 0 ? [formatTable(['PULLING FROM', 'MODEL', 'VERSION', 'PROGRESS'], pulling)] : []),
         ...(distributing.length > 0 ? [formatTable(['DISTRIBUTING', 'VERSION', 'LAYOUT', 'HOLDERS', 'PULLING', 'SERVED HERE'], distributing)] : []),
+        // Versions pinned and mapped for pullers' one-sided UCX reads (retiring one closes its connections).
+        ...((body.ucx ?? []).length > 0 ? [formatTable(['PINNED FOR UCX', 'VERSION', 'SIZE', 'CONNECTIONS'], body.ucx!.map(u => [u.model, String(u.version), formatBytes(u.bytes), String(u.connections)]))] : []),
         // Peers a pull stopped using: failed, too slow, or sent a chunk that did not match the manifest.
         ...(body.droppedPeers.length > 0 ? [formatTable(['DROPPED PEER', 'MODEL', 'VERSION', 'WHEN', 'WHY'], body.droppedPeers.map(d => [d.address, d.model, String(d.version), new Date(d.atMs).toISOString(), d.reason]))] : []),
       ].join('\n\n'),

@@ -140,6 +140,11 @@ export const VersionListSchema = Type.Object({
     here: Type.Optional(Type.Object({ tensors: uint, heldTensors: uint, heldBytes: uint, totalBytes: uint }, { description: 'this agent\'s own pull of it, as it serves it' })),
   }), { description: 'versions being pulled somewhere in the mesh (the swarm), whole or as one layout\'s slices: agents holding each and agents pulling it (this one included), from the mesh adverts' }),
   droppedPeers: Type.Array(Type.Object({ address: Type.String(), reason: Type.String(), model: Type.String(), version: uint, atMs: uint }), { description: 'swarm peers this agent\'s completed pulls stopped using, and why (the last 16)' }),
+  ucx: Type.Optional(Type.Array(Type.Object({
+    model: Type.String(), version: uint,
+    bytes: uint,
+    connections: Type.Integer({ minimum: 1, description: 'pullers\' connections that opened it (UCX_OPEN); retiring the version closes them' }),
+  }), { description: 'versions this agent\'s data server holds pinned and mapped for one-sided UCX reads' })),
 })
 
 export const WeightsRegionSchema = Type.Object({

@@ -10,6 +10,8 @@ import { join } from 'node:path'
 import { capabilities } from '../../../native/index.ts'
 import type { TargetLayout } from '../../../agent/weights/reshard.ts'
 import type { WeightsConfig } from '../../../agent/weights/weights-config.ts'
+import { createDataAuth } from '../../../agent/weights/data-auth.ts'
+import { createTcpConnector } from '../../../agent/weights/tcp-client.ts'
 import { keyBytes, MiB, sharedKey, tensor, weightsNode, writeSafetensors, type FixtureTensor, type NodeFixture } from './weights-fixtures.ts'
 
 const skip = !capabilities.addon.loaded
@@ -122,6 +124,11 @@ t.test('a version retired while it is read over UCX fails the pull with ERR_WEIG
   const tensors = layers(120, 32)
   const a = await publisher(t, key, tensors)
   const b = await weightsNode(t, key, ucxFirst, undefined, 64 * MiB)
+  // A connection that opened the version for UCX and reads nothing more: the retire closes it too.
+  const idle = await createTcpConnector(createDataAuth(key)).open(a.weights.address())
+  t.teardown(() => idle.close())
+  await idle.ucxOpen!('m', 1)
+  t.match(a.weights.list().ucx, [{ model: 'm', version: 1, bytes: total(tensors), connections: 1 }], 'opened: pinned and mapped')
   let retiring: Promise<unknown> | undefined
   const pull = b.weights.pull({
     from: a.weights.address(), model: 'm', version: 1, streams: 1,
@@ -130,6 +137,9 @@ t.test('a version retired while it is read over UCX fails the pull with ERR_WEIG
   await t.rejects(pull, { code: 'ERR_WEIGHTS_RETIRED' })
   await retiring
   t.same(b.sm.storedKeys('weights/'), [], 'nothing of the retired version kept')
+  for (let i = 0; i < 100 && (!idle.closed || (a.weights.list().ucx ?? []).length > 0); i++) await new Promise(resolve => setTimeout(resolve, 20))
+  t.ok(idle.closed, 'the server closed the idle connection that had the version mapped')
+  t.same(a.weights.list().ucx, [], 'nothing pinned or mapped for UCX any more')
 })
 
 t.test('the source stops mid-pull over UCX: the pull goes on from another full holder, byte-exact; a wrong cluster key gets no UCX at all', { skip }, async t => {
