@@ -10,9 +10,14 @@
  * own conditions); then ucx_perftest client/server with -s SIZE -O DEPTH for
  * the same number of gets (its "overall" bandwidth, MB/s = 2^20 bytes/s).
  * Goal (issue): the addon >= 0.85x ucx_perftest. Reported: medians of RUNS
- * and the ratios of the medians.
+ * and the ratios of the medians. Then, per GATHER size R, the model read as
+ * gathered slices (what a row-parallel rank of tp 2 pulls): each SIZE
+ * destination one get of runs of R bytes, 2R apart (half the model read),
+ * against the contiguous
+ * figure of the same run (how pullers choose between one get per run and
+ * the server's gather over TCP: ucx-connector.ts minRunBytes).
  * Needs libucx (the addon built with it) and ucx-utils (ucx_perftest).
- * Usage: node test/bench/ucx-transfer.bench.ts [--model-mib M] [--size-kib K] [--depth D] [--runs R] [--tls tcp,posix]
+ * Usage: node test/bench/ucx-transfer.bench.ts [--model-mib M] [--size-kib K] [--depth D] [--runs R] [--tls tcp,posix] [--gather 512,2048,16384]
  */
 // bench-requires: ucx_perftest (the baseline; npm run bench checks this line)
 import { spawn, spawnSync } from 'node:child_process'
@@ -21,11 +26,12 @@ import { parseArgs } from 'node:util'
 import { capabilities, createHostPool, createUcxWorker, populateHostRange } from '../../native/index.ts'
 import { median, MiB } from './bench-stats.ts'
 
-const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, 'size-kib': { type: 'string' }, depth: { type: 'string' }, runs: { type: 'string' }, tls: { type: 'string' } } })
+const { values } = parseArgs({ options: { 'model-mib': { type: 'string' }, 'size-kib': { type: 'string' }, depth: { type: 'string' }, runs: { type: 'string' }, tls: { type: 'string' }, gather: { type: 'string' } } })
 const modelMiB = Number(values['model-mib'] ?? 1024)
 const size = Number(values['size-kib'] ?? 4096) * 1024
 const depth = Number(values.depth ?? 1)
 const runs = Number(values.runs ?? 3)
+const gatherSizes = (values.gather ?? '512,2048,16384').split(',').filter(x => x !== '').map(Number)
 const tlsSets = (values.tls ?? 'tcp,posix').split(',').map(x => x === 'posix' ? 'posix,self' : x)
 
 if (!capabilities.ucx.compiled) {
@@ -39,8 +45,11 @@ if (spawnSync('ucx_perftest', ['-h'], { stdio: 'ignore' }).error !== undefined) 
 const bytes = modelMiB * MiB
 const gets = Math.floor(bytes / size)
 
-/** The addon: the peer's mapping read with gets of `size`, `depth` in flight, GiB/s: every byte of it (`model`), and one range over and over (`oneBuffer`). */
-async function addonRun (tls: string): Promise<{ model: number, oneBuffer: number }> {
+/**
+ * The addon: the peer's mapping read with gets of `size`, `depth` in flight, GiB/s: every byte of it (`model`), one
+ * range over and over (`oneBuffer`), and per gather size R half of it as runs of R bytes 2R apart (`gathered`).
+ */
+async function addonRun (tls: string): Promise<{ model: number, oneBuffer: number, gathered: number[] }> {
   process.env.UCX_TLS = tls
   const child = spawn(process.execPath, ['test/native/ucx-peer.ts', '--bytes', String(2 * bytes)], { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, UCX_LOG_LEVEL: 'fatal' } })
   try {
@@ -63,7 +72,25 @@ async function addonRun (tls: string): Promise<{ model: number, oneBuffer: numbe
         await Promise.all(Array.from({ length: depth }, lane))
         return gets * size / ((performance.now() - began) / 1000) / 2 ** 30
       }
-      return { model: await timed(i => i * size), oneBuffer: await timed(() => 0) }
+      const model = await timed(i => i * size)
+      const oneBuffer = await timed(() => 0)
+      const gathered: number[] = []
+      for (const run of gatherSizes) {
+        // Runs 2R apart over the first mapping (MODEL_MIB): half of it read, in half as many gets.
+        const perGet = size / run
+        const halfGets = Math.floor(gets / 2)
+        const began = performance.now()
+        let next = 0
+        const lane = async (): Promise<void> => {
+          for (let i = next++; i < halfGets; i = next++) {
+            const runs = Array.from({ length: perGet }, (_, j) => ({ offset: (i * perGet + j) * 2 * run, length: run }))
+            await worker.get(ep, key, base, pool.range(extent, i * size, size), runs)
+          }
+        }
+        await Promise.all(Array.from({ length: depth }, lane))
+        gathered.push(halfGets * size / ((performance.now() - began) / 1000) / 2 ** 30)
+      }
+      return { model, oneBuffer, gathered }
     } finally {
       worker.close()
       pool.close()
@@ -92,13 +119,18 @@ console.log(`UCX ${capabilities.ucx.version}: ${modelMiB} MiB read with ${gets} 
 let port = 13400
 for (const tls of tlsSets) {
   const model: number[] = []; const oneBuffer: number[] = []; const theirs: number[] = []
+  const gathered: number[][] = gatherSizes.map(() => [])
   for (let r = 0; r < runs; r++) {
     const ours = await addonRun(tls)
     model.push(ours.model)
     oneBuffer.push(ours.oneBuffer)
+    ours.gathered.forEach((x, i) => gathered[i]!.push(x))
     theirs.push(await perftestRun(tls, port++))
   }
   const list = (xs: number[]): string => `[${xs.map(x => x.toFixed(2)).join(', ')}]`
   const ratio = (xs: number[]): string => (median(xs) / median(theirs)).toFixed(2)
   console.log(`UCX_TLS=${tls}: ucx_perftest median ${median(theirs).toFixed(2)} GiB/s ${list(theirs)}; addon, one buffer as the tool: median ${median(oneBuffer).toFixed(2)} GiB/s ${list(oneBuffer)} = ${ratio(oneBuffer)}x (goal >= 0.85); addon, the whole ${modelMiB} MiB: median ${median(model).toFixed(2)} GiB/s ${list(model)} = ${ratio(model)}x`)
+  for (const [i, run] of gatherSizes.entries()) {
+    console.log(`UCX_TLS=${tls}: gathered, runs of ${run} bytes (${size / run} per get): median ${median(gathered[i]!).toFixed(2)} GiB/s ${list(gathered[i]!)} = ${(median(gathered[i]!) / median(model)).toFixed(2)}x the contiguous gets`)
+  }
 }
