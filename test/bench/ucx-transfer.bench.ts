@@ -124,7 +124,7 @@ for (const tls of tlsSets) {
     const ours = await addonRun(tls)
     model.push(ours.model)
     oneBuffer.push(ours.oneBuffer)
-    ours.gathered.forEach((x, i) => gathered[i]!.push(x))
+    for (const [i, x] of ours.gathered.entries()) gathered[i]!.push(x)
     theirs.push(await perftestRun(tls, port++))
   }
   const list = (xs: number[]): string => `[${xs.map(x => x.toFixed(2)).join(', ')}]`
