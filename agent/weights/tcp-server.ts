@@ -170,10 +170,10 @@ function alignedChunk (req: ReadRequest, chunkBytes: number, totalBytes: number)
 
 const limitNames = ['authTimeoutMs', 'maxPendingConnections', 'maxPendingPerAddress', 'maxConnections', 'frameTimeoutMs', 'idleTimeoutMs'] as const
 
-/** The options' limits with defaults filled in, checked against the config schema's bounds and rules. */
 /** The payload of a CHECKSUM answer. */
 const noBytes = Buffer.alloc(0)
 
+/** The options' limits with defaults filled in, checked against the config schema's bounds and rules. */
 function dataPortLimits (options: TcpWeightServerOptions): DataPortLimits {
   const limits = { ...defaultWeightsConfig } as DataPortLimits
   const problems: string[] = []
@@ -254,16 +254,16 @@ function refusalLog (logger: Logger, intervalMs: number): { note(reason: string,
 export function createTcpWeightServer (options: TcpWeightServerOptions, components: TcpWeightServerComponents): WeightServer {
   const { stateManager: sm, versions, auth, logger, swarm } = components
 
-  /**
-   * The version a MANIFEST names: committed here, or (an exact version) being
-   * pulled whole here, served as it arrives. Otherwise the version store's error.
-   */
   /** The UCX side, or ERR_UCX_UNAVAILABLE with the reason this agent serves none. */
   function ucxServe (): UcxServe {
     if (components.ucx !== undefined) return components.ucx
     throw new AgentError('ERR_UCX_UNAVAILABLE', `this agent does not serve weights over UCX: ${components.ucxRefusal ?? 'weights.transports does not list "ucx"'}`)
   }
 
+  /**
+   * The version a MANIFEST names: committed here, or (an exact version) being
+   * pulled whole here, served as it arrives. Otherwise the version store's error.
+   */
   function lookup (model: string, version: number): WeightsManifest {
     try {
       return versions.get(model, version)
@@ -544,12 +544,10 @@ export function createTcpWeightServer (options: TcpWeightServerOptions, componen
         }
         if (op === Op.ucxOpen) {
           const req = decodeManifestRequest(body)
-          ucxServe()
+          const ucx = ucxServe()
           if (req.version === latestVersion) throw new AgentError('ERR_BAD_REQUEST', 'UCX_OPEN names an exact version')
-          // Retired later: the connection is closed (its close releases what it opened).
-          const opened = await ucxServe().open(versions.get(req.model, req.version), () => socket.destroy())
-          // Retired while it was being pinned: nothing of it is handed out.
-          if (versions.list().every(m => m.model !== req.model || m.version !== req.version)) { opened.release(); versions.get(req.model, req.version) }
+          // Retired later, or while it is being pinned: the connection is closed (its close releases what it opened).
+          const opened = await ucx.open(versions.get(req.model, req.version), () => socket.destroy())
           // One version at a time per connection; a closed connection keeps nothing.
           ucxOpened?.release()
           ucxOpened = opened

@@ -110,8 +110,7 @@ export function createUcxConnector (tcp: WeightStreamConnector, options: UcxConn
         logger.debug({ address, model, version, transports }, 'weights read over UCX')
         return current
       } catch (err) {
-        if (current?.endpoint === endpoint) release()
-        else endpoint?.close()
+        endpoint?.close() // `current` is set last: nothing after it throws
         const code = (err as AgentError).code
         // A retired version or a broken connection is the pull's business, as over TCP. Anything else — the
         // source holds the version only in part or is still pulling it (a swarm seed), serves no UCX, cannot

@@ -29,7 +29,7 @@ export interface UcxOpened {
   release(): void
 }
 
-/** A version pinned for UCX readers: its bytes, the connections that opened it, how many still have it mapped. */
+/** A version pinned for UCX readers: its bytes and the connections that opened it. */
 export interface UcxServedVersion { model: string, version: number, bytes: number, connections: number }
 
 export interface UcxServe {
@@ -49,7 +49,7 @@ export interface UcxServe {
 
 export function createUcxServe (components: { stateManager: StateManager, worker: () => UcxWorker }): UcxServe {
   const { stateManager: sm } = components
-  /** Versions pinned for UCX now: their bytes and the connections' openings (each unmaps itself once). */
+  /** Versions pinned for UCX now: their bytes and the connections' openings (each revoked by closing its connection). */
   const pinnedVersions = new Map<string, { model: string, version: number, bytes: number, connections: number, openings: Set<{ revoked: () => void }> }>()
   const pinnedBytes = (): number => [...pinnedVersions.values()].reduce((a, v) => a + v.bytes, 0)
   return {

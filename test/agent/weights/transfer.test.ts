@@ -156,4 +156,7 @@ t.test('CHECKSUM answers the crc32c a READ of the same bytes carries, without th
   await t.rejects(stream.checksum!({ ...cases[0]![1], version: 9 }), { code: 'ERR_WEIGHTS_NOT_FOUND' }, 'a version that does not exist')
   await t.rejects(stream.checksum!({ ...cases[2]![1], ranges: [{ start: 2900, count: 200 }] }), { code: 'ERR_WEIGHTS_PROTOCOL', message: /outside dim 1/ }, 'a range past the tensor')
   t.equal(await stream.checksum!(cases[1]![1]), (await stream.read(cases[1]![1], Buffer.alloc(12_345))).crc32c, 'the stream is still in step')
+  // This agent (dev config: TCP only) gives out no UCX worker address, and says why.
+  await t.rejects(stream.ucxAddress!(), { code: 'ERR_WEIGHTS_PROTOCOL', message: /does not serve weights over UCX: weights\.transports does not list "ucx"/ }, 'UCX_ADDRESS refused with the reason')
+  t.equal(await stream.checksum!(cases[0]![1]), (await stream.read(cases[0]![1], Buffer.alloc(1_536_000))).crc32c, 'and the stream is still in step')
 })
