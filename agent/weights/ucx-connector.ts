@@ -139,9 +139,11 @@ export function createUcxConnector (tcp: WeightStreamConnector, options: UcxConn
       checksum: req => stream.checksum!(req),
       async read (req, into, target) {
         if (target === undefined || stream.ucxOpen === undefined || stream.ucxAddress === undefined || stream.checksum === undefined) return stream.read(req, into)
+        const id = `${req.model}\u0000${req.version}`
+        // This stream reads this version over TCP (the server refused UCX): no runs to compute.
+        if (id === openedFor && fallback !== undefined) return stream.read(req, into)
         const runs = target.runs()
         if (!target.inManifest && req.byteLength / runs.length < minRunBytes) return stream.read(req, into)
-        const id = `${req.model}\u0000${req.version}`
         if (id !== openedFor) {
           release()
           openedFor = id
